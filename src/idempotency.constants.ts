@@ -1,0 +1,40 @@
+/**
+ * Name of the table that holds idempotency records.
+ *
+ * The shipped migrations create it under this name. Never rename the table once
+ * records are in use: a renamed table means every stored key is forgotten and
+ * every retry runs its handler again.
+ */
+export const IDEMPOTENCY_TABLE_NAME = 'idempotency_records';
+
+/** Metadata key under which `@Idempotent()` stores its route options. */
+export const IDEMPOTENT_METADATA = 'idempotency:route-options';
+
+/** Request header that carries the idempotency key (default of `headerName`). */
+export const IDEMPOTENCY_KEY_HEADER = 'Idempotency-Key';
+
+/** Response header set to `true` on every replayed response. */
+export const IDEMPOTENT_REPLAYED_HEADER = 'Idempotent-Replayed';
+
+/** Scope used when no `scope` resolver is configured. */
+export const DEFAULT_SCOPE = 'global';
+
+/**
+ * Response headers that are never stored nor replayed: cookies, the date of
+ * the original answer, and hop-by-hop headers that describe one connection.
+ */
+export const UNSAFE_REPLAY_HEADERS: readonly string[] = [
+  'set-cookie',
+  'date',
+  'connection',
+  'keep-alive',
+  'proxy-authenticate',
+  'proxy-authorization',
+  'proxy-connection',
+  'te',
+  'trailer',
+  'transfer-encoding',
+  'upgrade',
+  'content-length',
+  'idempotent-replayed',
+];

@@ -1,0 +1,58 @@
+import { Global, Module, type DynamicModule } from '@nestjs/common';
+import { APP_INTERCEPTOR } from '@nestjs/core';
+import {
+  ConfigurableModuleClass,
+  IDEMPOTENCY_MODULE_OPTIONS,
+  type ASYNC_OPTIONS_TYPE,
+  type OPTIONS_TYPE,
+} from './idempotency.module-definition.js';
+import { IDEMPOTENCY_RESOLVED_OPTIONS } from './idempotency.tokens.js';
+import { resolveModuleOptions } from './idempotency.options.js';
+import type { IdempotencyModuleOptions } from './interfaces/idempotency-options.interface.js';
+import { IdempotencyContext } from './idempotency.context.js';
+import { IdempotencyInterceptor } from './idempotency.interceptor.js';
+import { IdempotencyStore } from './store/idempotency.store.js';
+
+/**
+ * Makes handlers decorated with `@Idempotent()` idempotent, on the
+ * application's TypeORM PostgreSQL DataSource. Import it once, in the root
+ * module; it is global.
+ *
+ * @example
+ * imports: [
+ *   TypeOrmModule.forRoot({ type: 'postgres', url, migrations: [...idempotencyMigrations] }),
+ *   IdempotencyModule.forRoot({ ttl: '24h' }),
+ * ]
+ */
+@Global()
+@Module({
+  providers: [
+    {
+      provide: IDEMPOTENCY_RESOLVED_OPTIONS,
+      useFactory: (options: IdempotencyModuleOptions) => resolveModuleOptions(options),
+      inject: [IDEMPOTENCY_MODULE_OPTIONS],
+    },
+    IdempotencyStore,
+    IdempotencyContext,
+    { provide: APP_INTERCEPTOR, useClass: IdempotencyInterceptor },
+  ],
+  exports: [IdempotencyContext],
+})
+export class IdempotencyModule extends ConfigurableModuleClass {
+  /**
+   * Registers the module with static options.
+   * @param options module-wide options; every field has a default.
+   */
+  static forRoot(options: typeof OPTIONS_TYPE = {}): DynamicModule {
+    return super.forRoot(options);
+  }
+
+  /**
+   * Registers the module with options from a factory, a class or an existing
+   * provider: `{ imports, inject, useFactory }`, `{ useClass }` (a class with
+   * `createIdempotencyOptions()`) or `{ useExisting }`.
+   */
+  static forRootAsync(options: typeof ASYNC_OPTIONS_TYPE): DynamicModule {
+    return super.forRootAsync(options);
+  }
+}

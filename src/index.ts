@@ -1,0 +1,32 @@
+export { IdempotencyModule } from './idempotency.module.js';
+export { Idempotent } from './idempotent.decorator.js';
+export { IdempotencyInterceptor } from './idempotency.interceptor.js';
+export { IdempotencyContext } from './idempotency.context.js';
+export {
+  DEFAULT_SCOPE,
+  IDEMPOTENCY_KEY_HEADER,
+  IDEMPOTENCY_TABLE_NAME,
+  IDEMPOTENT_METADATA,
+  IDEMPOTENT_REPLAYED_HEADER,
+  UNSAFE_REPLAY_HEADERS,
+} from './idempotency.constants.js';
+export type {
+  IdempotencyConcurrencyMode,
+  IdempotencyDuration,
+  IdempotencyModuleOptions,
+  IdempotencyScopeResolver,
+  IdempotentOptions,
+} from './interfaces/idempotency-options.interface.js';
+export {
+  IdempotencyHttpException,
+  type IdempotencyProblem,
+} from './exceptions/idempotency-http.exception.js';
+export { IdempotencyKeyMissingException } from './exceptions/idempotency-key-missing.exception.js';
+export { IdempotencyKeyInvalidException } from './exceptions/idempotency-key-invalid.exception.js';
+export { IdempotencyConflictException } from './exceptions/idempotency-conflict.exception.js';
+export { IdempotencyKeyReusedException } from './exceptions/idempotency-key-reused.exception.js';
+export { IdempotencyConfigurationError } from './exceptions/idempotency-configuration.error.js';
+export {
+  CreateIdempotencyRecords1764000000000,
+  idempotencyMigrations,
+} from '../migrations/index.js';

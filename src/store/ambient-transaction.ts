@@ -1,0 +1,95 @@
+import { AsyncLocalStorage } from 'node:async_hooks';
+import type { DataSource, EntityManager, QueryRunner } from 'typeorm';
+
+/**
+ * @internal The transaction a decorated handler runs in, with what identifies
+ * its request.
+ */
+export interface AmbientTransaction {
+  readonly dataSource: DataSource;
+  readonly queryRunner: QueryRunner;
+  readonly manager: EntityManager;
+  readonly scope: string;
+  readonly key: string | undefined;
+}
+
+/** @internal Carries the ambient transaction through the handler's async calls. */
+export const ambientTransactions = new AsyncLocalStorage<AmbientTransaction>();
+
+type AnyFunction = (...args: unknown[]) => unknown;
+
+/** Methods of the default manager that must keep their own meaning. */
+const NOT_REDIRECTED = new Set(['constructor', 'release']);
+
+function methodNames(target: object): string[] {
+  const names = new Set<string>();
+  for (
+    let proto = Object.getPrototypeOf(target) as object | null;
+    proto && proto !== Object.prototype;
+    proto = Object.getPrototypeOf(proto) as object | null
+  ) {
+    for (const name of Object.getOwnPropertyNames(proto)) {
+      const descriptor = Object.getOwnPropertyDescriptor(proto, name);
+      if (typeof descriptor?.value === 'function' && !NOT_REDIRECTED.has(name)) {
+        names.add(name);
+      }
+    }
+  }
+  return [...names];
+}
+
+/**
+ * @internal Makes the application's own data access of `dataSource` write
+ * through the ambient transaction while a decorated handler runs:
+ * `dataSource.manager`, an injected `EntityManager`, every repository built on
+ * them (`@InjectRepository`, `dataSource.getRepository()`),
+ * `dataSource.query()` and `dataSource.createQueryBuilder()`.
+ * Outside a handler (no ambient transaction of this DataSource) every call
+ * behaves exactly as before.
+ *
+ * @returns a function that undoes the binding.
+ */
+export function bindAmbientTransaction(dataSource: DataSource): () => void {
+  const current = (): AmbientTransaction | undefined => {
+    const tx = ambientTransactions.getStore();
+    return tx && tx.dataSource === dataSource && !tx.queryRunner.isReleased
+      ? tx
+      : undefined;
+  };
+  // Repositories hold the default manager, so redirecting its methods covers
+  // them all, including those created before the module started.
+  const manager = dataSource.manager as unknown as Record<string, AnyFunction>;
+  const names = methodNames(manager);
+  for (const name of names) {
+    const original = manager[name];
+    manager[name] = function (this: unknown, ...args: unknown[]) {
+      const tx = current();
+      return tx
+        ? (tx.manager as unknown as Record<string, AnyFunction>)[name](...args)
+        : original.apply(this, args);
+    };
+  }
+  const source = dataSource as unknown as Record<string, AnyFunction>;
+  const originalQuery = source.query;
+  const originalCreateQueryBuilder = source.createQueryBuilder;
+  source.query = function (this: unknown, ...args: unknown[]) {
+    const tx = current();
+    if (tx && args[2] === undefined) {
+      args[2] = tx.queryRunner;
+    }
+    return originalQuery.apply(this, args);
+  };
+  source.createQueryBuilder = function (this: unknown, ...args: unknown[]) {
+    const tx = current();
+    return tx
+      ? tx.manager.createQueryBuilder(...(args as []))
+      : originalCreateQueryBuilder.apply(this, args);
+  };
+  return () => {
+    for (const name of names) {
+      delete manager[name];
+    }
+    delete source.query;
+    delete source.createQueryBuilder;
+  };
+}

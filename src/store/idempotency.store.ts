@@ -1,0 +1,293 @@
+import {
+  Inject,
+  Injectable,
+  Logger,
+  type OnApplicationShutdown,
+  type OnModuleInit,
+} from '@nestjs/common';
+import { ModuleRef } from '@nestjs/core';
+import { getDataSourceToken } from '@nestjs/typeorm';
+import { DataSource, type QueryRunner } from 'typeorm';
+import { IDEMPOTENCY_TABLE_NAME } from '../idempotency.constants.js';
+import { IDEMPOTENCY_RESOLVED_OPTIONS } from '../idempotency.tokens.js';
+import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
+import { IdempotencyConfigurationError } from '../exceptions/idempotency-configuration.error.js';
+import { bindAmbientTransaction } from './ambient-transaction.js';
+
+/** @internal A response as stored and replayed. */
+export interface StoredResponse {
+  readonly status: number;
+  readonly headers: Record<string, string | string[]>;
+  readonly body: Buffer;
+}
+
+/** @internal A completed record, as read back. */
+export interface StoredRecord {
+  readonly fingerprint: string;
+  readonly response: StoredResponse;
+}
+
+/** @internal What identifies a request. */
+export interface RequestIdentity {
+  readonly scope: string;
+  readonly key: string;
+  readonly fingerprint: string;
+  readonly method: string;
+  readonly path: string;
+}
+
+/**
+ * @internal Outcome of a claim:
+ * - `claimed`: this transaction owns the key; run the handler.
+ * - `completed`: a completed record exists; replay it.
+ * - `busy`: another transaction is executing the key.
+ */
+export type ClaimResult =
+  | { readonly state: 'claimed' }
+  | { readonly state: 'completed'; readonly record: StoredRecord }
+  | { readonly state: 'busy' };
+
+interface RecordRow {
+  fingerprint: string;
+  response_status: number;
+  response_headers: Record<string, string | string[]>;
+  response_body: Buffer;
+}
+
+interface ClaimRow extends Partial<RecordRow> {
+  locked: boolean;
+  claimed: boolean;
+}
+
+const TABLE = `"${IDEMPOTENCY_TABLE_NAME}"`;
+const LOCK_ID = `hashtextextended($1 || chr(31) || $2, 0)`;
+const RECORD_COLUMNS = `fingerprint, response_status, response_headers, response_body`;
+/** SQLSTATE of `lock_timeout` expiring. */
+const LOCK_NOT_AVAILABLE = '55P03';
+
+/**
+ * @internal All SQL of the module. Every statement runs on the query runner of
+ * the request's transaction, borrowed from the application's DataSource.
+ */
+@Injectable()
+export class IdempotencyStore implements OnModuleInit, OnApplicationShutdown {
+  private readonly logger = new Logger('Idempotency');
+  private dataSource!: DataSource;
+  private unbind?: () => void;
+  /** `set_config` calls that bound a transaction, by timeout in ms. */
+  private timeoutSettings = '';
+
+  constructor(
+    private readonly moduleRef: ModuleRef,
+    @Inject(IDEMPOTENCY_RESOLVED_OPTIONS)
+    private readonly options: ResolvedIdempotencyOptions,
+  ) {}
+
+  async onModuleInit(): Promise<void> {
+    const token = getDataSourceToken(this.options.dataSource);
+    let dataSource: DataSource | undefined;
+    try {
+      dataSource = this.moduleRef.get<DataSource>(token, { strict: false });
+    } catch {
+      dataSource = undefined;
+    }
+    if (!(dataSource instanceof DataSource)) {
+      throw new IdempotencyConfigurationError(
+        `IdempotencyModule found no TypeORM DataSource${this.options.dataSource ? ` named "${this.options.dataSource}"` : ''}.`,
+        'Import TypeOrmModule.forRoot() (or forRootAsync()) in the application module.',
+        'Pass `dataSource: <name>` to IdempotencyModule if the DataSource has a name.',
+      );
+    }
+    if (dataSource.options.type !== 'postgres') {
+      throw new IdempotencyConfigurationError(
+        `IdempotencyModule needs a PostgreSQL DataSource, not "${dataSource.options.type}".`,
+        "Use TypeOrmModule.forRoot({ type: 'postgres', ... }).",
+      );
+    }
+    this.dataSource = dataSource;
+    const [{ version }] = (await dataSource.query(
+      'SELECT current_setting($1)::int AS version',
+      ['server_version_num'],
+    )) as Array<{ version: number }>;
+    // PostgreSQL 17 bounds a whole transaction; older servers bound each
+    // statement and each idle moment inside it.
+    const settings = ['statement_timeout', 'idle_in_transaction_session_timeout'];
+    if (version >= 170000) {
+      settings.push('transaction_timeout');
+    }
+    this.timeoutSettings = settings
+      .map((name) => `set_config('${name}', $T, true)`)
+      .join(', ');
+    this.unbind = bindAmbientTransaction(dataSource);
+  }
+
+  onApplicationShutdown(): void {
+    this.unbind?.();
+    this.unbind = undefined;
+  }
+
+  /** The DataSource whose connections the module borrows. */
+  get source(): DataSource {
+    return this.dataSource;
+  }
+
+  /** Opens a transaction bounded by `timeoutMs`. */
+  async begin(): Promise<QueryRunner> {
+    const queryRunner = this.dataSource.createQueryRunner();
+    try {
+      await queryRunner.startTransaction();
+    } catch (error) {
+      await queryRunner.release();
+      throw error;
+    }
+    return queryRunner;
+  }
+
+  /** Bounds a transaction without a key (keyless requests). */
+  async bound(queryRunner: QueryRunner, timeoutMs: number): Promise<void> {
+    await queryRunner.query(
+      `SELECT ${this.timeoutSettings.replaceAll('$T', '$1')}`,
+      [String(timeoutMs)],
+    );
+  }
+
+  /**
+   * One statement: bounds the transaction, tries the advisory lock of the key,
+   * and, holding it, inserts the record in progress (or takes over an expired
+   * one). It also returns the completed record visible to the statement.
+   */
+  async claim(
+    queryRunner: QueryRunner,
+    id: RequestIdentity,
+    ttlMs: number,
+    timeoutMs: number,
+  ): Promise<ClaimResult> {
+    const [row] = (await queryRunner.query(
+      `WITH settings AS (SELECT ${this.timeoutSettings.replaceAll('$T', '$7')}),
+       lock AS (SELECT pg_try_advisory_xact_lock(${LOCK_ID}) AS locked FROM settings),
+       claim AS (
+         INSERT INTO ${TABLE} AS r (scope, key, fingerprint, method, path, status, expires_at)
+         SELECT $1, $2, $3, $4, $5, 'in_progress', now() + $6::float8 * interval '1 millisecond'
+         FROM lock WHERE locked
+         ON CONFLICT (scope, key) DO UPDATE SET
+           fingerprint = EXCLUDED.fingerprint, method = EXCLUDED.method, path = EXCLUDED.path,
+           status = 'in_progress', response_status = NULL, response_headers = NULL,
+           response_body = NULL, created_at = now(), completed_at = NULL,
+           expires_at = EXCLUDED.expires_at
+         WHERE r.expires_at <= now()
+         RETURNING 1
+       )
+       SELECT lock.locked, EXISTS (SELECT 1 FROM claim) AS claimed, ${RECORD_COLUMNS
+         .split(', ')
+         .map((c) => `rec.${c}`)
+         .join(', ')}
+       FROM lock LEFT JOIN ${TABLE} rec
+         ON rec.scope = $1 AND rec.key = $2 AND rec.status = 'completed' AND rec.expires_at > now()`,
+      [id.scope, id.key, id.fingerprint, id.method, id.path, ttlMs, String(timeoutMs)],
+    )) as ClaimRow[];
+    if (row.claimed) {
+      return { state: 'claimed' };
+    }
+    if (row.response_status != null) {
+      return { state: 'completed', record: toRecord(row as RecordRow) };
+    }
+    if (!row.locked) {
+      return { state: 'busy' };
+    }
+    // Locked but not inserted: a record committed after this statement took
+    // its snapshot. A new statement sees it.
+    const record = await this.read(queryRunner, id);
+    return record ? { state: 'completed', record } : { state: 'busy' };
+  }
+
+  /**
+   * Waits at most `waitMs` for the advisory lock of the key.
+   * @returns false when the wait timed out (the transaction is then aborted).
+   */
+  async waitForLock(
+    queryRunner: QueryRunner,
+    id: RequestIdentity,
+    waitMs: number,
+  ): Promise<boolean> {
+    try {
+      await queryRunner.query(
+        `SELECT set_config('lock_timeout', $3, true), pg_advisory_xact_lock(${LOCK_ID})`,
+        [id.scope, id.key, String(waitMs)],
+      );
+      return true;
+    } catch (error) {
+      if ((error as { driverError?: { code?: string } }).driverError?.code === LOCK_NOT_AVAILABLE) {
+        return false;
+      }
+      throw error;
+    }
+  }
+
+  /** Reads the completed, unexpired record of a key. */
+  async read(queryRunner: QueryRunner, id: RequestIdentity): Promise<StoredRecord | undefined> {
+    const rows = (await queryRunner.query(
+      `SELECT ${RECORD_COLUMNS} FROM ${TABLE}
+       WHERE scope = $1 AND key = $2 AND status = 'completed' AND expires_at > now()`,
+      [id.scope, id.key],
+    )) as RecordRow[];
+    return rows.length > 0 ? toRecord(rows[0]) : undefined;
+  }
+
+  /** Completes the claimed record with the response sent to the client. */
+  async complete(
+    queryRunner: QueryRunner,
+    id: RequestIdentity,
+    response: StoredResponse,
+  ): Promise<void> {
+    await queryRunner.query(
+      `UPDATE ${TABLE} SET status = 'completed', response_status = $3,
+         response_headers = $4, response_body = $5, completed_at = now()
+       WHERE scope = $1 AND key = $2`,
+      [id.scope, id.key, response.status, JSON.stringify(response.headers), response.body],
+    );
+  }
+
+  /** Commits and gives the connection back to the pool. */
+  async commit(queryRunner: QueryRunner): Promise<void> {
+    try {
+      await queryRunner.commitTransaction();
+    } finally {
+      await this.release(queryRunner);
+    }
+  }
+
+  /**
+   * Rolls back and gives the connection back to the pool. Never throws: a
+   * connection that broke has rolled back on the server already.
+   */
+  async rollback(queryRunner: QueryRunner): Promise<void> {
+    try {
+      if (queryRunner.isTransactionActive) {
+        await queryRunner.rollbackTransaction();
+      }
+    } catch (error) {
+      this.logger.warn(`Rollback failed: ${(error as Error).message}`);
+    } finally {
+      await this.release(queryRunner);
+    }
+  }
+
+  private async release(queryRunner: QueryRunner): Promise<void> {
+    if (!queryRunner.isReleased) {
+      await queryRunner.release().catch((error: unknown) => {
+        this.logger.warn(`Releasing a connection failed: ${(error as Error).message}`);
+      });
+    }
+  }
+}
+
+function toRecord(row: RecordRow): StoredRecord {
+  return {
+    fingerprint: row.fingerprint,
+    response: {
+      status: row.response_status,
+      headers: row.response_headers,
+      body: row.response_body,
+    },
+  };
+}
