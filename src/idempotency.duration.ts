@@ -12,7 +12,10 @@ const UNIT_MS: Record<string, number> = {
 /**
  * @internal Converts a duration option to whole milliseconds.
  */
-export function toMilliseconds(value: IdempotencyDuration, option: string): number {
+export function toMilliseconds(
+  value: IdempotencyDuration,
+  option: string,
+): number {
   if (typeof value === 'number' && Number.isFinite(value) && value > 0) {
     return Math.round(value);
   }

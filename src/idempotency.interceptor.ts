@@ -35,7 +35,10 @@ import {
   type StoredResponse,
 } from './store/idempotency.store.js';
 import { ambientTransactions } from './store/ambient-transaction.js';
-import { holdResponse, type CapturedResponse } from './http/response-capture.js';
+import {
+  holdResponse,
+  type CapturedResponse,
+} from './http/response-capture.js';
 import { requestFingerprint } from './http/request-fingerprint.js';
 
 /** What the interceptor knows of a decorated handler, computed once. */
@@ -105,12 +108,16 @@ export class IdempotencyInterceptor implements NestInterceptor {
       return undefined;
     }
     if (typeof value !== 'string') {
-      throw new IdempotencyKeyInvalidException(this.options.headerName, 'it is repeated');
+      throw new IdempotencyKeyInvalidException(
+        this.options.headerName,
+        'it is repeated',
+      );
     }
     // A structured-field string ("...") carries the same key as the token.
-    const key = value.length >= 2 && value.startsWith('"') && value.endsWith('"')
-      ? value.slice(1, -1)
-      : value;
+    const key =
+      value.length >= 2 && value.startsWith('"') && value.endsWith('"')
+        ? value.slice(1, -1)
+        : value;
     if (!VISIBLE_ASCII_KEY.test(key)) {
       throw new IdempotencyKeyInvalidException(
         this.options.headerName,
@@ -147,10 +154,9 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const handler = context.getHandler();
     let route = this.routes.get(handler);
     if (route === undefined) {
-      const options = this.reflector.getAllAndOverride<IdempotentOptions | undefined>(
-        IDEMPOTENT_METADATA,
-        [handler, context.getClass()],
-      );
+      const options = this.reflector.getAllAndOverride<
+        IdempotentOptions | undefined
+      >(IDEMPOTENT_METADATA, [handler, context.getClass()]);
       route = options
         ? {
             options: resolveRouteOptions(this.options, options),
@@ -188,7 +194,12 @@ export class IdempotencyInterceptor implements NestInterceptor {
     try {
       if (key === undefined) {
         await this.store.bound(queryRunner, options.transactionTimeoutMs);
-        const outcome = await this.runHandler(next, queryRunner, scope, undefined);
+        const outcome = await this.runHandler(
+          next,
+          queryRunner,
+          scope,
+          undefined,
+        );
         this.commitWithResponse(response, queryRunner, async () => undefined);
         return outcome;
       }
@@ -205,7 +216,9 @@ export class IdempotencyInterceptor implements NestInterceptor {
         if (record.fingerprint !== id.fingerprint) {
           throw new IdempotencyKeyReusedException(key);
         }
-        this.logger.debug(`Replayed ${id.method} ${id.path} (scope ${scope}, key ${key})`);
+        this.logger.debug(
+          `Replayed ${id.method} ${id.path} (scope ${scope}, key ${key})`,
+        );
         return this.replay(record.response);
       }
       const outcome = await this.runHandler(next, queryRunner, scope, key);
@@ -229,10 +242,22 @@ export class IdempotencyInterceptor implements NestInterceptor {
     id: RequestIdentity,
     options: ResolvedRouteOptions,
   ) {
-    let claim = await this.store.claim(queryRunner, id, options.ttlMs, options.transactionTimeoutMs);
+    let claim = await this.store.claim(
+      queryRunner,
+      id,
+      options.ttlMs,
+      options.transactionTimeoutMs,
+    );
     if (claim.state === 'busy' && options.concurrency === 'wait') {
-      if (await this.store.waitForLock(queryRunner, id, options.waitTimeoutMs)) {
-        claim = await this.store.claim(queryRunner, id, options.ttlMs, options.transactionTimeoutMs);
+      if (
+        await this.store.waitForLock(queryRunner, id, options.waitTimeoutMs)
+      ) {
+        claim = await this.store.claim(
+          queryRunner,
+          id,
+          options.ttlMs,
+          options.transactionTimeoutMs,
+        );
       }
     }
     switch (claim.state) {
@@ -241,7 +266,9 @@ export class IdempotencyInterceptor implements NestInterceptor {
       case 'completed':
         return claim.record;
       case 'busy':
-        this.logger.debug(`Conflict on ${id.method} ${id.path} (scope ${id.scope}, key ${id.key})`);
+        this.logger.debug(
+          `Conflict on ${id.method} ${id.path} (scope ${id.scope}, key ${id.key})`,
+        );
         throw new IdempotencyConflictException(id.key, options.retryAfter);
     }
   }
@@ -353,10 +380,13 @@ export class IdempotencyInterceptor implements NestInterceptor {
     }
     headers.set(IDEMPOTENT_REPLAYED_HEADER, 'true');
     headers.set('content-length', String(stored.body.length));
-    return new Response(stored.body.length > 0 ? new Uint8Array(stored.body) : null, {
-      status: stored.status,
-      headers,
-    });
+    return new Response(
+      stored.body.length > 0 ? new Uint8Array(stored.body) : null,
+      {
+        status: stored.status,
+        headers,
+      },
+    );
   }
 }
 

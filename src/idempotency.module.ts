@@ -29,7 +29,8 @@ import { IdempotencyStore } from './store/idempotency.store.js';
   providers: [
     {
       provide: IDEMPOTENCY_RESOLVED_OPTIONS,
-      useFactory: (options: IdempotencyModuleOptions) => resolveModuleOptions(options),
+      useFactory: (options: IdempotencyModuleOptions) =>
+        resolveModuleOptions(options),
       inject: [IDEMPOTENCY_MODULE_OPTIONS],
     },
     IdempotencyStore,

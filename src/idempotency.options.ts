@@ -1,5 +1,8 @@
 import type { ExecutionContext } from '@nestjs/common';
-import { DEFAULT_SCOPE, IDEMPOTENCY_KEY_HEADER } from './idempotency.constants.js';
+import {
+  DEFAULT_SCOPE,
+  IDEMPOTENCY_KEY_HEADER,
+} from './idempotency.constants.js';
 import { toMilliseconds } from './idempotency.duration.js';
 import type {
   IdempotencyConcurrencyMode,
@@ -70,7 +73,10 @@ export function resolveRouteOptions<T extends ResolvedRouteOptions>(
   }
   return {
     ...base,
-    ttlMs: options.ttl === undefined ? base.ttlMs : toMilliseconds(options.ttl, 'ttl'),
+    ttlMs:
+      options.ttl === undefined
+        ? base.ttlMs
+        : toMilliseconds(options.ttl, 'ttl'),
     concurrency: options.concurrency ?? base.concurrency,
     waitTimeoutMs:
       options.waitTimeout === undefined
@@ -104,7 +110,10 @@ export function resolveModuleOptions(
     ttlMs: toMilliseconds(DEFAULTS.ttl, 'ttl'),
     concurrency: DEFAULTS.concurrency,
     waitTimeoutMs: toMilliseconds(DEFAULTS.waitTimeout, 'waitTimeout'),
-    transactionTimeoutMs: toMilliseconds(DEFAULTS.transactionTimeout, 'transactionTimeout'),
+    transactionTimeoutMs: toMilliseconds(
+      DEFAULTS.transactionTimeout,
+      'transactionTimeout',
+    ),
     scope: DEFAULTS.scope,
     required: DEFAULTS.required,
     retryAfter: DEFAULTS.retryAfter,

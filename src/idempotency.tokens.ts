@@ -1,4 +1,6 @@
 /**
  * @internal Injection token of the resolved module options (defaults merged).
  */
-export const IDEMPOTENCY_RESOLVED_OPTIONS = Symbol('IDEMPOTENCY_RESOLVED_OPTIONS');
+export const IDEMPOTENCY_RESOLVED_OPTIONS = Symbol(
+  'IDEMPOTENCY_RESOLVED_OPTIONS',
+);

@@ -73,11 +73,14 @@ export function holdResponse(
     return this;
   } as WriteHead;
 
-  response.write = function (chunk: unknown, encoding?: unknown, callback?: unknown) {
+  response.write = function (
+    chunk: unknown,
+    encoding?: unknown,
+    callback?: unknown,
+  ) {
     chunks.push(toBuffer(chunk, encoding));
     const done = (typeof encoding === 'function' ? encoding : callback) as
-      | Callback
-      | undefined;
+      Callback | undefined;
     if (done) {
       process.nextTick(done);
     }
@@ -101,15 +104,17 @@ export function holdResponse(
         chunks.push(toBuffer(chunk, encoding));
       }
       done = (typeof encoding === 'function' ? encoding : callback) as
-        | Callback
-        | undefined;
+        Callback | undefined;
     }
     const headers: Record<string, string | string[]> = {};
     addHeaders(headers, response.getHeaders());
     const headArgs = head;
     if (headArgs) {
       const last = headArgs[headArgs.length - 1];
-      addHeaders(headers, typeof last === 'object' ? (last as OutgoingHttpHeaders) : undefined);
+      addHeaders(
+        headers,
+        typeof last === 'object' ? (last as OutgoingHttpHeaders) : undefined,
+      );
     }
     const status = headArgs ? Number(headArgs[0]) : response.statusCode;
     const body = Buffer.concat(chunks);
@@ -118,7 +123,11 @@ export function holdResponse(
         if (headArgs) {
           originalWriteHead.apply(response, headArgs);
         }
-        (originalEnd as (chunk: Buffer, callback?: Callback) => void).call(response, body, done);
+        (originalEnd as (chunk: Buffer, callback?: Callback) => void).call(
+          response,
+          body,
+          done,
+        );
       },
       (error: unknown) => {
         const replacement = replace(error);
@@ -129,7 +138,11 @@ export function holdResponse(
         for (const name of response.getHeaderNames()) {
           response.removeHeader(name);
         }
-        originalWriteHead.call(response, replacement.status, replacement.headers);
+        originalWriteHead.call(
+          response,
+          replacement.status,
+          replacement.headers,
+        );
         (originalEnd as (chunk: Buffer, callback?: Callback) => void).call(
           response,
           replacement.body,

@@ -30,7 +30,10 @@ function methodNames(target: object): string[] {
   ) {
     for (const name of Object.getOwnPropertyNames(proto)) {
       const descriptor = Object.getOwnPropertyDescriptor(proto, name);
-      if (typeof descriptor?.value === 'function' && !NOT_REDIRECTED.has(name)) {
+      if (
+        typeof descriptor?.value === 'function' &&
+        !NOT_REDIRECTED.has(name)
+      ) {
         names.add(name);
       }
     }
@@ -79,11 +82,14 @@ export function bindAmbientTransaction(dataSource: DataSource): () => void {
     }
     return originalQuery.apply(this, args);
   };
+  // createQueryBuilder(entity, alias, queryRunner?) or createQueryBuilder(queryRunner?)
   source.createQueryBuilder = function (this: unknown, ...args: unknown[]) {
     const tx = current();
-    return tx
-      ? tx.manager.createQueryBuilder(...(args as []))
-      : originalCreateQueryBuilder.apply(this, args);
+    const runnerAt = typeof args[1] === 'string' ? 2 : 0;
+    if (tx && args[runnerAt] === undefined) {
+      args[runnerAt] = tx.queryRunner;
+    }
+    return originalCreateQueryBuilder.apply(this, args);
   };
   return () => {
     for (const name of names) {

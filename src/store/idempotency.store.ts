@@ -111,7 +111,10 @@ export class IdempotencyStore implements OnModuleInit, OnApplicationShutdown {
     )) as Array<{ version: number }>;
     // PostgreSQL 17 bounds a whole transaction; older servers bound each
     // statement and each idle moment inside it.
-    const settings = ['statement_timeout', 'idle_in_transaction_session_timeout'];
+    const settings = [
+      'statement_timeout',
+      'idle_in_transaction_session_timeout',
+    ];
     if (version >= 170000) {
       settings.push('transaction_timeout');
     }
@@ -177,13 +180,22 @@ export class IdempotencyStore implements OnModuleInit, OnApplicationShutdown {
          WHERE r.expires_at <= now()
          RETURNING 1
        )
-       SELECT lock.locked, EXISTS (SELECT 1 FROM claim) AS claimed, ${RECORD_COLUMNS
-         .split(', ')
+       SELECT lock.locked, EXISTS (SELECT 1 FROM claim) AS claimed, ${RECORD_COLUMNS.split(
+         ', ',
+       )
          .map((c) => `rec.${c}`)
          .join(', ')}
        FROM lock LEFT JOIN ${TABLE} rec
          ON rec.scope = $1 AND rec.key = $2 AND rec.status = 'completed' AND rec.expires_at > now()`,
-      [id.scope, id.key, id.fingerprint, id.method, id.path, ttlMs, String(timeoutMs)],
+      [
+        id.scope,
+        id.key,
+        id.fingerprint,
+        id.method,
+        id.path,
+        ttlMs,
+        String(timeoutMs),
+      ],
     )) as ClaimRow[];
     if (row.claimed) {
       return { state: 'claimed' };
@@ -216,7 +228,10 @@ export class IdempotencyStore implements OnModuleInit, OnApplicationShutdown {
       );
       return true;
     } catch (error) {
-      if ((error as { driverError?: { code?: string } }).driverError?.code === LOCK_NOT_AVAILABLE) {
+      if (
+        (error as { driverError?: { code?: string } }).driverError?.code ===
+        LOCK_NOT_AVAILABLE
+      ) {
         return false;
       }
       throw error;
@@ -224,7 +239,10 @@ export class IdempotencyStore implements OnModuleInit, OnApplicationShutdown {
   }
 
   /** Reads the completed, unexpired record of a key. */
-  async read(queryRunner: QueryRunner, id: RequestIdentity): Promise<StoredRecord | undefined> {
+  async read(
+    queryRunner: QueryRunner,
+    id: RequestIdentity,
+  ): Promise<StoredRecord | undefined> {
     const rows = (await queryRunner.query(
       `SELECT ${RECORD_COLUMNS} FROM ${TABLE}
        WHERE scope = $1 AND key = $2 AND status = 'completed' AND expires_at > now()`,
@@ -243,7 +261,13 @@ export class IdempotencyStore implements OnModuleInit, OnApplicationShutdown {
       `UPDATE ${TABLE} SET status = 'completed', response_status = $3,
          response_headers = $4, response_body = $5, completed_at = now()
        WHERE scope = $1 AND key = $2`,
-      [id.scope, id.key, response.status, JSON.stringify(response.headers), response.body],
+      [
+        id.scope,
+        id.key,
+        response.status,
+        JSON.stringify(response.headers),
+        response.body,
+      ],
     );
   }
 
@@ -275,7 +299,9 @@ export class IdempotencyStore implements OnModuleInit, OnApplicationShutdown {
   private async release(queryRunner: QueryRunner): Promise<void> {
     if (!queryRunner.isReleased) {
       await queryRunner.release().catch((error: unknown) => {
-        this.logger.warn(`Releasing a connection failed: ${(error as Error).message}`);
+        this.logger.warn(
+          `Releasing a connection failed: ${(error as Error).message}`,
+        );
       });
     }
   }

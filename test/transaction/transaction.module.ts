@@ -1,0 +1,143 @@
+import {
+  BadRequestException,
+  Body,
+  Controller,
+  Injectable,
+  Module,
+  Post,
+} from '@nestjs/common';
+import {
+  InjectDataSource,
+  InjectEntityManager,
+  InjectRepository,
+  TypeOrmModule,
+} from '@nestjs/typeorm';
+import { DataSource, EntityManager, Repository } from 'typeorm';
+import { IdempotencyContext, Idempotent } from '../../src/index.js';
+import { Order } from '../fixtures/order.entity.js';
+
+interface OrderRequest {
+  reference: string;
+  fail?: boolean;
+}
+
+/** Writes through every data access style an application may use. */
+@Injectable()
+export class OrdersService {
+  runs = 0;
+
+  constructor(
+    @InjectRepository(Order) private readonly orders: Repository<Order>,
+    @InjectDataSource() private readonly dataSource: DataSource,
+    @InjectEntityManager() private readonly manager: EntityManager,
+    private readonly idempotency: IdempotencyContext,
+  ) {}
+
+  async create(request: OrderRequest): Promise<Order> {
+    this.runs += 1;
+    const order = await this.orders.save(
+      this.orders.create({ reference: request.reference }),
+    );
+    if (request.fail) {
+      throw new BadRequestException('card declined');
+    }
+    return order;
+  }
+
+  /** One row and one transaction id per style. */
+  async everyStyle(request: OrderRequest): Promise<Record<string, string>> {
+    this.runs += 1;
+    const txid = 'SELECT txid_current()::text AS txid';
+    const styles: Record<string, () => Promise<unknown>> = {
+      injectRepository: () =>
+        this.orders.insert({
+          reference: request.reference,
+          source: 'injectRepository',
+        }),
+      getRepository: () =>
+        this.dataSource
+          .getRepository(Order)
+          .save({ reference: request.reference, source: 'getRepository' }),
+      dataSourceManager: () =>
+        this.dataSource.manager.insert(Order, {
+          reference: request.reference,
+          source: 'dataSourceManager',
+        }),
+      injectEntityManager: () =>
+        this.manager.save(Order, {
+          reference: request.reference,
+          source: 'injectEntityManager',
+        }),
+      queryBuilder: () =>
+        this.dataSource
+          .createQueryBuilder()
+          .insert()
+          .into(Order)
+          .values({ reference: request.reference, source: 'queryBuilder' })
+          .execute(),
+      rawQuery: () =>
+        this.dataSource.query(
+          `INSERT INTO orders (reference, source) VALUES ($1, 'rawQuery')`,
+          [request.reference],
+        ),
+      idempotencyContext: () =>
+        this.idempotency.manager.insert(Order, {
+          reference: request.reference,
+          source: 'idempotencyContext',
+        }),
+    };
+    const txids: Record<string, string> = {};
+    for (const [style, write] of Object.entries(styles)) {
+      await write();
+      const readers: Record<string, () => Promise<Array<{ txid: string }>>> = {
+        injectRepository: () => this.orders.query(txid),
+        getRepository: () => this.dataSource.getRepository(Order).query(txid),
+        dataSourceManager: () => this.dataSource.manager.query(txid),
+        injectEntityManager: () => this.manager.query(txid),
+        queryBuilder: () =>
+          this.dataSource
+            .createQueryBuilder()
+            .select('txid_current()::text', 'txid')
+            .fromDummy()
+            .getRawMany(),
+        rawQuery: () => this.dataSource.query(txid),
+        idempotencyContext: () => this.idempotency.manager.query(txid),
+      };
+      txids[style] = (await readers[style]())[0].txid;
+    }
+    if (request.fail) {
+      throw new BadRequestException('card declined');
+    }
+    return txids;
+  }
+}
+
+@Controller()
+export class OrdersController {
+  constructor(private readonly orders: OrdersService) {}
+
+  @Post('orders')
+  @Idempotent()
+  create(@Body() body: OrderRequest) {
+    return this.orders.create(body);
+  }
+
+  @Post('every-style')
+  @Idempotent()
+  everyStyle(@Body() body: OrderRequest) {
+    return this.orders.everyStyle(body);
+  }
+
+  /** Not decorated: the application's repositories behave as before. */
+  @Post('plain')
+  plain(@Body() body: OrderRequest) {
+    return this.orders.create(body);
+  }
+}
+
+@Module({
+  imports: [TypeOrmModule.forFeature([Order])],
+  controllers: [OrdersController],
+  providers: [OrdersService],
+})
+export class TransactionTestModule {}

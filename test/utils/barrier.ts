@@ -1,0 +1,56 @@
+/**
+ * A gate that handlers wait at until the test opens it, and that tells the
+ * test how many are waiting: races are forced by events, never by sleeps.
+ */
+export class Barrier {
+  private opened = false;
+  private readonly waiters: Array<() => void> = [];
+  private readonly arrivals: Array<{ count: number; resolve: () => void }> = [];
+  private arrived = 0;
+
+  /** Called by the code under test: waits until the barrier opens. */
+  wait(): Promise<void> {
+    this.arrived += 1;
+    for (const arrival of this.arrivals.filter(
+      (a) => this.arrived >= a.count,
+    )) {
+      arrival.resolve();
+    }
+    if (this.opened) {
+      return Promise.resolve();
+    }
+    return new Promise((resolve) => this.waiters.push(resolve));
+  }
+
+  /** Resolves once `count` callers have reached the barrier. */
+  reached(count = 1): Promise<void> {
+    if (this.arrived >= count) {
+      return Promise.resolve();
+    }
+    return new Promise((resolve) => this.arrivals.push({ count, resolve }));
+  }
+
+  /** Lets every waiting and future caller through. */
+  open(): void {
+    this.opened = true;
+    this.waiters.splice(0).forEach((resolve) => resolve());
+  }
+}
+
+/**
+ * Polls `condition` until it holds: for states that only the database can
+ * report (a lock taken, a session gone). Fails after `timeoutMs`.
+ */
+export async function until(
+  condition: () => Promise<boolean>,
+  description: string,
+  timeoutMs = 20_000,
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await condition())) {
+    if (Date.now() > deadline) {
+      throw new Error(`Timed out waiting for ${description}`);
+    }
+    await new Promise<void>((resolve) => setImmediate(resolve));
+  }
+}

@@ -1,0 +1,102 @@
+import type { INestApplication, ModuleMetadata } from '@nestjs/common';
+import { Test } from '@nestjs/testing';
+import { TypeOrmModule, type TypeOrmModuleOptions } from '@nestjs/typeorm';
+import type { DataSource } from 'typeorm';
+import { getDataSourceToken } from '@nestjs/typeorm';
+import { IdempotencyModule, idempotencyMigrations } from '../../src/index.js';
+import type { IdempotencyModuleOptions } from '../../src/index.js';
+import { Order } from '../fixtures/order.entity.js';
+import { CreateOrders1764000000001 } from '../fixtures/create-orders.migration.js';
+import { createTestDatabase, type TestDatabase } from './test-database.js';
+
+/** A running test application on a database of its own. */
+export interface TestApp {
+  readonly app: INestApplication;
+  /** Base URL of the listening server, e.g. `http://127.0.0.1:41234`. */
+  readonly url: string;
+  readonly db: TestDatabase;
+  readonly dataSource: DataSource;
+  /** Closes the application and drops its database. */
+  close(): Promise<void>;
+}
+
+/** Options of {@link startTestApp}. */
+export interface TestAppOptions extends ModuleMetadata {
+  /** Options of `IdempotencyModule.forRoot()`; `false` leaves the module out. */
+  idempotency?: IdempotencyModuleOptions | false;
+  /** Overrides of the TypeORM options. */
+  typeorm?: Partial<TypeOrmModuleOptions>;
+}
+
+/**
+ * Boots a Nest application on a new database (migrations run at startup) and
+ * listens on a random loopback port: tests talk to it over real HTTP.
+ */
+export async function startTestApp(options: TestAppOptions): Promise<TestApp> {
+  const { idempotency = {}, typeorm, imports = [], ...metadata } = options;
+  const db = await createTestDatabase();
+  try {
+    const moduleRef = await Test.createTestingModule({
+      ...metadata,
+      imports: [
+        TypeOrmModule.forRoot({
+          type: 'postgres',
+          url: db.url,
+          entities: [Order],
+          migrations: [...idempotencyMigrations, CreateOrders1764000000001],
+          migrationsRun: true,
+          synchronize: false,
+          logging: false,
+          ...typeorm,
+        } as TypeOrmModuleOptions),
+        ...(idempotency === false
+          ? []
+          : [IdempotencyModule.forRoot(idempotency)]),
+        ...imports,
+      ],
+    }).compile();
+    const app = moduleRef.createNestApplication({
+      logger: process.env.TEST_LOGS ? ['error', 'warn', 'log', 'debug'] : false,
+    });
+    await app.listen(0, '127.0.0.1');
+    const dataSource = app.get<DataSource>(getDataSourceToken(typeorm?.name));
+    return {
+      app,
+      url: await app.getUrl(),
+      db,
+      dataSource,
+      async close() {
+        await app.close();
+        await db.drop();
+      },
+    };
+  } catch (error) {
+    await db.drop();
+    throw error;
+  }
+}
+
+/** A `fetch` to the test application. */
+export function send(
+  target: TestApp,
+  path: string,
+  init: {
+    method?: string;
+    key?: string;
+    headers?: Record<string, string>;
+    body?: unknown;
+  } = {},
+): Promise<Response> {
+  const headers: Record<string, string> = { ...init.headers };
+  if (init.key !== undefined) {
+    headers['Idempotency-Key'] = init.key;
+  }
+  if (init.body !== undefined) {
+    headers['Content-Type'] = 'application/json';
+  }
+  return fetch(`${target.url}${path}`, {
+    method: init.method ?? 'POST',
+    headers,
+    body: init.body === undefined ? undefined : JSON.stringify(init.body),
+  });
+}

@@ -1,0 +1,54 @@
+import { randomUUID } from 'node:crypto';
+import pg from 'pg';
+
+/** A database of its own for one test file, on the suite's server. */
+export interface TestDatabase {
+  /** Connection URL of the new database. */
+  readonly url: string;
+  /** Runs one SQL statement on the new database. */
+  query<T = Record<string, unknown>>(
+    sql: string,
+    params?: unknown[],
+  ): Promise<T[]>;
+  /** Closes the helper connection and drops the database. */
+  drop(): Promise<void>;
+}
+
+function serverUrl(): URL {
+  const url = process.env.DATABASE_URL;
+  if (!url) {
+    throw new Error('DATABASE_URL is not set: run the suite with `npm test`.');
+  }
+  return new URL(url);
+}
+
+async function onServer(sql: string): Promise<void> {
+  const client = new pg.Client({ connectionString: serverUrl().href });
+  await client.connect();
+  try {
+    await client.query(sql);
+  } finally {
+    await client.end();
+  }
+}
+
+/** Creates an empty database; no test depends on another's leftovers. */
+export async function createTestDatabase(): Promise<TestDatabase> {
+  const name = `idem_${randomUUID().replaceAll('-', '').slice(0, 20)}`;
+  await onServer(`CREATE DATABASE "${name}"`);
+  const url = serverUrl();
+  url.pathname = `/${name}`;
+  const client = new pg.Client({ connectionString: url.href });
+  await client.connect();
+  return {
+    url: url.href,
+    async query<T>(sql: string, params?: unknown[]) {
+      const result = await client.query(sql, params);
+      return result.rows as T[];
+    },
+    async drop() {
+      await client.end();
+      await onServer(`DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`);
+    },
+  };
+}
