@@ -1,0 +1,46 @@
+import type { ExecutionContext } from '@nestjs/common';
+import { IDEMPOTENCY_TABLE_NAME } from '../../src/index.js';
+import { send, startTestApp, type TestApp } from '../utils/test-app.js';
+import { ScopeTestModule, tenantRuns } from './scope.module.js';
+
+const tenantOf = (context: ExecutionContext) =>
+  String(context.switchToHttp().getRequest<{ headers: Record<string, string> }>().headers['x-tenant']);
+
+describe('scopes', () => {
+  let target: TestApp;
+
+  beforeAll(async () => {
+    target = await startTestApp({ imports: [ScopeTestModule], idempotency: { scope: tenantOf } });
+  });
+  afterAll(() => target.close());
+
+  const post = (tenant: string, key: string, amount = 100) =>
+    send(target, '/scoped', { key, headers: { 'X-Tenant': tenant }, body: { tenant, amount } });
+
+  it('runs the same key once per scope and never replays across scopes', async () => {
+    const a = await post('tenant-a', 'shared-key');
+    const b = await post('tenant-b', 'shared-key');
+    expect(a.status).toBe(201);
+    expect(b.status).toBe(201);
+    expect(b.headers.get('idempotent-replayed')).toBeNull();
+    expect(await b.json()).toEqual({ tenant: 'tenant-b', amount: 100 });
+    expect(tenantRuns).toEqual({ 'tenant-a': 1, 'tenant-b': 1 });
+
+    const againA = await post('tenant-a', 'shared-key');
+    expect(againA.headers.get('idempotent-replayed')).toBe('true');
+    expect(await againA.json()).toEqual({ tenant: 'tenant-a', amount: 100 });
+    expect(tenantRuns['tenant-a']).toBe(1);
+
+    const rows = await target.db.query<{ scope: string }>(
+      `SELECT scope FROM ${IDEMPOTENCY_TABLE_NAME} WHERE key = 'shared-key' ORDER BY scope`,
+    );
+    expect(rows.map((r) => r.scope)).toEqual(['tenant-a', 'tenant-b']);
+  });
+
+  it('does not judge a payload against another scope (no 422 across scopes)', async () => {
+    await post('tenant-c', 'key-2', 1);
+    const other = await post('tenant-d', 'key-2', 2);
+    expect(other.status).toBe(201);
+    expect(await other.json()).toEqual({ tenant: 'tenant-d', amount: 2 });
+  });
+});
