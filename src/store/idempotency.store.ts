@@ -105,10 +105,17 @@ export class IdempotencyStore implements OnModuleInit, OnApplicationShutdown {
       );
     }
     this.dataSource = dataSource;
-    const [{ version }] = (await dataSource.query(
-      'SELECT current_setting($1)::int AS version',
-      ['server_version_num'],
-    )) as Array<{ version: number }>;
+    const [{ version, ready }] = (await dataSource.query(
+      `SELECT current_setting('server_version_num')::int AS version,
+              to_regclass($1) IS NOT NULL AS ready`,
+      [TABLE],
+    )) as Array<{ version: number; ready: boolean }>;
+    if (!ready) {
+      throw new IdempotencyConfigurationError(
+        `The table ${TABLE} does not exist in the database of the DataSource.`,
+        'Add `...idempotencyMigrations` to the DataSource `migrations` and run them (TypeORM CLI `migration:run`, or `migrationsRun: true`).',
+      );
+    }
     // PostgreSQL 17 bounds a whole transaction; older servers bound each
     // statement and each idle moment inside it.
     const settings = [

@@ -58,7 +58,12 @@ export async function startTestApp(options: TestAppOptions): Promise<TestApp> {
     const app = moduleRef.createNestApplication({
       logger: process.env.TEST_LOGS ? ['error', 'warn', 'log', 'debug'] : false,
     });
-    await app.listen(0, '127.0.0.1');
+    try {
+      await app.listen(0, '127.0.0.1');
+    } catch (error) {
+      await app.close();
+      throw error;
+    }
     const dataSource = app.get<DataSource>(getDataSourceToken(typeorm?.name));
     return {
       app,

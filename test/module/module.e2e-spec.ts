@@ -1,0 +1,137 @@
+import { Test } from '@nestjs/testing';
+import {
+  IdempotencyConfigurationError,
+  IdempotencyModule,
+  IDEMPOTENCY_TABLE_NAME,
+} from '../../src/index.js';
+import { send, startTestApp, type TestApp } from '../utils/test-app.js';
+import {
+  IdempotencyConfig,
+  IdempotencyConfigModule,
+  ordersModule,
+  SettingsModule,
+  SettingsService,
+} from './module.fixtures.js';
+
+async function ttlHours(target: TestApp, key: string): Promise<number> {
+  const [row] = await target.db.query<{ hours: number }>(
+    `SELECT round(extract(epoch FROM expires_at - created_at) / 3600)::int AS hours
+     FROM ${IDEMPOTENCY_TABLE_NAME} WHERE key = $1`,
+    [key],
+  );
+  return row.hours;
+}
+
+async function roundTrip(target: TestApp, key: string): Promise<void> {
+  const first = await send(target, '/orders', {
+    key,
+    body: { reference: key },
+  });
+  expect(first.status).toBe(201);
+  const second = await send(target, '/orders', {
+    key,
+    body: { reference: key },
+  });
+  expect(second.headers.get('idempotent-replayed')).toBe('true');
+  expect(await second.text()).toBe(JSON.stringify(await first.json()));
+}
+
+describe('module registration', () => {
+  let target: TestApp | undefined;
+  afterEach(async () => {
+    await target?.close();
+    target = undefined;
+  });
+
+  it('forRoot() applies module options (ttl)', async () => {
+    target = await startTestApp({
+      imports: [ordersModule()],
+      idempotency: { ttl: '5h' },
+    });
+    await roundTrip(target, 'root-1');
+    expect(await ttlHours(target, 'root-1')).toBe(5);
+  });
+
+  it('forRootAsync({ imports, inject, useFactory })', async () => {
+    target = await startTestApp({
+      idempotency: false,
+      imports: [
+        IdempotencyModule.forRootAsync({
+          imports: [SettingsModule],
+          inject: [SettingsService],
+          useFactory: (settings: SettingsService) => ({
+            ttl: settings.idempotencyTtl,
+          }),
+        }),
+        ordersModule(),
+      ],
+    });
+    await roundTrip(target, 'factory-1');
+    expect(await ttlHours(target, 'factory-1')).toBe(2);
+  });
+
+  it('forRootAsync({ useClass })', async () => {
+    target = await startTestApp({
+      idempotency: false,
+      imports: [
+        IdempotencyModule.forRootAsync({ useClass: IdempotencyConfig }),
+        ordersModule(),
+      ],
+    });
+    await roundTrip(target, 'class-1');
+    expect(await ttlHours(target, 'class-1')).toBe(3);
+  });
+
+  it('forRootAsync({ imports, useExisting })', async () => {
+    target = await startTestApp({
+      idempotency: false,
+      imports: [
+        IdempotencyModule.forRootAsync({
+          imports: [IdempotencyConfigModule],
+          useExisting: IdempotencyConfig,
+        }),
+        ordersModule(),
+      ],
+    });
+    await roundTrip(target, 'existing-1');
+    expect(await ttlHours(target, 'existing-1')).toBe(3);
+  });
+
+  it('uses a named DataSource, borrowing its pool', async () => {
+    target = await startTestApp({
+      imports: [ordersModule('payments')],
+      typeorm: { name: 'payments' },
+      idempotency: { dataSource: 'payments' },
+    });
+    await roundTrip(target, 'named-1');
+    const rows = await target.db.query(
+      `SELECT 1 FROM orders WHERE reference = 'named-1'`,
+    );
+    expect(rows).toHaveLength(1);
+  });
+
+  it('fails at bootstrap, saying what to do, without the DataSource it names', async () => {
+    await expect(
+      startTestApp({
+        imports: [ordersModule()],
+        idempotency: { dataSource: 'missing' },
+      }),
+    ).rejects.toThrow(IdempotencyConfigurationError);
+  });
+
+  it('fails at bootstrap, saying what to do, when the migrations did not run', async () => {
+    const failure = startTestApp({
+      imports: [ordersModule()],
+      typeorm: { migrations: [], migrationsRun: false, synchronize: true },
+    });
+    await expect(failure).rejects.toThrow(/idempotencyMigrations/);
+  });
+
+  it('refuses an invalid option at bootstrap', async () => {
+    const compiling = Test.createTestingModule({
+      imports: [IdempotencyModule.forRoot({ ttl: 'soon' })],
+    }).compile();
+    await expect(compiling).rejects.toThrow(IdempotencyConfigurationError);
+    await expect(compiling).rejects.toThrow(/Invalid duration for "ttl"/);
+  });
+});

@@ -1,0 +1,57 @@
+import { IDEMPOTENCY_TABLE_NAME } from '../../src/index.js';
+import { until } from '../utils/barrier.js';
+import { send, startTestApp, type TestApp } from '../utils/test-app.js';
+import { Hang, TimeoutTestModule } from './timeout.module.js';
+
+describe('a hung handler', () => {
+  let target: TestApp;
+
+  beforeAll(async () => {
+    target = await startTestApp({ imports: [TimeoutTestModule] });
+  });
+  afterAll(() => target.close());
+
+  it('is aborted by PostgreSQL after the transaction timeout: the key is free and nothing partial remains', async () => {
+    const hang = target.app.get(Hang);
+    const hung = send(target, '/slow', {
+      key: 'hung-1',
+      body: { reference: 'slow' },
+    });
+    await hang.barrier.reached(1);
+    // The server ends the hung transaction by itself, which frees the key's lock.
+    await until(async () => {
+      const [{ held }] = await target.db.query<{ held: number }>(
+        `SELECT count(*)::int AS held FROM pg_locks WHERE locktype = 'advisory'`,
+      );
+      return held === 0;
+    }, 'the hung transaction to be aborted');
+
+    const retry = await send(target, '/slow', {
+      key: 'hung-1',
+      body: { reference: 'slow' },
+    });
+    expect(retry.status).toBe(201);
+    expect(await retry.json()).toEqual({ run: 2 });
+
+    hang.barrier.open();
+    const late = await hung;
+    expect(late.status).toBeGreaterThanOrEqual(500);
+    await late.arrayBuffer();
+
+    const rows = await target.db.query<{ source: string }>(
+      `SELECT source FROM orders WHERE reference = 'slow'`,
+    );
+    expect(rows).toEqual([{ source: 'run-2' }]);
+    const [record] = await target.db.query<{ response_body: Buffer }>(
+      `SELECT response_body FROM ${IDEMPOTENCY_TABLE_NAME} WHERE key = 'hung-1'`,
+    );
+    expect(JSON.parse(record.response_body.toString())).toEqual({ run: 2 });
+
+    const replay = await send(target, '/slow', {
+      key: 'hung-1',
+      body: { reference: 'slow' },
+    });
+    expect(replay.headers.get('idempotent-replayed')).toBe('true');
+    expect(await replay.json()).toEqual({ run: 2 });
+  });
+});

@@ -1,0 +1,42 @@
+import { Body, Controller, Injectable, Module, Post } from '@nestjs/common';
+import { InjectRepository, TypeOrmModule } from '@nestjs/typeorm';
+import type { Repository } from 'typeorm';
+import { Idempotent } from '../../src/index.js';
+import { Order } from '../fixtures/order.entity.js';
+import { Barrier } from '../utils/barrier.js';
+
+/** Holds the first run inside the handler, past the transaction timeout. */
+@Injectable()
+export class Hang {
+  readonly barrier = new Barrier();
+  runs = 0;
+}
+
+@Controller('slow')
+export class SlowController {
+  constructor(
+    @InjectRepository(Order) private readonly orders: Repository<Order>,
+    private readonly hang: Hang,
+  ) {}
+
+  @Post()
+  @Idempotent({ transactionTimeout: '500ms' })
+  async create(@Body() body: { reference: string }) {
+    const run = ++this.hang.runs;
+    await this.orders.insert({
+      reference: body.reference,
+      source: `run-${run}`,
+    });
+    if (run === 1) {
+      await this.hang.barrier.wait();
+    }
+    return { run };
+  }
+}
+
+@Module({
+  imports: [TypeOrmModule.forFeature([Order])],
+  controllers: [SlowController],
+  providers: [Hang],
+})
+export class TimeoutTestModule {}
