@@ -222,6 +222,13 @@ export class IdempotencyInterceptor implements NestInterceptor {
         return this.replay(record.response);
       }
       const outcome = await this.runHandler(next, queryRunner, scope, key);
+      if (rawResponse(response).headersSent) {
+        // Sent by the handler itself (@Res()): nothing can be stored to replay.
+        throw new IdempotencyConfigurationError(
+          `${id.method} ${id.path} sent its response itself, so it cannot be replayed; its writes were rolled back.`,
+          'Return the body from the handler instead of using @Res(), or use @Res({ passthrough: true }).',
+        );
+      }
       this.commitWithResponse(response, queryRunner, (captured) =>
         this.store.complete(queryRunner, id, toStored(captured)),
       );
@@ -302,7 +309,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     queryRunner: QueryRunner,
     store: (captured: CapturedResponse) => Promise<void>,
   ): void {
-    const raw = (response.raw ?? response) as ServerResponse;
+    const raw = rawResponse(response);
     let settled = false;
     const abandon = () => {
       if (!settled) {
@@ -388,6 +395,10 @@ export class IdempotencyInterceptor implements NestInterceptor {
       },
     );
   }
+}
+
+function rawResponse(response: HttpResponse): ServerResponse {
+  return (response.raw ?? response) as ServerResponse;
 }
 
 function toStored(captured: CapturedResponse): StoredResponse {
