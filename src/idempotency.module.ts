@@ -20,7 +20,12 @@ import { IdempotencyStore } from './store/idempotency.store.js';
  *
  * @example
  * imports: [
- *   TypeOrmModule.forRoot({ type: 'postgres', url, migrations: [...idempotencyMigrations] }),
+ *   TypeOrmModule.forRoot({
+ *     type: 'postgres',
+ *     url,
+ *     migrations: [...idempotencyMigrations],
+ *     migrationsRun: true,
+ *   }),
  *   IdempotencyModule.forRoot({ ttl: '24h' }),
  * ]
  */

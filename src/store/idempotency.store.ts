@@ -141,7 +141,7 @@ export class IdempotencyStore implements OnModuleInit, OnApplicationShutdown {
     return this.dataSource;
   }
 
-  /** Opens a transaction bounded by `timeoutMs`. */
+  /** Opens a transaction on a connection borrowed from the pool. */
   async begin(): Promise<QueryRunner> {
     const queryRunner = this.dataSource.createQueryRunner();
     try {

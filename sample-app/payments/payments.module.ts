@@ -1,0 +1,13 @@
+import { Module } from '@nestjs/common';
+import { TypeOrmModule } from '@nestjs/typeorm';
+import { LedgerEntry } from './ledger-entry.entity.js';
+import { Payment } from './payment.entity.js';
+import { PaymentsController } from './payments.controller.js';
+import { PaymentsService } from './payments.service.js';
+
+@Module({
+  imports: [TypeOrmModule.forFeature([Payment, LedgerEntry])],
+  controllers: [PaymentsController],
+  providers: [PaymentsService],
+})
+export class PaymentsModule {}
