@@ -128,7 +128,9 @@ describe('replay of a completed request', () => {
     expect(response.headers.get('content-type')).toMatch(
       /^application\/problem\+json/,
     );
-    expect(((await response.json()) as { type: string }).type).toBe('urn:idempotency:missing-key');
+    expect(((await response.json()) as { type: string }).type).toBe(
+      'urn:idempotency:missing-key',
+    );
     expect(runs.other).toBe(before);
   });
 

@@ -4,18 +4,28 @@ import { send, startTestApp, type TestApp } from '../utils/test-app.js';
 import { ScopeTestModule, tenantRuns } from './scope.module.js';
 
 const tenantOf = (context: ExecutionContext) =>
-  String(context.switchToHttp().getRequest<{ headers: Record<string, string> }>().headers['x-tenant']);
+  String(
+    context.switchToHttp().getRequest<{ headers: Record<string, string> }>()
+      .headers['x-tenant'],
+  );
 
 describe('scopes', () => {
   let target: TestApp;
 
   beforeAll(async () => {
-    target = await startTestApp({ imports: [ScopeTestModule], idempotency: { scope: tenantOf } });
+    target = await startTestApp({
+      imports: [ScopeTestModule],
+      idempotency: { scope: tenantOf },
+    });
   });
   afterAll(() => target.close());
 
   const post = (tenant: string, key: string, amount = 100) =>
-    send(target, '/scoped', { key, headers: { 'X-Tenant': tenant }, body: { tenant, amount } });
+    send(target, '/scoped', {
+      key,
+      headers: { 'X-Tenant': tenant },
+      body: { tenant, amount },
+    });
 
   it('runs the same key once per scope and never replays across scopes', async () => {
     const a = await post('tenant-a', 'shared-key');

@@ -7,7 +7,10 @@ describe('routes without @Idempotent() and the statement budget', () => {
   const counter = new QueryCounter();
 
   beforeAll(async () => {
-    target = await startTestApp({ imports: [UntouchedTestModule], typeorm: { logger: counter } });
+    target = await startTestApp({
+      imports: [UntouchedTestModule],
+      typeorm: { logger: counter },
+    });
   });
   afterAll(() => target.close());
   beforeEach(() => {
@@ -15,13 +18,18 @@ describe('routes without @Idempotent() and the statement budget', () => {
   });
 
   it('sends no statement for an undecorated route that does not use the database', async () => {
-    const response = await fetch(`${target.url}/health`, { headers: { 'Idempotency-Key': 'ignored' } });
+    const response = await fetch(`${target.url}/health`, {
+      headers: { 'Idempotency-Key': 'ignored' },
+    });
     expect(response.status).toBe(200);
     expect(counter.statements).toEqual([]);
   });
 
   it('opens no transaction for an undecorated route: only its own statement runs', async () => {
-    const response = await send(target, '/plain', { key: 'ignored', body: { reference: 'p1' } });
+    const response = await send(target, '/plain', {
+      key: 'ignored',
+      body: { reference: 'p1' },
+    });
     expect(response.status).toBe(201);
     expect(counter.statements).toHaveLength(1);
     expect(counter.statements[0]).toMatch(/^INSERT INTO "orders"/);
@@ -34,18 +42,26 @@ describe('routes without @Idempotent() and the statement budget', () => {
     expect(baseline[0]).toBe('START TRANSACTION');
     expect(baseline.at(-1)).toBe('COMMIT');
 
-    const first = await send(target, '/decorated', { key: 'budget-1', body: { reference: 'd1' } });
+    const first = await send(target, '/decorated', {
+      key: 'budget-1',
+      body: { reference: 'd1' },
+    });
     expect(first.status).toBe(201);
     const executed = counter.statements;
     counter.statements = [];
     expect(executed.length - baseline.length).toBeLessThanOrEqual(2);
     expect(executed.filter((s) => s === 'COMMIT')).toHaveLength(1);
 
-    const replay = await send(target, '/decorated', { key: 'budget-1', body: { reference: 'd1' } });
+    const replay = await send(target, '/decorated', {
+      key: 'budget-1',
+      body: { reference: 'd1' },
+    });
     expect(replay.headers.get('idempotent-replayed')).toBe('true');
     const replayed = counter.statements;
     expect(replayed.length).toBeLessThanOrEqual(3);
     expect(replayed).not.toContain('COMMIT');
-    expect(replayed.some((s) => s.startsWith('INSERT INTO "orders"'))).toBe(false);
+    expect(replayed.some((s) => s.startsWith('INSERT INTO "orders"'))).toBe(
+      false,
+    );
   });
 });

@@ -1,5 +1,9 @@
 import { Body, Controller, Get, Module, Post } from '@nestjs/common';
-import { InjectDataSource, InjectRepository, TypeOrmModule } from '@nestjs/typeorm';
+import {
+  InjectDataSource,
+  InjectRepository,
+  TypeOrmModule,
+} from '@nestjs/typeorm';
 import type { DataSource, Repository } from 'typeorm';
 import { Idempotent } from '../../src/index.js';
 import { Order } from '../fixtures/order.entity.js';
@@ -25,7 +29,9 @@ export class UntouchedController {
   /** The same write in a transaction of the application's own: the baseline. */
   @Post('baseline')
   async baseline(@Body() body: { reference: string }) {
-    await this.dataSource.transaction((manager) => manager.insert(Order, { reference: body.reference }));
+    await this.dataSource.transaction((manager) =>
+      manager.insert(Order, { reference: body.reference }),
+    );
     return { ok: true };
   }
 
