@@ -1,0 +1,394 @@
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+import { existsSync } from 'node:fs';
+import {
+  copyFile,
+  mkdir,
+  mkdtemp,
+  readdir,
+  readFile,
+  rm,
+  stat,
+  writeFile,
+} from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join, relative, sep } from 'node:path';
+import { createInterface } from 'node:readline';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { promisify } from 'node:util';
+import {
+  createTestDatabase,
+  type TestDatabase,
+} from '../utils/test-database.js';
+
+/*
+ * The package as published: `npm pack` of the built repository, installed
+ * with its peers into a directory outside the source tree, and used by a
+ * plain JavaScript application (consumer-app.js).
+ *
+ * Needs `npm run build` first (`npm test` builds before it runs jest).
+ */
+
+const run = promisify(execFile);
+const root = fileURLToPath(new URL('../../', import.meta.url));
+
+/** The peers a consumer installs, at the versions the repository tests with. */
+const PEERS = [
+  '@nestjs/common',
+  '@nestjs/core',
+  '@nestjs/platform-express',
+  '@nestjs/typeorm',
+  'typeorm',
+  'pg',
+  'rxjs',
+  'reflect-metadata',
+];
+
+/** The peers the package must declare, never depend on. */
+const REQUIRED_PEERS = [
+  '@nestjs/common',
+  '@nestjs/core',
+  '@nestjs/typeorm',
+  'typeorm',
+  'pg',
+  'rxjs',
+  'reflect-metadata',
+];
+
+/** The environment of child processes, without what jest and npm scripts add. */
+function childEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = {};
+  for (const [name, value] of Object.entries(process.env)) {
+    if (
+      name !== 'NODE_OPTIONS' &&
+      name !== 'INIT_CWD' &&
+      !/^npm_(lifecycle|package|command|config_local_prefix)/i.test(name)
+    ) {
+      env[name] = value;
+    }
+  }
+  return { ...env, ...extra };
+}
+
+async function npm(args: string[], cwd: string): Promise<string> {
+  try {
+    const { stdout } = await run('npm', args, {
+      cwd,
+      env: childEnv(),
+      timeout: 90_000,
+      maxBuffer: 16 * 1024 * 1024,
+    });
+    return stdout;
+  } catch (error) {
+    const { stderr, stdout } = error as { stderr?: string; stdout?: string };
+    throw new Error(
+      `npm ${args.join(' ')} failed in ${cwd}:\n${stderr || stdout || String(error)}`,
+      { cause: error },
+    );
+  }
+}
+
+/** TypeScript sources of the library, relative to the repository root. */
+async function librarySources(): Promise<string[]> {
+  const sources: string[] = [];
+  for (const dir of ['src', 'migrations']) {
+    const entries = await readdir(join(root, dir), { recursive: true });
+    for (const entry of entries) {
+      if (
+        entry.endsWith('.ts') &&
+        !entry.endsWith('.d.ts') &&
+        !entry.endsWith('.spec.ts')
+      ) {
+        sources.push(join(dir, entry).split(sep).join('/'));
+      }
+    }
+  }
+  return sources;
+}
+
+/** Fails unless `npm run build` compiled every current source into dist/. */
+async function assertBuilt(): Promise<void> {
+  if (!existsSync(join(root, 'dist/src/index.js'))) {
+    throw new Error(
+      'dist/src/index.js is missing: run `npm run build` before this test (`npm test` does).',
+    );
+  }
+  for (const source of await librarySources()) {
+    const compiled = join(root, 'dist', source.replace(/\.ts$/, '.js'));
+    const built = existsSync(compiled) ? (await stat(compiled)).mtimeMs : 0;
+    if (built < (await stat(join(root, source))).mtimeMs) {
+      throw new Error(
+        `dist/ is older than ${source}: run \`npm run build\` before this test.`,
+      );
+    }
+  }
+}
+
+/** The installed version of a dependency of the repository. */
+async function installedVersion(name: string): Promise<string> {
+  const manifest = JSON.parse(
+    await readFile(join(root, 'node_modules', name, 'package.json'), 'utf8'),
+  ) as { version: string };
+  return manifest.version;
+}
+
+/** What the consumer app printed, as it prints it. */
+interface AppOutput {
+  readonly lines: string[];
+  stderr: string;
+}
+
+/** Collects the output of `child`; resolves once it prints `listening: <url>`. */
+function listening(child: ChildProcess, output: AppOutput): Promise<string> {
+  child.stderr!.setEncoding('utf8');
+  child.stderr!.on('data', (chunk: string) => {
+    output.stderr += chunk;
+  });
+  return new Promise((resolve, reject) => {
+    const onExit = (code: number | null, signal: string | null) =>
+      reject(
+        new Error(
+          `the consumer app exited (${signal ?? code}) before it listened:\n${output.stderr}`,
+        ),
+      );
+    child.once('exit', onExit);
+    createInterface({ input: child.stdout! }).on('line', (line) => {
+      output.lines.push(line);
+      const match = /^listening: (\S+)$/.exec(line);
+      if (match) {
+        child.off('exit', onExit);
+        resolve(match[1]);
+      }
+    });
+  });
+}
+
+async function stop(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) {
+    return;
+  }
+  const exited = once(child, 'exit');
+  child.kill('SIGTERM');
+  const timer = setTimeout(() => child.kill('SIGKILL'), 10_000);
+  try {
+    await exited;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+describe('the published package', () => {
+  let scratch: string;
+  let tarball: string;
+  let files: string[];
+
+  beforeAll(async () => {
+    await assertBuilt();
+    scratch = await mkdtemp(join(tmpdir(), 'nestjs-idempotency-package-'));
+    const output = await npm(
+      ['pack', '--pack-destination', scratch, '--json'],
+      root,
+    );
+    // Anything a pack script prints comes before the JSON report.
+    const report = JSON.parse(output.slice(output.search(/^\[/m))) as Array<{
+      filename: string;
+    }>;
+    tarball = join(scratch, report[0].filename);
+    const { stdout } = await run('tar', ['-tzf', tarball]);
+    files = stdout.split('\n').filter((line) => line.length > 0);
+  }, 30_000);
+
+  afterAll(async () => {
+    if (scratch) {
+      await rm(scratch, { recursive: true, force: true });
+    }
+  });
+
+  it('holds the compiled library, its migrations and README', async () => {
+    expect(files).toEqual(
+      expect.arrayContaining([
+        'package/package.json',
+        'package/README.md',
+        'package/dist/src/index.js',
+        'package/dist/src/index.d.ts',
+        'package/dist/migrations/index.js',
+        'package/dist/migrations/index.d.ts',
+      ]),
+    );
+    const migrations = (await librarySources()).filter((source) =>
+      source.startsWith('migrations/'),
+    );
+    expect(migrations.length).toBeGreaterThan(1);
+    for (const migration of migrations) {
+      const compiled = `package/dist/${migration.replace(/\.ts$/, '')}`;
+      expect(files).toContain(`${compiled}.js`);
+      expect(files).toContain(`${compiled}.d.ts`);
+    }
+  });
+
+  it('holds no sources, tests, sample app or dependencies', () => {
+    const unwanted = files.filter(
+      (file) =>
+        (/\.[cm]?ts$/.test(file) && !/\.d\.[cm]?ts$/.test(file)) ||
+        /^package\/(test|sample-app|dist-sample|src|migrations)\//.test(file) ||
+        file.includes('node_modules/') ||
+        file.endsWith('.tgz'),
+    );
+    expect(unwanted).toEqual([]);
+  });
+
+  it('holds no compiled file whose source is gone', async () => {
+    const sources = new Set(await librarySources());
+    const orphans = files
+      .filter((file) => /^package\/dist\/.*\.js$/.test(file))
+      .map((file) => file.replace(/^package\/dist\//, '').replace(/\.js$/, ''))
+      .filter((file) => !sources.has(`${file}.ts`));
+    expect(orphans).toEqual([]);
+  });
+
+  it('holds every entry point its package.json names', async () => {
+    const manifest = JSON.parse(
+      (await run('tar', ['-xzOf', tarball, 'package/package.json'])).stdout,
+    ) as { main?: string; types?: string; exports?: unknown };
+    const targets = new Set<string>();
+    const collect = (value: unknown): void => {
+      if (typeof value === 'string') {
+        targets.add(value);
+      } else if (value && typeof value === 'object') {
+        Object.values(value).forEach(collect);
+      }
+    };
+    collect([manifest.main, manifest.types, manifest.exports]);
+    expect(targets.size).toBeGreaterThan(0);
+    for (const target of targets) {
+      expect(files).toContain(`package/${target.replace(/^\.\//, '')}`);
+    }
+  });
+
+  it('declares the framework, TypeORM and the driver as peers, not dependencies', async () => {
+    const manifest = JSON.parse(
+      (await run('tar', ['-xzOf', tarball, 'package/package.json'])).stdout,
+    ) as {
+      dependencies?: Record<string, string>;
+      peerDependencies?: Record<string, string>;
+    };
+    expect(Object.keys(manifest.peerDependencies ?? {})).toEqual(
+      expect.arrayContaining(REQUIRED_PEERS),
+    );
+    const dependencies = Object.keys(manifest.dependencies ?? {});
+    expect(dependencies.filter((name) => PEERS.includes(name))).toEqual([]);
+  });
+
+  describe('installed in an application outside the repository', () => {
+    let appDir: string;
+    let db: TestDatabase | undefined;
+    let child: ChildProcess | undefined;
+    let url: string;
+    const output: AppOutput = { lines: [], stderr: '' };
+
+    beforeAll(async () => {
+      if (!tarball) {
+        throw new Error('No tarball: packing failed (see the error above).');
+      }
+      appDir = join(scratch, 'app');
+      await mkdir(appDir);
+      await writeFile(
+        join(appDir, 'package.json'),
+        JSON.stringify(
+          { name: 'consumer-app', private: true, type: 'module' },
+          null,
+          2,
+        ),
+      );
+      await copyFile(
+        join(root, 'test/package/consumer-app.js'),
+        join(appDir, 'app.js'),
+      );
+      const peers = await Promise.all(
+        PEERS.map(async (name) => `${name}@${await installedVersion(name)}`),
+      );
+      await npm(
+        [
+          'install',
+          '--prefer-offline',
+          '--no-audit',
+          '--no-fund',
+          '--ignore-scripts',
+          '--loglevel=error',
+          tarball,
+          ...peers,
+        ],
+        appDir,
+      );
+
+      db = await createTestDatabase();
+      child = spawn(process.execPath, ['app.js'], {
+        cwd: appDir,
+        env: childEnv({ DATABASE_URL: db.url }),
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
+      url = await listening(child, output);
+    }, 90_000);
+
+    afterAll(async () => {
+      if (child) {
+        await stop(child);
+      }
+      await db?.drop();
+    }, 30_000);
+
+    it('resolves the library from its own node_modules', () => {
+      const library = output.lines
+        .find((line) => line.startsWith('library: '))
+        ?.slice('library: '.length);
+      expect(library).toBe(
+        pathToFileURL(
+          join(appDir, 'node_modules/nestjs-idempotency/dist/src/index.js'),
+        ).href,
+      );
+      expect(relative(root, fileURLToPath(library!)).startsWith('..')).toBe(
+        true,
+      );
+    });
+
+    it('executes a request once and replays it for its duplicate', async () => {
+      const post = () =>
+        fetch(`${url}/payments`, {
+          method: 'POST',
+          headers: {
+            'Content-Type': 'application/json',
+            'Idempotency-Key': 'K',
+          },
+          body: JSON.stringify({ reference: 'p-1', amount: 1250 }),
+        });
+
+      const first = await post();
+      const firstBody = await first.text();
+      expect({ status: first.status, stderr: output.stderr }).toEqual({
+        status: 201,
+        stderr: '',
+      });
+      expect(first.headers.get('idempotent-replayed')).toBeNull();
+      expect(JSON.parse(firstBody)).toEqual({
+        id: 1,
+        reference: 'p-1',
+        amount: 1250,
+        receipt: expect.any(String),
+      });
+
+      const second = await post();
+      expect(second.status).toBe(201);
+      expect(second.headers.get('idempotent-replayed')).toBe('true');
+      expect(await second.text()).toBe(firstBody);
+
+      expect(await db!.query('SELECT reference, amount FROM payments')).toEqual(
+        [{ reference: 'p-1', amount: 1250 }],
+      );
+      expect(
+        await db!.query(
+          'SELECT key, status, response_status FROM idempotency_records',
+        ),
+      ).toEqual([{ key: 'K', status: 'completed', response_status: 201 }]);
+    }, 30_000);
+  });
+});
