@@ -230,7 +230,15 @@ export class IdempotencyStore implements OnModuleInit, OnApplicationShutdown {
   ): Promise<boolean> {
     try {
       await queryRunner.query(
-        `SELECT set_config('lock_timeout', $3, true), pg_advisory_xact_lock(${LOCK_ID})`,
+        // Innermost first: keep the session's lock_timeout, bound the wait,
+        // take the lock, then restore it for the handler that may run next.
+        `SELECT set_config('lock_timeout', locked.previous, true) FROM (
+           SELECT bounded.previous, pg_advisory_xact_lock(${LOCK_ID}) FROM (
+             SELECT kept.previous, set_config('lock_timeout', $3, true) FROM (
+               SELECT current_setting('lock_timeout') AS previous OFFSET 0
+             ) kept OFFSET 0
+           ) bounded OFFSET 0
+         ) locked`,
         [id.scope, id.key, String(waitMs)],
       );
       return true;

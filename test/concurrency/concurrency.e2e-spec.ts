@@ -141,6 +141,28 @@ describe('concurrent duplicates', () => {
     expect(await rows('ref-wait')).toBe(1);
   });
 
+  it('wait mode: when the first run fails, a waiter runs the handler, with the session lock_timeout', async () => {
+    const first = answer(
+      send(target, '/concurrency/takeover', { key: 'takeover-1' }),
+    );
+    await gate.barrier.reached(1);
+    const waiter = answer(
+      send(target, '/concurrency/takeover', { key: 'takeover-1' }),
+    );
+    await until(async () => {
+      const [{ waiting }] = await target.db.query<{ waiting: number }>(
+        `SELECT count(*)::int AS waiting FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`,
+      );
+      return waiting === 1;
+    }, 'the duplicate to wait on the lock');
+    gate.barrier.open();
+    expect((await first).status).toBe(503);
+    const took = await waiter;
+    expect(took.status).toBe(201);
+    expect(took.replayed).toBe(false);
+    expect(JSON.parse(took.body)).toEqual({ run: 2, lockTimeout: '0' });
+  });
+
   it('wait mode: a duplicate that waits longer than waitTimeout gets 409', async () => {
     const first = answer(
       send(target, '/concurrency/wait-short', {

@@ -1,4 +1,11 @@
-import { Body, Controller, Injectable, Module, Post } from '@nestjs/common';
+import {
+  Body,
+  Controller,
+  Injectable,
+  Module,
+  Post,
+  ServiceUnavailableException,
+} from '@nestjs/common';
 import { InjectRepository, TypeOrmModule } from '@nestjs/typeorm';
 import type { Repository } from 'typeorm';
 import { Idempotent } from '../../src/index.js';
@@ -42,6 +49,21 @@ export class ConcurrencyController {
   @Idempotent({ concurrency: 'wait', waitTimeout: '300ms', retryAfter: 2 })
   waitShort(@Body() body: { reference: string }) {
     return this.handle(body.reference);
+  }
+
+  /** The first run fails after the others queued: a waiter takes over. */
+  @Post('takeover')
+  @Idempotent({ concurrency: 'wait' })
+  async takeover() {
+    const run = ++this.gate.runs;
+    if (run === 1) {
+      await this.gate.barrier.wait();
+      throw new ServiceUnavailableException('gateway down');
+    }
+    const [{ lockTimeout }] = await this.orders.query<
+      Array<{ lockTimeout: string }>
+    >(`SELECT current_setting('lock_timeout') AS "lockTimeout"`);
+    return { run, lockTimeout };
   }
 }
 
