@@ -1,4 +1,4 @@
-import { Barrier, until } from '../utils/barrier.js';
+import { Barrier, untilAdvisoryLocks } from '../utils/barrier.js';
 import { send, startTestApp, type TestApp } from '../utils/test-app.js';
 import { ConcurrencyTestModule, Gate } from './concurrency.module.js';
 
@@ -125,12 +125,7 @@ describe('concurrent duplicates', () => {
     );
     await gate.barrier.reached(1);
     // Every duplicate is queued on the key's lock before the first may finish.
-    await until(async () => {
-      const [{ waiting }] = await target.db.query<{ waiting: number }>(
-        `SELECT count(*)::int AS waiting FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`,
-      );
-      return waiting === DUPLICATES - 1;
-    }, 'the duplicates to wait on the lock');
+    await untilAdvisoryLocks(target.db, 'waiting', DUPLICATES - 1);
     gate.barrier.open();
     const answers = await all;
 
@@ -149,12 +144,7 @@ describe('concurrent duplicates', () => {
     const waiter = answer(
       send(target, '/concurrency/takeover', { key: 'takeover-1' }),
     );
-    await until(async () => {
-      const [{ waiting }] = await target.db.query<{ waiting: number }>(
-        `SELECT count(*)::int AS waiting FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`,
-      );
-      return waiting === 1;
-    }, 'the duplicate to wait on the lock');
+    await untilAdvisoryLocks(target.db, 'waiting', 1);
     gate.barrier.open();
     expect((await first).status).toBe(503);
     const took = await waiter;

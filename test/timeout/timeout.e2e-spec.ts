@@ -1,5 +1,5 @@
 import { IDEMPOTENCY_TABLE_NAME } from '../../src/index.js';
-import { until } from '../utils/barrier.js';
+import { untilAdvisoryLocks } from '../utils/barrier.js';
 import { send, startTestApp, type TestApp } from '../utils/test-app.js';
 import { Hang, TimeoutTestModule } from './timeout.module.js';
 
@@ -19,12 +19,7 @@ describe('a hung handler', () => {
     });
     await hang.barrier.reached(1);
     // The server ends the hung transaction by itself, which frees the key's lock.
-    await until(async () => {
-      const [{ held }] = await target.db.query<{ held: number }>(
-        `SELECT count(*)::int AS held FROM pg_locks WHERE locktype = 'advisory'`,
-      );
-      return held === 0;
-    }, 'the hung transaction to be aborted');
+    await untilAdvisoryLocks(target.db, 'held', 0);
 
     const retry = await send(target, '/slow', {
       key: 'hung-1',

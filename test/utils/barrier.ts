@@ -54,3 +54,26 @@ export async function until(
     await new Promise<void>((resolve) => setImmediate(resolve));
   }
 }
+
+/** The database helper `untilAdvisoryLocks` reads `pg_locks` through. */
+interface LockReader {
+  query<T>(sql: string): Promise<T[]>;
+}
+
+/**
+ * Waits until the server shows exactly `count` advisory locks that are
+ * `waiting` (requested, not granted) or `held` (granted).
+ */
+export function untilAdvisoryLocks(
+  db: LockReader,
+  state: 'waiting' | 'held',
+  count: number,
+): Promise<void> {
+  return until(async () => {
+    const [{ locks }] = await db.query<{ locks: number }>(
+      `SELECT count(*)::int AS locks FROM pg_locks
+       WHERE locktype = 'advisory' AND granted = ${state === 'held'}`,
+    );
+    return locks === count;
+  }, `${count} advisory lock(s) ${state}`);
+}
