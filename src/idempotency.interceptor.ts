@@ -28,6 +28,7 @@ import { IdempotencyKeyMissingException } from './exceptions/idempotency-key-mis
 import { IdempotencyKeyInvalidException } from './exceptions/idempotency-key-invalid.exception.js';
 import { IdempotencyConflictException } from './exceptions/idempotency-conflict.exception.js';
 import { IdempotencyKeyReusedException } from './exceptions/idempotency-key-reused.exception.js';
+import { IdempotencyUnavailableException } from './exceptions/idempotency-unavailable.exception.js';
 import { IdempotencyConfigurationError } from './exceptions/idempotency-configuration.error.js';
 import {
   IdempotencyStore,
@@ -190,7 +191,18 @@ export class IdempotencyInterceptor implements NestInterceptor {
       throw this.answer(response, error);
     }
     const scope = await this.resolveScope(context, options);
-    const queryRunner = await this.store.begin();
+    let queryRunner: QueryRunner;
+    try {
+      queryRunner = await this.store.begin();
+    } catch (error) {
+      this.logger.error(
+        `Could not begin a transaction: ${(error as Error).message}`,
+      );
+      throw this.answer(
+        response,
+        new IdempotencyUnavailableException(options.retryAfter),
+      );
+    }
     try {
       if (key === undefined) {
         await this.store.bound(queryRunner, options.transactionTimeoutMs);
@@ -200,7 +212,12 @@ export class IdempotencyInterceptor implements NestInterceptor {
           scope,
           undefined,
         );
-        this.commitWithResponse(response, queryRunner, async () => undefined);
+        this.commitWithResponse(
+          response,
+          queryRunner,
+          options,
+          async () => undefined,
+        );
         return outcome;
       }
       const id: RequestIdentity = {
@@ -210,7 +227,17 @@ export class IdempotencyInterceptor implements NestInterceptor {
         method: request.method ?? 'GET',
         path: route.path,
       };
-      const record = await this.claim(queryRunner, id, options);
+      const record = await this.claim(queryRunner, id, options).catch(
+        (error: unknown) => {
+          if (error instanceof IdempotencyHttpException) {
+            throw error;
+          }
+          this.logger.error(
+            `Could not claim an idempotency key: ${(error as Error).message}`,
+          );
+          throw new IdempotencyUnavailableException(options.retryAfter);
+        },
+      );
       if (record) {
         await this.store.rollback(queryRunner);
         if (record.fingerprint !== id.fingerprint) {
@@ -229,7 +256,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
           'Return the body from the handler instead of using @Res(), or use @Res({ passthrough: true }).',
         );
       }
-      this.commitWithResponse(response, queryRunner, (captured) =>
+      this.commitWithResponse(response, queryRunner, options, (captured) =>
         this.store.complete(queryRunner, id, toStored(captured)),
       );
       return outcome;
@@ -307,6 +334,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
   private commitWithResponse(
     response: HttpResponse,
     queryRunner: QueryRunner,
+    options: ResolvedRouteOptions,
     store: (captured: CapturedResponse) => Promise<void>,
   ): void {
     const raw = rawResponse(response);
@@ -314,18 +342,28 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const abandon = () => {
       if (!settled) {
         settled = true;
+        clearTimeout(timer);
+        raw.removeListener('close', abandon);
         void this.store.rollback(queryRunner);
       }
     };
+    // The response may never be written (the client left, or the platform
+    // gave up on it): the connection still goes back to the pool.
+    const timer = setTimeout(abandon, options.transactionTimeoutMs).unref();
+    if (raw.destroyed) {
+      abandon();
+      return;
+    }
     raw.once('close', abandon);
     holdResponse(
       raw,
       async (captured) => {
-        raw.removeListener('close', abandon);
         if (settled) {
           return;
         }
         settled = true;
+        clearTimeout(timer);
+        raw.removeListener('close', abandon);
         if (captured.status >= 500) {
           await this.store.rollback(queryRunner);
           return;
@@ -343,21 +381,14 @@ export class IdempotencyInterceptor implements NestInterceptor {
           `Could not commit an idempotent request: ${(error as Error).message}`,
           (error as Error).stack,
         );
-        const body = Buffer.from(
-          JSON.stringify({
-            type: 'urn:idempotency:commit-failed',
-            title: 'Request not completed',
-            status: 503,
-            detail:
-              'The request could not be committed and had no effect. Retry it with the same idempotency key.',
-          }),
-        );
+        const failure = new IdempotencyUnavailableException(options.retryAfter);
+        const body = Buffer.from(JSON.stringify(failure.getProblem()));
         return {
-          status: 503,
+          status: failure.getStatus(),
           headers: {
             'content-type': 'application/problem+json',
             'content-length': String(body.length),
-            'retry-after': '1',
+            'retry-after': String(options.retryAfter),
           },
           body,
         };

@@ -25,6 +25,7 @@ export { IdempotencyKeyMissingException } from './exceptions/idempotency-key-mis
 export { IdempotencyKeyInvalidException } from './exceptions/idempotency-key-invalid.exception.js';
 export { IdempotencyConflictException } from './exceptions/idempotency-conflict.exception.js';
 export { IdempotencyKeyReusedException } from './exceptions/idempotency-key-reused.exception.js';
+export { IdempotencyUnavailableException } from './exceptions/idempotency-unavailable.exception.js';
 export { IdempotencyConfigurationError } from './exceptions/idempotency-configuration.error.js';
 export {
   CreateIdempotencyRecords1764000000000,

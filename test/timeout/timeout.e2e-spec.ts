@@ -30,8 +30,11 @@ describe('a hung handler', () => {
 
     hang.barrier.open();
     const late = await hung;
-    expect(late.status).toBeGreaterThanOrEqual(500);
-    await late.arrayBuffer();
+    expect(late.status).toBe(503);
+    expect(late.headers.get('content-type')).toBe('application/problem+json');
+    expect(((await late.json()) as { type: string }).type).toBe(
+      'urn:idempotency:unavailable',
+    );
 
     const rows = await target.db.query<{ source: string }>(
       `SELECT source FROM orders WHERE reference = 'slow'`,
@@ -48,5 +51,36 @@ describe('a hung handler', () => {
     });
     expect(replay.headers.get('idempotent-replayed')).toBe('true');
     expect(await replay.json()).toEqual({ run: 2 });
+  });
+
+  it('rolls back when the client leaves before the response: nothing stays, the retry runs', async () => {
+    const hang = target.app.get(Hang);
+    const client = new AbortController();
+    const request = send(target, '/slow/abandoned', {
+      key: 'gone-1',
+      body: { reference: 'gone' },
+      signal: client.signal,
+    });
+    await hang.left.reached(1);
+    client.abort();
+    await expect(request).rejects.toThrow();
+    await hang.clientGone.reached(1);
+    hang.left.open();
+    await untilAdvisoryLocks(target.db, 'held', 0);
+    expect(
+      await target.db.query(`SELECT 1 FROM orders WHERE reference = 'gone'`),
+    ).toHaveLength(0);
+    expect(
+      await target.db.query(
+        `SELECT 1 FROM ${IDEMPOTENCY_TABLE_NAME} WHERE key = 'gone-1'`,
+      ),
+    ).toHaveLength(0);
+
+    const retry = await send(target, '/slow/abandoned', {
+      key: 'gone-1',
+      body: { reference: 'gone' },
+    });
+    expect(retry.status).toBe(201);
+    expect(await retry.json()).toEqual({ run: 2 });
   });
 });

@@ -1,4 +1,12 @@
-import { Body, Controller, Injectable, Module, Post } from '@nestjs/common';
+import {
+  Body,
+  Controller,
+  Injectable,
+  Module,
+  Post,
+  Res,
+} from '@nestjs/common';
+import type { ServerResponse } from 'node:http';
 import { InjectRepository, TypeOrmModule } from '@nestjs/typeorm';
 import type { Repository } from 'typeorm';
 import { Idempotent } from '../../src/index.js';
@@ -10,6 +18,10 @@ import { Barrier } from '../utils/barrier.js';
 export class Hang {
   readonly barrier = new Barrier();
   runs = 0;
+  /** For the client that leaves: held until the test opens it. */
+  readonly left = new Barrier();
+  readonly clientGone = new Barrier();
+  abandonedRuns = 0;
 }
 
 @Controller('slow')
@@ -29,6 +41,24 @@ export class SlowController {
     });
     if (run === 1) {
       await this.hang.barrier.wait();
+    }
+    return { run };
+  }
+
+  @Post('abandoned')
+  @Idempotent()
+  async abandoned(
+    @Body() body: { reference: string },
+    @Res({ passthrough: true }) response: ServerResponse,
+  ) {
+    const run = ++this.hang.abandonedRuns;
+    response.once('close', () => void this.hang.clientGone.wait());
+    await this.orders.insert({
+      reference: body.reference,
+      source: `run-${run}`,
+    });
+    if (run === 1) {
+      await this.hang.left.wait();
     }
     return { run };
   }

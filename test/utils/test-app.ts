@@ -90,6 +90,7 @@ export function send(
     key?: string;
     headers?: Record<string, string>;
     body?: unknown;
+    signal?: AbortSignal;
   } = {},
 ): Promise<Response> {
   const headers: Record<string, string> = { ...init.headers };
@@ -103,5 +104,6 @@ export function send(
     method: init.method ?? 'POST',
     headers,
     body: init.body === undefined ? undefined : JSON.stringify(init.body),
+    signal: init.signal,
   });
 }
