@@ -74,8 +74,9 @@ export class IdempotencyStore implements OnModuleInit, OnApplicationShutdown {
   private readonly logger = new Logger('Idempotency');
   private dataSource!: DataSource;
   private unbind?: () => void;
-  /** `set_config` calls that bound a transaction, by timeout in ms. */
-  private timeoutSettings = '';
+  /** Statements that depend on the server version, built once. */
+  private boundSql = '';
+  private claimSql = '';
 
   constructor(
     private readonly moduleRef: ModuleRef,
@@ -125,9 +126,28 @@ export class IdempotencyStore implements OnModuleInit, OnApplicationShutdown {
     if (version >= 170000) {
       settings.push('transaction_timeout');
     }
-    this.timeoutSettings = settings
-      .map((name) => `set_config('${name}', $T, true)`)
-      .join(', ');
+    const timeouts = (param: string) =>
+      settings
+        .map((name) => `set_config('${name}', ${param}, true)`)
+        .join(', ');
+    this.boundSql = `SELECT ${timeouts('$1')}`;
+    this.claimSql = `WITH settings AS (SELECT ${timeouts('$7')}),
+       lock AS (SELECT pg_try_advisory_xact_lock(${LOCK_ID}) AS locked FROM settings),
+       claim AS (
+         INSERT INTO ${TABLE} AS r (scope, key, fingerprint, method, path, status, expires_at)
+         SELECT $1, $2, $3, $4, $5, 'in_progress', now() + $6::float8 * interval '1 millisecond'
+         FROM lock WHERE locked
+         ON CONFLICT (scope, key) DO UPDATE SET
+           fingerprint = EXCLUDED.fingerprint, method = EXCLUDED.method, path = EXCLUDED.path,
+           status = 'in_progress', response_status = NULL, response_headers = NULL,
+           response_body = NULL, created_at = now(), completed_at = NULL,
+           expires_at = EXCLUDED.expires_at
+         WHERE r.expires_at <= now()
+         RETURNING 1
+       )
+       SELECT lock.locked, EXISTS (SELECT 1 FROM claim) AS claimed, rec.fingerprint, rec.response_status, rec.response_headers, rec.response_body
+       FROM lock LEFT JOIN ${TABLE} rec
+         ON rec.scope = $1 AND rec.key = $2 AND rec.status = 'completed' AND rec.expires_at > now()`;
     this.unbind = bindAmbientTransaction(dataSource);
   }
 
@@ -155,10 +175,7 @@ export class IdempotencyStore implements OnModuleInit, OnApplicationShutdown {
 
   /** Bounds a transaction without a key (keyless requests). */
   async bound(queryRunner: QueryRunner, timeoutMs: number): Promise<void> {
-    await queryRunner.query(
-      `SELECT ${this.timeoutSettings.replaceAll('$T', '$1')}`,
-      [String(timeoutMs)],
-    );
+    await queryRunner.query(this.boundSql, [String(timeoutMs)]);
   }
 
   /**
@@ -172,38 +189,15 @@ export class IdempotencyStore implements OnModuleInit, OnApplicationShutdown {
     ttlMs: number,
     timeoutMs: number,
   ): Promise<ClaimResult> {
-    const [row] = (await queryRunner.query(
-      `WITH settings AS (SELECT ${this.timeoutSettings.replaceAll('$T', '$7')}),
-       lock AS (SELECT pg_try_advisory_xact_lock(${LOCK_ID}) AS locked FROM settings),
-       claim AS (
-         INSERT INTO ${TABLE} AS r (scope, key, fingerprint, method, path, status, expires_at)
-         SELECT $1, $2, $3, $4, $5, 'in_progress', now() + $6::float8 * interval '1 millisecond'
-         FROM lock WHERE locked
-         ON CONFLICT (scope, key) DO UPDATE SET
-           fingerprint = EXCLUDED.fingerprint, method = EXCLUDED.method, path = EXCLUDED.path,
-           status = 'in_progress', response_status = NULL, response_headers = NULL,
-           response_body = NULL, created_at = now(), completed_at = NULL,
-           expires_at = EXCLUDED.expires_at
-         WHERE r.expires_at <= now()
-         RETURNING 1
-       )
-       SELECT lock.locked, EXISTS (SELECT 1 FROM claim) AS claimed, ${RECORD_COLUMNS.split(
-         ', ',
-       )
-         .map((c) => `rec.${c}`)
-         .join(', ')}
-       FROM lock LEFT JOIN ${TABLE} rec
-         ON rec.scope = $1 AND rec.key = $2 AND rec.status = 'completed' AND rec.expires_at > now()`,
-      [
-        id.scope,
-        id.key,
-        id.fingerprint,
-        id.method,
-        id.path,
-        ttlMs,
-        String(timeoutMs),
-      ],
-    )) as ClaimRow[];
+    const [row] = (await queryRunner.query(this.claimSql, [
+      id.scope,
+      id.key,
+      id.fingerprint,
+      id.method,
+      id.path,
+      ttlMs,
+      String(timeoutMs),
+    ])) as ClaimRow[];
     if (row.claimed) {
       return { state: 'claimed' };
     }

@@ -151,4 +151,22 @@ describe('replay of a completed request', () => {
       expect.arrayContaining(['has space']),
     );
   });
+
+  it('treats an expired record as absent: the key executes again and its record is replaced', async () => {
+    const first = await send(target, '/replay/text', { key: 'expired-1' });
+    expect(await first.text()).toMatch(/^queued #\d+$/);
+    const runsBefore = runs.text;
+    await target.db.query(
+      `UPDATE ${IDEMPOTENCY_TABLE_NAME} SET expires_at = now() - interval '1 second' WHERE key = 'expired-1'`,
+    );
+    const again = await send(target, '/replay/text', { key: 'expired-1' });
+    expect(again.status).toBe(202);
+    expect(again.headers.get('idempotent-replayed')).toBeNull();
+    expect(await again.text()).toBe(`queued #${runsBefore + 1}`);
+    const rows = await target.db.query<{ body: string; live: boolean }>(
+      `SELECT convert_from(response_body, 'UTF8') AS body, expires_at > now() AS live
+       FROM ${IDEMPOTENCY_TABLE_NAME} WHERE key = 'expired-1'`,
+    );
+    expect(rows).toEqual([{ body: `queued #${runsBefore + 1}`, live: true }]);
+  });
 });
