@@ -110,6 +110,28 @@ describe('module registration', () => {
     expect(rows).toHaveLength(1);
   });
 
+  it('opens no connection of its own: requests are served by the application pool', async () => {
+    target = await startTestApp({
+      imports: [ordersModule()],
+      typeorm: { poolSize: 2 },
+    });
+    const app = target;
+    const answers = await Promise.all(
+      Array.from({ length: 20 }, (_, i) =>
+        send(app, '/orders', {
+          key: `pool-${i}`,
+          body: { reference: `pool-${i}` },
+        }),
+      ),
+    );
+    expect(answers.map((a) => a.status)).toEqual(Array(20).fill(201));
+    const [{ backends }] = await target.db.query<{ backends: number }>(
+      `SELECT count(*)::int AS backends FROM pg_stat_activity
+       WHERE datname = current_database() AND pid <> pg_backend_pid()`,
+    );
+    expect(backends).toBeLessThanOrEqual(2);
+  });
+
   it('fails at bootstrap, saying what to do, without the DataSource it names', async () => {
     await expect(
       startTestApp({
