@@ -26,7 +26,7 @@ export class CreateIdempotencyRecords1764000000000 implements MigrationInterface
         "expires_at" timestamptz NOT NULL,
         CONSTRAINT "PK_idempotency_records" PRIMARY KEY ("scope", "key"),
         CONSTRAINT "CHK_idempotency_records_status"
-          CHECK ("status" IN ('in_progress', 'completed', 'failed'))
+          CHECK ("status" IN ('in_progress', 'completed', 'failed', 'not_replayable'))
       )`);
     await queryRunner.query(
       `CREATE INDEX "IDX_idempotency_records_expires_at" ON "idempotency_records" ("expires_at")`,

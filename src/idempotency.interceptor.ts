@@ -2,6 +2,7 @@ import {
   Inject,
   Injectable,
   Logger,
+  StreamableFile,
   type CallHandler,
   type ExecutionContext,
   type NestInterceptor,
@@ -9,6 +10,7 @@ import {
 import { PATH_METADATA } from '@nestjs/common/constants.js';
 import { HttpAdapterHost, Reflector } from '@nestjs/core';
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { Readable } from 'node:stream';
 import { defer, lastValueFrom, type Observable } from 'rxjs';
 import type { QueryRunner } from 'typeorm';
 import {
@@ -28,11 +30,13 @@ import { IdempotencyKeyMissingException } from './exceptions/idempotency-key-mis
 import { IdempotencyKeyInvalidException } from './exceptions/idempotency-key-invalid.exception.js';
 import { IdempotencyConflictException } from './exceptions/idempotency-conflict.exception.js';
 import { IdempotencyKeyReusedException } from './exceptions/idempotency-key-reused.exception.js';
+import { IdempotencyNotReplayableException } from './exceptions/idempotency-not-replayable.exception.js';
 import { IdempotencyUnavailableException } from './exceptions/idempotency-unavailable.exception.js';
 import { IdempotencyConfigurationError } from './exceptions/idempotency-configuration.error.js';
 import {
   IdempotencyStore,
   type RequestIdentity,
+  type StoredRecord,
   type StoredResponse,
 } from './store/idempotency.store.js';
 import { ambientTransactions } from './store/ambient-transaction.js';
@@ -40,7 +44,11 @@ import {
   holdResponse,
   type CapturedResponse,
 } from './http/response-capture.js';
-import { requestFingerprint } from './http/request-fingerprint.js';
+import {
+  requestFingerprint,
+  selectFields,
+} from './http/request-fingerprint.js';
+import { keyProblem, readKeyHeader } from './http/idempotency-key.js';
 
 /** What the interceptor knows of a decorated handler, computed once. */
 interface DecoratedRoute {
@@ -52,7 +60,6 @@ interface DecoratedRoute {
 type HttpRequest = IncomingMessage & { body?: unknown; raw?: IncomingMessage };
 type HttpResponse = { raw?: ServerResponse } & object;
 
-const VISIBLE_ASCII_KEY = /^[\x21-\x7e]{1,255}$/;
 const UNSAFE_HEADERS = new Set(UNSAFE_REPLAY_HEADERS);
 
 function joinPaths(...parts: unknown[]): string {
@@ -62,6 +69,21 @@ function joinPaths(...parts: unknown[]): string {
     .map((part) => part.replace(/^\/+|\/+$/g, ''))
     .filter((part) => part.length > 0);
   return `/${segments.join('/')}`;
+}
+
+/** A body the platform streams: it is sent as it is produced, never whole. */
+function isStream(value: unknown): boolean {
+  return (
+    value instanceof StreamableFile ||
+    value instanceof Readable ||
+    value instanceof ReadableStream ||
+    value instanceof Response ||
+    (typeof value === 'object' &&
+      value !== null &&
+      typeof (value as AsyncIterable<unknown>)[Symbol.asyncIterator] ===
+        'function' &&
+      typeof (value as PromiseLike<unknown>).then !== 'function')
+  );
 }
 
 /**
@@ -99,33 +121,46 @@ export class IdempotencyInterceptor implements NestInterceptor {
   }
 
   /**
-   * The idempotency key of a request, or `undefined` when it carries none.
-   * Override to take the key from elsewhere.
-   * @throws IdempotencyKeyInvalidException for a malformed key.
+   * The idempotency key of a request, or `undefined` when it carries none:
+   * the `key` option's resolver, else the key header (a token or a quoted
+   * sf-string). Override to take the key from elsewhere.
+   * @throws IdempotencyKeyInvalidException for a malformed or repeated key.
    */
-  protected extractKey(request: IncomingMessage): string | undefined {
-    const value = request.headers[this.options.headerField];
-    if (value === undefined) {
+  protected async resolveKey(
+    context: ExecutionContext,
+    options: ResolvedRouteOptions,
+  ): Promise<string | undefined> {
+    let key: unknown;
+    if (options.key) {
+      key = await options.key(context);
+    } else {
+      const request = context.switchToHttp().getRequest<HttpRequest>();
+      const reading = readKeyHeader(
+        request.raw ?? request,
+        this.options.headerField,
+      );
+      if (reading && 'problem' in reading) {
+        throw new IdempotencyKeyInvalidException(
+          this.options.headerName,
+          reading.problem,
+        );
+      }
+      key = reading?.key;
+    }
+    if (key === undefined) {
       return undefined;
     }
-    if (typeof value !== 'string') {
+    const problem =
+      typeof key === 'string'
+        ? keyProblem(key, options.keyValidation)
+        : 'it is not a string';
+    if (problem) {
       throw new IdempotencyKeyInvalidException(
         this.options.headerName,
-        'it is repeated',
+        problem,
       );
     }
-    // A structured-field string ("...") carries the same key as the token.
-    const key =
-      value.length >= 2 && value.startsWith('"') && value.endsWith('"')
-        ? value.slice(1, -1)
-        : value;
-    if (!VISIBLE_ASCII_KEY.test(key)) {
-      throw new IdempotencyKeyInvalidException(
-        this.options.headerName,
-        'it must be 1 to 255 visible ASCII characters',
-      );
-    }
-    return key;
+    return key as string;
   }
 
   /** The scope of a request. Override to derive it differently. */
@@ -144,11 +179,32 @@ export class IdempotencyInterceptor implements NestInterceptor {
   }
 
   /**
-   * Fingerprint of a request: sha256 of its method, route template and
-   * canonical body. Override to include or exclude parts of the request.
+   * Fingerprint of a request: by default the sha256 of its method, route
+   * template and canonical body (or the fields of it the `fingerprint` option
+   * names). Override to include or exclude other parts of the request.
    */
-  protected fingerprint(request: HttpRequest, routePath: string): string {
-    return requestFingerprint(request.method ?? 'GET', routePath, request.body);
+  protected async fingerprint(
+    context: ExecutionContext,
+    options: ResolvedRouteOptions,
+    routePath: string,
+  ): Promise<string> {
+    const { fingerprint } = options;
+    if (typeof fingerprint === 'function') {
+      const value = await fingerprint(context);
+      if (typeof value !== 'string' || value.length === 0) {
+        throw new IdempotencyConfigurationError(
+          `The fingerprint function returned ${JSON.stringify(value)}.`,
+          'Return a non-empty string, such as a hash of the parts of the request that matter.',
+        );
+      }
+      return value;
+    }
+    const request = context.switchToHttp().getRequest<HttpRequest>();
+    return requestFingerprint(
+      request.method ?? 'GET',
+      routePath,
+      selectFields(request.body, fingerprint.include, fingerprint.exclude),
+    );
   }
 
   private route(context: ExecutionContext): DecoratedRoute | null {
@@ -177,13 +233,11 @@ export class IdempotencyInterceptor implements NestInterceptor {
     next: CallHandler,
     route: DecoratedRoute,
   ): Promise<unknown> {
-    const http = context.switchToHttp();
-    const request = http.getRequest<HttpRequest>();
-    const response = http.getResponse<HttpResponse>();
+    const response = context.switchToHttp().getResponse<HttpResponse>();
     const { options } = route;
     let key: string | undefined;
     try {
-      key = this.extractKey(request.raw ?? request);
+      key = await this.resolveKey(context, options);
       if (key === undefined && options.required) {
         throw new IdempotencyKeyMissingException(this.options.headerName);
       }
@@ -191,6 +245,17 @@ export class IdempotencyInterceptor implements NestInterceptor {
       throw this.answer(response, error);
     }
     const scope = await this.resolveScope(context, options);
+    const id: RequestIdentity | undefined =
+      key === undefined
+        ? undefined
+        : {
+            scope,
+            key,
+            fingerprint: await this.fingerprint(context, options, route.path),
+            method:
+              context.switchToHttp().getRequest<HttpRequest>().method ?? 'GET',
+            path: route.path,
+          };
     let queryRunner: QueryRunner;
     try {
       queryRunner = await this.store.begin();
@@ -203,88 +268,52 @@ export class IdempotencyInterceptor implements NestInterceptor {
         new IdempotencyUnavailableException(options.retryAfter),
       );
     }
+    let running = false;
     try {
-      if (key === undefined) {
-        await this.store.bound(queryRunner, options.transactionTimeoutMs);
-        const outcome = await this.runHandler(
-          next,
-          queryRunner,
-          scope,
-          undefined,
-        );
-        this.commitWithResponse(
-          response,
-          queryRunner,
-          options,
-          async () => undefined,
-        );
-        return outcome;
-      }
-      const id: RequestIdentity = {
-        scope,
-        key,
-        fingerprint: this.fingerprint(request, route.path),
-        method: request.method ?? 'GET',
-        path: route.path,
-      };
-      const record = await this.claim(queryRunner, id, options).catch(
-        (error: unknown) => {
-          if (error instanceof IdempotencyHttpException) {
-            throw error;
-          }
-          this.logger.error(
-            `Could not claim an idempotency key: ${(error as Error).message}`,
-          );
-          throw new IdempotencyUnavailableException(options.retryAfter);
-        },
-      );
-      if (record) {
-        await this.store.rollback(queryRunner);
-        if (record.fingerprint !== id.fingerprint) {
-          throw new IdempotencyKeyReusedException(key);
+      if (id) {
+        const record = await this.claim(queryRunner, id, options);
+        if (record) {
+          await this.store.rollback(queryRunner);
+          return this.replay(id, record);
         }
-        this.logger.debug(
-          `Replayed ${id.method} ${id.path} (scope ${scope}, key ${key})`,
-        );
-        return this.replay(record.response);
+      } else {
+        await this.store.bound(queryRunner, options.transactionTimeoutMs);
       }
+      running = true;
       const outcome = await this.runHandler(next, queryRunner, scope, key);
-      if (rawResponse(response).headersSent) {
-        // Sent by the handler itself (@Res()): nothing can be stored to replay.
-        throw new IdempotencyConfigurationError(
-          `${id.method} ${id.path} sent its response itself, so it cannot be replayed; its writes were rolled back.`,
-          'Return the body from the handler instead of using @Res(), or use @Res({ passthrough: true }).',
-        );
-      }
-      this.commitWithResponse(response, queryRunner, options, (captured) =>
-        this.store.complete(queryRunner, id, toStored(captured)),
-      );
+      running = false;
+      await this.finish(response, queryRunner, options, id, outcome);
       return outcome;
     } catch (error) {
       await this.store.rollback(queryRunner);
+      if (running && id && options.storeErrors) {
+        this.storeErrorResponse(response, id, options, error);
+      }
       throw this.answer(response, error);
     }
   }
 
   /**
    * Claims the key of a request.
-   * @returns the completed record to replay, or `undefined` once this
+   * @returns the finished record to replay, or `undefined` once this
    * transaction owns the key.
    */
   private async claim(
     queryRunner: QueryRunner,
     id: RequestIdentity,
     options: ResolvedRouteOptions,
-  ) {
-    let claim = await this.store.claim(
-      queryRunner,
-      id,
-      options.ttlMs,
-      options.transactionTimeoutMs,
-    );
-    if (claim.state === 'busy' && options.concurrency === 'wait') {
+  ): Promise<StoredRecord | undefined> {
+    try {
+      let claim = await this.store.claim(
+        queryRunner,
+        id,
+        options.ttlMs,
+        options.transactionTimeoutMs,
+      );
       if (
-        await this.store.waitForLock(queryRunner, id, options.waitTimeoutMs)
+        claim.state === 'busy' &&
+        options.concurrency === 'wait' &&
+        (await this.store.waitForLock(queryRunner, id, options.waitTimeoutMs))
       ) {
         claim = await this.store.claim(
           queryRunner,
@@ -293,17 +322,27 @@ export class IdempotencyInterceptor implements NestInterceptor {
           options.transactionTimeoutMs,
         );
       }
-    }
-    switch (claim.state) {
-      case 'claimed':
-        return undefined;
-      case 'completed':
-        return claim.record;
-      case 'busy':
-        this.logger.debug(
-          `Conflict on ${id.method} ${id.path} (scope ${id.scope}, key ${id.key})`,
-        );
-        throw new IdempotencyConflictException(id.key, options.retryAfter);
+      switch (claim.state) {
+        case 'claimed':
+          return undefined;
+        case 'finished':
+          return claim.record;
+        case 'busy':
+          this.logger.debug(
+            `Conflict on ${id.method} ${id.path} (scope ${id.scope}, key ${id.key})`,
+          );
+          throw new IdempotencyConflictException(id.key, options.retryAfter);
+        case 'mismatch':
+          throw new IdempotencyKeyReusedException(id.key);
+      }
+    } catch (error) {
+      if (error instanceof IdempotencyHttpException) {
+        throw error;
+      }
+      this.logger.error(
+        `Could not claim an idempotency key: ${(error as Error).message}`,
+      );
+      throw new IdempotencyUnavailableException(options.retryAfter);
     }
   }
 
@@ -322,6 +361,110 @@ export class IdempotencyInterceptor implements NestInterceptor {
         key,
       },
       () => lastValueFrom(next.handle(), { defaultValue: undefined }),
+    );
+  }
+
+  /** Completes the transaction of a handler that returned `outcome`. */
+  private async finish(
+    response: HttpResponse,
+    queryRunner: QueryRunner,
+    options: ResolvedRouteOptions,
+    id: RequestIdentity | undefined,
+    outcome: unknown,
+  ): Promise<void> {
+    const raw = rawResponse(response);
+    if (raw.headersSent) {
+      // Sent by the handler itself (@Res()): nothing can be stored to replay.
+      throw new IdempotencyConfigurationError(
+        'An @Idempotent() handler sent its response itself, so it cannot be replayed; its writes were rolled back.',
+        'Return the body from the handler instead of using @Res(), or use @Res({ passthrough: true }).',
+      );
+    }
+    if (isStream(outcome)) {
+      // A stream is sent as it is read: commit first, and mark the key so
+      // that a duplicate is refused rather than run again.
+      if (id) {
+        await this.store.complete(queryRunner, id, 'not_replayable', {
+          status:
+            (response as { statusCode?: number }).statusCode ?? raw.statusCode,
+        });
+        this.logger.debug(
+          `Streamed response of ${id.method} ${id.path} is not replayable`,
+        );
+      }
+      await this.store.commit(queryRunner);
+      return;
+    }
+    this.commitWithResponse(
+      response,
+      queryRunner,
+      options,
+      async (captured) => {
+        if (!id) {
+          return;
+        }
+        if (captured.body.length > options.maxResponseSize) {
+          this.logger.warn(
+            `Response of ${id.method} ${id.path} (${captured.body.length} bytes) exceeds maxResponseSize (${options.maxResponseSize}): key ${id.key} is not replayable`,
+          );
+          await this.store.complete(queryRunner, id, 'not_replayable', {
+            status: captured.status,
+          });
+          return;
+        }
+        await this.store.complete(
+          queryRunner,
+          id,
+          'completed',
+          toStored(captured, options),
+        );
+      },
+    );
+  }
+
+  /**
+   * Stores the error response the client gets (after exception filters), if
+   * the error policy says so, in a transaction of its own.
+   */
+  private storeErrorResponse(
+    response: HttpResponse,
+    id: RequestIdentity,
+    options: ResolvedRouteOptions,
+    error: unknown,
+  ): void {
+    const raw = rawResponse(response);
+    const policy = options.storeErrors;
+    if (!policy || raw.headersSent) {
+      return;
+    }
+    holdResponse(
+      raw,
+      async (captured) => {
+        if (
+          !policy(captured.status, error) ||
+          captured.body.length > options.maxResponseSize
+        ) {
+          return;
+        }
+        try {
+          await this.store.storeError(
+            id,
+            toStored(captured, options),
+            options.ttlMs,
+          );
+          this.logger.debug(
+            `Stored error ${captured.status} of ${id.method} ${id.path} (key ${id.key})`,
+          );
+        } catch (failure) {
+          // The client still gets its error; a retry runs again.
+          this.logger.error(
+            `Could not store an error response: ${(failure as Error).message}`,
+          );
+        }
+      },
+      () => {
+        throw new Error('unreachable: storing an error response never rejects');
+      },
     );
   }
 
@@ -408,8 +551,21 @@ export class IdempotencyInterceptor implements NestInterceptor {
     return error;
   }
 
-  /** The stored response, as a web `Response` that Nest sends as it is. */
-  private replay(stored: StoredResponse): Response {
+  /**
+   * The answer to a duplicate of a finished request: the stored response, as
+   * a web `Response` that Nest sends as it is, or a refusal.
+   */
+  private replay(id: RequestIdentity, record: StoredRecord): Response {
+    if (record.fingerprint !== id.fingerprint) {
+      throw new IdempotencyKeyReusedException(id.key);
+    }
+    if (record.status === 'not_replayable') {
+      throw new IdempotencyNotReplayableException(id.key);
+    }
+    this.logger.debug(
+      `Replayed ${id.method} ${id.path} (scope ${id.scope}, key ${id.key})`,
+    );
+    const stored = record.response;
     const headers = new Headers();
     for (const [name, value] of Object.entries(stored.headers)) {
       for (const item of Array.isArray(value) ? value : [value]) {
@@ -432,10 +588,18 @@ function rawResponse(response: HttpResponse): ServerResponse {
   return (response.raw ?? response) as ServerResponse;
 }
 
-function toStored(captured: CapturedResponse): StoredResponse {
+function toStored(
+  captured: CapturedResponse,
+  options: ResolvedRouteOptions,
+): StoredResponse {
   const headers: Record<string, string | string[]> = {};
   for (const [name, value] of Object.entries(captured.headers)) {
-    if (!UNSAFE_HEADERS.has(name)) {
+    const replayed =
+      name === 'content-type' ||
+      (!UNSAFE_HEADERS.has(name) &&
+        !options.replayDeny.has(name) &&
+        (options.replayAllow === undefined || options.replayAllow.has(name)));
+    if (replayed) {
       headers[name] = value;
     }
   }

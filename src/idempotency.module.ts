@@ -1,5 +1,5 @@
 import { Global, Module, type DynamicModule } from '@nestjs/common';
-import { APP_INTERCEPTOR } from '@nestjs/core';
+import { APP_INTERCEPTOR, DiscoveryModule } from '@nestjs/core';
 import {
   ConfigurableModuleClass,
   IDEMPOTENCY_MODULE_OPTIONS,
@@ -12,6 +12,7 @@ import type { IdempotencyModuleOptions } from './interfaces/idempotency-options.
 import { IdempotencyContext } from './idempotency.context.js';
 import { IdempotencyInterceptor } from './idempotency.interceptor.js';
 import { IdempotencyStore } from './store/idempotency.store.js';
+import { IdempotencyExplorer } from './idempotency.explorer.js';
 
 /**
  * Makes handlers decorated with `@Idempotent()` idempotent, on the
@@ -31,6 +32,7 @@ import { IdempotencyStore } from './store/idempotency.store.js';
  */
 @Global()
 @Module({
+  imports: [DiscoveryModule],
   providers: [
     {
       provide: IDEMPOTENCY_RESOLVED_OPTIONS,
@@ -39,6 +41,7 @@ import { IdempotencyStore } from './store/idempotency.store.js';
       inject: [IDEMPOTENCY_MODULE_OPTIONS],
     },
     IdempotencyStore,
+    IdempotencyExplorer,
     IdempotencyContext,
     { provide: APP_INTERCEPTOR, useClass: IdempotencyInterceptor },
   ],

@@ -6,6 +6,10 @@ import {
 import { toMilliseconds } from './idempotency.duration.js';
 import type {
   IdempotencyConcurrencyMode,
+  IdempotencyErrorPolicy,
+  IdempotencyFingerprintFields,
+  IdempotencyFingerprintFunction,
+  IdempotencyKeyResolver,
   IdempotencyModuleOptions,
   IdempotencyScopeResolver,
   IdempotentOptions,
@@ -21,7 +25,27 @@ export interface ResolvedRouteOptions {
   readonly scope: IdempotencyScopeResolver;
   readonly required: boolean;
   readonly retryAfter: number;
+  readonly key: IdempotencyKeyResolver | undefined;
+  readonly keyValidation: ResolvedKeyValidation;
+  readonly fingerprint:
+    IdempotencyFingerprintFields | IdempotencyFingerprintFunction;
+  readonly storeErrors: IdempotencyErrorPolicy | undefined;
+  readonly maxResponseSize: number;
+  /** Lower-cased names; `undefined` allows every header. */
+  readonly replayAllow: ReadonlySet<string> | undefined;
+  readonly replayDeny: ReadonlySet<string>;
 }
+
+/** @internal */
+export interface ResolvedKeyValidation {
+  readonly minLength: number;
+  readonly maxLength: number;
+  readonly pattern: RegExp;
+  readonly validate: ((key: string) => boolean) | undefined;
+}
+
+/** Longest key the record table's index takes comfortably. */
+const MAX_KEY_LENGTH = 1024;
 
 /** @internal Module options, with every default applied. */
 export interface ResolvedIdempotencyOptions extends ResolvedRouteOptions {
@@ -45,7 +69,34 @@ const DEFAULTS = {
   required: true,
   retryAfter: 1,
   headerName: IDEMPOTENCY_KEY_HEADER,
+  keyValidation: { minLength: 1, maxLength: 255, pattern: /^[\x21-\x7e]+$/ },
+  fingerprint: {},
+  storeErrors: false,
+  maxResponseSize: 1_048_576,
 } as const satisfies IdempotencyModuleOptions;
+
+const storeClientErrors: IdempotencyErrorPolicy = (status) =>
+  status >= 400 && status < 500;
+
+function invalid(option: string, value: unknown, solution: string): never {
+  throw new IdempotencyConfigurationError(
+    `Invalid "${option}": ${String(value instanceof RegExp ? value : JSON.stringify(value))}.`,
+    solution,
+  );
+}
+
+function lowerCaseSet(
+  names: string[] | undefined,
+  option: string,
+): Set<string> | undefined {
+  if (names === undefined) {
+    return undefined;
+  }
+  if (!Array.isArray(names) || names.some((name) => typeof name !== 'string')) {
+    invalid(option, names, 'Give an array of header names.');
+  }
+  return new Set(names.map((name) => name.toLowerCase()));
+}
 
 /** @internal Applies route options over already resolved ones. */
 export function resolveRouteOptions<T extends ResolvedRouteOptions>(
@@ -71,6 +122,50 @@ export function resolveRouteOptions<T extends ResolvedRouteOptions>(
       'Give a whole number of seconds (0 or more).',
     );
   }
+  const validation = { ...base.keyValidation, ...options.keyValidation };
+  if (
+    !Number.isInteger(validation.minLength) ||
+    !Number.isInteger(validation.maxLength) ||
+    validation.minLength < 1 ||
+    validation.maxLength < validation.minLength ||
+    validation.maxLength > MAX_KEY_LENGTH
+  ) {
+    invalid(
+      'keyValidation',
+      { minLength: validation.minLength, maxLength: validation.maxLength },
+      `Give whole numbers with 1 <= minLength <= maxLength <= ${MAX_KEY_LENGTH}.`,
+    );
+  }
+  if (!(validation.pattern instanceof RegExp)) {
+    invalid('keyValidation.pattern', validation.pattern, 'Give a RegExp.');
+  }
+  const { fingerprint } = options;
+  if (
+    fingerprint !== undefined &&
+    typeof fingerprint !== 'function' &&
+    (typeof fingerprint !== 'object' ||
+      (fingerprint.include !== undefined &&
+        !Array.isArray(fingerprint.include)) ||
+      (fingerprint.exclude !== undefined &&
+        !Array.isArray(fingerprint.exclude)))
+  ) {
+    invalid(
+      'fingerprint',
+      fingerprint,
+      'Give { include?: string[], exclude?: string[] } or a function.',
+    );
+  }
+  if (
+    options.maxResponseSize !== undefined &&
+    !(Number.isInteger(options.maxResponseSize) && options.maxResponseSize >= 0)
+  ) {
+    invalid(
+      'maxResponseSize',
+      options.maxResponseSize,
+      'Give a whole number of bytes.',
+    );
+  }
+  const { storeErrors } = options;
   return {
     ...base,
     ttlMs:
@@ -89,6 +184,24 @@ export function resolveRouteOptions<T extends ResolvedRouteOptions>(
     scope: options.scope ?? base.scope,
     required: options.required ?? base.required,
     retryAfter: options.retryAfter ?? base.retryAfter,
+    key: options.key ?? base.key,
+    keyValidation: validation,
+    fingerprint: fingerprint ?? base.fingerprint,
+    storeErrors:
+      storeErrors === undefined
+        ? base.storeErrors
+        : storeErrors === true
+          ? storeClientErrors
+          : storeErrors === false
+            ? undefined
+            : storeErrors,
+    maxResponseSize: options.maxResponseSize ?? base.maxResponseSize,
+    replayAllow: options.replayHeaders?.allow
+      ? lowerCaseSet(options.replayHeaders.allow, 'replayHeaders.allow')
+      : base.replayAllow,
+    replayDeny:
+      lowerCaseSet(options.replayHeaders?.deny, 'replayHeaders.deny') ??
+      base.replayDeny,
   };
 }
 
@@ -117,6 +230,13 @@ export function resolveModuleOptions(
     scope: DEFAULTS.scope,
     required: DEFAULTS.required,
     retryAfter: DEFAULTS.retryAfter,
+    key: undefined,
+    keyValidation: { ...DEFAULTS.keyValidation, validate: undefined },
+    fingerprint: DEFAULTS.fingerprint,
+    storeErrors: undefined,
+    maxResponseSize: DEFAULTS.maxResponseSize,
+    replayAllow: undefined,
+    replayDeny: new Set(),
   };
   return resolveRouteOptions(base, options);
 }

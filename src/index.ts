@@ -13,6 +13,12 @@ export {
 export type {
   IdempotencyConcurrencyMode,
   IdempotencyDuration,
+  IdempotencyErrorPolicy,
+  IdempotencyFingerprintFields,
+  IdempotencyFingerprintFunction,
+  IdempotencyKeyResolver,
+  IdempotencyKeyValidation,
+  IdempotencyReplayHeaders,
   IdempotencyModuleOptions,
   IdempotencyScopeResolver,
   IdempotentOptions,
@@ -26,6 +32,7 @@ export { IdempotencyKeyInvalidException } from './exceptions/idempotency-key-inv
 export { IdempotencyConflictException } from './exceptions/idempotency-conflict.exception.js';
 export { IdempotencyKeyReusedException } from './exceptions/idempotency-key-reused.exception.js';
 export { IdempotencyUnavailableException } from './exceptions/idempotency-unavailable.exception.js';
+export { IdempotencyNotReplayableException } from './exceptions/idempotency-not-replayable.exception.js';
 export { IdempotencyConfigurationError } from './exceptions/idempotency-configuration.error.js';
 export {
   CreateIdempotencyRecords1764000000000,

@@ -20,6 +20,34 @@ function canonicalJson(value: unknown): string {
 }
 
 /**
+ * @internal Keeps the `include`d top-level fields of a JSON object body (all
+ * by default) minus the `exclude`d ones. Other bodies are kept whole.
+ */
+export function selectFields(
+  body: unknown,
+  include: readonly string[] | undefined,
+  exclude: readonly string[] | undefined,
+): unknown {
+  if (
+    (include === undefined && exclude === undefined) ||
+    body === null ||
+    typeof body !== 'object' ||
+    Array.isArray(body) ||
+    Buffer.isBuffer(body)
+  ) {
+    return body;
+  }
+  const fields = body as Record<string, unknown>;
+  const selected: Record<string, unknown> = {};
+  for (const name of include ?? Object.keys(fields)) {
+    if (Object.hasOwn(fields, name) && !exclude?.includes(name)) {
+      selected[name] = fields[name];
+    }
+  }
+  return selected;
+}
+
+/**
  * @internal sha256 (hex) of the method, the route template and the canonical
  * body of a request.
  */

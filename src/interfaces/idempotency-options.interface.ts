@@ -28,6 +28,87 @@ export type IdempotencyScopeResolver = (
 ) => string | Promise<string>;
 
 /**
+ * Derives the idempotency key of a request instead of reading it from the
+ * header, for clients that send none. Return `undefined` when the request has
+ * no key. The key is validated like a header key.
+ *
+ * @example
+ * // one payment per user, amount and merchant
+ * key: (context) => {
+ *   const { user, body } = context.switchToHttp().getRequest();
+ *   return createHash('sha256').update(`${user.id}:${body.amount}:${body.merchantId}`).digest('hex');
+ * }
+ */
+export type IdempotencyKeyResolver = (
+  context: ExecutionContext,
+) => string | undefined | Promise<string | undefined>;
+
+/**
+ * What makes a key valid. A key that breaks any rule gets `400`.
+ */
+export interface IdempotencyKeyValidation {
+  /**
+   * Shortest key accepted.
+   * @default 1
+   */
+  minLength?: number;
+  /**
+   * Longest key accepted, at most 1024.
+   * @default 255
+   */
+  maxLength?: number;
+  /**
+   * Pattern the whole key must match.
+   * @default /^[\x21-\x7e]+$/ (visible ASCII, no spaces)
+   */
+  pattern?: RegExp;
+  /**
+   * Further check, e.g. that the key is a UUID. Return `false` to refuse it.
+   * @default none
+   */
+  validate?: (key: string) => boolean;
+}
+
+/**
+ * Which parts of the body make up the request fingerprint (with the method
+ * and the route template). Names are top-level fields of a JSON body.
+ */
+export interface IdempotencyFingerprintFields {
+  /** Only these fields count. @default every field */
+  include?: string[];
+  /** These fields do not count (e.g. a client timestamp). @default none */
+  exclude?: string[];
+}
+
+/**
+ * Computes the fingerprint of a request yourself. Two requests with the same
+ * key and different fingerprints are refused with `422`.
+ */
+export type IdempotencyFingerprintFunction = (
+  context: ExecutionContext,
+) => string | Promise<string>;
+
+/**
+ * Decides whether an error response is stored and replayed, from the status
+ * the client got and the error the handler threw.
+ */
+export type IdempotencyErrorPolicy = (
+  status: number,
+  error: unknown,
+) => boolean;
+
+/**
+ * Which response headers are stored and replayed. `Set-Cookie`, `Date`,
+ * `Content-Length` and hop-by-hop headers never are; `Content-Type` always is.
+ */
+export interface IdempotencyReplayHeaders {
+  /** Only these headers are replayed (case-insensitive). @default every header */
+  allow?: string[];
+  /** These headers are not replayed either (case-insensitive). @default none */
+  deny?: string[];
+}
+
+/**
  * Options of one decorated route or controller (`@Idempotent({ ... })`). Each
  * one overrides the module-wide option of the same name.
  */
@@ -73,6 +154,42 @@ export interface IdempotentOptions {
    * @default 1
    */
   retryAfter?: number;
+  /**
+   * Derives the key from the request instead of the `Idempotency-Key` header.
+   * @default the header named by `headerName`
+   */
+  key?: IdempotencyKeyResolver;
+  /**
+   * Rules a key must follow.
+   * @default 1 to 255 visible ASCII characters
+   */
+  keyValidation?: IdempotencyKeyValidation;
+  /**
+   * What makes two requests with the same key "the same request": fields of
+   * the body to include or exclude, or a function of your own.
+   * @default sha256 of the method, the route template and the canonical JSON body
+   */
+  fingerprint?: IdempotencyFingerprintFields | IdempotencyFingerprintFunction;
+  /**
+   * Error responses that are stored and replayed like successes. `true` stores
+   * every 4xx; a function decides from the status and the error. The handler's
+   * writes are rolled back in any case; the error response is stored in a
+   * short transaction of its own.
+   * @default false (a failed request stores nothing; a retry runs again)
+   */
+  storeErrors?: boolean | IdempotencyErrorPolicy;
+  /**
+   * Largest response body (bytes) stored for replay. A larger response is
+   * still sent and its writes committed, but the key is marked "not
+   * replayable": a duplicate gets `422`.
+   * @default 1048576 (1 MiB)
+   */
+  maxResponseSize?: number;
+  /**
+   * Which response headers are replayed.
+   * @default every header but the unsafe ones
+   */
+  replayHeaders?: IdempotencyReplayHeaders;
 }
 
 /**

@@ -21,8 +21,16 @@ export interface StoredResponse {
   readonly body: Buffer;
 }
 
-/** @internal A completed record, as read back. */
+/**
+ * @internal Final state of a record: `completed` (a success), `failed` (an
+ * error stored by the error policy), `not_replayable` (a response that could
+ * not be stored: a stream, or a body over the size limit).
+ */
+export type RecordStatus = 'completed' | 'failed' | 'not_replayable';
+
+/** @internal A finished record, as read back. */
 export interface StoredRecord {
+  readonly status: RecordStatus;
   readonly fingerprint: string;
   readonly response: StoredResponse;
 }
@@ -39,15 +47,18 @@ export interface RequestIdentity {
 /**
  * @internal Outcome of a claim:
  * - `claimed`: this transaction owns the key; run the handler.
- * - `completed`: a completed record exists; replay it.
- * - `busy`: another transaction is executing the key.
+ * - `finished`: a finished record exists; replay it (or refuse it).
+ * - `busy`: the same request (same fingerprint) is executing.
+ * - `mismatch`: a different request (another fingerprint) is executing.
  */
 export type ClaimResult =
   | { readonly state: 'claimed' }
-  | { readonly state: 'completed'; readonly record: StoredRecord }
-  | { readonly state: 'busy' };
+  | { readonly state: 'finished'; readonly record: StoredRecord }
+  | { readonly state: 'busy' }
+  | { readonly state: 'mismatch' };
 
 interface RecordRow {
+  status: RecordStatus;
   fingerprint: string;
   response_status: number;
   response_headers: Record<string, string | string[]>;
@@ -55,13 +66,22 @@ interface RecordRow {
 }
 
 interface ClaimRow extends Partial<RecordRow> {
+  fingerprint_locked: boolean;
   locked: boolean;
   claimed: boolean;
 }
 
 const TABLE = `"${IDEMPOTENCY_TABLE_NAME}"`;
+/** Advisory lock of (scope, key): held by the transaction executing the key. */
 const LOCK_ID = `hashtextextended($1 || chr(31) || $2, 0)`;
-const RECORD_COLUMNS = `fingerprint, response_status, response_headers, response_body`;
+/**
+ * Advisory lock of (scope, key, fingerprint), taken just before the key's
+ * lock. A duplicate that cannot take the key's lock tells from this one
+ * whether the request executing has its fingerprint (409) or another (422).
+ */
+const FINGERPRINT_LOCK_ID = `hashtextextended($1 || chr(31) || $2 || chr(31) || $3, 0)`;
+const RECORD_COLUMNS = `status, fingerprint, response_status, response_headers, response_body`;
+const FINISHED = `status <> 'in_progress'`;
 /** SQLSTATE of `lock_timeout` expiring. */
 const LOCK_NOT_AVAILABLE = '55P03';
 
@@ -132,7 +152,12 @@ export class IdempotencyStore implements OnModuleInit, OnApplicationShutdown {
         .join(', ');
     this.boundSql = `SELECT ${timeouts('$1')}`;
     this.claimSql = `WITH settings AS (SELECT ${timeouts('$7')}),
-       lock AS (SELECT pg_try_advisory_xact_lock(${LOCK_ID}) AS locked FROM settings),
+       fingerprint_lock AS (
+         SELECT pg_try_advisory_xact_lock(${FINGERPRINT_LOCK_ID}) AS fingerprint_locked FROM settings
+       ),
+       lock AS (
+         SELECT fingerprint_locked, pg_try_advisory_xact_lock(${LOCK_ID}) AS locked FROM fingerprint_lock
+       ),
        claim AS (
          INSERT INTO ${TABLE} AS r (scope, key, fingerprint, method, path, status, expires_at)
          SELECT $1, $2, $3, $4, $5, 'in_progress', now() + $6::float8 * interval '1 millisecond'
@@ -145,9 +170,10 @@ export class IdempotencyStore implements OnModuleInit, OnApplicationShutdown {
          WHERE r.expires_at <= now()
          RETURNING 1
        )
-       SELECT lock.locked, EXISTS (SELECT 1 FROM claim) AS claimed, rec.fingerprint, rec.response_status, rec.response_headers, rec.response_body
+       SELECT lock.fingerprint_locked, lock.locked, EXISTS (SELECT 1 FROM claim) AS claimed,
+         ${RECORD_COLUMNS.replace(/(\w+)/g, 'rec.$1')}
        FROM lock LEFT JOIN ${TABLE} rec
-         ON rec.scope = $1 AND rec.key = $2 AND rec.status = 'completed' AND rec.expires_at > now()`;
+         ON rec.scope = $1 AND rec.key = $2 AND rec.${FINISHED} AND rec.expires_at > now()`;
     this.unbind = bindAmbientTransaction(dataSource);
   }
 
@@ -201,16 +227,20 @@ export class IdempotencyStore implements OnModuleInit, OnApplicationShutdown {
     if (row.claimed) {
       return { state: 'claimed' };
     }
-    if (row.response_status != null) {
-      return { state: 'completed', record: toRecord(row as RecordRow) };
+    if (row.status) {
+      return { state: 'finished', record: toRecord(row as RecordRow) };
     }
-    if (!row.locked) {
+    if (!row.locked && !row.fingerprint_locked) {
+      // Someone holds this very fingerprint: the same request is executing.
       return { state: 'busy' };
     }
-    // Locked but not inserted: a record committed after this statement took
-    // its snapshot. A new statement sees it.
+    // Either the key's holder has another fingerprint, or a record was
+    // committed after this statement took its snapshot: a new statement tells.
     const record = await this.read(queryRunner, id);
-    return record ? { state: 'completed', record } : { state: 'busy' };
+    if (record) {
+      return { state: 'finished', record };
+    }
+    return row.locked ? { state: 'busy' } : { state: 'mismatch' };
   }
 
   /**
@@ -254,30 +284,77 @@ export class IdempotencyStore implements OnModuleInit, OnApplicationShutdown {
   ): Promise<StoredRecord | undefined> {
     const rows = (await queryRunner.query(
       `SELECT ${RECORD_COLUMNS} FROM ${TABLE}
-       WHERE scope = $1 AND key = $2 AND status = 'completed' AND expires_at > now()`,
+       WHERE scope = $1 AND key = $2 AND ${FINISHED} AND expires_at > now()`,
       [id.scope, id.key],
     )) as RecordRow[];
     return rows.length > 0 ? toRecord(rows[0]) : undefined;
   }
 
-  /** Completes the claimed record with the response sent to the client. */
+  /**
+   * Finishes the claimed record with the response sent to the client (its
+   * status only, for a response that is not replayable).
+   */
   async complete(
     queryRunner: QueryRunner,
     id: RequestIdentity,
-    response: StoredResponse,
+    status: RecordStatus,
+    response: StoredResponse | { readonly status: number },
   ): Promise<void> {
+    const stored = 'body' in response ? response : undefined;
     await queryRunner.query(
-      `UPDATE ${TABLE} SET status = 'completed', response_status = $3,
-         response_headers = $4, response_body = $5, completed_at = now()
+      `UPDATE ${TABLE} SET status = $3, response_status = $4,
+         response_headers = $5, response_body = $6, completed_at = now()
        WHERE scope = $1 AND key = $2`,
       [
         id.scope,
         id.key,
+        status,
         response.status,
-        JSON.stringify(response.headers),
-        response.body,
+        stored ? JSON.stringify(stored.headers) : null,
+        stored?.body ?? null,
       ],
     );
+  }
+
+  /**
+   * Stores an error response in a transaction of its own (one statement), once
+   * the handler's transaction has rolled back. Skipped when another request
+   * already holds the key again, or a record exists.
+   */
+  async storeError(
+    id: RequestIdentity,
+    response: StoredResponse,
+    ttlMs: number,
+  ): Promise<void> {
+    const queryRunner = this.dataSource.createQueryRunner();
+    try {
+      await queryRunner.query(
+        `INSERT INTO ${TABLE} AS r (scope, key, fingerprint, method, path, status,
+           response_status, response_headers, response_body, completed_at, expires_at)
+         SELECT $1, $2, $3, $4, $5, 'failed', $6, $7, $8, now(),
+           now() + $9::float8 * interval '1 millisecond'
+         WHERE pg_try_advisory_xact_lock(${LOCK_ID})
+         ON CONFLICT (scope, key) DO UPDATE SET
+           fingerprint = EXCLUDED.fingerprint, method = EXCLUDED.method, path = EXCLUDED.path,
+           status = 'failed', response_status = EXCLUDED.response_status,
+           response_headers = EXCLUDED.response_headers, response_body = EXCLUDED.response_body,
+           created_at = now(), completed_at = now(), expires_at = EXCLUDED.expires_at
+         WHERE r.expires_at <= now()`,
+        [
+          id.scope,
+          id.key,
+          id.fingerprint,
+          id.method,
+          id.path,
+          response.status,
+          JSON.stringify(response.headers),
+          response.body,
+          ttlMs,
+        ],
+      );
+    } finally {
+      await this.release(queryRunner);
+    }
   }
 
   /** Commits and gives the connection back to the pool. */
@@ -318,6 +395,7 @@ export class IdempotencyStore implements OnModuleInit, OnApplicationShutdown {
 
 function toRecord(row: RecordRow): StoredRecord {
   return {
+    status: row.status,
     fingerprint: row.fingerprint,
     response: {
       status: row.response_status,

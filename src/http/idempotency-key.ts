@@ -1,0 +1,75 @@
+import type { IncomingMessage } from 'node:http';
+import type { ResolvedKeyValidation } from '../idempotency.options.js';
+
+/** @internal A key, or why the header does not carry a usable one. */
+export type KeyReading = { key: string } | { problem: string } | undefined;
+
+/**
+ * Reads an RFC 8941 sf-string (`"..."` with `\"` and `\\` escapes).
+ * @returns the string, or `undefined` when the value is not a valid sf-string.
+ */
+function parseSfString(value: string): string | undefined {
+  let result = '';
+  for (let i = 1; i < value.length; i += 1) {
+    const char = value[i];
+    if (char === '\\') {
+      const escaped = value[i + 1];
+      if (escaped !== '"' && escaped !== '\\') {
+        return undefined;
+      }
+      result += escaped;
+      i += 1;
+    } else if (char === '"') {
+      return i === value.length - 1 ? result : undefined;
+    } else if (char < ' ' || char > '~') {
+      return undefined;
+    } else {
+      result += char;
+    }
+  }
+  return undefined;
+}
+
+/** @internal Why `key` breaks the rules, or `undefined` when it is valid. */
+export function keyProblem(
+  key: string,
+  rules: ResolvedKeyValidation,
+): string | undefined {
+  if (key.length < rules.minLength || key.length > rules.maxLength) {
+    return `it must be ${rules.minLength} to ${rules.maxLength} characters long`;
+  }
+  if (!rules.pattern.test(key) || (rules.validate && !rules.validate(key))) {
+    return 'it has an invalid format';
+  }
+  return undefined;
+}
+
+/**
+ * @internal Reads the key header of a request: a plain token or a quoted
+ * sf-string, sent once.
+ */
+export function readKeyHeader(
+  request: IncomingMessage,
+  field: string,
+): KeyReading {
+  const value = request.headers[field];
+  if (value === undefined) {
+    return undefined;
+  }
+  let count = 0;
+  for (let i = 0; i < request.rawHeaders.length; i += 2) {
+    if (request.rawHeaders[i].toLowerCase() === field) {
+      count += 1;
+    }
+  }
+  if (typeof value !== 'string' || count > 1) {
+    return { problem: 'it is repeated' };
+  }
+  if (!value.startsWith('"')) {
+    return { key: value };
+  }
+  const key = parseSfString(value);
+  return key === undefined
+    ? { problem: 'it is not a valid quoted string' }
+    : { key };
+}
