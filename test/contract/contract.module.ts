@@ -1,0 +1,268 @@
+import {
+  BadRequestException,
+  Body,
+  Catch,
+  Controller,
+  HttpException,
+  Injectable,
+  Module,
+  Post,
+  Res,
+  ServiceUnavailableException,
+  StreamableFile,
+  UseFilters,
+  type ArgumentsHost,
+  type ExceptionFilter,
+} from '@nestjs/common';
+import { HttpAdapterHost } from '@nestjs/core';
+import { InjectRepository, TypeOrmModule } from '@nestjs/typeorm';
+import { createHash } from 'node:crypto';
+import type { ServerResponse } from 'node:http';
+import { Readable } from 'node:stream';
+import type { Repository } from 'typeorm';
+import { Idempotent } from '../../src/index.js';
+import { Order } from '../fixtures/order.entity.js';
+import { Barrier } from '../utils/barrier.js';
+
+/** Handler runs by route, and the barrier the `held` routes wait at. */
+@Injectable()
+export class Runs {
+  readonly counts: Record<string, number> = {};
+  barrier = new Barrier();
+
+  count(route: string): number {
+    this.counts[route] = (this.counts[route] ?? 0) + 1;
+    return this.counts[route];
+  }
+}
+
+type Payload = Record<string, unknown>;
+/** Express's response is a ServerResponse; Fastify's reply carries one. */
+type PlatformResponse = { raw?: ServerResponse };
+
+@Controller('keys')
+export class KeysController {
+  constructor(private readonly runs: Runs) {}
+
+  @Post('default')
+  @Idempotent()
+  plain(@Body() body: Payload) {
+    return { run: this.runs.count('keys/default'), body };
+  }
+
+  @Post('uuid')
+  @Idempotent({
+    keyValidation: {
+      minLength: 36,
+      maxLength: 36,
+      pattern: /^[0-9a-f-]+$/,
+      validate: (key) => key[14] === '4',
+    },
+  })
+  uuid() {
+    return { run: this.runs.count('keys/uuid') };
+  }
+
+  @Post('optional')
+  @Idempotent({ required: false })
+  optional(@Body() body: Payload) {
+    return { run: this.runs.count('keys/optional'), body };
+  }
+
+  @Post('derived')
+  @Idempotent({
+    key: (context) => {
+      const body = context.switchToHttp().getRequest<{ body: Payload }>().body;
+      return createHash('sha256')
+        .update(`${String(body.userId)}:${String(body.amount)}`)
+        .digest('hex');
+    },
+  })
+  derived(@Body() body: Payload) {
+    return { run: this.runs.count('keys/derived'), body };
+  }
+}
+
+@Controller('fingerprint')
+export class FingerprintController {
+  constructor(
+    private readonly runs: Runs,
+    @InjectRepository(Order) private readonly orders: Repository<Order>,
+  ) {}
+
+  @Post('include')
+  @Idempotent({ fingerprint: { include: ['amount', 'currency'] } })
+  include(@Body() body: Payload) {
+    return { run: this.runs.count('fingerprint/include'), body };
+  }
+
+  @Post('exclude')
+  @Idempotent({ fingerprint: { exclude: ['sentAt'] } })
+  exclude(@Body() body: Payload) {
+    return { run: this.runs.count('fingerprint/exclude'), body };
+  }
+
+  @Post('custom')
+  @Idempotent({
+    fingerprint: (context) =>
+      String(
+        context.switchToHttp().getRequest<{ body: Payload }>().body.amount,
+      ),
+  })
+  custom(@Body() body: Payload) {
+    return { run: this.runs.count('fingerprint/custom'), body };
+  }
+
+  @Post('held')
+  @Idempotent()
+  async held(@Body() body: Payload) {
+    const run = this.runs.count('fingerprint/held');
+    await this.orders.insert({ reference: String(body.reference) });
+    await this.runs.barrier.wait();
+    return { run, body };
+  }
+
+  @Post('held-wait')
+  @Idempotent({ concurrency: 'wait' })
+  async heldWait(@Body() body: Payload) {
+    const run = this.runs.count('fingerprint/held-wait');
+    await this.runs.barrier.wait();
+    return { run, body };
+  }
+}
+
+/** Rewrites every error into the application's own shape, as filters do. */
+@Catch(HttpException)
+export class EnvelopeFilter implements ExceptionFilter {
+  constructor(private readonly adapterHost: HttpAdapterHost) {}
+
+  catch(exception: HttpException, host: ArgumentsHost) {
+    const status = exception.getStatus();
+    this.adapterHost.httpAdapter.reply(
+      host.switchToHttp().getResponse(),
+      { error: { code: `E${status}`, message: exception.message } },
+      status,
+    );
+  }
+}
+
+@Controller('errors')
+export class ErrorsController {
+  constructor(
+    private readonly runs: Runs,
+    @InjectRepository(Order) private readonly orders: Repository<Order>,
+  ) {}
+
+  private async failWith(
+    route: string,
+    reference: string,
+    error: (run: number) => Error,
+  ): Promise<never> {
+    const run = this.runs.count(route);
+    await this.orders.insert({ reference });
+    throw error(run);
+  }
+
+  @Post('declined')
+  @Idempotent({ storeErrors: true })
+  declined(@Body() body: Payload) {
+    return this.failWith(
+      'errors/declined',
+      String(body.reference),
+      (run) => new BadRequestException(`declined #${run}`),
+    );
+  }
+
+  @Post('crashed')
+  @Idempotent({ storeErrors: true })
+  crashed(@Body() body: Payload) {
+    return this.failWith(
+      'errors/crashed',
+      String(body.reference),
+      (run) => new Error(`crash #${run}`),
+    );
+  }
+
+  @Post('unavailable')
+  @Idempotent({ storeErrors: (status) => status === 503 })
+  unavailable(@Body() body: Payload) {
+    return this.failWith(
+      'errors/unavailable',
+      String(body.reference),
+      (run) => new ServiceUnavailableException(`gateway down #${run}`),
+    );
+  }
+
+  @Post('filtered')
+  @Idempotent({ storeErrors: true })
+  @UseFilters(EnvelopeFilter)
+  filtered(@Body() body: Payload) {
+    return this.failWith(
+      'errors/filtered',
+      String(body.reference),
+      (run) => new BadRequestException(`filtered #${run}`),
+    );
+  }
+}
+
+@Controller('responses')
+export class ResponsesController {
+  constructor(
+    private readonly runs: Runs,
+    @InjectRepository(Order) private readonly orders: Repository<Order>,
+  ) {}
+
+  @Post('stream')
+  @Idempotent()
+  async stream(@Body() body: Payload) {
+    const run = this.runs.count('responses/stream');
+    await this.orders.insert({ reference: String(body.reference) });
+    return new StreamableFile(
+      Readable.from([`chunk-1 of run ${run}\n`, 'chunk-2\n']),
+      {
+        type: 'text/plain',
+      },
+    );
+  }
+
+  @Post('large')
+  @Idempotent({ maxResponseSize: 1024 })
+  async large(@Body() body: Payload) {
+    const run = this.runs.count('responses/large');
+    await this.orders.insert({ reference: String(body.reference) });
+    return { run, padding: 'x'.repeat(2048) };
+  }
+
+  @Post('headers-deny')
+  @Idempotent({ replayHeaders: { deny: ['X-Request-Id'] } })
+  headersDeny(@Res({ passthrough: true }) res: PlatformResponse) {
+    return this.withHeaders('responses/headers-deny', res);
+  }
+
+  @Post('headers-allow')
+  @Idempotent({ replayHeaders: { allow: ['x-kept'] } })
+  headersAllow(@Res({ passthrough: true }) res: PlatformResponse) {
+    return this.withHeaders('responses/headers-allow', res);
+  }
+
+  /** Headers set by the handler itself: only a stored response has them on replay. */
+  private withHeaders(route: string, res: PlatformResponse) {
+    const run = this.runs.count(route);
+    const raw = res.raw ?? (res as ServerResponse);
+    raw.setHeader('X-Request-Id', `req-${run}`);
+    raw.setHeader('X-Kept', `kept-${run}`);
+    return { run };
+  }
+}
+
+@Module({
+  imports: [TypeOrmModule.forFeature([Order])],
+  controllers: [
+    KeysController,
+    FingerprintController,
+    ErrorsController,
+    ResponsesController,
+  ],
+  providers: [Runs],
+})
+export class ContractTestModule {}

@@ -1,0 +1,167 @@
+import { request as httpRequest } from 'node:http';
+import { IDEMPOTENCY_TABLE_NAME } from '../../src/index.js';
+import { send, startTestApp, type TestApp } from '../utils/test-app.js';
+import { ContractTestModule, Runs } from './contract.module.js';
+
+/** A POST with headers sent exactly as given, repeated names included. */
+function postRaw(
+  target: TestApp,
+  path: string,
+  headers: Record<string, string | string[]>,
+): Promise<{ status: number; contentType: string | undefined; body: string }> {
+  return new Promise((resolve, reject) => {
+    const request = httpRequest(
+      `${target.url}${path}`,
+      { method: 'POST', headers },
+      (response) => {
+        let body = '';
+        response.setEncoding('utf8');
+        response.on('data', (chunk: string) => (body += chunk));
+        response.on('end', () =>
+          resolve({
+            status: response.statusCode ?? 0,
+            contentType: response.headers['content-type'],
+            body,
+          }),
+        );
+      },
+    );
+    request.on('error', reject);
+    request.end();
+  });
+}
+
+describe('idempotency keys', () => {
+  let target: TestApp;
+  let runs: Runs;
+
+  beforeAll(async () => {
+    target = await startTestApp({ imports: [ContractTestModule] });
+    runs = target.app.get(Runs);
+  });
+  afterAll(() => target.close());
+
+  const records = async () =>
+    (
+      await target.db.query<{ key: string }>(
+        `SELECT key FROM ${IDEMPOTENCY_TABLE_NAME} ORDER BY key`,
+      )
+    ).map((r) => r.key);
+
+  it('accepts a quoted structured-field string as the same key as the token', async () => {
+    const token = await send(target, '/keys/default', {
+      key: 'sf-1',
+      body: { a: 1 },
+    });
+    expect(token.status).toBe(201);
+    const quoted = await send(target, '/keys/default', {
+      key: '"sf-1"',
+      body: { a: 1 },
+    });
+    expect(quoted.status).toBe(201);
+    expect(quoted.headers.get('idempotent-replayed')).toBe('true');
+    expect(await quoted.text()).toBe(await token.text());
+  });
+
+  it('unescapes \\" and \\\\ in a quoted key', async () => {
+    const quoted = await send(target, '/keys/default', {
+      key: '"a\\"b\\\\c"',
+      body: {},
+    });
+    expect(quoted.status).toBe(201);
+    expect(await records()).toContain('a"b\\c');
+  });
+
+  it.each([
+    ['an empty key', ''],
+    ['an empty quoted key', '""'],
+    ['a key of 256 characters', 'k'.repeat(256)],
+    ['a key with a space', 'two words'],
+    ['an unterminated quoted key', '"open'],
+    ['a quoted key with a bad escape', '"a\\nb"'],
+    ['a quoted key with text after it', '"a"b'],
+    ['a non-ASCII key', 'clé'],
+  ])(
+    'refuses %s with 400 problem+json, running nothing and storing nothing',
+    async (_case, key) => {
+      const before = { ...runs.counts };
+      const keysBefore = await records();
+      const response = await postRaw(target, '/keys/default', {
+        'Idempotency-Key': key,
+      });
+      expect(response.status).toBe(400);
+      expect(response.contentType).toMatch(/^application\/problem\+json/);
+      expect(JSON.parse(response.body)).toMatchObject({
+        type: 'urn:idempotency:invalid-key',
+        status: 400,
+      });
+      expect(runs.counts).toEqual(before);
+      expect(await records()).toEqual(keysBefore);
+    },
+  );
+
+  it('refuses a key sent in two headers', async () => {
+    const before = { ...runs.counts };
+    const response = await postRaw(target, '/keys/default', {
+      'Idempotency-Key': ['dup-1', 'dup-1'],
+    });
+    expect(response.status).toBe(400);
+    expect(JSON.parse(response.body).detail).toMatch(/repeated/);
+    expect(runs.counts).toEqual(before);
+  });
+
+  it('accepts a key of exactly 255 visible ASCII characters', async () => {
+    const key = '!~'.repeat(127) + 'z';
+    const response = await send(target, '/keys/default', { key, body: {} });
+    expect(response.status).toBe(201);
+  });
+
+  it('applies custom key rules: length, pattern and a validator', async () => {
+    const valid = '123e4567-e89b-42d3-a456-426614174000';
+    expect((await send(target, '/keys/uuid', { key: valid })).status).toBe(201);
+    for (const key of [
+      '123e4567-e89b-12d3-a456-426614174000',
+      'not-a-uuid',
+      valid.toUpperCase(),
+    ]) {
+      expect((await send(target, '/keys/uuid', { key })).status).toBe(400);
+    }
+    expect(runs.counts['keys/uuid']).toBe(1);
+  });
+
+  it('runs a keyless request normally when the key is optional, storing nothing', async () => {
+    const keysBefore = await records();
+    const first = await send(target, '/keys/optional', { body: { n: 1 } });
+    const second = await send(target, '/keys/optional', { body: { n: 1 } });
+    expect([first.status, second.status]).toEqual([201, 201]);
+    expect(second.headers.get('idempotent-replayed')).toBeNull();
+    expect(runs.counts['keys/optional']).toBe(2);
+    expect(await records()).toEqual(keysBefore);
+    // With a key, the same route is idempotent.
+    await send(target, '/keys/optional', { key: 'opt-1', body: { n: 1 } });
+    const replay = await send(target, '/keys/optional', {
+      key: 'opt-1',
+      body: { n: 1 },
+    });
+    expect(replay.headers.get('idempotent-replayed')).toBe('true');
+    expect(runs.counts['keys/optional']).toBe(3);
+  });
+
+  it('derives the key from the request when the route says so', async () => {
+    const first = await send(target, '/keys/derived', {
+      body: { userId: 'u1', amount: 5 },
+    });
+    const second = await send(target, '/keys/derived', {
+      body: { userId: 'u1', amount: 5 },
+    });
+    const other = await send(target, '/keys/derived', {
+      body: { userId: 'u1', amount: 6 },
+    });
+    expect([first.status, second.status, other.status]).toEqual([
+      201, 201, 201,
+    ]);
+    expect(second.headers.get('idempotent-replayed')).toBe('true');
+    expect(other.headers.get('idempotent-replayed')).toBeNull();
+    expect(runs.counts['keys/derived']).toBe(2);
+  });
+});
