@@ -1,5 +1,6 @@
 import { Global, Module, type DynamicModule } from '@nestjs/common';
 import { APP_INTERCEPTOR, DiscoveryModule } from '@nestjs/core';
+import { ScheduleModule } from '@nestjs/schedule';
 import {
   ConfigurableModuleClass,
   IDEMPOTENCY_MODULE_OPTIONS,
@@ -13,6 +14,7 @@ import { IdempotencyContext } from './idempotency.context.js';
 import { IdempotencyInterceptor } from './idempotency.interceptor.js';
 import { IdempotencyStore } from './store/idempotency.store.js';
 import { IdempotencyExplorer } from './idempotency.explorer.js';
+import { IdempotencyCollector } from './idempotency.collector.js';
 
 /**
  * Makes handlers decorated with `@Idempotent()` idempotent, on the
@@ -32,7 +34,7 @@ import { IdempotencyExplorer } from './idempotency.explorer.js';
  */
 @Global()
 @Module({
-  imports: [DiscoveryModule],
+  imports: [DiscoveryModule, ScheduleModule.forRoot()],
   providers: [
     {
       provide: IDEMPOTENCY_RESOLVED_OPTIONS,
@@ -42,10 +44,11 @@ import { IdempotencyExplorer } from './idempotency.explorer.js';
     },
     IdempotencyStore,
     IdempotencyExplorer,
+    IdempotencyCollector,
     IdempotencyContext,
     { provide: APP_INTERCEPTOR, useClass: IdempotencyInterceptor },
   ],
-  exports: [IdempotencyContext],
+  exports: [IdempotencyContext, IdempotencyCollector],
 })
 export class IdempotencyModule extends ConfigurableModuleClass {
   /**

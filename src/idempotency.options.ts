@@ -9,6 +9,7 @@ import type {
   IdempotencyErrorPolicy,
   IdempotencyFingerprintFields,
   IdempotencyFingerprintFunction,
+  IdempotencyGcOptions,
   IdempotencyKeyResolver,
   IdempotencyModuleOptions,
   IdempotencyScopeResolver,
@@ -47,8 +48,18 @@ export interface ResolvedKeyValidation {
 /** Longest key the record table's index takes comfortably. */
 const MAX_KEY_LENGTH = 1024;
 
+/** @internal Garbage collection options, with every default applied. */
+export interface ResolvedGcOptions {
+  readonly intervalMs: number;
+  readonly cron: string | undefined;
+  readonly batchSize: number;
+  readonly maxDurationMs: number;
+}
+
 /** @internal Module options, with every default applied. */
 export interface ResolvedIdempotencyOptions extends ResolvedRouteOptions {
+  /** `undefined` when disabled. */
+  readonly gc: ResolvedGcOptions | undefined;
   readonly dataSource: string | undefined;
   /** As configured, for messages. */
   readonly headerName: string;
@@ -217,6 +228,7 @@ export function resolveModuleOptions(
     );
   }
   const base: ResolvedIdempotencyOptions = {
+    gc: resolveGcOptions(options.gc),
     dataSource: options.dataSource,
     headerName,
     headerField: headerName.toLowerCase(),
@@ -239,4 +251,32 @@ export function resolveModuleOptions(
     replayDeny: new Set(),
   };
   return resolveRouteOptions(base, options);
+}
+
+function resolveGcOptions(
+  gc: false | IdempotencyGcOptions | undefined,
+): ResolvedGcOptions | undefined {
+  if (gc === false) {
+    return undefined;
+  }
+  const batchSize = gc?.batchSize ?? 1000;
+  if (!Number.isInteger(batchSize) || batchSize < 1) {
+    invalid(
+      'gc.batchSize',
+      batchSize,
+      'Give a whole number of rows, 1 or more.',
+    );
+  }
+  if (
+    gc?.cron !== undefined &&
+    (typeof gc.cron !== 'string' || gc.cron.trim() === '')
+  ) {
+    invalid('gc.cron', gc.cron, "Give a cron expression such as '0 * * * *'.");
+  }
+  return {
+    intervalMs: toMilliseconds(gc?.interval ?? '5m', 'gc.interval'),
+    cron: gc?.cron,
+    batchSize,
+    maxDurationMs: toMilliseconds(gc?.maxDuration ?? '10s', 'gc.maxDuration'),
+  };
 }

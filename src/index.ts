@@ -2,6 +2,7 @@ export { IdempotencyModule } from './idempotency.module.js';
 export { Idempotent } from './idempotent.decorator.js';
 export { IdempotencyInterceptor } from './idempotency.interceptor.js';
 export { IdempotencyContext } from './idempotency.context.js';
+export { IdempotencyCollector } from './idempotency.collector.js';
 export {
   DEFAULT_SCOPE,
   IDEMPOTENCY_KEY_HEADER,
@@ -16,6 +17,7 @@ export type {
   IdempotencyErrorPolicy,
   IdempotencyFingerprintFields,
   IdempotencyFingerprintFunction,
+  IdempotencyGcOptions,
   IdempotencyKeyResolver,
   IdempotencyKeyValidation,
   IdempotencyReplayHeaders,

@@ -193,9 +193,44 @@ export interface IdempotentOptions {
 }
 
 /**
+ * Garbage collection of expired records, run by the module on a schedule
+ * (`@nestjs/schedule`). Safe with any number of application instances: each
+ * batch skips the rows another instance is deleting.
+ */
+export interface IdempotencyGcOptions {
+  /**
+   * Time between two collections. Ignored when `cron` is set.
+   * @default '5m'
+   */
+  interval?: IdempotencyDuration;
+  /**
+   * Cron expression for collections instead of an interval, e.g. `'0 * * * *'`.
+   * @default none
+   */
+  cron?: string;
+  /**
+   * Rows deleted per statement (each batch is a short transaction of its own).
+   * @default 1000
+   */
+  batchSize?: number;
+  /**
+   * Time budget of one collection: no new batch starts after it. What is left
+   * is collected next time.
+   * @default '10s'
+   */
+  maxDuration?: IdempotencyDuration;
+}
+
+/**
  * Module-wide options of `IdempotencyModule.forRoot()` / `forRootAsync()`.
  */
 export interface IdempotencyModuleOptions extends IdempotentOptions {
+  /**
+   * Scheduled deletion of expired records; `false` disables it (for teams that
+   * run `IdempotencyCollector.collect()` elsewhere).
+   * @default { interval: '5m', batchSize: 1000, maxDuration: '10s' }
+   */
+  gc?: false | IdempotencyGcOptions;
   /**
    * Name of the TypeORM DataSource to use, as given to
    * `TypeOrmModule.forRoot({ name })`. The module opens no connection of its

@@ -1,0 +1,149 @@
+import {
+  Inject,
+  Injectable,
+  Logger,
+  type BeforeApplicationShutdown,
+  type OnApplicationBootstrap,
+} from '@nestjs/common';
+import { SchedulerRegistry } from '@nestjs/schedule';
+import { CronJob } from 'cron';
+import { IDEMPOTENCY_TABLE_NAME } from './idempotency.constants.js';
+import { IDEMPOTENCY_RESOLVED_OPTIONS } from './idempotency.tokens.js';
+import type { ResolvedIdempotencyOptions } from './idempotency.options.js';
+import { IdempotencyStore } from './store/idempotency.store.js';
+
+const TABLE = `"${IDEMPOTENCY_TABLE_NAME}"`;
+/** Name of the module's job in the `SchedulerRegistry`. */
+const JOB_NAME = 'idempotency-gc';
+
+/**
+ * Deletes expired idempotency records: on the schedule of the `gc` option,
+ * and on demand with `collect()`.
+ *
+ * Each batch is one short statement that deletes at most `batchSize` expired
+ * rows, found through the `expires_at` index, skipping rows that another
+ * instance is deleting (`FOR UPDATE SKIP LOCKED`): instances never delete the
+ * same rows nor wait on each other, and request traffic never waits on a
+ * collection for longer than one batch.
+ *
+ * @example
+ * // a collection run from a job of your own, with `gc: false`
+ * const removed = await app.get(IdempotencyCollector).collect();
+ */
+@Injectable()
+export class IdempotencyCollector
+  implements OnApplicationBootstrap, BeforeApplicationShutdown
+{
+  private readonly logger = new Logger('Idempotency');
+  private running: Promise<number> | undefined;
+  private stopped = false;
+
+  constructor(
+    private readonly store: IdempotencyStore,
+    private readonly scheduler: SchedulerRegistry,
+    @Inject(IDEMPOTENCY_RESOLVED_OPTIONS)
+    private readonly options: ResolvedIdempotencyOptions,
+  ) {}
+
+  onApplicationBootstrap(): void {
+    const { gc } = this.options;
+    if (!gc) {
+      return;
+    }
+    const tick = () => void this.scheduled();
+    if (gc.cron) {
+      const job = CronJob.from({
+        cronTime: gc.cron,
+        onTick: tick,
+        start: true,
+      });
+      this.scheduler.addCronJob(JOB_NAME, job);
+    } else {
+      const timer = setInterval(tick, gc.intervalMs);
+      timer.unref();
+      this.scheduler.addInterval(JOB_NAME, timer);
+    }
+  }
+
+  async beforeApplicationShutdown(): Promise<void> {
+    this.stopped = true;
+    if (this.options.gc?.cron) {
+      this.scheduler.getCronJob(JOB_NAME)?.stop();
+      this.scheduler.deleteCronJob(JOB_NAME);
+    } else if (this.options.gc) {
+      this.scheduler.deleteInterval(JOB_NAME);
+    }
+    await this.running?.catch(() => undefined);
+  }
+
+  /**
+   * Runs one collection now: deletes expired records in batches until none
+   * is left or the time budget (`gc.maxDuration`) is spent.
+   *
+   * @param batchSize rows per statement; defaults to `gc.batchSize` (1000).
+   * @returns how many records it deleted.
+   */
+  async collect(
+    batchSize = this.options.gc?.batchSize ?? 1000,
+  ): Promise<number> {
+    const started = Date.now();
+    const budget = this.options.gc?.maxDurationMs ?? 10_000;
+    const queryRunner = this.store.source.createQueryRunner();
+    let removed = 0;
+    try {
+      for (;;) {
+        const [{ deleted }] = (await queryRunner.query(
+          `WITH expired AS (
+             SELECT scope, key FROM ${TABLE}
+             WHERE expires_at < now()
+             ORDER BY expires_at
+             LIMIT $1
+             FOR UPDATE SKIP LOCKED
+           ), deleted AS (
+             DELETE FROM ${TABLE} r USING expired e
+             WHERE r.scope = e.scope AND r.key = e.key
+             RETURNING 1
+           )
+           SELECT count(*)::int AS deleted FROM deleted`,
+          [batchSize],
+        )) as Array<{ deleted: number }>;
+        removed += deleted;
+        if (
+          deleted < batchSize ||
+          this.stopped ||
+          Date.now() - started >= budget
+        ) {
+          break;
+        }
+      }
+    } finally {
+      await queryRunner.release();
+    }
+    const duration = Date.now() - started;
+    if (removed > 0) {
+      this.logger.log(
+        `GC removed ${removed} expired record(s) in ${duration} ms`,
+      );
+    } else {
+      this.logger.debug(`GC found no expired record (${duration} ms)`);
+    }
+    return removed;
+  }
+
+  /** A scheduled run: never overlaps another, never throws. */
+  private async scheduled(): Promise<void> {
+    if (this.running || this.stopped) {
+      return;
+    }
+    this.running = this.collect();
+    try {
+      await this.running;
+    } catch (error) {
+      this.logger.warn(
+        `GC failed, retrying at the next run: ${(error as Error).message}`,
+      );
+    } finally {
+      this.running = undefined;
+    }
+  }
+}
