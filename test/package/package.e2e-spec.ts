@@ -37,6 +37,7 @@ const PEERS = [
   '@nestjs/common',
   '@nestjs/core',
   '@nestjs/platform-express',
+  '@nestjs/schedule',
   '@nestjs/typeorm',
   'typeorm',
   'pg',
@@ -48,6 +49,7 @@ const PEERS = [
 const REQUIRED_PEERS = [
   '@nestjs/common',
   '@nestjs/core',
+  '@nestjs/schedule',
   '@nestjs/typeorm',
   'typeorm',
   'pg',
