@@ -1,6 +1,10 @@
 import { CreateIdempotencyRecords1764000000000 } from './1764000000000-create-idempotency-records.js';
+import { CreateIdempotencySteps1764000000001 } from './1764000000001-create-idempotency-steps.js';
 
-export { CreateIdempotencyRecords1764000000000 };
+export {
+  CreateIdempotencyRecords1764000000000,
+  CreateIdempotencySteps1764000000001,
+};
 
 /**
  * The module's TypeORM migrations, in order. Add them to the DataSource's
@@ -14,4 +18,7 @@ export { CreateIdempotencyRecords1764000000000 };
  *   migrationsRun: true,
  * })
  */
-export const idempotencyMigrations = [CreateIdempotencyRecords1764000000000];
+export const idempotencyMigrations = [
+  CreateIdempotencyRecords1764000000000,
+  CreateIdempotencySteps1764000000001,
+];

@@ -7,12 +7,19 @@ import {
 } from '@nestjs/common';
 import { SchedulerRegistry } from '@nestjs/schedule';
 import { CronJob } from 'cron';
-import { IDEMPOTENCY_TABLE_NAME } from './idempotency.constants.js';
+import {
+  IDEMPOTENCY_STEPS_TABLE_NAME,
+  IDEMPOTENCY_TABLE_NAME,
+} from './idempotency.constants.js';
 import { IDEMPOTENCY_RESOLVED_OPTIONS } from './idempotency.tokens.js';
 import type { ResolvedIdempotencyOptions } from './idempotency.options.js';
 import { IdempotencyStore } from './store/idempotency.store.js';
 
-const TABLE = `"${IDEMPOTENCY_TABLE_NAME}"`;
+/** Tables collected, with the columns of their primary key. */
+const TABLES = [
+  { table: `"${IDEMPOTENCY_TABLE_NAME}"`, key: ['scope', 'key'] },
+  { table: `"${IDEMPOTENCY_STEPS_TABLE_NAME}"`, key: ['scope', 'key', 'step'] },
+];
 /** Name of the module's job in the `SchedulerRegistry`. */
 const JOB_NAME = 'idempotency-gc';
 
@@ -77,8 +84,9 @@ export class IdempotencyCollector
   }
 
   /**
-   * Runs one collection now: deletes expired records in batches until none
-   * is left or the time budget (`gc.maxDuration`) is spent.
+   * Runs one collection now: deletes expired records (and expired steps of
+   * requests that never finished) in batches until none is left or the time
+   * budget (`gc.maxDuration`) is spent.
    *
    * @param batchSize rows per statement; defaults to `gc.batchSize` (1000).
    * @returns how many records it deleted.
@@ -91,29 +99,33 @@ export class IdempotencyCollector
     const queryRunner = this.store.source.createQueryRunner();
     let removed = 0;
     try {
-      for (;;) {
-        const [{ deleted }] = (await queryRunner.query(
-          `WITH expired AS (
-             SELECT scope, key FROM ${TABLE}
-             WHERE expires_at < now()
-             ORDER BY expires_at
-             LIMIT $1
-             FOR UPDATE SKIP LOCKED
-           ), deleted AS (
-             DELETE FROM ${TABLE} r USING expired e
-             WHERE r.scope = e.scope AND r.key = e.key
-             RETURNING 1
-           )
-           SELECT count(*)::int AS deleted FROM deleted`,
-          [batchSize],
-        )) as Array<{ deleted: number }>;
-        removed += deleted;
-        if (
-          deleted < batchSize ||
-          this.stopped ||
-          Date.now() - started >= budget
-        ) {
-          break;
+      for (const { table, key } of TABLES) {
+        const join = key
+          .map((column) => `r.${column} = e.${column}`)
+          .join(' AND ');
+        for (;;) {
+          const [{ deleted }] = (await queryRunner.query(
+            `WITH expired AS (
+               SELECT ${key.join(', ')} FROM ${table}
+               WHERE expires_at < now()
+               ORDER BY expires_at
+               LIMIT $1
+               FOR UPDATE SKIP LOCKED
+             ), deleted AS (
+               DELETE FROM ${table} r USING expired e WHERE ${join}
+               RETURNING 1
+             )
+             SELECT count(*)::int AS deleted FROM deleted`,
+            [batchSize],
+          )) as Array<{ deleted: number }>;
+          removed += deleted;
+          if (
+            deleted < batchSize ||
+            this.stopped ||
+            Date.now() - started >= budget
+          ) {
+            break;
+          }
         }
       }
     } finally {

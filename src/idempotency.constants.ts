@@ -7,6 +7,12 @@
  */
 export const IDEMPOTENCY_TABLE_NAME = 'idempotency_records';
 
+/**
+ * Name of the table that holds the results of completed steps (recovery
+ * points) of requests in progress. Never rename it once in use.
+ */
+export const IDEMPOTENCY_STEPS_TABLE_NAME = 'idempotency_steps';
+
 /** Metadata key under which `@Idempotent()` stores its route options. */
 export const IDEMPOTENT_METADATA = 'idempotency:route-options';
 

@@ -280,7 +280,13 @@ export class IdempotencyInterceptor implements NestInterceptor {
         await this.store.bound(queryRunner, options.transactionTimeoutMs);
       }
       running = true;
-      const outcome = await this.runHandler(next, queryRunner, scope, key);
+      const outcome = await this.runHandler(
+        next,
+        queryRunner,
+        scope,
+        key,
+        options.ttlMs,
+      );
       running = false;
       await this.finish(response, queryRunner, options, id, outcome);
       return outcome;
@@ -351,6 +357,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     queryRunner: QueryRunner,
     scope: string,
     key: string | undefined,
+    ttlMs: number,
   ): Promise<unknown> {
     return ambientTransactions.run(
       {
@@ -359,6 +366,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
         manager: queryRunner.manager,
         scope,
         key,
+        ttlMs,
       },
       () => lastValueFrom(next.handle(), { defaultValue: undefined }),
     );

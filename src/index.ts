@@ -6,6 +6,7 @@ export { IdempotencyCollector } from './idempotency.collector.js';
 export {
   DEFAULT_SCOPE,
   IDEMPOTENCY_KEY_HEADER,
+  IDEMPOTENCY_STEPS_TABLE_NAME,
   IDEMPOTENCY_TABLE_NAME,
   IDEMPOTENT_METADATA,
   IDEMPOTENT_REPLAYED_HEADER,
@@ -38,5 +39,6 @@ export { IdempotencyNotReplayableException } from './exceptions/idempotency-not-
 export { IdempotencyConfigurationError } from './exceptions/idempotency-configuration.error.js';
 export {
   CreateIdempotencyRecords1764000000000,
+  CreateIdempotencySteps1764000000001,
   idempotencyMigrations,
 } from '../migrations/index.js';

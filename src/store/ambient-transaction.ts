@@ -11,6 +11,8 @@ export interface AmbientTransaction {
   readonly manager: EntityManager;
   readonly scope: string;
   readonly key: string | undefined;
+  /** How long the request's records are kept (for its steps). */
+  readonly ttlMs: number;
 }
 
 /** @internal Carries the ambient transaction through the handler's async calls. */

@@ -8,7 +8,10 @@ import {
 import { ModuleRef } from '@nestjs/core';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import { DataSource, type QueryRunner } from 'typeorm';
-import { IDEMPOTENCY_TABLE_NAME } from '../idempotency.constants.js';
+import {
+  IDEMPOTENCY_STEPS_TABLE_NAME,
+  IDEMPOTENCY_TABLE_NAME,
+} from '../idempotency.constants.js';
 import { IDEMPOTENCY_RESOLVED_OPTIONS } from '../idempotency.tokens.js';
 import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
 import { IdempotencyConfigurationError } from '../exceptions/idempotency-configuration.error.js';
@@ -72,6 +75,9 @@ interface ClaimRow extends Partial<RecordRow> {
 }
 
 const TABLE = `"${IDEMPOTENCY_TABLE_NAME}"`;
+const STEPS = `"${IDEMPOTENCY_STEPS_TABLE_NAME}"`;
+/** Clears the recovery points of a key that finishes (parameters $1, $2). */
+const CLEAR_STEPS = `cleared AS (DELETE FROM ${STEPS} WHERE scope = $1 AND key = $2)`;
 /** Advisory lock of (scope, key): held by the transaction executing the key. */
 const LOCK_ID = `hashtextextended($1 || chr(31) || $2, 0)`;
 /**
@@ -302,7 +308,8 @@ export class IdempotencyStore implements OnModuleInit, OnApplicationShutdown {
   ): Promise<void> {
     const stored = 'body' in response ? response : undefined;
     await queryRunner.query(
-      `UPDATE ${TABLE} SET status = $3, response_status = $4,
+      `WITH ${CLEAR_STEPS}
+       UPDATE ${TABLE} SET status = $3, response_status = $4,
          response_headers = $5, response_body = $6, completed_at = now()
        WHERE scope = $1 AND key = $2`,
       [
@@ -329,11 +336,15 @@ export class IdempotencyStore implements OnModuleInit, OnApplicationShutdown {
     const queryRunner = this.dataSource.createQueryRunner();
     try {
       await queryRunner.query(
-        `INSERT INTO ${TABLE} AS r (scope, key, fingerprint, method, path, status,
+        `WITH locked AS (SELECT pg_try_advisory_xact_lock(${LOCK_ID}) AS locked),
+         cleared AS (
+           DELETE FROM ${STEPS} WHERE scope = $1 AND key = $2 AND (SELECT locked FROM locked)
+         )
+         INSERT INTO ${TABLE} AS r (scope, key, fingerprint, method, path, status,
            response_status, response_headers, response_body, completed_at, expires_at)
          SELECT $1, $2, $3, $4, $5, 'failed', $6, $7, $8, now(),
            now() + $9::float8 * interval '1 millisecond'
-         WHERE pg_try_advisory_xact_lock(${LOCK_ID})
+         FROM locked WHERE locked
          ON CONFLICT (scope, key) DO UPDATE SET
            fingerprint = EXCLUDED.fingerprint, method = EXCLUDED.method, path = EXCLUDED.path,
            status = 'failed', response_status = EXCLUDED.response_status,
@@ -351,6 +362,46 @@ export class IdempotencyStore implements OnModuleInit, OnApplicationShutdown {
           response.body,
           ttlMs,
         ],
+      );
+    } finally {
+      await this.release(queryRunner);
+    }
+  }
+
+  /** The stored result of a completed step of a key, if any. */
+  async readStep(
+    queryRunner: QueryRunner,
+    scope: string,
+    key: string,
+    step: string,
+  ): Promise<{ result: unknown } | undefined> {
+    const rows = (await queryRunner.query(
+      `SELECT result FROM ${STEPS}
+       WHERE scope = $1 AND key = $2 AND step = $3 AND expires_at > now()`,
+      [scope, key, step],
+    )) as Array<{ result: unknown }>;
+    return rows[0];
+  }
+
+  /**
+   * Commits the result of a completed step at once, on a connection of its
+   * own: it survives the rollback or the loss of the request's transaction.
+   */
+  async saveStep(
+    scope: string,
+    key: string,
+    step: string,
+    result: unknown,
+    ttlMs: number,
+  ): Promise<void> {
+    const queryRunner = this.dataSource.createQueryRunner();
+    try {
+      await queryRunner.query(
+        `INSERT INTO ${STEPS} (scope, key, step, result, expires_at)
+         VALUES ($1, $2, $3, $4, now() + $5::float8 * interval '1 millisecond')
+         ON CONFLICT (scope, key, step) DO UPDATE SET
+           result = EXCLUDED.result, created_at = now(), expires_at = EXCLUDED.expires_at`,
+        [scope, key, step, JSON.stringify(result ?? null), ttlMs],
       );
     } finally {
       await this.release(queryRunner);

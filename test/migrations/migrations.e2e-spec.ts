@@ -1,5 +1,6 @@
 import { DataSource } from 'typeorm';
 import {
+  IDEMPOTENCY_STEPS_TABLE_NAME,
   IDEMPOTENCY_TABLE_NAME,
   idempotencyMigrations,
 } from '../../src/index.js';
@@ -26,10 +27,11 @@ describe('shipped migrations', () => {
     await db.drop();
   });
 
-  it('creates the record table, its primary key and the expires_at index, and drops them', async () => {
+  it('creates the record and step tables, their primary keys and expires_at indexes, and drops them', async () => {
     const ran = await dataSource.runMigrations();
     expect(ran.map((m) => m.name)).toEqual([
       'CreateIdempotencyRecords1764000000000',
+      'CreateIdempotencySteps1764000000001',
     ]);
 
     const columns = await db.query<{
@@ -90,10 +92,26 @@ describe('shipped migrations', () => {
       },
     ]);
 
+    const steps = await db.query<{ indexname: string; indexdef: string }>(
+      `SELECT indexname, indexdef FROM pg_indexes WHERE tablename = $1 ORDER BY indexname`,
+      [IDEMPOTENCY_STEPS_TABLE_NAME],
+    );
+    expect(steps).toEqual([
+      {
+        indexname: 'IDX_idempotency_steps_expires_at',
+        indexdef: expect.stringContaining('(expires_at)'),
+      },
+      {
+        indexname: 'PK_idempotency_steps',
+        indexdef: expect.stringContaining('(scope, key, step)'),
+      },
+    ]);
+
+    await dataSource.undoLastMigration();
     await dataSource.undoLastMigration();
     const [{ exists }] = await db.query<{ exists: boolean }>(
-      `SELECT to_regclass($1) IS NOT NULL AS exists`,
-      [IDEMPOTENCY_TABLE_NAME],
+      `SELECT (to_regclass($1) IS NOT NULL OR to_regclass($2) IS NOT NULL) AS exists`,
+      [IDEMPOTENCY_TABLE_NAME, IDEMPOTENCY_STEPS_TABLE_NAME],
     );
     expect(exists).toBe(false);
   });

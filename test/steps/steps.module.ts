@@ -1,0 +1,73 @@
+import {
+  Body,
+  Controller,
+  Inject,
+  Injectable,
+  InternalServerErrorException,
+  Module,
+  Post,
+} from '@nestjs/common';
+import { InjectRepository, TypeOrmModule } from '@nestjs/typeorm';
+import type { Repository } from 'typeorm';
+import { IdempotencyContext, Idempotent } from '../../src/index.js';
+import { Order } from '../fixtures/order.entity.js';
+
+export const GATEWAY_URL = Symbol('GATEWAY_URL');
+
+/** Makes the handler fail once, after its charge step. */
+@Injectable()
+export class Faults {
+  failAfterCharge = false;
+  runs = 0;
+}
+
+@Controller('checkout')
+export class CheckoutController {
+  constructor(
+    @InjectRepository(Order) private readonly orders: Repository<Order>,
+    private readonly idempotency: IdempotencyContext,
+    private readonly faults: Faults,
+    @Inject(GATEWAY_URL) private readonly gatewayUrl: string,
+  ) {}
+
+  @Post()
+  @Idempotent()
+  async checkout(@Body() body: { amount: number; reference: string }) {
+    this.faults.runs += 1;
+    const charge = await this.idempotency.step('charge', async () => {
+      const response = await fetch(`${this.gatewayUrl}/charges`, {
+        method: 'POST',
+        headers: {
+          'content-type': 'application/json',
+          'idempotency-key': this.idempotency.deriveKey('charge'),
+        },
+        body: JSON.stringify({ amount: body.amount }),
+      });
+      return (await response.json()) as { id: string; amount: number };
+    });
+    if (this.faults.failAfterCharge) {
+      this.faults.failAfterCharge = false;
+      throw new InternalServerErrorException(
+        'lost the database after charging',
+      );
+    }
+    const receipt = await this.idempotency.step(
+      'receipt',
+      () => `receipt-for-${charge.id}`,
+    );
+    const order = await this.orders.save(
+      this.orders.create({ reference: body.reference, source: charge.id }),
+    );
+    return { orderId: order.id, charge, receipt };
+  }
+}
+
+export function stepsModule(gatewayUrl: string) {
+  @Module({
+    imports: [TypeOrmModule.forFeature([Order])],
+    controllers: [CheckoutController],
+    providers: [Faults, { provide: GATEWAY_URL, useValue: gatewayUrl }],
+  })
+  class StepsTestModule {}
+  return StepsTestModule;
+}
