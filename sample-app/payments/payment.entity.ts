@@ -24,6 +24,10 @@ export class Payment {
   @Column('text', { name: 'merchant_id' })
   merchantId!: string;
 
+  /** The gateway's id of the charge behind this payment. */
+  @Column('text', { name: 'charge_id', nullable: true })
+  chargeId!: string | null;
+
   @CreateDateColumn({ name: 'created_at', type: 'timestamptz' })
   createdAt!: Date;
 

@@ -4,10 +4,11 @@ import { LedgerEntry } from './ledger-entry.entity.js';
 import { Payment } from './payment.entity.js';
 import { PaymentsController } from './payments.controller.js';
 import { PaymentsService } from './payments.service.js';
+import { PaymentGateway } from './payment-gateway.js';
 
 @Module({
   imports: [TypeOrmModule.forFeature([Payment, LedgerEntry])],
   controllers: [PaymentsController],
-  providers: [PaymentsService],
+  providers: [PaymentsService, PaymentGateway],
 })
 export class PaymentsModule {}

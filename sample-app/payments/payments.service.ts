@@ -1,9 +1,11 @@
 import { Injectable, NotFoundException } from '@nestjs/common';
 import { InjectRepository } from '@nestjs/typeorm';
+import { IdempotencyContext } from 'nestjs-idempotency';
 import { Repository } from 'typeorm';
 import { CreatePaymentDto } from './create-payment.dto.js';
 import { LedgerEntry } from './ledger-entry.entity.js';
 import { Payment } from './payment.entity.js';
+import { PaymentGateway } from './payment-gateway.js';
 
 @Injectable()
 export class PaymentsService {
@@ -11,6 +13,8 @@ export class PaymentsService {
     @InjectRepository(Payment) private readonly payments: Repository<Payment>,
     @InjectRepository(LedgerEntry)
     private readonly ledger: Repository<LedgerEntry>,
+    private readonly gateway: PaymentGateway,
+    private readonly idempotency: IdempotencyContext,
   ) {}
 
   /**
@@ -19,7 +23,19 @@ export class PaymentsService {
    * stored response commit together, or none of them does.
    */
   async create(dto: CreatePaymentDto): Promise<Payment> {
-    const payment = await this.payments.save(this.payments.create(dto));
+    // The charge leaves the database, so it is a recovery point: if this
+    // request dies after charging, its retry gets the stored charge back
+    // instead of charging again; the gateway sees the same derived key anyway.
+    const charge = await this.idempotency.step('charge', () =>
+      this.gateway.charge(
+        dto.amount,
+        dto.currency,
+        this.idempotency.deriveKey('charge'),
+      ),
+    );
+    const payment = await this.payments.save(
+      this.payments.create({ ...dto, chargeId: charge.id }),
+    );
     await this.ledger.save([
       this.ledger.create({
         paymentId: payment.id,

@@ -1,18 +1,9 @@
-import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { once } from 'node:events';
-import { existsSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
 import {
   createTestDatabase,
   type TestDatabase,
 } from '../utils/test-database.js';
-
-/** Built by `npm run build && npm run build:sample`, which `npm test` runs. */
-const MAIN = fileURLToPath(
-  new URL('../../dist-sample/main.js', import.meta.url),
-);
-const READY = /Payments sample listening on (http:\/\/\S+)/;
+import { startSample, type SampleProcess } from './sample-process.js';
 
 interface PaymentJson {
   id: string;
@@ -22,69 +13,19 @@ interface PaymentJson {
   ledgerEntries: Array<{ account: string; direction: string; amount: number }>;
 }
 
-/** Resolves with the URL of the ready line; rejects if the app exits first. */
-function readyUrl(app: ChildProcess, output: () => string): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const onData = () => {
-      const match = READY.exec(output());
-      if (match) {
-        app.stdout?.off('data', onData);
-        app.off('exit', onExit);
-        resolve(match[1]);
-      }
-    };
-    const onExit = (code: number | null, signal: string | null) =>
-      reject(
-        new Error(
-          `The sample app exited (code ${code}, signal ${signal}) before it was ready:\n${output()}`,
-        ),
-      );
-    app.stdout?.on('data', onData);
-    app.once('exit', onExit);
-  });
-}
-
 describe('the sample app, run as `node dist-sample/main.js`', () => {
   let db: TestDatabase;
-  let app: ChildProcess | undefined;
+  let app: SampleProcess;
   let url: string;
-  let output = '';
 
   beforeAll(async () => {
-    if (!existsSync(MAIN)) {
-      throw new Error(
-        `${MAIN} does not exist: run \`npm run build && npm run build:sample\` first (\`npm test\` does).`,
-      );
-    }
     db = await createTestDatabase();
-    const env: NodeJS.ProcessEnv = {
-      ...process.env,
-      DATABASE_URL: db.url,
-      PORT: '0',
-      NO_COLOR: '1',
-    };
-    // Jest's own flags are not the app's.
-    delete env.NODE_OPTIONS;
-    app = spawn(process.execPath, [MAIN], {
-      env,
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    // Read everything the app prints, so that a full pipe never blocks it.
-    app.stdout?.setEncoding('utf8').on('data', (chunk: string) => {
-      output += chunk;
-    });
-    app.stderr?.setEncoding('utf8').on('data', (chunk: string) => {
-      output += chunk;
-    });
-    url = await readyUrl(app, () => output);
+    app = await startSample({ DATABASE_URL: db.url });
+    url = app.url;
   });
 
   afterAll(async () => {
-    if (app && app.exitCode === null && app.signalCode === null) {
-      const exited = once(app, 'exit');
-      app.kill('SIGTERM');
-      await exited;
-    }
+    await app?.stop();
     await db?.drop();
   });
 
@@ -171,11 +112,10 @@ describe('the sample app, run as `node dist-sample/main.js`', () => {
   });
 
   it('shuts down on SIGTERM', async () => {
-    const running = app as ChildProcess;
-    const exited = once(running, 'exit');
-    running.kill('SIGTERM');
-    const [code, signal] = (await exited) as [number | null, string | null];
     // Nest closes the app, then lets the signal end the process.
-    expect({ code, signal }).toEqual({ code: null, signal: 'SIGTERM' });
+    expect(await app.stop('SIGTERM')).toEqual({
+      code: null,
+      signal: 'SIGTERM',
+    });
   });
 });

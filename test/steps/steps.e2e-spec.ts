@@ -1,6 +1,6 @@
 import { IDEMPOTENCY_STEPS_TABLE_NAME } from '../../src/index.js';
 import { send, startTestApp, type TestApp } from '../utils/test-app.js';
-import { FakeGateway } from './fake-gateway.js';
+import { FakeGateway } from '../utils/fake-gateway.js';
 import { Faults, stepsModule } from './steps.module.js';
 
 describe('recovery points', () => {

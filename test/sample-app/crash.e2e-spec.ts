@@ -1,0 +1,97 @@
+import pg from 'pg';
+import { FakeGateway } from '../utils/fake-gateway.js';
+import { until, untilAdvisoryLocks } from '../utils/barrier.js';
+import {
+  createTestDatabase,
+  type TestDatabase,
+} from '../utils/test-database.js';
+import { startSample, type SampleProcess } from './sample-process.js';
+
+describe('the sample app killed between its charge and its commit', () => {
+  let db: TestDatabase;
+  let gateway: FakeGateway;
+  let app: SampleProcess | undefined;
+
+  beforeAll(async () => {
+    db = await createTestDatabase();
+    gateway = await new FakeGateway().start();
+  });
+  afterAll(async () => {
+    await app?.stop();
+    await gateway.stop();
+    await db.drop();
+  });
+
+  const count = async (table: string) =>
+    (
+      await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${table}`)
+    )[0].n;
+  const pay = (url: string, key: string) =>
+    fetch(`${url}/payments`, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json', 'Idempotency-Key': key },
+      body: JSON.stringify({
+        amount: 4200,
+        currency: 'EUR',
+        merchantId: 'm_7',
+      }),
+    });
+
+  it('charges exactly once and creates exactly one payment after SIGKILL and a retry', async () => {
+    const env = { DATABASE_URL: db.url, GATEWAY_URL: gateway.url };
+    app = await startSample(env);
+    const key = 'crash-key-1';
+
+    // Holds the payments table, so the handler stops after its charge step,
+    // inside its transaction, before it can write the payment and commit.
+    const holder = new pg.Client({ connectionString: db.url });
+    holder.on('error', () => undefined);
+    await holder.connect();
+    await holder.query('BEGIN');
+    await holder.query('LOCK TABLE payments IN ACCESS EXCLUSIVE MODE');
+    const request = pay(app.url, key).catch((error: unknown) => error);
+    await until(
+      async () => (await count('idempotency_steps')) === 1,
+      'the charge step to commit',
+    );
+    await until(async () => {
+      const [{ waiting }] = await db.query<{ waiting: number }>(
+        `SELECT count(*)::int AS waiting FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+         WHERE c.relname = 'payments' AND NOT l.granted`,
+      );
+      return waiting === 1;
+    }, 'the handler to wait on the payments table');
+
+    expect(await app.stop('SIGKILL')).toEqual({
+      code: null,
+      signal: 'SIGKILL',
+    });
+    // The client saw its connection die: no answer, so it will retry.
+    expect(String(await request)).toMatch(/fetch failed/);
+    await holder.query('ROLLBACK');
+    await holder.end();
+    // The server rolls the dead process's transaction back and frees its key.
+    await untilAdvisoryLocks(db, 'held', 0);
+    expect(await count('payments')).toBe(0);
+    expect(gateway.chargeCount).toBe(1);
+
+    app = await startSample(env);
+    const retry = await pay(app.url, key);
+    expect(retry.status).toBe(201);
+    const payment = (await retry.json()) as {
+      chargeId: string;
+      amount: number;
+    };
+    expect(payment).toMatchObject({ amount: 4200, chargeId: 'ch_1' });
+    expect(gateway.chargeCount).toBe(1);
+    expect(gateway.calls.get(`${key}:charge`)).toBe(1);
+    expect(await count('payments')).toBe(1);
+    expect(await count('ledger_entries')).toBe(2);
+    expect(await count('idempotency_steps')).toBe(0);
+    expect(
+      await db.query(`SELECT status FROM idempotency_records WHERE key = $1`, [
+        key,
+      ]),
+    ).toEqual([{ status: 'completed' }]);
+  });
+});
