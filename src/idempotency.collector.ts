@@ -14,6 +14,7 @@ import {
 import { IDEMPOTENCY_RESOLVED_OPTIONS } from './idempotency.tokens.js';
 import type { ResolvedIdempotencyOptions } from './idempotency.options.js';
 import { IdempotencyStore } from './store/idempotency.store.js';
+import { IdempotencyEvents } from './idempotency.events.js';
 
 /** Tables collected, with the columns of their primary key. */
 const TABLES = [
@@ -48,6 +49,7 @@ export class IdempotencyCollector
   constructor(
     private readonly store: IdempotencyStore,
     private readonly scheduler: SchedulerRegistry,
+    private readonly events: IdempotencyEvents,
     @Inject(IDEMPOTENCY_RESOLVED_OPTIONS)
     private readonly options: ResolvedIdempotencyOptions,
   ) {}
@@ -131,14 +133,7 @@ export class IdempotencyCollector
     } finally {
       await queryRunner.release();
     }
-    const duration = Date.now() - started;
-    if (removed > 0) {
-      this.logger.log(
-        `GC removed ${removed} expired record(s) in ${duration} ms`,
-      );
-    } else {
-      this.logger.debug(`GC found no expired record (${duration} ms)`);
-    }
+    this.events.emit({ type: 'gc', removed, durationMs: Date.now() - started });
     return removed;
   }
 

@@ -33,8 +33,11 @@ import { IdempotencyKeyReusedException } from './exceptions/idempotency-key-reus
 import { IdempotencyNotReplayableException } from './exceptions/idempotency-not-replayable.exception.js';
 import { IdempotencyUnavailableException } from './exceptions/idempotency-unavailable.exception.js';
 import { IdempotencyConfigurationError } from './exceptions/idempotency-configuration.error.js';
+import { IdempotencyEvents } from './idempotency.events.js';
+import type { IdempotencyEventType } from './interfaces/idempotency-event.interface.js';
 import {
   IdempotencyStore,
+  type ClaimResult,
   type RequestIdentity,
   type StoredRecord,
   type StoredResponse,
@@ -55,6 +58,44 @@ interface DecoratedRoute {
   readonly options: ResolvedRouteOptions;
   /** Route template, e.g. `/payments/:id`. */
   readonly path: string;
+}
+
+/** A request on its way through the interceptor. */
+interface Attempt {
+  readonly started: number;
+  readonly scope: string;
+  readonly key: string | undefined;
+  readonly method: string;
+  readonly path: string;
+  /** Empty for a keyless request. */
+  readonly fingerprint: string;
+}
+
+/** The identity of a request that has a key. */
+function identity(attempt: Attempt): RequestIdentity | undefined {
+  return attempt.key === undefined ? undefined : (attempt as RequestIdentity);
+}
+
+/** SQLSTATEs of PostgreSQL ending a statement or a transaction on a timeout. */
+const TIMEOUT_CODES = new Set(['57014', '25P03', '25P04']);
+
+/**
+ * Whether PostgreSQL ended the request's transaction on its timeout: by the
+ * error code, or, once the session is gone, by the time spent.
+ */
+function isDatabaseTimeout(
+  error: unknown,
+  attempt: Attempt,
+  options: ResolvedRouteOptions,
+): boolean {
+  const code =
+    (error as { driverError?: { code?: string }; code?: string })?.driverError
+      ?.code ?? (error as { code?: string })?.code;
+  return (
+    (code !== undefined && TIMEOUT_CODES.has(code)) ||
+    (error instanceof Error &&
+      Date.now() - attempt.started >= options.transactionTimeoutMs)
+  );
 }
 
 type HttpRequest = IncomingMessage & { body?: unknown; raw?: IncomingMessage };
@@ -105,6 +146,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     private readonly reflector: Reflector,
     private readonly store: IdempotencyStore,
     private readonly adapterHost: HttpAdapterHost,
+    private readonly events: IdempotencyEvents,
     @Inject(IDEMPOTENCY_RESOLVED_OPTIONS)
     private readonly options: ResolvedIdempotencyOptions,
   ) {}
@@ -233,7 +275,9 @@ export class IdempotencyInterceptor implements NestInterceptor {
     next: CallHandler,
     route: DecoratedRoute,
   ): Promise<unknown> {
-    const response = context.switchToHttp().getResponse<HttpResponse>();
+    const started = Date.now();
+    const http = context.switchToHttp();
+    const response = http.getResponse<HttpResponse>();
     const { options } = route;
     let key: string | undefined;
     try {
@@ -244,25 +288,22 @@ export class IdempotencyInterceptor implements NestInterceptor {
     } catch (error) {
       throw this.answer(response, error);
     }
-    const scope = await this.resolveScope(context, options);
-    const id: RequestIdentity | undefined =
-      key === undefined
-        ? undefined
-        : {
-            scope,
-            key,
-            fingerprint: await this.fingerprint(context, options, route.path),
-            method:
-              context.switchToHttp().getRequest<HttpRequest>().method ?? 'GET',
-            path: route.path,
-          };
+    const attempt: Attempt = {
+      started,
+      scope: await this.resolveScope(context, options),
+      key,
+      method: http.getRequest<HttpRequest>().method ?? 'GET',
+      path: route.path,
+      fingerprint:
+        key === undefined
+          ? ''
+          : await this.fingerprint(context, options, route.path),
+    };
     let queryRunner: QueryRunner;
     try {
       queryRunner = await this.store.begin();
     } catch (error) {
-      this.logger.error(
-        `Could not begin a transaction: ${(error as Error).message}`,
-      );
+      this.emit('failed', attempt, { error });
       throw this.answer(
         response,
         new IdempotencyUnavailableException(options.retryAfter),
@@ -270,11 +311,12 @@ export class IdempotencyInterceptor implements NestInterceptor {
     }
     let running = false;
     try {
+      const id = identity(attempt);
       if (id) {
-        const record = await this.claim(queryRunner, id, options);
+        const record = await this.claim(queryRunner, id, options, attempt);
         if (record) {
           await this.store.rollback(queryRunner);
-          return this.replay(id, record);
+          return this.replay(id, record, attempt);
         }
       } else {
         await this.store.bound(queryRunner, options.transactionTimeoutMs);
@@ -283,17 +325,21 @@ export class IdempotencyInterceptor implements NestInterceptor {
       const outcome = await this.runHandler(
         next,
         queryRunner,
-        scope,
+        attempt.scope,
         key,
         options.ttlMs,
       );
       running = false;
-      await this.finish(response, queryRunner, options, id, outcome);
+      await this.finish(response, queryRunner, options, attempt, outcome);
       return outcome;
     } catch (error) {
       await this.store.rollback(queryRunner);
+      if (running && isDatabaseTimeout(error, attempt, options)) {
+        this.emit('timeout', attempt, { error });
+      }
+      const id = identity(attempt);
       if (running && id && options.storeErrors) {
-        this.storeErrorResponse(response, id, options, error);
+        this.storeErrorResponse(response, id, options, error, attempt);
       }
       throw this.answer(response, error);
     }
@@ -308,9 +354,11 @@ export class IdempotencyInterceptor implements NestInterceptor {
     queryRunner: QueryRunner,
     id: RequestIdentity,
     options: ResolvedRouteOptions,
+    attempt: Attempt,
   ): Promise<StoredRecord | undefined> {
+    let claim: ClaimResult;
     try {
-      let claim = await this.store.claim(
+      claim = await this.store.claim(
         queryRunner,
         id,
         options.ttlMs,
@@ -328,27 +376,21 @@ export class IdempotencyInterceptor implements NestInterceptor {
           options.transactionTimeoutMs,
         );
       }
-      switch (claim.state) {
-        case 'claimed':
-          return undefined;
-        case 'finished':
-          return claim.record;
-        case 'busy':
-          this.logger.debug(
-            `Conflict on ${id.method} ${id.path} (scope ${id.scope}, key ${id.key})`,
-          );
-          throw new IdempotencyConflictException(id.key, options.retryAfter);
-        case 'mismatch':
-          throw new IdempotencyKeyReusedException(id.key);
-      }
     } catch (error) {
-      if (error instanceof IdempotencyHttpException) {
-        throw error;
-      }
-      this.logger.error(
-        `Could not claim an idempotency key: ${(error as Error).message}`,
-      );
+      this.emit('failed', attempt, { error });
       throw new IdempotencyUnavailableException(options.retryAfter);
+    }
+    switch (claim.state) {
+      case 'claimed':
+        return undefined;
+      case 'finished':
+        return claim.record;
+      case 'busy':
+        this.emit('conflict', attempt, { status: 409 });
+        throw new IdempotencyConflictException(id.key, options.retryAfter);
+      case 'mismatch':
+        this.emit('mismatch', attempt, { status: 422 });
+        throw new IdempotencyKeyReusedException(id.key);
     }
   }
 
@@ -377,10 +419,11 @@ export class IdempotencyInterceptor implements NestInterceptor {
     response: HttpResponse,
     queryRunner: QueryRunner,
     options: ResolvedRouteOptions,
-    id: RequestIdentity | undefined,
+    attempt: Attempt,
     outcome: unknown,
   ): Promise<void> {
     const raw = rawResponse(response);
+    const id = identity(attempt);
     if (raw.headersSent) {
       // Sent by the handler itself (@Res()): nothing can be stored to replay.
       throw new IdempotencyConfigurationError(
@@ -391,29 +434,29 @@ export class IdempotencyInterceptor implements NestInterceptor {
     if (isStream(outcome)) {
       // A stream is sent as it is read: commit first, and mark the key so
       // that a duplicate is refused rather than run again.
+      const status =
+        (response as { statusCode?: number }).statusCode ?? raw.statusCode;
       if (id) {
         await this.store.complete(queryRunner, id, 'not_replayable', {
-          status:
-            (response as { statusCode?: number }).statusCode ?? raw.statusCode,
+          status,
         });
-        this.logger.debug(
-          `Streamed response of ${id.method} ${id.path} is not replayable`,
-        );
       }
       await this.store.commit(queryRunner);
+      this.emit('executed', attempt, { status });
       return;
     }
     this.commitWithResponse(
       response,
       queryRunner,
       options,
+      attempt,
       async (captured) => {
         if (!id) {
           return;
         }
         if (captured.body.length > options.maxResponseSize) {
           this.logger.warn(
-            `Response of ${id.method} ${id.path} (${captured.body.length} bytes) exceeds maxResponseSize (${options.maxResponseSize}): key ${id.key} is not replayable`,
+            `Response of ${id.method} ${id.path} (${captured.body.length} bytes) exceeds maxResponseSize (${options.maxResponseSize}): key ${JSON.stringify(id.key)} is not replayable`,
           );
           await this.store.complete(queryRunner, id, 'not_replayable', {
             status: captured.status,
@@ -439,6 +482,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     id: RequestIdentity,
     options: ResolvedRouteOptions,
     error: unknown,
+    attempt: Attempt,
   ): void {
     const raw = rawResponse(response);
     const policy = options.storeErrors;
@@ -460,9 +504,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
             toStored(captured, options),
             options.ttlMs,
           );
-          this.logger.debug(
-            `Stored error ${captured.status} of ${id.method} ${id.path} (key ${id.key})`,
-          );
+          this.emit('stored-error', attempt, { status: captured.status });
         } catch (failure) {
           // The client still gets its error; a retry runs again.
           this.logger.error(
@@ -486,6 +528,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     response: HttpResponse,
     queryRunner: QueryRunner,
     options: ResolvedRouteOptions,
+    attempt: Attempt,
     store: (captured: CapturedResponse) => Promise<void>,
   ): void {
     const raw = rawResponse(response);
@@ -526,11 +569,15 @@ export class IdempotencyInterceptor implements NestInterceptor {
           throw error;
         }
         await this.store.commit(queryRunner);
+        this.emit('executed', attempt, { status: captured.status });
       },
       (error) => {
-        this.logger.error(
-          `Could not commit an idempotent request: ${(error as Error).message}`,
-          (error as Error).stack,
+        this.emit(
+          isDatabaseTimeout(error, attempt, options) ? 'timeout' : 'failed',
+          attempt,
+          {
+            error,
+          },
         );
         const failure = new IdempotencyUnavailableException(options.retryAfter);
         const body = Buffer.from(JSON.stringify(failure.getProblem()));
@@ -545,6 +592,22 @@ export class IdempotencyInterceptor implements NestInterceptor {
         };
       },
     );
+  }
+
+  private emit(
+    type: IdempotencyEventType,
+    attempt: Attempt,
+    extra: { status?: number; error?: unknown } = {},
+  ): void {
+    this.events.emit({
+      type,
+      scope: attempt.scope,
+      key: attempt.key,
+      method: attempt.method,
+      path: attempt.path,
+      durationMs: Date.now() - attempt.started,
+      ...extra,
+    });
   }
 
   /** Sets the headers of one of the module's own answers, and returns it. */
@@ -563,16 +626,20 @@ export class IdempotencyInterceptor implements NestInterceptor {
    * The answer to a duplicate of a finished request: the stored response, as
    * a web `Response` that Nest sends as it is, or a refusal.
    */
-  private replay(id: RequestIdentity, record: StoredRecord): Response {
+  private replay(
+    id: RequestIdentity,
+    record: StoredRecord,
+    attempt: Attempt,
+  ): Response {
     if (record.fingerprint !== id.fingerprint) {
+      this.emit('mismatch', attempt, { status: 422 });
       throw new IdempotencyKeyReusedException(id.key);
     }
     if (record.status === 'not_replayable') {
+      this.emit('not-replayable', attempt, { status: 422 });
       throw new IdempotencyNotReplayableException(id.key);
     }
-    this.logger.debug(
-      `Replayed ${id.method} ${id.path} (scope ${id.scope}, key ${id.key})`,
-    );
+    this.emit('replayed', attempt, { status: record.response.status });
     const stored = record.response;
     const headers = new Headers();
     for (const [name, value] of Object.entries(stored.headers)) {

@@ -15,6 +15,7 @@ import { IdempotencyInterceptor } from './idempotency.interceptor.js';
 import { IdempotencyStore } from './store/idempotency.store.js';
 import { IdempotencyExplorer } from './idempotency.explorer.js';
 import { IdempotencyCollector } from './idempotency.collector.js';
+import { IdempotencyEvents } from './idempotency.events.js';
 
 /**
  * Makes handlers decorated with `@Idempotent()` idempotent, on the
@@ -43,6 +44,7 @@ import { IdempotencyCollector } from './idempotency.collector.js';
       inject: [IDEMPOTENCY_MODULE_OPTIONS],
     },
     IdempotencyStore,
+    IdempotencyEvents,
     IdempotencyExplorer,
     IdempotencyCollector,
     IdempotencyContext,

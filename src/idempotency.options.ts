@@ -60,6 +60,7 @@ export interface ResolvedGcOptions {
 export interface ResolvedIdempotencyOptions extends ResolvedRouteOptions {
   /** `undefined` when disabled. */
   readonly gc: ResolvedGcOptions | undefined;
+  readonly onEvent: IdempotencyModuleOptions['onEvent'];
   readonly dataSource: string | undefined;
   /** As configured, for messages. */
   readonly headerName: string;
@@ -229,6 +230,7 @@ export function resolveModuleOptions(
   }
   const base: ResolvedIdempotencyOptions = {
     gc: resolveGcOptions(options.gc),
+    onEvent: options.onEvent,
     dataSource: options.dataSource,
     headerName,
     headerField: headerName.toLowerCase(),

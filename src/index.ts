@@ -26,6 +26,10 @@ export type {
   IdempotencyScopeResolver,
   IdempotentOptions,
 } from './interfaces/idempotency-options.interface.js';
+export type {
+  IdempotencyEvent,
+  IdempotencyEventType,
+} from './interfaces/idempotency-event.interface.js';
 export {
   IdempotencyHttpException,
   type IdempotencyProblem,

@@ -1,4 +1,5 @@
 import type { ExecutionContext } from '@nestjs/common';
+import type { IdempotencyEvent } from './idempotency-event.interface.js';
 
 /**
  * A span of time: a number of milliseconds, or a string such as `'500ms'`,
@@ -231,6 +232,15 @@ export interface IdempotencyModuleOptions extends IdempotentOptions {
    * @default { interval: '5m', batchSize: 1000, maxDuration: '10s' }
    */
   gc?: false | IdempotencyGcOptions;
+  /**
+   * Called with every event of the module (executed, replayed, conflict,
+   * mismatch, stored error, timeout, GC run, ...), e.g. to feed metrics.
+   * Must not throw (what it throws is logged and ignored).
+   * @default none (events are only logged)
+   * @example
+   * onEvent: (event) => idempotencyEvents.inc({ type: event.type })
+   */
+  onEvent?: (event: IdempotencyEvent) => void;
   /**
    * Name of the TypeORM DataSource to use, as given to
    * `TypeOrmModule.forRoot({ name })`. The module opens no connection of its

@@ -1,0 +1,59 @@
+import { Inject, Injectable, Logger } from '@nestjs/common';
+import { IDEMPOTENCY_RESOLVED_OPTIONS } from './idempotency.tokens.js';
+import type { ResolvedIdempotencyOptions } from './idempotency.options.js';
+import type {
+  IdempotencyEvent,
+  IdempotencyEventType,
+} from './interfaces/idempotency-event.interface.js';
+
+/** Log level of each event: per-request successes are debug-level. */
+const LEVELS: Record<IdempotencyEventType, 'debug' | 'log' | 'warn'> = {
+  executed: 'debug',
+  replayed: 'debug',
+  conflict: 'log',
+  mismatch: 'log',
+  'not-replayable': 'log',
+  'stored-error': 'log',
+  gc: 'log',
+  timeout: 'warn',
+  failed: 'warn',
+};
+
+/**
+ * @internal Logs the module's events as `key=value` lines (logfmt) under the
+ * `Idempotency` context, and hands them to the `onEvent` option.
+ */
+@Injectable()
+export class IdempotencyEvents {
+  private readonly logger = new Logger('Idempotency');
+
+  constructor(
+    @Inject(IDEMPOTENCY_RESOLVED_OPTIONS)
+    private readonly options: ResolvedIdempotencyOptions,
+  ) {}
+
+  emit(event: IdempotencyEvent): void {
+    const fields = [
+      `event=${event.type}`,
+      event.method && `method=${event.method}`,
+      event.path && `path=${JSON.stringify(event.path)}`,
+      event.status !== undefined && `status=${event.status}`,
+      event.scope !== undefined && `scope=${JSON.stringify(event.scope)}`,
+      event.key !== undefined && `key=${JSON.stringify(event.key)}`,
+      event.removed !== undefined && `removed=${event.removed}`,
+      event.durationMs !== undefined && `duration_ms=${event.durationMs}`,
+      event.error !== undefined &&
+        `error=${JSON.stringify((event.error as Error)?.message ?? String(event.error))}`,
+    ].filter(Boolean);
+    const level =
+      event.type === 'gc' && event.removed === 0 ? 'debug' : LEVELS[event.type];
+    this.logger[level](fields.join(' '));
+    if (this.options.onEvent) {
+      try {
+        this.options.onEvent(event);
+      } catch (error) {
+        this.logger.warn(`onEvent threw: ${(error as Error).message}`);
+      }
+    }
+  }
+}

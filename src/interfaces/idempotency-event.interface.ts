@@ -1,0 +1,47 @@
+/**
+ * What happened to a request (or a collection):
+ * - `executed`: the handler ran and its writes and record committed;
+ * - `replayed`: a duplicate got the stored response;
+ * - `conflict`: a duplicate arrived while the same request executed (409);
+ * - `mismatch`: the key was reused for a different request (422);
+ * - `not-replayable`: a duplicate of a request whose response was not stored (422);
+ * - `stored-error`: an error response was stored by the error policy;
+ * - `timeout`: PostgreSQL ended the request's transaction (`transactionTimeout`);
+ * - `failed`: the transaction could not begin or commit (503);
+ * - `gc`: a garbage collection ran.
+ */
+export type IdempotencyEventType =
+  | 'executed'
+  | 'replayed'
+  | 'conflict'
+  | 'mismatch'
+  | 'not-replayable'
+  | 'stored-error'
+  | 'timeout'
+  | 'failed'
+  | 'gc';
+
+/**
+ * An event of the module, given to the `onEvent` option (e.g. to count
+ * replays and conflicts in your metrics) and logged.
+ */
+export interface IdempotencyEvent {
+  /** What happened. */
+  readonly type: IdempotencyEventType;
+  /** Scope of the request (absent for `gc`). */
+  readonly scope?: string;
+  /** Idempotency key of the request (absent for `gc` and keyless requests). */
+  readonly key?: string;
+  /** HTTP method of the request. */
+  readonly method?: string;
+  /** Route template of the request, e.g. `/payments/:id`. */
+  readonly path?: string;
+  /** Status of the response sent, where there is one. */
+  readonly status?: number;
+  /** Milliseconds the request (or the collection) took. */
+  readonly durationMs?: number;
+  /** Records deleted (`gc` only). */
+  readonly removed?: number;
+  /** The error behind a `timeout` or `failed` event. */
+  readonly error?: unknown;
+}
