@@ -1,0 +1,90 @@
+import {
+  IdempotencyCollector,
+  type IdempotencyEvent,
+} from '../../src/index.js';
+import { ContractTestModule, Runs } from '../contract/contract.module.js';
+import { Barrier } from '../utils/barrier.js';
+import { send, startTestApp, type TestApp } from '../utils/test-app.js';
+
+describe('events for metrics', () => {
+  let target: TestApp;
+  const events: IdempotencyEvent[] = [];
+
+  beforeAll(async () => {
+    target = await startTestApp({
+      imports: [ContractTestModule],
+      idempotency: { gc: false, onEvent: (event) => events.push(event) },
+    });
+  });
+  afterAll(() => target.close());
+  beforeEach(() => {
+    events.length = 0;
+  });
+
+  const types = () => events.map((event) => event.type);
+
+  it('reports an execution, then a replay, with the request and its status', async () => {
+    await send(target, '/keys/default', { key: 'ev-1', body: { a: 1 } });
+    await send(target, '/keys/default', { key: 'ev-1', body: { a: 1 } });
+    expect(types()).toEqual(['executed', 'replayed']);
+    expect(events[0]).toMatchObject({
+      scope: 'global',
+      key: 'ev-1',
+      method: 'POST',
+      path: '/keys/default',
+      status: 201,
+      durationMs: expect.any(Number),
+    });
+    expect(events[1]).toMatchObject({ key: 'ev-1', status: 201 });
+  });
+
+  it('reports conflicts and mismatches', async () => {
+    const runs = target.app.get(Runs);
+    runs.barrier = new Barrier();
+    const first = send(target, '/fingerprint/held', {
+      key: 'ev-2',
+      body: { reference: 'ev-2' },
+    });
+    await runs.barrier.reached(1);
+    await send(target, '/fingerprint/held', {
+      key: 'ev-2',
+      body: { reference: 'ev-2' },
+    });
+    await send(target, '/fingerprint/held', {
+      key: 'ev-2',
+      body: { reference: 'other' },
+    });
+    runs.barrier.open();
+    await first;
+    expect(types()).toEqual(['conflict', 'mismatch', 'executed']);
+    expect(events[0]).toMatchObject({ status: 409, key: 'ev-2' });
+    expect(events[1]).toMatchObject({ status: 422, key: 'ev-2' });
+  });
+
+  it('reports stored errors and refused unreplayable duplicates', async () => {
+    await send(target, '/errors/declined', {
+      key: 'ev-3',
+      body: { reference: 'ev-3' },
+    });
+    await send(target, '/responses/stream', {
+      key: 'ev-4',
+      body: { reference: 'ev-4' },
+    });
+    await send(target, '/responses/stream', {
+      key: 'ev-4',
+      body: { reference: 'ev-4' },
+    });
+    expect(types()).toEqual(['stored-error', 'executed', 'not-replayable']);
+  });
+
+  it('reports garbage collections with the rows removed', async () => {
+    await target.db.query(
+      `UPDATE idempotency_records SET expires_at = now() - interval '1 minute'`,
+    );
+    const removed = await target.app.get(IdempotencyCollector).collect();
+    expect(removed).toBeGreaterThan(0);
+    expect(events).toEqual([
+      { type: 'gc', removed, durationMs: expect.any(Number) },
+    ]);
+  });
+});
