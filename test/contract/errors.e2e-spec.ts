@@ -1,13 +1,18 @@
 import { IDEMPOTENCY_TABLE_NAME } from '../../src/index.js';
-import { send, startTestApp, type TestApp } from '../utils/test-app.js';
+import {
+  send,
+  PLATFORMS,
+  startTestApp,
+  type TestApp,
+} from '../utils/test-app.js';
 import { ContractTestModule, Runs } from './contract.module.js';
 
-describe('error policy', () => {
+describe.each(PLATFORMS)('error policy (%s)', (platform) => {
   let target: TestApp;
   let runs: Runs;
 
   beforeAll(async () => {
-    target = await startTestApp({ imports: [ContractTestModule] });
+    target = await startTestApp({ platform, imports: [ContractTestModule] });
     runs = target.app.get(Runs);
   });
   afterAll(() => target.close());

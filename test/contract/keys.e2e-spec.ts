@@ -1,6 +1,11 @@
 import { request as httpRequest } from 'node:http';
 import { IDEMPOTENCY_TABLE_NAME } from '../../src/index.js';
-import { send, startTestApp, type TestApp } from '../utils/test-app.js';
+import {
+  send,
+  PLATFORMS,
+  startTestApp,
+  type TestApp,
+} from '../utils/test-app.js';
 import { ContractTestModule, Runs } from './contract.module.js';
 
 /** A POST with headers sent exactly as given, repeated names included. */
@@ -31,12 +36,12 @@ function postRaw(
   });
 }
 
-describe('idempotency keys', () => {
+describe.each(PLATFORMS)('idempotency keys (%s)', (platform) => {
   let target: TestApp;
   let runs: Runs;
 
   beforeAll(async () => {
-    target = await startTestApp({ imports: [ContractTestModule] });
+    target = await startTestApp({ platform, imports: [ContractTestModule] });
     runs = target.app.get(Runs);
   });
   afterAll(() => target.close());

@@ -4,7 +4,12 @@ import {
   IDEMPOTENCY_TABLE_NAME,
   Idempotent,
 } from '../../src/index.js';
-import { send, startTestApp, type TestApp } from '../utils/test-app.js';
+import {
+  send,
+  PLATFORMS,
+  startTestApp,
+  type TestApp,
+} from '../utils/test-app.js';
 import { ContractTestModule, Runs } from './contract.module.js';
 
 @Controller('library-mode')
@@ -19,104 +24,109 @@ class LibraryModeController {
 @Module({ controllers: [LibraryModeController] })
 class LibraryModeModule {}
 
-describe('responses that cannot be replayed', () => {
-  let target: TestApp;
-  let runs: Runs;
+describe.each(PLATFORMS)(
+  'responses that cannot be replayed (%s)',
+  (platform) => {
+    let target: TestApp;
+    let runs: Runs;
 
-  beforeAll(async () => {
-    target = await startTestApp({ imports: [ContractTestModule] });
-    runs = target.app.get(Runs);
-  });
-  afterAll(() => target.close());
-
-  const record = async (key: string) =>
-    target.db.query<{ status: string; response_body: Buffer | null }>(
-      `SELECT status, response_body FROM ${IDEMPOTENCY_TABLE_NAME} WHERE key = $1`,
-      [key],
-    );
-
-  it('refuses @Idempotent() on a handler that sends its response itself (@Res()) at bootstrap', async () => {
-    await expect(
-      startTestApp({ imports: [LibraryModeModule] }),
-    ).rejects.toThrow(IdempotencyConfigurationError);
-    await expect(
-      startTestApp({ imports: [LibraryModeModule] }),
-    ).rejects.toThrow(/LibraryModeController\.create.*@Res\(\)/);
-  });
-
-  it('commits a streamed response and marks the key not replayable: a duplicate gets 422, never a second run', async () => {
-    const first = await send(target, '/responses/stream', {
-      key: 'stream-1',
-      body: { reference: 'stream' },
+    beforeAll(async () => {
+      target = await startTestApp({ platform, imports: [ContractTestModule] });
+      runs = target.app.get(Runs);
     });
-    expect(first.status).toBe(201);
-    expect(await first.text()).toBe('chunk-1 of run 1\nchunk-2\n');
-    expect(await record('stream-1')).toEqual([
-      { status: 'not_replayable', response_body: null },
-    ]);
+    afterAll(() => target.close());
 
-    const second = await send(target, '/responses/stream', {
-      key: 'stream-1',
-      body: { reference: 'stream' },
-    });
-    expect(second.status).toBe(422);
-    expect(second.headers.get('content-type')).toMatch(
-      /^application\/problem\+json/,
-    );
-    expect(((await second.json()) as { type: string }).type).toBe(
-      'urn:idempotency:not-replayable',
-    );
-    expect(runs.counts['responses/stream']).toBe(1);
-    expect(
-      await target.db.query(`SELECT 1 FROM orders WHERE reference = 'stream'`),
-    ).toHaveLength(1);
-  });
+    const record = async (key: string) =>
+      target.db.query<{ status: string; response_body: Buffer | null }>(
+        `SELECT status, response_body FROM ${IDEMPOTENCY_TABLE_NAME} WHERE key = $1`,
+        [key],
+      );
 
-  it('sends and commits a response over maxResponseSize, but does not store it: a duplicate gets 422', async () => {
-    const first = await send(target, '/responses/large', {
-      key: 'large-1',
-      body: { reference: 'large' },
+    it('refuses @Idempotent() on a handler that sends its response itself (@Res()) at bootstrap', async () => {
+      await expect(
+        startTestApp({ platform, imports: [LibraryModeModule] }),
+      ).rejects.toThrow(IdempotencyConfigurationError);
+      await expect(
+        startTestApp({ platform, imports: [LibraryModeModule] }),
+      ).rejects.toThrow(/LibraryModeController\.create.*@Res\(\)/);
     });
-    expect(first.status).toBe(201);
-    expect(((await first.json()) as { padding: string }).padding).toHaveLength(
-      2048,
-    );
-    expect(await record('large-1')).toEqual([
-      { status: 'not_replayable', response_body: null },
-    ]);
-    const second = await send(target, '/responses/large', {
-      key: 'large-1',
-      body: { reference: 'large' },
-    });
-    expect(second.status).toBe(422);
-    expect(runs.counts['responses/large']).toBe(1);
-    expect(
-      await target.db.query(`SELECT 1 FROM orders WHERE reference = 'large'`),
-    ).toHaveLength(1);
-  });
 
-  it('does not replay denied headers', async () => {
-    const first = await send(target, '/responses/headers-deny', {
-      key: 'deny-1',
-    });
-    expect(first.headers.get('x-request-id')).toBe('req-1');
-    expect(first.headers.get('x-kept')).toBe('kept-1');
-    const second = await send(target, '/responses/headers-deny', {
-      key: 'deny-1',
-    });
-    expect(second.headers.get('idempotent-replayed')).toBe('true');
-    expect(second.headers.get('x-request-id')).toBeNull();
-    expect(second.headers.get('x-kept')).toBe('kept-1');
-  });
+    it('commits a streamed response and marks the key not replayable: a duplicate gets 422, never a second run', async () => {
+      const first = await send(target, '/responses/stream', {
+        key: 'stream-1',
+        body: { reference: 'stream' },
+      });
+      expect(first.status).toBe(201);
+      expect(await first.text()).toBe('chunk-1 of run 1\nchunk-2\n');
+      expect(await record('stream-1')).toEqual([
+        { status: 'not_replayable', response_body: null },
+      ]);
 
-  it('replays only allowed headers, and always the content type', async () => {
-    await send(target, '/responses/headers-allow', { key: 'allow-1' });
-    const second = await send(target, '/responses/headers-allow', {
-      key: 'allow-1',
+      const second = await send(target, '/responses/stream', {
+        key: 'stream-1',
+        body: { reference: 'stream' },
+      });
+      expect(second.status).toBe(422);
+      expect(second.headers.get('content-type')).toMatch(
+        /^application\/problem\+json/,
+      );
+      expect(((await second.json()) as { type: string }).type).toBe(
+        'urn:idempotency:not-replayable',
+      );
+      expect(runs.counts['responses/stream']).toBe(1);
+      expect(
+        await target.db.query(
+          `SELECT 1 FROM orders WHERE reference = 'stream'`,
+        ),
+      ).toHaveLength(1);
     });
-    expect(second.headers.get('idempotent-replayed')).toBe('true');
-    expect(second.headers.get('x-kept')).toBe('kept-1');
-    expect(second.headers.get('x-request-id')).toBeNull();
-    expect(second.headers.get('content-type')).toMatch(/^application\/json/);
-  });
-});
+
+    it('sends and commits a response over maxResponseSize, but does not store it: a duplicate gets 422', async () => {
+      const first = await send(target, '/responses/large', {
+        key: 'large-1',
+        body: { reference: 'large' },
+      });
+      expect(first.status).toBe(201);
+      expect(
+        ((await first.json()) as { padding: string }).padding,
+      ).toHaveLength(2048);
+      expect(await record('large-1')).toEqual([
+        { status: 'not_replayable', response_body: null },
+      ]);
+      const second = await send(target, '/responses/large', {
+        key: 'large-1',
+        body: { reference: 'large' },
+      });
+      expect(second.status).toBe(422);
+      expect(runs.counts['responses/large']).toBe(1);
+      expect(
+        await target.db.query(`SELECT 1 FROM orders WHERE reference = 'large'`),
+      ).toHaveLength(1);
+    });
+
+    it('does not replay denied headers', async () => {
+      const first = await send(target, '/responses/headers-deny', {
+        key: 'deny-1',
+      });
+      expect(first.headers.get('x-request-id')).toBe('req-1');
+      expect(first.headers.get('x-kept')).toBe('kept-1');
+      const second = await send(target, '/responses/headers-deny', {
+        key: 'deny-1',
+      });
+      expect(second.headers.get('idempotent-replayed')).toBe('true');
+      expect(second.headers.get('x-request-id')).toBeNull();
+      expect(second.headers.get('x-kept')).toBe('kept-1');
+    });
+
+    it('replays only allowed headers, and always the content type', async () => {
+      await send(target, '/responses/headers-allow', { key: 'allow-1' });
+      const second = await send(target, '/responses/headers-allow', {
+        key: 'allow-1',
+      });
+      expect(second.headers.get('idempotent-replayed')).toBe('true');
+      expect(second.headers.get('x-kept')).toBe('kept-1');
+      expect(second.headers.get('x-request-id')).toBeNull();
+      expect(second.headers.get('content-type')).toMatch(/^application\/json/);
+    });
+  },
+);

@@ -4,14 +4,20 @@ import {
 } from '../../src/index.js';
 import { ContractTestModule, Runs } from '../contract/contract.module.js';
 import { Barrier } from '../utils/barrier.js';
-import { send, startTestApp, type TestApp } from '../utils/test-app.js';
+import {
+  send,
+  PLATFORMS,
+  startTestApp,
+  type TestApp,
+} from '../utils/test-app.js';
 
-describe('events for metrics', () => {
+describe.each(PLATFORMS)('events for metrics (%s)', (platform) => {
   let target: TestApp;
   const events: IdempotencyEvent[] = [];
 
   beforeAll(async () => {
     target = await startTestApp({
+      platform,
       imports: [ContractTestModule],
       idempotency: { gc: false, onEvent: (event) => events.push(event) },
     });

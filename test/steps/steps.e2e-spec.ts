@@ -1,16 +1,24 @@
 import { IDEMPOTENCY_STEPS_TABLE_NAME } from '../../src/index.js';
-import { send, startTestApp, type TestApp } from '../utils/test-app.js';
+import {
+  send,
+  PLATFORMS,
+  startTestApp,
+  type TestApp,
+} from '../utils/test-app.js';
 import { FakeGateway } from '../utils/fake-gateway.js';
 import { Faults, stepsModule } from './steps.module.js';
 
-describe('recovery points', () => {
+describe.each(PLATFORMS)('recovery points (%s)', (platform) => {
   let gateway: FakeGateway;
   let target: TestApp;
   let faults: Faults;
 
   beforeAll(async () => {
     gateway = await new FakeGateway().start();
-    target = await startTestApp({ imports: [stepsModule(gateway.url)] });
+    target = await startTestApp({
+      platform,
+      imports: [stepsModule(gateway.url)],
+    });
     faults = target.app.get(Faults);
   });
   afterAll(async () => {
