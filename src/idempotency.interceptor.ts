@@ -648,7 +648,10 @@ export class IdempotencyInterceptor implements NestInterceptor {
       }
     }
     headers.set(IDEMPOTENT_REPLAYED_HEADER, 'true');
-    headers.set('content-length', String(stored.body.length));
+    // A 204 or 304 has no body, and must not announce one.
+    if (stored.status !== 204 && stored.status !== 304) {
+      headers.set('content-length', String(stored.body.length));
+    }
     return new Response(
       stored.body.length > 0 ? new Uint8Array(stored.body) : null,
       {

@@ -3,7 +3,15 @@ import tseslint from 'typescript-eslint';
 
 /** Lint rules of the project (`npm run lint`). */
 export default tseslint.config(
-  { ignores: ['dist/**', 'dist-bench/**', 'dist-sample/**', 'node_modules/**', 'coverage/**'] },
+  {
+    ignores: [
+      'dist/**',
+      'dist-bench/**',
+      'dist-sample/**',
+      'node_modules/**',
+      'coverage/**',
+    ],
+  },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {

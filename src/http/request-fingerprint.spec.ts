@@ -56,4 +56,16 @@ describe('requestFingerprint', () => {
       requestFingerprint('POST', '/x', { a: 1 }),
     );
   });
+
+  it('fingerprints a deeply nested body without exhausting the stack', () => {
+    const depth = 100_000;
+    const deep = JSON.parse('['.repeat(depth) + ']'.repeat(depth)) as unknown;
+    const other = JSON.parse(
+      '['.repeat(depth) + '1' + ']'.repeat(depth),
+    ) as unknown;
+    expect(requestFingerprint('POST', '/x', deep)).toMatch(/^[0-9a-f]{64}$/);
+    expect(requestFingerprint('POST', '/x', deep)).not.toBe(
+      requestFingerprint('POST', '/x', other),
+    );
+  });
 });

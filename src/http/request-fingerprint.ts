@@ -2,21 +2,49 @@ import { createHash } from 'node:crypto';
 
 /**
  * JSON with the keys of every object in code-point order, so that two bodies
- * that differ only in key order have the same text.
+ * that differ only in key order have the same text. Iterative, so that a
+ * deeply nested body cannot exhaust the stack.
  */
-function canonicalJson(value: unknown): string {
-  if (value === null || typeof value !== 'object') {
-    return JSON.stringify(value) ?? 'null';
+function canonicalJson(root: unknown): string {
+  const out: string[] = [];
+  // Values still to write, and literal text between them, in reverse order.
+  const work: Array<{ value: unknown } | string> = [{ value: root }];
+  while (work.length > 0) {
+    const item = work.pop()!;
+    if (typeof item === 'string') {
+      out.push(item);
+      continue;
+    }
+    const { value } = item;
+    if (value === null || typeof value !== 'object') {
+      out.push(JSON.stringify(value) ?? 'null');
+      continue;
+    }
+    const parts: Array<{ value: unknown } | string> = [];
+    if (Array.isArray(value)) {
+      parts.push('[');
+      value.forEach((element, index) => {
+        parts.push(...(index > 0 ? [','] : []), { value: element });
+      });
+      parts.push(']');
+    } else {
+      const record = value as Record<string, unknown>;
+      const names = Object.keys(record)
+        .filter((name) => record[name] !== undefined)
+        .sort();
+      parts.push('{');
+      names.forEach((name, index) => {
+        parts.push(`${index > 0 ? ',' : ''}${JSON.stringify(name)}:`, {
+          value: record[name],
+        });
+      });
+      parts.push('}');
+    }
+    for (let i = parts.length - 1; i >= 0; i -= 1) {
+      work.push(parts[i]);
+    }
   }
-  if (Array.isArray(value)) {
-    return `[${value.map(canonicalJson).join(',')}]`;
-  }
-  const record = value as Record<string, unknown>;
-  const fields = Object.keys(record)
-    .filter((name) => record[name] !== undefined)
-    .sort()
-    .map((name) => `${JSON.stringify(name)}:${canonicalJson(record[name])}`);
-  return `{${fields.join(',')}}`;
+  return out.join('');
 }
 
 /**

@@ -162,7 +162,11 @@ export class IdempotencyStore implements OnModuleInit, OnApplicationShutdown {
          SELECT pg_try_advisory_xact_lock(${FINGERPRINT_LOCK_ID}) AS fingerprint_locked FROM settings
        ),
        lock AS (
-         SELECT fingerprint_locked, pg_try_advisory_xact_lock(${LOCK_ID}) AS locked FROM fingerprint_lock
+         -- The key's lock only with the fingerprint's: whoever holds the key
+         -- also holds its own fingerprint, which is what duplicates test.
+         SELECT fingerprint_locked,
+           CASE WHEN fingerprint_locked THEN pg_try_advisory_xact_lock(${LOCK_ID}) ELSE false END AS locked
+         FROM fingerprint_lock
        ),
        claim AS (
          INSERT INTO ${TABLE} AS r (scope, key, fingerprint, method, path, status, expires_at)

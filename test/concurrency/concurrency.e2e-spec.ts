@@ -1,5 +1,10 @@
 import { Barrier, untilAdvisoryLocks } from '../utils/barrier.js';
-import { send, startTestApp, type TestApp } from '../utils/test-app.js';
+import {
+  PLATFORMS,
+  send,
+  startTestApp,
+  type TestApp,
+} from '../utils/test-app.js';
 import { ConcurrencyTestModule, Gate } from './concurrency.module.js';
 
 const DUPLICATES = 50;
@@ -47,7 +52,7 @@ function burst(
   return { all: Promise.all(all), settled };
 }
 
-describe('concurrent duplicates', () => {
+describe.each(PLATFORMS)('concurrent duplicates (%s)', (platform) => {
   let target: TestApp;
   let gate: Gate;
 
@@ -55,6 +60,7 @@ describe('concurrent duplicates', () => {
     target = await startTestApp({
       imports: [ConcurrencyTestModule],
       typeorm: { poolSize: DUPLICATES + 10 },
+      platform,
     });
     gate = target.app.get(Gate);
   });

@@ -1,3 +1,5 @@
+import pg from 'pg';
+import { requestFingerprint } from '../../src/http/request-fingerprint.js';
 import { Barrier, untilAdvisoryLocks } from '../utils/barrier.js';
 import {
   send,
@@ -129,5 +131,39 @@ describe.each(PLATFORMS)('request fingerprints (%s)', (platform) => {
     expect(replayed.status).toBe(201);
     expect(replayed.headers.get('idempotent-replayed')).toBe('true');
     expect(runs.counts['fingerprint/held-wait']).toBe(1);
+  });
+
+  it('never lets a request hold the key without its fingerprint lock (identical duplicates never get 422)', async () => {
+    // Another session holds this request's fingerprint lock, as a duplicate
+    // does for the instant of its claim: the request must not take the key.
+    const body = { reference: 'fp-lock' };
+    const fingerprint = requestFingerprint('POST', '/fingerprint/held', body);
+    const runsBefore = runs.counts['fingerprint/held'] ?? 0;
+    const holder = new pg.Client({ connectionString: target.db.url });
+    holder.on('error', () => undefined);
+    await holder.connect();
+    try {
+      await holder.query('BEGIN');
+      await holder.query(
+        `SELECT pg_advisory_xact_lock(hashtextextended('global' || chr(31) || $1 || chr(31) || $2, 0))`,
+        ['fp-1', fingerprint],
+      );
+      const blocked = await send(target, '/fingerprint/held', {
+        key: 'fp-1',
+        body,
+      });
+      expect(blocked.status).toBe(409);
+      expect(runs.counts['fingerprint/held'] ?? 0).toBe(runsBefore);
+      await holder.query('ROLLBACK');
+    } finally {
+      await holder.end();
+    }
+    runs.barrier.open();
+    const executed = await send(target, '/fingerprint/held', {
+      key: 'fp-1',
+      body,
+    });
+    expect(executed.status).toBe(201);
+    expect(runs.counts['fingerprint/held']).toBe(runsBefore + 1);
   });
 });

@@ -4,7 +4,12 @@ import {
   IdempotencyModule,
   IDEMPOTENCY_TABLE_NAME,
 } from '../../src/index.js';
-import { send, startTestApp, type TestApp } from '../utils/test-app.js';
+import {
+  PLATFORMS,
+  send,
+  startTestApp,
+  type TestApp,
+} from '../utils/test-app.js';
 import {
   IdempotencyConfig,
   IdempotencyConfigModule,
@@ -36,7 +41,7 @@ async function roundTrip(target: TestApp, key: string): Promise<void> {
   expect(await second.text()).toBe(JSON.stringify(await first.json()));
 }
 
-describe('module registration', () => {
+describe.each(PLATFORMS)('module registration (%s)', (platform) => {
   let target: TestApp | undefined;
   afterEach(async () => {
     await target?.close();
@@ -45,6 +50,7 @@ describe('module registration', () => {
 
   it('forRoot() applies module options (ttl)', async () => {
     target = await startTestApp({
+      platform,
       imports: [ordersModule()],
       idempotency: { ttl: '5h' },
     });
@@ -54,6 +60,7 @@ describe('module registration', () => {
 
   it('forRootAsync({ imports, inject, useFactory })', async () => {
     target = await startTestApp({
+      platform,
       idempotency: false,
       imports: [
         IdempotencyModule.forRootAsync({
@@ -72,6 +79,7 @@ describe('module registration', () => {
 
   it('forRootAsync({ useClass })', async () => {
     target = await startTestApp({
+      platform,
       idempotency: false,
       imports: [
         IdempotencyModule.forRootAsync({ useClass: IdempotencyConfig }),
@@ -84,6 +92,7 @@ describe('module registration', () => {
 
   it('forRootAsync({ imports, useExisting })', async () => {
     target = await startTestApp({
+      platform,
       idempotency: false,
       imports: [
         IdempotencyModule.forRootAsync({
@@ -99,6 +108,7 @@ describe('module registration', () => {
 
   it('uses a named DataSource, borrowing its pool', async () => {
     target = await startTestApp({
+      platform,
       imports: [ordersModule('payments')],
       typeorm: { name: 'payments' },
       idempotency: { dataSource: 'payments' },
@@ -112,6 +122,7 @@ describe('module registration', () => {
 
   it('opens no connection of its own: requests are served by the application pool', async () => {
     target = await startTestApp({
+      platform,
       imports: [ordersModule()],
       typeorm: { poolSize: 2 },
     });
@@ -135,6 +146,7 @@ describe('module registration', () => {
   it('fails at bootstrap, saying what to do, without the DataSource it names', async () => {
     await expect(
       startTestApp({
+        platform,
         imports: [ordersModule()],
         idempotency: { dataSource: 'missing' },
       }),
@@ -143,12 +155,15 @@ describe('module registration', () => {
 
   it('fails at bootstrap, saying what to do, when the migrations did not run', async () => {
     const failure = startTestApp({
+      platform,
       imports: [ordersModule()],
       typeorm: { migrations: [], migrationsRun: false, synchronize: true },
     });
     await expect(failure).rejects.toThrow(/idempotencyMigrations/);
   });
+});
 
+describe('module options', () => {
   it('refuses an invalid option at bootstrap', async () => {
     const compiling = Test.createTestingModule({
       imports: [IdempotencyModule.forRoot({ ttl: 'soon' })],

@@ -1,12 +1,19 @@
 import { IDEMPOTENCY_TABLE_NAME } from '../../src/index.js';
-import { send, startTestApp, type TestApp } from '../utils/test-app.js';
-import { ReplayTestModule, runs } from './replay.module.js';
+import {
+  PLATFORMS,
+  send,
+  startTestApp,
+  type TestApp,
+} from '../utils/test-app.js';
+import { ReplayRuns, ReplayTestModule } from './replay.module.js';
 
-describe('replay of a completed request', () => {
+describe.each(PLATFORMS)('replay of a completed request (%s)', (platform) => {
   let target: TestApp;
+  let runs: ReplayRuns;
 
   beforeAll(async () => {
-    target = await startTestApp({ imports: [ReplayTestModule] });
+    target = await startTestApp({ imports: [ReplayTestModule], platform });
+    runs = target.app.get(ReplayRuns);
   });
   afterAll(() => target.close());
 
@@ -89,6 +96,16 @@ describe('replay of a completed request', () => {
     expect(await second.text()).toBe('');
     expect(second.headers.get('idempotent-replayed')).toBe('true');
     expect(runs.empty).toBe(1);
+  });
+
+  it('replays a 204 without a Content-Length, like the original', async () => {
+    const first = await send(target, '/replay/empty', { key: 'empty-2' });
+    expect(first.status).toBe(204);
+    expect(first.headers.get('content-length')).toBeNull();
+    const second = await send(target, '/replay/empty', { key: 'empty-2' });
+    expect(second.status).toBe(204);
+    expect(second.headers.get('idempotent-replayed')).toBe('true');
+    expect(second.headers.get('content-length')).toBeNull();
   });
 
   it('refuses the same key with another payload (422) and never returns the other response', async () => {

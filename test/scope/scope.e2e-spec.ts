@@ -1,7 +1,12 @@
 import type { ExecutionContext } from '@nestjs/common';
 import { IDEMPOTENCY_TABLE_NAME } from '../../src/index.js';
-import { send, startTestApp, type TestApp } from '../utils/test-app.js';
-import { ScopeTestModule, tenantRuns } from './scope.module.js';
+import {
+  PLATFORMS,
+  send,
+  startTestApp,
+  type TestApp,
+} from '../utils/test-app.js';
+import { ScopeTestModule, TenantRuns } from './scope.module.js';
 
 const tenantOf = (context: ExecutionContext) =>
   String(
@@ -9,14 +14,17 @@ const tenantOf = (context: ExecutionContext) =>
       .headers['x-tenant'],
   );
 
-describe('scopes', () => {
+describe.each(PLATFORMS)('scopes (%s)', (platform) => {
   let target: TestApp;
+  let tenantRuns: Record<string, number>;
 
   beforeAll(async () => {
     target = await startTestApp({
       imports: [ScopeTestModule],
       idempotency: { scope: tenantOf },
+      platform,
     });
+    tenantRuns = target.app.get(TenantRuns).perTenant;
   });
   afterAll(() => target.close());
 

@@ -1,17 +1,24 @@
-import { Body, Controller, Module, Post } from '@nestjs/common';
+import { Body, Controller, Injectable, Module, Post } from '@nestjs/common';
 import { Idempotent } from '../../src/index.js';
 
-export const tenantRuns: Record<string, number> = {};
+/** Counts handler runs per tenant; one per application. */
+@Injectable()
+export class TenantRuns {
+  readonly perTenant: Record<string, number> = {};
+}
 
 @Controller('scoped')
 export class ScopedController {
+  constructor(private readonly runs: TenantRuns) {}
+
   @Post()
   @Idempotent()
   create(@Body() body: { tenant: string; amount: number }) {
-    tenantRuns[body.tenant] = (tenantRuns[body.tenant] ?? 0) + 1;
+    const { perTenant } = this.runs;
+    perTenant[body.tenant] = (perTenant[body.tenant] ?? 0) + 1;
     return { tenant: body.tenant, amount: body.amount };
   }
 }
 
-@Module({ controllers: [ScopedController] })
+@Module({ controllers: [ScopedController], providers: [TenantRuns] })
 export class ScopeTestModule {}

@@ -1,13 +1,18 @@
 import { IDEMPOTENCY_TABLE_NAME } from '../../src/index.js';
 import { untilAdvisoryLocks } from '../utils/barrier.js';
-import { send, startTestApp, type TestApp } from '../utils/test-app.js';
+import {
+  PLATFORMS,
+  send,
+  startTestApp,
+  type TestApp,
+} from '../utils/test-app.js';
 import { Hang, TimeoutTestModule } from './timeout.module.js';
 
-describe('a hung handler', () => {
+describe.each(PLATFORMS)('a hung handler (%s)', (platform) => {
   let target: TestApp;
 
   beforeAll(async () => {
-    target = await startTestApp({ imports: [TimeoutTestModule] });
+    target = await startTestApp({ imports: [TimeoutTestModule], platform });
   });
   afterAll(() => target.close());
 

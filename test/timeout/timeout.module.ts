@@ -49,10 +49,12 @@ export class SlowController {
   @Idempotent()
   async abandoned(
     @Body() body: { reference: string },
-    @Res({ passthrough: true }) response: ServerResponse,
+    // Express' response is a ServerResponse; Fastify's reply wraps one.
+    @Res({ passthrough: true }) response: { raw?: ServerResponse },
   ) {
     const run = ++this.hang.abandonedRuns;
-    response.once('close', () => void this.hang.clientGone.wait());
+    const raw = response.raw ?? (response as ServerResponse);
+    raw.once('close', () => void this.hang.clientGone.wait());
     await this.orders.insert({
       reference: body.reference,
       source: `run-${run}`,

@@ -1,13 +1,21 @@
 import { IDEMPOTENCY_TABLE_NAME } from '../../src/index.js';
-import { send, startTestApp, type TestApp } from '../utils/test-app.js';
+import {
+  PLATFORMS,
+  send,
+  startTestApp,
+  type TestApp,
+} from '../utils/test-app.js';
 import { OrdersService, TransactionTestModule } from './transaction.module.js';
 
-describe('the shared transaction', () => {
+describe.each(PLATFORMS)('the shared transaction (%s)', (platform) => {
   let target: TestApp;
   let service: OrdersService;
 
   beforeAll(async () => {
-    target = await startTestApp({ imports: [TransactionTestModule] });
+    target = await startTestApp({
+      imports: [TransactionTestModule],
+      platform,
+    });
     service = target.app.get(OrdersService);
   });
   afterAll(() => target.close());

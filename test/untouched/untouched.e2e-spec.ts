@@ -1,67 +1,76 @@
-import { send, startTestApp, type TestApp } from '../utils/test-app.js';
+import {
+  PLATFORMS,
+  send,
+  startTestApp,
+  type TestApp,
+} from '../utils/test-app.js';
 import { QueryCounter } from './query-counter.js';
 import { UntouchedTestModule } from './untouched.module.js';
 
-describe('routes without @Idempotent() and the statement budget', () => {
-  let target: TestApp;
-  const counter = new QueryCounter();
+describe.each(PLATFORMS)(
+  'routes without @Idempotent() and the statement budget (%s)',
+  (platform) => {
+    let target: TestApp;
+    const counter = new QueryCounter();
 
-  beforeAll(async () => {
-    target = await startTestApp({
-      imports: [UntouchedTestModule],
-      typeorm: { logger: counter },
+    beforeAll(async () => {
+      target = await startTestApp({
+        imports: [UntouchedTestModule],
+        typeorm: { logger: counter },
+        platform,
+      });
     });
-  });
-  afterAll(() => target.close());
-  beforeEach(() => {
-    counter.statements = [];
-  });
-
-  it('sends no statement for an undecorated route that does not use the database', async () => {
-    const response = await fetch(`${target.url}/health`, {
-      headers: { 'Idempotency-Key': 'ignored' },
+    afterAll(() => target.close());
+    beforeEach(() => {
+      counter.statements = [];
     });
-    expect(response.status).toBe(200);
-    expect(counter.statements).toEqual([]);
-  });
 
-  it('opens no transaction for an undecorated route: only its own statement runs', async () => {
-    const response = await send(target, '/plain', {
-      key: 'ignored',
-      body: { reference: 'p1' },
+    it('sends no statement for an undecorated route that does not use the database', async () => {
+      const response = await fetch(`${target.url}/health`, {
+        headers: { 'Idempotency-Key': 'ignored' },
+      });
+      expect(response.status).toBe(200);
+      expect(counter.statements).toEqual([]);
     });
-    expect(response.status).toBe(201);
-    expect(counter.statements).toHaveLength(1);
-    expect(counter.statements[0]).toMatch(/^INSERT INTO "orders"/);
-  });
 
-  it('adds at most 2 statements and no commit to a first execution, and replays in 3', async () => {
-    await send(target, '/baseline', { body: { reference: 'b1' } });
-    const baseline = counter.statements;
-    counter.statements = [];
-    expect(baseline[0]).toBe('START TRANSACTION');
-    expect(baseline.at(-1)).toBe('COMMIT');
-
-    const first = await send(target, '/decorated', {
-      key: 'budget-1',
-      body: { reference: 'd1' },
+    it('opens no transaction for an undecorated route: only its own statement runs', async () => {
+      const response = await send(target, '/plain', {
+        key: 'ignored',
+        body: { reference: 'p1' },
+      });
+      expect(response.status).toBe(201);
+      expect(counter.statements).toHaveLength(1);
+      expect(counter.statements[0]).toMatch(/^INSERT INTO "orders"/);
     });
-    expect(first.status).toBe(201);
-    const executed = counter.statements;
-    counter.statements = [];
-    expect(executed.length - baseline.length).toBeLessThanOrEqual(2);
-    expect(executed.filter((s) => s === 'COMMIT')).toHaveLength(1);
 
-    const replay = await send(target, '/decorated', {
-      key: 'budget-1',
-      body: { reference: 'd1' },
+    it('adds at most 2 statements and no commit to a first execution, and replays in 3', async () => {
+      await send(target, '/baseline', { body: { reference: 'b1' } });
+      const baseline = counter.statements;
+      counter.statements = [];
+      expect(baseline[0]).toBe('START TRANSACTION');
+      expect(baseline.at(-1)).toBe('COMMIT');
+
+      const first = await send(target, '/decorated', {
+        key: 'budget-1',
+        body: { reference: 'd1' },
+      });
+      expect(first.status).toBe(201);
+      const executed = counter.statements;
+      counter.statements = [];
+      expect(executed.length - baseline.length).toBeLessThanOrEqual(2);
+      expect(executed.filter((s) => s === 'COMMIT')).toHaveLength(1);
+
+      const replay = await send(target, '/decorated', {
+        key: 'budget-1',
+        body: { reference: 'd1' },
+      });
+      expect(replay.headers.get('idempotent-replayed')).toBe('true');
+      const replayed = counter.statements;
+      expect(replayed.length).toBeLessThanOrEqual(3);
+      expect(replayed).not.toContain('COMMIT');
+      expect(replayed.some((s) => s.startsWith('INSERT INTO "orders"'))).toBe(
+        false,
+      );
     });
-    expect(replay.headers.get('idempotent-replayed')).toBe('true');
-    const replayed = counter.statements;
-    expect(replayed.length).toBeLessThanOrEqual(3);
-    expect(replayed).not.toContain('COMMIT');
-    expect(replayed.some((s) => s.startsWith('INSERT INTO "orders"'))).toBe(
-      false,
-    );
-  });
-});
+  },
+);

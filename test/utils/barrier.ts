@@ -61,8 +61,9 @@ interface LockReader {
 }
 
 /**
- * Waits until the server shows exactly `count` advisory locks that are
- * `waiting` (requested, not granted) or `held` (granted).
+ * Waits until the database shows exactly `count` advisory locks that are
+ * `waiting` (requested, not granted) or `held` (granted). Locks taken in other
+ * databases of the server (other test files) do not count.
  */
 export function untilAdvisoryLocks(
   db: LockReader,
@@ -72,7 +73,8 @@ export function untilAdvisoryLocks(
   return until(async () => {
     const [{ locks }] = await db.query<{ locks: number }>(
       `SELECT count(*)::int AS locks FROM pg_locks
-       WHERE locktype = 'advisory' AND granted = ${state === 'held'}`,
+       WHERE locktype = 'advisory' AND granted = ${state === 'held'}
+         AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
     );
     return locks === count;
   }, `${count} advisory lock(s) ${state}`);

@@ -39,6 +39,8 @@ export async function createTestDatabase(): Promise<TestDatabase> {
   const url = serverUrl();
   url.pathname = `/${name}`;
   const client = new pg.Client({ connectionString: url.href });
+  // A connection the server ends (e.g. as the suite stops) must not crash the worker.
+  client.on('error', () => undefined);
   await client.connect();
   return {
     url: url.href,
