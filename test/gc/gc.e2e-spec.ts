@@ -7,6 +7,7 @@ import pg from 'pg';
 import {
   IdempotencyCollector,
   IdempotencyModule,
+  IDEMPOTENCY_STEPS_TABLE_NAME,
   IDEMPOTENCY_TABLE_NAME,
   idempotencyMigrations,
   type IdempotencyModuleOptions,
@@ -176,5 +177,46 @@ describe('garbage collection', () => {
     ).toBeDefined();
     await seed(db, 'old-', 10, true);
     await until(async () => (await count(db)) === 0, 'the cron collection');
+  });
+
+  it('also deletes the expired steps of requests that never finished', async () => {
+    const app = await start({ gc: false });
+    await db.query(
+      `INSERT INTO ${IDEMPOTENCY_STEPS_TABLE_NAME} (scope, key, step, result, expires_at)
+       SELECT 'global', 'k' || n, 'charge', '{"id":1}', now() + CASE WHEN n <= 40 THEN interval '-1 hour' ELSE interval '1 hour' END
+       FROM generate_series(1, 50) n`,
+    );
+    expect(await app.get(IdempotencyCollector).collect()).toBe(40);
+    const [{ left }] = await db.query<{ left: number }>(
+      `SELECT count(*)::int AS left FROM ${IDEMPOTENCY_STEPS_TABLE_NAME}`,
+    );
+    expect(left).toBe(10);
+  });
+
+  it('takes its schedule from forRootAsync options too', async () => {
+    const moduleRef = await Test.createTestingModule({
+      imports: [
+        TypeOrmModule.forRoot({
+          type: 'postgres',
+          url: db.url,
+          migrations: idempotencyMigrations,
+          migrationsRun: true,
+        }),
+        IdempotencyModule.forRootAsync({
+          useFactory: () => ({ gc: { interval: '20ms' } }),
+        }),
+      ],
+    }).compile();
+    const app = moduleRef.createNestApplication({ logger: false });
+    apps.push(app);
+    await app.init();
+    expect(app.get(SchedulerRegistry).getIntervals()).toContain(
+      'idempotency-gc',
+    );
+    await seed(db, 'old-', 25, true);
+    await until(
+      async () => (await count(db)) === 0,
+      'the scheduled collection',
+    );
   });
 });

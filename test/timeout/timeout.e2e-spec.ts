@@ -1,4 +1,7 @@
-import { IDEMPOTENCY_TABLE_NAME } from '../../src/index.js';
+import {
+  IDEMPOTENCY_TABLE_NAME,
+  type IdempotencyEvent,
+} from '../../src/index.js';
 import { untilAdvisoryLocks } from '../utils/barrier.js';
 import {
   PLATFORMS,
@@ -10,9 +13,14 @@ import { Hang, TimeoutTestModule } from './timeout.module.js';
 
 describe.each(PLATFORMS)('a hung handler (%s)', (platform) => {
   let target: TestApp;
+  const events: IdempotencyEvent[] = [];
 
   beforeAll(async () => {
-    target = await startTestApp({ imports: [TimeoutTestModule], platform });
+    target = await startTestApp({
+      imports: [TimeoutTestModule],
+      platform,
+      idempotency: { onEvent: (event) => events.push(event) },
+    });
   });
   afterAll(() => target.close());
 
@@ -36,6 +44,9 @@ describe.each(PLATFORMS)('a hung handler (%s)', (platform) => {
     hang.barrier.open();
     const late = await hung;
     expect(late.status).toBe(503);
+    expect(events.filter((event) => event.type === 'timeout')).toEqual([
+      expect.objectContaining({ key: 'hung-1', method: 'POST', path: '/slow' }),
+    ]);
     expect(late.headers.get('content-type')).toBe('application/problem+json');
     expect(((await late.json()) as { type: string }).type).toBe(
       'urn:idempotency:unavailable',
