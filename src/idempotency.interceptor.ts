@@ -28,21 +28,21 @@ import type { IdempotentOptions } from './interfaces/idempotency-options.interfa
 import { IdempotencyHttpException } from './exceptions/idempotency-http.exception.js';
 import { IdempotencyKeyMissingException } from './exceptions/idempotency-key-missing.exception.js';
 import { IdempotencyKeyInvalidException } from './exceptions/idempotency-key-invalid.exception.js';
-import { IdempotencyConflictException } from './exceptions/idempotency-conflict.exception.js';
 import { IdempotencyKeyReusedException } from './exceptions/idempotency-key-reused.exception.js';
 import { IdempotencyNotReplayableException } from './exceptions/idempotency-not-replayable.exception.js';
 import { IdempotencyUnavailableException } from './exceptions/idempotency-unavailable.exception.js';
 import { IdempotencyConfigurationError } from './exceptions/idempotency-configuration.error.js';
-import { IdempotencyEvents } from './idempotency.events.js';
-import type { IdempotencyEventType } from './interfaces/idempotency-event.interface.js';
+import {
+  IdempotencyEngine,
+  identity,
+  type Attempt,
+} from './idempotency.engine.js';
 import {
   IdempotencyStore,
-  type ClaimResult,
   type RequestIdentity,
   type StoredRecord,
   type StoredResponse,
 } from './store/idempotency.store.js';
-import { ambientTransactions } from './store/ambient-transaction.js';
 import {
   holdResponse,
   type CapturedResponse,
@@ -58,22 +58,6 @@ interface DecoratedRoute {
   readonly options: ResolvedRouteOptions;
   /** Route template, e.g. `/payments/:id`. */
   readonly path: string;
-}
-
-/** A request on its way through the interceptor. */
-interface Attempt {
-  readonly started: number;
-  readonly scope: string;
-  readonly key: string | undefined;
-  readonly method: string;
-  readonly path: string;
-  /** Empty for a keyless request. */
-  readonly fingerprint: string;
-}
-
-/** The identity of a request that has a key. */
-function identity(attempt: Attempt): RequestIdentity | undefined {
-  return attempt.key === undefined ? undefined : (attempt as RequestIdentity);
 }
 
 /** SQLSTATEs of PostgreSQL ending a statement or a transaction on a timeout. */
@@ -146,7 +130,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     private readonly reflector: Reflector,
     private readonly store: IdempotencyStore,
     private readonly adapterHost: HttpAdapterHost,
-    private readonly events: IdempotencyEvents,
+    private readonly engine: IdempotencyEngine,
     @Inject(IDEMPOTENCY_RESOLVED_OPTIONS)
     private readonly options: ResolvedIdempotencyOptions,
   ) {}
@@ -303,7 +287,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     try {
       queryRunner = await this.store.begin();
     } catch (error) {
-      this.emit('failed', attempt, { error });
+      this.engine.emit('failed', attempt, { error });
       throw this.answer(
         response,
         new IdempotencyUnavailableException(options.retryAfter),
@@ -313,7 +297,12 @@ export class IdempotencyInterceptor implements NestInterceptor {
     try {
       const id = identity(attempt);
       if (id) {
-        const record = await this.claim(queryRunner, id, options, attempt);
+        const record = await this.engine.claim(
+          queryRunner,
+          id,
+          options,
+          attempt,
+        );
         if (record) {
           await this.store.rollback(queryRunner);
           return this.replay(id, record, attempt);
@@ -322,12 +311,11 @@ export class IdempotencyInterceptor implements NestInterceptor {
         await this.store.bound(queryRunner, options.transactionTimeoutMs);
       }
       running = true;
-      const outcome = await this.runHandler(
-        next,
+      const outcome = await this.engine.inTransaction(
         queryRunner,
-        attempt.scope,
-        key,
+        attempt,
         options.ttlMs,
+        () => lastValueFrom(next.handle(), { defaultValue: undefined }),
       );
       running = false;
       await this.finish(response, queryRunner, options, attempt, outcome);
@@ -335,7 +323,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     } catch (error) {
       await this.store.rollback(queryRunner);
       if (running && isDatabaseTimeout(error, attempt, options)) {
-        this.emit('timeout', attempt, { error });
+        this.engine.emit('timeout', attempt, { error });
       }
       const id = identity(attempt);
       if (running && id && options.storeErrors) {
@@ -343,75 +331,6 @@ export class IdempotencyInterceptor implements NestInterceptor {
       }
       throw this.answer(response, error);
     }
-  }
-
-  /**
-   * Claims the key of a request.
-   * @returns the finished record to replay, or `undefined` once this
-   * transaction owns the key.
-   */
-  private async claim(
-    queryRunner: QueryRunner,
-    id: RequestIdentity,
-    options: ResolvedRouteOptions,
-    attempt: Attempt,
-  ): Promise<StoredRecord | undefined> {
-    let claim: ClaimResult;
-    try {
-      claim = await this.store.claim(
-        queryRunner,
-        id,
-        options.ttlMs,
-        options.transactionTimeoutMs,
-      );
-      if (
-        claim.state === 'busy' &&
-        options.concurrency === 'wait' &&
-        (await this.store.waitForLock(queryRunner, id, options.waitTimeoutMs))
-      ) {
-        claim = await this.store.claim(
-          queryRunner,
-          id,
-          options.ttlMs,
-          options.transactionTimeoutMs,
-        );
-      }
-    } catch (error) {
-      this.emit('failed', attempt, { error });
-      throw new IdempotencyUnavailableException(options.retryAfter);
-    }
-    switch (claim.state) {
-      case 'claimed':
-        return undefined;
-      case 'finished':
-        return claim.record;
-      case 'busy':
-        this.emit('conflict', attempt, { status: 409 });
-        throw new IdempotencyConflictException(id.key, options.retryAfter);
-      case 'mismatch':
-        this.emit('mismatch', attempt, { status: 422 });
-        throw new IdempotencyKeyReusedException(id.key);
-    }
-  }
-
-  private runHandler(
-    next: CallHandler,
-    queryRunner: QueryRunner,
-    scope: string,
-    key: string | undefined,
-    ttlMs: number,
-  ): Promise<unknown> {
-    return ambientTransactions.run(
-      {
-        dataSource: this.store.source,
-        queryRunner,
-        manager: queryRunner.manager,
-        scope,
-        key,
-        ttlMs,
-      },
-      () => lastValueFrom(next.handle(), { defaultValue: undefined }),
-    );
   }
 
   /** Completes the transaction of a handler that returned `outcome`. */
@@ -442,7 +361,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
         });
       }
       await this.store.commit(queryRunner);
-      this.emit('executed', attempt, { status });
+      this.engine.emit('executed', attempt, { status });
       return;
     }
     this.commitWithResponse(
@@ -504,7 +423,9 @@ export class IdempotencyInterceptor implements NestInterceptor {
             toStored(captured, options),
             options.ttlMs,
           );
-          this.emit('stored-error', attempt, { status: captured.status });
+          this.engine.emit('stored-error', attempt, {
+            status: captured.status,
+          });
         } catch (failure) {
           // The client still gets its error; a retry runs again.
           this.logger.error(
@@ -569,10 +490,10 @@ export class IdempotencyInterceptor implements NestInterceptor {
           throw error;
         }
         await this.store.commit(queryRunner);
-        this.emit('executed', attempt, { status: captured.status });
+        this.engine.emit('executed', attempt, { status: captured.status });
       },
       (error) => {
-        this.emit(
+        this.engine.emit(
           isDatabaseTimeout(error, attempt, options) ? 'timeout' : 'failed',
           attempt,
           {
@@ -592,22 +513,6 @@ export class IdempotencyInterceptor implements NestInterceptor {
         };
       },
     );
-  }
-
-  private emit(
-    type: IdempotencyEventType,
-    attempt: Attempt,
-    extra: { status?: number; error?: unknown } = {},
-  ): void {
-    this.events.emit({
-      type,
-      scope: attempt.scope,
-      key: attempt.key,
-      method: attempt.method,
-      path: attempt.path,
-      durationMs: Date.now() - attempt.started,
-      ...extra,
-    });
   }
 
   /** Sets the headers of one of the module's own answers, and returns it. */
@@ -632,14 +537,14 @@ export class IdempotencyInterceptor implements NestInterceptor {
     attempt: Attempt,
   ): Response {
     if (record.fingerprint !== id.fingerprint) {
-      this.emit('mismatch', attempt, { status: 422 });
+      this.engine.emit('mismatch', attempt, { status: 422 });
       throw new IdempotencyKeyReusedException(id.key);
     }
     if (record.status === 'not_replayable') {
-      this.emit('not-replayable', attempt, { status: 422 });
+      this.engine.emit('not-replayable', attempt, { status: 422 });
       throw new IdempotencyNotReplayableException(id.key);
     }
-    this.emit('replayed', attempt, { status: record.response.status });
+    this.engine.emit('replayed', attempt, { status: record.response.status });
     const stored = record.response;
     const headers = new Headers();
     for (const [name, value] of Object.entries(stored.headers)) {

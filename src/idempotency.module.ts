@@ -16,6 +16,7 @@ import { IdempotencyStore } from './store/idempotency.store.js';
 import { IdempotencyExplorer } from './idempotency.explorer.js';
 import { IdempotencyCollector } from './idempotency.collector.js';
 import { IdempotencyEvents } from './idempotency.events.js';
+import { IdempotencyEngine } from './idempotency.engine.js';
 
 /**
  * Makes handlers decorated with `@Idempotent()` idempotent, on the
@@ -45,6 +46,7 @@ import { IdempotencyEvents } from './idempotency.events.js';
     },
     IdempotencyStore,
     IdempotencyEvents,
+    IdempotencyEngine,
     IdempotencyExplorer,
     IdempotencyCollector,
     IdempotencyContext,

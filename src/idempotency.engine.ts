@@ -1,0 +1,129 @@
+import { Injectable } from '@nestjs/common';
+import type { QueryRunner } from 'typeorm';
+import type { ResolvedRouteOptions } from './idempotency.options.js';
+import { IdempotencyEvents } from './idempotency.events.js';
+import type { IdempotencyEventType } from './interfaces/idempotency-event.interface.js';
+import { IdempotencyConflictException } from './exceptions/idempotency-conflict.exception.js';
+import { IdempotencyKeyReusedException } from './exceptions/idempotency-key-reused.exception.js';
+import { IdempotencyUnavailableException } from './exceptions/idempotency-unavailable.exception.js';
+import {
+  IdempotencyStore,
+  type ClaimResult,
+  type RequestIdentity,
+  type StoredRecord,
+} from './store/idempotency.store.js';
+import { ambientTransactions } from './store/ambient-transaction.js';
+
+/** @internal A request (or message, or run) on its way through the module. */
+export interface Attempt {
+  readonly started: number;
+  readonly scope: string;
+  readonly key: string | undefined;
+  readonly method: string;
+  readonly path: string;
+  /** Empty for a keyless request. */
+  readonly fingerprint: string;
+}
+
+/** @internal The identity of a request that has a key. */
+export function identity(attempt: Attempt): RequestIdentity | undefined {
+  return attempt.key === undefined ? undefined : (attempt as RequestIdentity);
+}
+
+/**
+ * @internal What HTTP requests, messages and programmatic runs share: claiming
+ * a key under the concurrency policy, running code in the ambient
+ * transaction, and reporting events.
+ */
+@Injectable()
+export class IdempotencyEngine {
+  constructor(
+    readonly store: IdempotencyStore,
+    private readonly events: IdempotencyEvents,
+  ) {}
+
+  /**
+   * Claims the key of a request.
+   * @returns the finished record to replay, or `undefined` once this
+   * transaction owns the key.
+   */
+  async claim(
+    queryRunner: QueryRunner,
+    id: RequestIdentity,
+    options: ResolvedRouteOptions,
+    attempt: Attempt,
+  ): Promise<StoredRecord | undefined> {
+    let claim: ClaimResult;
+    try {
+      claim = await this.store.claim(
+        queryRunner,
+        id,
+        options.ttlMs,
+        options.transactionTimeoutMs,
+      );
+      if (
+        claim.state === 'busy' &&
+        options.concurrency === 'wait' &&
+        (await this.store.waitForLock(queryRunner, id, options.waitTimeoutMs))
+      ) {
+        claim = await this.store.claim(
+          queryRunner,
+          id,
+          options.ttlMs,
+          options.transactionTimeoutMs,
+        );
+      }
+    } catch (error) {
+      this.emit('failed', attempt, { error });
+      throw new IdempotencyUnavailableException(options.retryAfter);
+    }
+    switch (claim.state) {
+      case 'claimed':
+        return undefined;
+      case 'finished':
+        return claim.record;
+      case 'busy':
+        this.emit('conflict', attempt, { status: 409 });
+        throw new IdempotencyConflictException(id.key, options.retryAfter);
+      case 'mismatch':
+        this.emit('mismatch', attempt, { status: 422 });
+        throw new IdempotencyKeyReusedException(id.key);
+    }
+  }
+
+  /** Runs `fn` with `queryRunner`'s transaction as the ambient one. */
+  inTransaction<T>(
+    queryRunner: QueryRunner,
+    attempt: Attempt,
+    ttlMs: number,
+    fn: () => Promise<T>,
+  ): Promise<T> {
+    return ambientTransactions.run(
+      {
+        dataSource: this.store.source,
+        queryRunner,
+        manager: queryRunner.manager,
+        scope: attempt.scope,
+        key: attempt.key,
+        ttlMs,
+      },
+      fn,
+    );
+  }
+
+  emit(
+    type: IdempotencyEventType,
+    attempt: Attempt,
+    extra: { status?: number; error?: unknown } = {},
+  ): void {
+    this.events.emit({
+      type,
+      scope: attempt.scope,
+      key: attempt.key,
+      method: attempt.method,
+      path: attempt.path,
+      durationMs: Date.now() - attempt.started,
+      ...extra,
+    });
+  }
+}
