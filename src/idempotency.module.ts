@@ -17,6 +17,7 @@ import { IdempotencyExplorer } from './idempotency.explorer.js';
 import { IdempotencyCollector } from './idempotency.collector.js';
 import { IdempotencyEvents } from './idempotency.events.js';
 import { IdempotencyEngine } from './idempotency.engine.js';
+import { IdempotencyService } from './idempotency.service.js';
 
 /**
  * Makes handlers decorated with `@Idempotent()` idempotent, on the
@@ -47,12 +48,13 @@ import { IdempotencyEngine } from './idempotency.engine.js';
     IdempotencyStore,
     IdempotencyEvents,
     IdempotencyEngine,
+    IdempotencyService,
     IdempotencyExplorer,
     IdempotencyCollector,
     IdempotencyContext,
     { provide: APP_INTERCEPTOR, useClass: IdempotencyInterceptor },
   ],
-  exports: [IdempotencyContext, IdempotencyCollector],
+  exports: [IdempotencyContext, IdempotencyCollector, IdempotencyService],
 })
 export class IdempotencyModule extends ConfigurableModuleClass {
   /**

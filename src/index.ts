@@ -3,6 +3,8 @@ export { Idempotent } from './idempotent.decorator.js';
 export { IdempotencyInterceptor } from './idempotency.interceptor.js';
 export { IdempotencyContext } from './idempotency.context.js';
 export { IdempotencyCollector } from './idempotency.collector.js';
+export { IdempotencyService } from './idempotency.service.js';
+export type { IdempotencyRunOptions } from './interfaces/idempotency-run-options.interface.js';
 export {
   DEFAULT_SCOPE,
   IDEMPOTENCY_KEY_HEADER,

@@ -1,0 +1,145 @@
+import { Inject, Injectable } from '@nestjs/common';
+import type { EntityManager } from 'typeorm';
+import { DEFAULT_SCOPE } from './idempotency.constants.js';
+import { IDEMPOTENCY_RESOLVED_OPTIONS } from './idempotency.tokens.js';
+import {
+  resolveRouteOptions,
+  type ResolvedIdempotencyOptions,
+} from './idempotency.options.js';
+import { IdempotencyEngine, type Attempt } from './idempotency.engine.js';
+import { keyProblem } from './http/idempotency-key.js';
+import type { IdempotencyRunOptions } from './interfaces/idempotency-run-options.interface.js';
+import { IdempotencyKeyInvalidException } from './exceptions/idempotency-key-invalid.exception.js';
+import { IdempotencyKeyReusedException } from './exceptions/idempotency-key-reused.exception.js';
+import { IdempotencyNotReplayableException } from './exceptions/idempotency-not-replayable.exception.js';
+import { IdempotencyUnavailableException } from './exceptions/idempotency-unavailable.exception.js';
+import type {
+  RequestIdentity,
+  StoredRecord,
+} from './store/idempotency.store.js';
+
+/** Fingerprint of runs that give none: every run with the key is the same. */
+const ANY_RUN = '-';
+
+/**
+ * Idempotency for any code path: queue workers, cron jobs, webhooks handled by
+ * hand. Inject it and wrap the work in `run()`.
+ *
+ * @example
+ * const receipt = await this.idempotency.run(
+ *   { key: `invoice:${invoice.id}`, fingerprint: hash(invoice) },
+ *   async (manager) => {
+ *     await manager.insert(Charge, { invoiceId: invoice.id, amount: invoice.total });
+ *     return { charged: invoice.total };
+ *   },
+ * );
+ */
+@Injectable()
+export class IdempotencyService {
+  constructor(
+    private readonly engine: IdempotencyEngine,
+    @Inject(IDEMPOTENCY_RESOLVED_OPTIONS)
+    private readonly options: ResolvedIdempotencyOptions,
+  ) {}
+
+  /**
+   * Runs `fn` at most once per (scope, key), with the guarantees of
+   * `@Idempotent()`: `fn` runs in a transaction that the application's
+   * repositories share (and that `manager` is), and its result is stored in
+   * the same transaction. A duplicate gets the stored result without running
+   * `fn`; a concurrent duplicate waits or is rejected per `concurrency`.
+   *
+   * The result must be a JSON value (it is returned as JSON to duplicates).
+   *
+   * @throws IdempotencyKeyInvalidException for a malformed key.
+   * @throws IdempotencyConflictException while the same key runs (`'reject'`).
+   * @throws IdempotencyKeyReusedException for the key of another request.
+   * @throws IdempotencyUnavailableException when the database is unreachable.
+   * @throws whatever `fn` throws; nothing is stored then, and a retry runs again.
+   */
+  async run<T>(
+    options: IdempotencyRunOptions,
+    fn: (manager: EntityManager) => T | Promise<T>,
+  ): Promise<T> {
+    const route = resolveRouteOptions(this.options, {
+      ttl: options.ttl,
+      concurrency: options.concurrency,
+      waitTimeout: options.waitTimeout,
+      transactionTimeout: options.transactionTimeout,
+    });
+    const problem =
+      typeof options.key === 'string'
+        ? keyProblem(options.key, route.keyValidation)
+        : 'it is not a string';
+    if (problem) {
+      throw new IdempotencyKeyInvalidException('key', problem);
+    }
+    const attempt: Attempt & RequestIdentity = {
+      started: Date.now(),
+      scope: options.scope ?? DEFAULT_SCOPE,
+      key: options.key,
+      method: 'RUN',
+      path: options.name ?? 'run',
+      fingerprint: options.fingerprint ?? ANY_RUN,
+    };
+    const { store } = this.engine;
+    let queryRunner;
+    try {
+      queryRunner = await store.begin();
+    } catch (error) {
+      this.engine.emit('failed', attempt, { error });
+      throw new IdempotencyUnavailableException(route.retryAfter);
+    }
+    try {
+      const record = await this.engine.claim(
+        queryRunner,
+        attempt,
+        route,
+        attempt,
+      );
+      if (record) {
+        await store.rollback(queryRunner);
+        return this.stored<T>(attempt, record);
+      }
+      const runner = queryRunner;
+      const result = await this.engine.inTransaction(
+        queryRunner,
+        attempt,
+        route.ttlMs,
+        async () => fn(runner.manager),
+      );
+      const json = result === undefined ? undefined : JSON.stringify(result);
+      await store.complete(queryRunner, attempt, 'completed', {
+        status: 200,
+        headers: {},
+        body: json === undefined ? Buffer.alloc(0) : Buffer.from(json),
+      });
+      await store.commit(queryRunner);
+      this.engine.emit('executed', attempt);
+      return result;
+    } catch (error) {
+      await store.rollback(queryRunner);
+      throw error;
+    }
+  }
+
+  /** The result stored for a duplicate, or why there is none to give. */
+  private stored<T>(
+    attempt: Attempt & RequestIdentity,
+    record: StoredRecord,
+  ): T {
+    if (record.fingerprint !== attempt.fingerprint) {
+      this.engine.emit('mismatch', attempt);
+      throw new IdempotencyKeyReusedException(attempt.key);
+    }
+    if (record.status === 'not_replayable') {
+      this.engine.emit('not-replayable', attempt);
+      throw new IdempotencyNotReplayableException(attempt.key);
+    }
+    this.engine.emit('replayed', attempt);
+    const { body } = record.response;
+    return (
+      body.length === 0 ? undefined : JSON.parse(body.toString('utf8'))
+    ) as T;
+  }
+}

@@ -1,0 +1,38 @@
+import type {
+  IdempotencyConcurrencyMode,
+  IdempotencyDuration,
+} from './idempotency-options.interface.js';
+
+/**
+ * Options of `IdempotencyService.run()`. Durations and the concurrency mode
+ * default to the module's options.
+ */
+export interface IdempotencyRunOptions {
+  /** The idempotency key, validated like a header key (`keyValidation`). */
+  key: string;
+  /**
+   * Scope of the key.
+   * @default 'global'
+   */
+  scope?: string;
+  /**
+   * What makes two runs with the same key "the same request", e.g. a hash of
+   * the job's payload. A run with the same key and another fingerprint throws
+   * `IdempotencyKeyReusedException`.
+   * @default none: any run with the key is the same request
+   */
+  fingerprint?: string;
+  /**
+   * Name of the operation, stored with the record (for inspection).
+   * @default 'run'
+   */
+  name?: string;
+  /** How long the result is kept and returned to duplicates. @default module `ttl` */
+  ttl?: IdempotencyDuration;
+  /** `'reject'` throws `IdempotencyConflictException` while the same key runs; `'wait'` waits for it. @default module `concurrency` */
+  concurrency?: IdempotencyConcurrencyMode;
+  /** In `'wait'` mode, how long to wait. @default module `waitTimeout` */
+  waitTimeout?: IdempotencyDuration;
+  /** Upper bound on the run's transaction. @default module `transactionTimeout` */
+  transactionTimeout?: IdempotencyDuration;
+}

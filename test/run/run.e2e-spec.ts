@@ -1,0 +1,132 @@
+import { getRepositoryToken } from '@nestjs/typeorm';
+import type { Repository } from 'typeorm';
+import {
+  IdempotencyConflictException,
+  IdempotencyKeyInvalidException,
+  IdempotencyKeyReusedException,
+  IdempotencyService,
+  IDEMPOTENCY_TABLE_NAME,
+} from '../../src/index.js';
+import { Order } from '../fixtures/order.entity.js';
+import { Barrier, untilAdvisoryLocks } from '../utils/barrier.js';
+import { startTestApp, type TestApp } from '../utils/test-app.js';
+import { TypeOrmModule } from '@nestjs/typeorm';
+import { Module } from '@nestjs/common';
+
+@Module({ imports: [TypeOrmModule.forFeature([Order])] })
+class OrdersFeature {}
+
+describe('IdempotencyService.run()', () => {
+  let target: TestApp;
+  let idempotency: IdempotencyService;
+  let orders: Repository<Order>;
+
+  beforeAll(async () => {
+    target = await startTestApp({ imports: [OrdersFeature] });
+    idempotency = target.app.get(IdempotencyService);
+    orders = target.app.get(getRepositoryToken(Order));
+  });
+  afterAll(() => target.close());
+
+  const rows = async (reference: string) =>
+    (
+      await target.db.query('SELECT 1 FROM orders WHERE reference = $1', [
+        reference,
+      ])
+    ).length;
+
+  it('runs once per key, in one transaction with the application repositories, and returns the stored result after', async () => {
+    let runs = 0;
+    const job = () =>
+      idempotency.run(
+        { key: 'job-1', name: 'import-orders' },
+        async (manager) => {
+          runs += 1;
+          await orders.insert({ reference: 'job-1', source: 'repository' });
+          await manager.insert(Order, {
+            reference: 'job-1',
+            source: 'manager',
+          });
+          const [{ same }] = await orders.query(
+            `SELECT count(DISTINCT xmin::text)::int = 1 AS same FROM orders WHERE reference = 'job-1'`,
+          );
+          return { imported: 2, sameTransaction: same as boolean };
+        },
+      );
+    expect(await job()).toEqual({ imported: 2, sameTransaction: true });
+    expect(await job()).toEqual({ imported: 2, sameTransaction: true });
+    expect(runs).toBe(1);
+    expect(await rows('job-1')).toBe(2);
+    expect(
+      await target.db.query(
+        `SELECT method, path, status FROM ${IDEMPOTENCY_TABLE_NAME} WHERE key = 'job-1'`,
+      ),
+    ).toEqual([{ method: 'RUN', path: 'import-orders', status: 'completed' }]);
+  });
+
+  it('stores nothing when the work throws: the retry runs again', async () => {
+    let runs = 0;
+    const job = () =>
+      idempotency.run({ key: 'job-2' }, async () => {
+        runs += 1;
+        await orders.insert({ reference: 'job-2' });
+        if (runs === 1) {
+          throw new Error('downstream failed');
+        }
+        return 'done';
+      });
+    await expect(job()).rejects.toThrow('downstream failed');
+    expect(await rows('job-2')).toBe(0);
+    expect(await job()).toBe('done');
+    expect(runs).toBe(2);
+    expect(await rows('job-2')).toBe(1);
+  });
+
+  it('refuses a concurrent duplicate (reject) and waits for it (wait)', async () => {
+    const barrier = new Barrier();
+    let runs = 0;
+    const work = async () => {
+      runs += 1;
+      await orders.insert({ reference: 'job-3' });
+      await barrier.wait();
+      return { run: runs };
+    };
+    const first = idempotency.run({ key: 'job-3' }, work);
+    await barrier.reached(1);
+    await expect(
+      idempotency.run({ key: 'job-3' }, work),
+    ).rejects.toBeInstanceOf(IdempotencyConflictException);
+    const waiting = idempotency.run(
+      { key: 'job-3', concurrency: 'wait' },
+      work,
+    );
+    await untilAdvisoryLocks(target.db, 'waiting', 1);
+    barrier.open();
+    expect(await first).toEqual({ run: 1 });
+    expect(await waiting).toEqual({ run: 1 });
+    expect(runs).toBe(1);
+    expect(await rows('job-3')).toBe(1);
+  });
+
+  it('refuses the key of another request, and a malformed key', async () => {
+    await idempotency.run({ key: 'job-4', fingerprint: 'payload-a' }, () => 1);
+    await expect(
+      idempotency.run({ key: 'job-4', fingerprint: 'payload-b' }, () => 2),
+    ).rejects.toBeInstanceOf(IdempotencyKeyReusedException);
+    await expect(
+      idempotency.run({ key: 'job 5' }, () => 1),
+    ).rejects.toBeInstanceOf(IdempotencyKeyInvalidException);
+  });
+
+  it('keeps scopes apart', async () => {
+    expect(
+      await idempotency.run({ key: 'job-6', scope: 'tenant-a' }, () => 'a'),
+    ).toBe('a');
+    expect(
+      await idempotency.run({ key: 'job-6', scope: 'tenant-b' }, () => 'b'),
+    ).toBe('b');
+    expect(
+      await idempotency.run({ key: 'job-6', scope: 'tenant-a' }, () => 'again'),
+    ).toBe('a');
+  });
+});
