@@ -45,6 +45,7 @@ export class IdempotencyCollector
   private readonly logger = new Logger('Idempotency');
   private running: Promise<number> | undefined;
   private stopped = false;
+  private scheduled = false;
 
   constructor(
     private readonly store: IdempotencyStore,
@@ -56,10 +57,12 @@ export class IdempotencyCollector
 
   onApplicationBootstrap(): void {
     const { gc } = this.options;
-    if (!gc) {
+    // A hybrid application calls the hooks again for each microservice.
+    if (!gc || this.scheduled || this.stopped) {
       return;
     }
-    const tick = () => void this.scheduled();
+    this.scheduled = true;
+    const tick = () => void this.runScheduled();
     if (gc.cron) {
       const job = CronJob.from({
         cronTime: gc.cron,
@@ -75,11 +78,14 @@ export class IdempotencyCollector
   }
 
   async beforeApplicationShutdown(): Promise<void> {
+    if (this.stopped) {
+      return;
+    }
     this.stopped = true;
-    if (this.options.gc?.cron) {
+    if (this.scheduled && this.options.gc?.cron) {
       this.scheduler.getCronJob(JOB_NAME)?.stop();
       this.scheduler.deleteCronJob(JOB_NAME);
-    } else if (this.options.gc) {
+    } else if (this.scheduled) {
       this.scheduler.deleteInterval(JOB_NAME);
     }
     await this.running?.catch(() => undefined);
@@ -138,7 +144,7 @@ export class IdempotencyCollector
   }
 
   /** A scheduled run: never overlaps another, never throws. */
-  private async scheduled(): Promise<void> {
+  private async runScheduled(): Promise<void> {
     if (this.running || this.stopped) {
       return;
     }

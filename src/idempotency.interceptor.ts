@@ -37,6 +37,7 @@ import {
   identity,
   type Attempt,
 } from './idempotency.engine.js';
+import { IdempotencyMessages } from './idempotency.messages.js';
 import {
   IdempotencyStore,
   type RequestIdentity,
@@ -58,7 +59,12 @@ interface DecoratedRoute {
   readonly options: ResolvedRouteOptions;
   /** Route template, e.g. `/payments/:id`. */
   readonly path: string;
+  /** Message pattern, for microservice handlers. */
+  readonly pattern: string;
 }
+
+/** Where `@MessagePattern()` / `@EventPattern()` keep their patterns. */
+const MESSAGE_PATTERN_METADATA = 'microservices:pattern';
 
 /** SQLSTATEs of PostgreSQL ending a statement or a transaction on a timeout. */
 const TIMEOUT_CODES = new Set(['57014', '25P03', '25P04']);
@@ -131,19 +137,25 @@ export class IdempotencyInterceptor implements NestInterceptor {
     private readonly store: IdempotencyStore,
     private readonly adapterHost: HttpAdapterHost,
     private readonly engine: IdempotencyEngine,
+    private readonly messages: IdempotencyMessages,
     @Inject(IDEMPOTENCY_RESOLVED_OPTIONS)
     private readonly options: ResolvedIdempotencyOptions,
   ) {}
 
   intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
-    if (context.getType() !== 'http') {
+    const type = context.getType();
+    if (type !== 'http' && type !== 'rpc') {
       return next.handle();
     }
     const route = this.route(context);
     if (!route) {
       return next.handle();
     }
-    return defer(() => this.execute(context, next, route));
+    return defer(() =>
+      type === 'http'
+        ? this.execute(context, next, route)
+        : this.messages.execute(context, next, route.options, route.pattern),
+    );
   }
 
   /**
@@ -240,6 +252,12 @@ export class IdempotencyInterceptor implements NestInterceptor {
       const options = this.reflector.getAllAndOverride<
         IdempotentOptions | undefined
       >(IDEMPOTENT_METADATA, [handler, context.getClass()]);
+      const patterns = Reflect.getMetadata(
+        MESSAGE_PATTERN_METADATA,
+        handler,
+      ) as unknown[] | undefined;
+      const pattern =
+        patterns?.[0] ?? `${context.getClass().name}.${handler.name}`;
       route = options
         ? {
             options: resolveRouteOptions(this.options, options),
@@ -247,6 +265,8 @@ export class IdempotencyInterceptor implements NestInterceptor {
               Reflect.getMetadata(PATH_METADATA, context.getClass()),
               Reflect.getMetadata(PATH_METADATA, handler),
             ),
+            pattern:
+              typeof pattern === 'string' ? pattern : JSON.stringify(pattern),
           }
         : null;
       this.routes.set(handler, route);

@@ -18,6 +18,7 @@ import { IdempotencyCollector } from './idempotency.collector.js';
 import { IdempotencyEvents } from './idempotency.events.js';
 import { IdempotencyEngine } from './idempotency.engine.js';
 import { IdempotencyService } from './idempotency.service.js';
+import { IdempotencyMessages } from './idempotency.messages.js';
 
 /**
  * Makes handlers decorated with `@Idempotent()` idempotent, on the
@@ -49,6 +50,7 @@ import { IdempotencyService } from './idempotency.service.js';
     IdempotencyEvents,
     IdempotencyEngine,
     IdempotencyService,
+    IdempotencyMessages,
     IdempotencyExplorer,
     IdempotencyCollector,
     IdempotencyContext,

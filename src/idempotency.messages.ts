@@ -1,0 +1,205 @@
+import {
+  Injectable,
+  type CallHandler,
+  type ExecutionContext,
+} from '@nestjs/common';
+import { lastValueFrom } from 'rxjs';
+import type { QueryRunner } from 'typeorm';
+import type { ResolvedRouteOptions } from './idempotency.options.js';
+import { IdempotencyEngine, type Attempt } from './idempotency.engine.js';
+import { keyProblem } from './http/idempotency-key.js';
+import {
+  requestFingerprint,
+  selectFields,
+} from './http/request-fingerprint.js';
+import { IdempotencyConfigurationError } from './exceptions/idempotency-configuration.error.js';
+import { IdempotencyHttpException } from './exceptions/idempotency-http.exception.js';
+import { IdempotencyKeyInvalidException } from './exceptions/idempotency-key-invalid.exception.js';
+import { IdempotencyKeyMissingException } from './exceptions/idempotency-key-missing.exception.js';
+import { IdempotencyKeyReusedException } from './exceptions/idempotency-key-reused.exception.js';
+import { IdempotencyNotReplayableException } from './exceptions/idempotency-not-replayable.exception.js';
+import { IdempotencyUnavailableException } from './exceptions/idempotency-unavailable.exception.js';
+import type {
+  RequestIdentity,
+  StoredRecord,
+} from './store/idempotency.store.js';
+
+/** Field of a message's data that carries its key by default. */
+export const MESSAGE_KEY_FIELD = 'idempotencyKey';
+
+interface TransportContext {
+  getMessage?: () => { properties?: { messageId?: unknown } } | undefined;
+  getHeaders?: () => { get?: (name: string) => unknown } | undefined;
+}
+
+/**
+ * The key of a message by default: its data's `idempotencyKey` field, else the
+ * transport's message id (RabbitMQ `messageId`), else an `Idempotency-Key`
+ * header (NATS and other transports with headers).
+ */
+function defaultMessageKey(
+  data: unknown,
+  transport: TransportContext | undefined,
+): unknown {
+  if (data !== null && typeof data === 'object' && MESSAGE_KEY_FIELD in data) {
+    return (data as Record<string, unknown>)[MESSAGE_KEY_FIELD];
+  }
+  const messageId = transport?.getMessage?.()?.properties?.messageId;
+  if (messageId !== undefined && messageId !== null && messageId !== '') {
+    return String(messageId);
+  }
+  const header = transport?.getHeaders?.()?.get?.('Idempotency-Key');
+  return typeof header === 'string' && header !== '' ? header : undefined;
+}
+
+/**
+ * @internal `@Idempotent()` on `@MessagePattern` and `@EventPattern`
+ * handlers: the same shared transaction as for HTTP; a duplicate of a
+ * finished message gets the stored reply (an event is dropped), and the
+ * module's refusals become `RpcException`s carrying the problem details.
+ */
+@Injectable()
+export class IdempotencyMessages {
+  constructor(private readonly engine: IdempotencyEngine) {}
+
+  async execute(
+    context: ExecutionContext,
+    next: CallHandler,
+    options: ResolvedRouteOptions,
+    pattern: string,
+  ): Promise<unknown> {
+    const rpc = context.switchToRpc();
+    const data: unknown = rpc.getData();
+    let attempt: Attempt & RequestIdentity;
+    try {
+      const key = options.key
+        ? await options.key(context)
+        : defaultMessageKey(data, rpc.getContext());
+      if (key === undefined) {
+        if (options.required) {
+          throw new IdempotencyKeyMissingException(MESSAGE_KEY_FIELD);
+        }
+        return await lastValueFrom(next.handle(), { defaultValue: undefined });
+      }
+      const problem =
+        typeof key === 'string'
+          ? keyProblem(key, options.keyValidation)
+          : 'it is not a string';
+      if (problem) {
+        throw new IdempotencyKeyInvalidException(MESSAGE_KEY_FIELD, problem);
+      }
+      const scope = await options.scope(context);
+      if (typeof scope !== 'string' || scope.length === 0) {
+        throw new IdempotencyConfigurationError(
+          `The idempotency scope resolver returned ${JSON.stringify(scope)}.`,
+          'Return a non-empty string.',
+        );
+      }
+      const { fingerprint } = options;
+      attempt = {
+        started: Date.now(),
+        scope,
+        key: key as string,
+        method: 'MESSAGE',
+        path: pattern,
+        fingerprint:
+          typeof fingerprint === 'function'
+            ? await fingerprint(context)
+            : requestFingerprint(
+                'MESSAGE',
+                pattern,
+                selectFields(data, fingerprint.include, fingerprint.exclude),
+              ),
+      };
+    } catch (error) {
+      throw await toRpcException(error);
+    }
+    return this.process(attempt, options, () =>
+      lastValueFrom(next.handle(), { defaultValue: undefined }),
+    );
+  }
+
+  private async process(
+    attempt: Attempt & RequestIdentity,
+    options: ResolvedRouteOptions,
+    handle: () => Promise<unknown>,
+  ): Promise<unknown> {
+    const { store } = this.engine;
+    let queryRunner: QueryRunner;
+    try {
+      queryRunner = await store.begin();
+    } catch (error) {
+      this.engine.emit('failed', attempt, { error });
+      throw await toRpcException(
+        new IdempotencyUnavailableException(options.retryAfter),
+      );
+    }
+    let running = false;
+    try {
+      const record = await this.engine.claim(
+        queryRunner,
+        attempt,
+        options,
+        attempt,
+      );
+      if (record) {
+        await store.rollback(queryRunner);
+        return this.reply(attempt, record);
+      }
+      running = true;
+      const result = await this.engine.inTransaction(
+        queryRunner,
+        attempt,
+        options.ttlMs,
+        handle,
+      );
+      running = false;
+      const json = result === undefined ? undefined : JSON.stringify(result);
+      await store.complete(queryRunner, attempt, 'completed', {
+        status: 200,
+        headers: {},
+        body: json === undefined ? Buffer.alloc(0) : Buffer.from(json),
+      });
+      await store.commit(queryRunner);
+      this.engine.emit('executed', attempt);
+      return result;
+    } catch (error) {
+      await store.rollback(queryRunner);
+      // The handler's own errors reach the transport as they are.
+      throw running ? error : await toRpcException(error);
+    }
+  }
+
+  /** The stored reply for a duplicate of a finished message. */
+  private reply(
+    attempt: Attempt & RequestIdentity,
+    record: StoredRecord,
+  ): unknown {
+    if (record.fingerprint !== attempt.fingerprint) {
+      this.engine.emit('mismatch', attempt);
+      throw new IdempotencyKeyReusedException(attempt.key);
+    }
+    if (record.status === 'not_replayable') {
+      this.engine.emit('not-replayable', attempt);
+      throw new IdempotencyNotReplayableException(attempt.key);
+    }
+    this.engine.emit('replayed', attempt);
+    const { body } = record.response;
+    return body.length === 0
+      ? undefined
+      : (JSON.parse(body.toString('utf8')) as unknown);
+  }
+}
+
+/**
+ * The module's refusals as an `RpcException` (what microservice transports
+ * send back), with the problem details as its error.
+ */
+async function toRpcException(error: unknown): Promise<unknown> {
+  if (!(error instanceof IdempotencyHttpException)) {
+    return error;
+  }
+  // Loaded here only: applications without microservices do not need it.
+  const { RpcException } = await import('@nestjs/microservices');
+  return new RpcException({ ...error.getProblem() });
+}

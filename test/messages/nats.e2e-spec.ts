@@ -1,0 +1,143 @@
+import {
+  ClientProxyFactory,
+  Transport,
+  type ClientProxy,
+} from '@nestjs/microservices';
+import { lastValueFrom } from 'rxjs';
+import type { IdempotencyEvent } from '../../src/index.js';
+import { Barrier, until, untilAdvisoryLocks } from '../utils/barrier.js';
+import { startTestApp, type TestApp } from '../utils/test-app.js';
+import { describeWithBroker } from './broker.js';
+import { Handlers, NatsTestModule, SUBJECTS } from './nats.module.js';
+
+const HOST = '127.0.0.1';
+const PORT = 4222;
+const servers = [`nats://${HOST}:${PORT}`];
+const describeNats = await describeWithBroker('NATS', HOST, PORT);
+
+describeNats('@Idempotent() on NATS handlers', () => {
+  let target: TestApp;
+  let client: ClientProxy;
+  let handlers: Handlers;
+  const events: IdempotencyEvent[] = [];
+
+  beforeAll(async () => {
+    target = await startTestApp({
+      imports: [NatsTestModule],
+      idempotency: { onEvent: (event) => events.push(event) },
+    });
+    // A hybrid application shares its global interceptors with a microservice
+    // only with inheritAppConfig.
+    target.app.connectMicroservice(
+      { transport: Transport.NATS, options: { servers } },
+      { inheritAppConfig: true },
+    );
+    await target.app.startAllMicroservices();
+    handlers = target.app.get(Handlers);
+    client = ClientProxyFactory.create({
+      transport: Transport.NATS,
+      options: { servers },
+    });
+    await client.connect();
+  });
+  afterAll(async () => {
+    await client.close();
+    await target.close();
+  });
+  beforeEach(() => {
+    handlers.barrier = new Barrier();
+    handlers.runs = 0;
+    events.length = 0;
+  });
+
+  /** The reply of a request, or the error the transport gave back. */
+  const request = (
+    subject: string,
+    data: unknown,
+  ): Promise<{ reply?: unknown; error?: unknown }> =>
+    lastValueFrom(client.send<unknown>(subject, data)).then(
+      (reply) => ({ reply }),
+      (error: unknown) => ({ error }),
+    );
+  const rows = async (reference: string) =>
+    (
+      await target.db.query('SELECT 1 FROM orders WHERE reference = $1', [
+        reference,
+      ])
+    ).length;
+
+  it('runs concurrent duplicate requests once; the waiting ones get the identical reply', async () => {
+    const message = { idempotencyKey: 'nats-1', reference: 'nats-1' };
+    const replies = Array.from({ length: 10 }, () =>
+      request(SUBJECTS.wait, message),
+    );
+    await handlers.barrier.reached(1);
+    await untilAdvisoryLocks(target.db, 'waiting', 9);
+    handlers.barrier.open();
+    const answers = await Promise.all(replies);
+    expect(answers.map((a) => a.reply)).toEqual(
+      Array(10).fill({ orderId: expect.any(Number), run: 1 }),
+    );
+    expect(new Set(answers.map((a) => JSON.stringify(a.reply))).size).toBe(1);
+    expect(handlers.runs).toBe(1);
+    expect(await rows('nats-1')).toBe(1);
+  });
+
+  it('refuses a concurrent duplicate in reject mode, and replays after completion', async () => {
+    const message = { idempotencyKey: 'nats-2', reference: 'nats-2' };
+    const first = request(SUBJECTS.reject, message);
+    await handlers.barrier.reached(1);
+    const duplicate = await request(SUBJECTS.reject, message);
+    expect(duplicate.error).toMatchObject({
+      type: 'urn:idempotency:request-in-progress',
+      status: 409,
+    });
+    handlers.barrier.open();
+    const done = await first;
+    expect(done.reply).toEqual({ orderId: expect.any(Number), run: 1 });
+    expect((await request(SUBJECTS.reject, message)).reply).toEqual(done.reply);
+    expect(handlers.runs).toBe(1);
+    expect(await rows('nats-2')).toBe(1);
+  });
+
+  it('refuses a message without a key and one reusing a key for other data', async () => {
+    handlers.barrier.open();
+    const keyless = await request(SUBJECTS.reject, { reference: 'nats-3' });
+    expect(keyless.error).toMatchObject({
+      type: 'urn:idempotency:missing-key',
+      status: 400,
+    });
+    expect(handlers.runs).toBe(0);
+    await request(SUBJECTS.reject, {
+      idempotencyKey: 'nats-4',
+      reference: 'nats-4',
+    });
+    const reused = await request(SUBJECTS.reject, {
+      idempotencyKey: 'nats-4',
+      reference: 'other',
+    });
+    expect(reused.error).toMatchObject({
+      type: 'urn:idempotency:key-reused',
+      status: 422,
+    });
+    expect(handlers.runs).toBe(1);
+    expect(await rows('other')).toBe(0);
+  });
+
+  it('handles a redelivered event once and drops the duplicates', async () => {
+    handlers.barrier.open();
+    const message = { idempotencyKey: 'nats-5', reference: 'nats-5' };
+    const deliveries = () => events.filter((e) => e.key === 'nats-5');
+    for (let i = 1; i <= 3; i += 1) {
+      await lastValueFrom(client.emit(SUBJECTS.event, message), {
+        defaultValue: undefined,
+      });
+      await until(async () => deliveries().length === i, `delivery ${i}`);
+    }
+    expect(events.filter((e) => e.key === 'nats-5').map((e) => e.type)).toEqual(
+      ['executed', 'replayed', 'replayed'],
+    );
+    expect(handlers.runs).toBe(1);
+    expect(await rows('nats-5')).toBe(1);
+  });
+});
