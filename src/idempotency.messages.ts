@@ -30,6 +30,36 @@ export const MESSAGE_KEY_FIELD = 'idempotencyKey';
 interface TransportContext {
   getMessage?: () => { properties?: { messageId?: unknown } } | undefined;
   getHeaders?: () => { get?: (name: string) => unknown } | undefined;
+  /** RabbitMQ: the channel the message came on. */
+  getChannelRef?: () => AmqpChannel | undefined;
+}
+
+interface AmqpChannel {
+  ack(message: unknown): void;
+  nack(message: unknown, allUpTo?: boolean, requeue?: boolean): void;
+}
+
+/**
+ * Settles a RabbitMQ message when the route acknowledges: `ack`, `requeue`
+ * (for a redelivery) or `reject` (dead-letter). Other transports: nothing.
+ */
+function settle(
+  transport: TransportContext | undefined,
+  options: ResolvedRouteOptions,
+  outcome: 'ack' | 'requeue' | 'reject',
+): void {
+  const channel = options.acknowledge
+    ? transport?.getChannelRef?.()
+    : undefined;
+  const message = transport?.getMessage?.();
+  if (!channel || !message) {
+    return;
+  }
+  if (outcome === 'ack') {
+    channel.ack(message);
+  } else {
+    channel.nack(message, false, outcome === 'requeue');
+  }
 }
 
 /**
@@ -70,6 +100,7 @@ export class IdempotencyMessages {
   ): Promise<unknown> {
     const rpc = context.switchToRpc();
     const data: unknown = rpc.getData();
+    const transport = rpc.getContext<TransportContext | undefined>();
     let attempt: Attempt & RequestIdentity;
     try {
       const key = options.key
@@ -79,7 +110,16 @@ export class IdempotencyMessages {
         if (options.required) {
           throw new IdempotencyKeyMissingException(MESSAGE_KEY_FIELD);
         }
-        return await lastValueFrom(next.handle(), { defaultValue: undefined });
+        try {
+          const result = await lastValueFrom(next.handle(), {
+            defaultValue: undefined,
+          });
+          settle(transport, options, 'ack');
+          return result;
+        } catch (error) {
+          settle(transport, options, 'requeue');
+          throw error;
+        }
       }
       const problem =
         typeof key === 'string'
@@ -112,11 +152,32 @@ export class IdempotencyMessages {
               ),
       };
     } catch (error) {
+      // A message without a usable key never succeeds: not redelivered.
+      settle(
+        transport,
+        options,
+        error instanceof IdempotencyHttpException ? 'reject' : 'requeue',
+      );
       throw await toRpcException(error);
     }
-    return this.process(attempt, options, () =>
-      lastValueFrom(next.handle(), { defaultValue: undefined }),
-    );
+    try {
+      const result = await this.process(attempt, options, () =>
+        lastValueFrom(next.handle(), { defaultValue: undefined }),
+      );
+      settle(transport, options, 'ack');
+      return result;
+    } catch (error) {
+      // The key of another request never succeeds; anything else may on redelivery.
+      const problem = (
+        error as { getError?: () => { type?: string } }
+      ).getError?.();
+      settle(
+        transport,
+        options,
+        problem?.type === 'urn:idempotency:key-reused' ? 'reject' : 'requeue',
+      );
+      throw error;
+    }
   }
 
   private async process(

@@ -35,6 +35,7 @@ export interface ResolvedRouteOptions {
   /** Lower-cased names; `undefined` allows every header. */
   readonly replayAllow: ReadonlySet<string> | undefined;
   readonly replayDeny: ReadonlySet<string>;
+  readonly acknowledge: boolean;
 }
 
 /** @internal */
@@ -214,6 +215,7 @@ export function resolveRouteOptions<T extends ResolvedRouteOptions>(
     replayDeny:
       lowerCaseSet(options.replayHeaders?.deny, 'replayHeaders.deny') ??
       base.replayDeny,
+    acknowledge: options.acknowledge ?? base.acknowledge,
   };
 }
 
@@ -251,6 +253,7 @@ export function resolveModuleOptions(
     maxResponseSize: DEFAULTS.maxResponseSize,
     replayAllow: undefined,
     replayDeny: new Set(),
+    acknowledge: false,
   };
   return resolveRouteOptions(base, options);
 }

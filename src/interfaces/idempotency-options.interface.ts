@@ -191,6 +191,17 @@ export interface IdempotentOptions {
    * @default every header but the unsafe ones
    */
   replayHeaders?: IdempotencyReplayHeaders;
+  /**
+   * For RabbitMQ consumers with manual acknowledgement (`noAck: false`): the
+   * module acknowledges each message only after its transaction committed
+   * (or after dropping a duplicate), and rejects it with requeue when the
+   * handler or the commit fails, so that the broker redelivers it. A message
+   * that can never succeed (no key, or the key of another request) is
+   * rejected without requeue (dead-lettered). The handler must not
+   * acknowledge itself.
+   * @default false
+   */
+  acknowledge?: boolean;
 }
 
 /**

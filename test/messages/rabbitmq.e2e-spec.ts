@@ -1,0 +1,119 @@
+import { Transport } from '@nestjs/microservices';
+import amqp from 'amqplib';
+import type { IdempotencyEvent } from '../../src/index.js';
+import { until } from '../utils/barrier.js';
+import { startTestApp, type TestApp } from '../utils/test-app.js';
+import { describeWithBroker } from './broker.js';
+import {
+  Deliveries,
+  PATTERN,
+  QUEUE,
+  RabbitTestModule,
+} from './rabbitmq.module.js';
+
+const HOST = '127.0.0.1';
+const PORT = 5672;
+const URL = `amqp://guest:guest@${HOST}:${PORT}`;
+const describeRabbit = await describeWithBroker('RabbitMQ', HOST, PORT);
+
+describeRabbit(
+  '@Idempotent() on a RabbitMQ consumer with manual acknowledgement',
+  () => {
+    let target: TestApp;
+    let connection: amqp.ChannelModel;
+    let channel: amqp.Channel;
+    const events: IdempotencyEvent[] = [];
+
+    beforeAll(async () => {
+      target = await startTestApp({
+        imports: [RabbitTestModule],
+        idempotency: { onEvent: (event) => events.push(event) },
+      });
+      target.app.connectMicroservice(
+        {
+          transport: Transport.RMQ,
+          options: {
+            urls: [URL],
+            queue: QUEUE,
+            noAck: false,
+            prefetchCount: 4,
+            queueOptions: { durable: false, autoDelete: false },
+          },
+        },
+        { inheritAppConfig: true },
+      );
+      await target.app.startAllMicroservices();
+      connection = await amqp.connect(URL);
+      channel = await connection.createChannel();
+    });
+    afterAll(async () => {
+      await channel?.deleteQueue(QUEUE);
+      await connection?.close();
+      await target?.close();
+    });
+
+    /** Publishes the message as Nest's RMQ transport reads it, with an AMQP message id. */
+    const publish = (messageId: string, reference: string) =>
+      channel.sendToQueue(
+        QUEUE,
+        Buffer.from(JSON.stringify({ pattern: PATTERN, data: { reference } })),
+        {
+          messageId,
+        },
+      );
+    const rows = async (reference: string) =>
+      (
+        await target.db.query('SELECT 1 FROM orders WHERE reference = $1', [
+          reference,
+        ])
+      ).length;
+    /** Messages neither acknowledged nor waiting: none once all are settled. */
+    const settled = async () => {
+      const { messageCount } = await channel.checkQueue(QUEUE);
+      return messageCount === 0;
+    };
+
+    it('executes a message published five times once, and acknowledges every copy', async () => {
+      for (let i = 0; i < 5; i += 1) {
+        publish('msg-1', 'rmq-1');
+      }
+      await until(
+        async () => events.filter((e) => e.key === 'msg-1').length === 5,
+        'five deliveries',
+      );
+      await until(settled, 'the queue to drain');
+      expect(
+        events
+          .filter((e) => e.key === 'msg-1')
+          .map((e) => e.type)
+          .sort(),
+      ).toEqual(['executed', 'replayed', 'replayed', 'replayed', 'replayed']);
+      expect(target.app.get(Deliveries).runs).toBe(1);
+      expect(await rows('rmq-1')).toBe(1);
+    });
+
+    it('requeues a message whose handler failed: the redelivery executes once, nothing is lost', async () => {
+      const deliveries = target.app.get(Deliveries);
+      const before = deliveries.runs;
+      deliveries.failOnce.add('rmq-2');
+      publish('msg-2', 'rmq-2');
+      await until(
+        async () =>
+          events.some((e) => e.key === 'msg-2' && e.type === 'executed'),
+        'the redelivery',
+      );
+      await until(settled, 'the queue to drain');
+      expect(deliveries.runs - before).toBe(2);
+      expect(await rows('rmq-2')).toBe(1);
+    });
+
+    it('left no message unacknowledged: once the consumer is gone, nothing comes back to the queue', async () => {
+      await target.close();
+      const { messageCount, consumerCount } = await channel.checkQueue(QUEUE);
+      expect({ messageCount, consumerCount }).toEqual({
+        messageCount: 0,
+        consumerCount: 0,
+      });
+    });
+  },
+);

@@ -1,0 +1,44 @@
+import { Controller, Injectable, Module } from '@nestjs/common';
+import { EventPattern, Payload } from '@nestjs/microservices';
+import { InjectRepository, TypeOrmModule } from '@nestjs/typeorm';
+import { randomUUID } from 'node:crypto';
+import type { Repository } from 'typeorm';
+import { Idempotent } from '../../src/index.js';
+import { Order } from '../fixtures/order.entity.js';
+
+/** A queue of this run only. */
+export const QUEUE = `idempotency-test-${randomUUID().slice(0, 8)}`;
+export const PATTERN = 'payments.captured';
+
+@Injectable()
+export class Deliveries {
+  runs = 0;
+  /** Keys whose first attempt fails after writing, to force a redelivery. */
+  readonly failOnce = new Set<string>();
+}
+
+@Controller()
+export class CapturesConsumer {
+  constructor(
+    @InjectRepository(Order) private readonly orders: Repository<Order>,
+    private readonly deliveries: Deliveries,
+  ) {}
+
+  @EventPattern(PATTERN)
+  @Idempotent({ concurrency: 'wait', acknowledge: true })
+  async captured(@Payload() message: unknown) {
+    const { reference } = message as { reference: string };
+    this.deliveries.runs += 1;
+    await this.orders.insert({ reference, source: 'rabbitmq' });
+    if (this.deliveries.failOnce.delete(reference)) {
+      throw new Error('the ledger service is down');
+    }
+  }
+}
+
+@Module({
+  imports: [TypeOrmModule.forFeature([Order])],
+  controllers: [CapturesConsumer],
+  providers: [Deliveries],
+})
+export class RabbitTestModule {}
