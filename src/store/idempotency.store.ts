@@ -88,6 +88,11 @@ const LOCK_ID = `hashtextextended($1 || chr(31) || $2, 0)`;
 const FINGERPRINT_LOCK_ID = `hashtextextended($1 || chr(31) || $2 || chr(31) || $3, 0)`;
 const RECORD_COLUMNS = `status, fingerprint, response_status, response_headers, response_body`;
 const FINISHED = `status <> 'in_progress'`;
+/**
+ * How long a request waits for a key held under another fingerprint before it
+ * concludes that a different request is executing (422).
+ */
+const MISMATCH_CONFIRMATION_MS = 100;
 /** SQLSTATE of `lock_timeout` expiring. */
 const LOCK_NOT_AVAILABLE = '55P03';
 
@@ -250,11 +255,20 @@ export class IdempotencyStore implements OnModuleInit, OnApplicationShutdown {
     if (record) {
       return { state: 'finished', record };
     }
-    return row.locked ? { state: 'busy' } : { state: 'mismatch' };
+    if (row.locked) {
+      return { state: 'busy' };
+    }
+    // The key's holder has another fingerprint, unless it is just ending and
+    // releasing its locks: a short wait for the key tells the two apart.
+    if (await this.waitForLock(queryRunner, id, MISMATCH_CONFIRMATION_MS)) {
+      return this.claim(queryRunner, id, ttlMs, timeoutMs);
+    }
+    return { state: 'mismatch' };
   }
 
   /**
-   * Waits at most `waitMs` for the advisory lock of the key.
+   * Waits at most `waitMs` for the advisory locks of the key and of the
+   * request's fingerprint.
    * @returns false when the wait timed out (the transaction is then aborted).
    */
   async waitForLock(
@@ -265,15 +279,19 @@ export class IdempotencyStore implements OnModuleInit, OnApplicationShutdown {
     try {
       await queryRunner.query(
         // Innermost first: keep the session's lock_timeout, bound the wait,
-        // take the lock, then restore it for the handler that may run next.
-        `SELECT set_config('lock_timeout', locked.previous, true) FROM (
-           SELECT bounded.previous, pg_advisory_xact_lock(${LOCK_ID}) FROM (
-             SELECT kept.previous, set_config('lock_timeout', $3, true) FROM (
-               SELECT current_setting('lock_timeout') AS previous OFFSET 0
-             ) kept OFFSET 0
-           ) bounded OFFSET 0
-         ) locked`,
-        [id.scope, id.key, String(waitMs)],
+        // take the key's lock, then this fingerprint's (its holder may still
+        // be releasing it), then restore lock_timeout for the handler that
+        // may run next.
+        `SELECT set_config('lock_timeout', fingerprinted.previous, true) FROM (
+           SELECT locked.previous, pg_advisory_xact_lock(${FINGERPRINT_LOCK_ID}) FROM (
+             SELECT bounded.previous, pg_advisory_xact_lock(${LOCK_ID}) FROM (
+               SELECT kept.previous, set_config('lock_timeout', $4, true) FROM (
+                 SELECT current_setting('lock_timeout') AS previous OFFSET 0
+               ) kept OFFSET 0
+             ) bounded OFFSET 0
+           ) locked OFFSET 0
+         ) fingerprinted`,
+        [id.scope, id.key, id.fingerprint, String(waitMs)],
       );
       return true;
     } catch (error) {
