@@ -166,4 +166,48 @@ describe.each(PLATFORMS)('request fingerprints (%s)', (platform) => {
     expect(executed.status).toBe(201);
     expect(runs.counts['fingerprint/held']).toBe(runsBefore + 1);
   });
+
+  it('takes a key whose holder is just ending, instead of answering 422', async () => {
+    // Another session holds the key's lock without a fingerprint lock, as a
+    // request does for the instant it releases its locks.
+    const holder = new pg.Client({ connectionString: target.db.url });
+    holder.on('error', () => undefined);
+    await holder.connect();
+    try {
+      await holder.query('BEGIN');
+      await holder.query(
+        `SELECT pg_advisory_xact_lock(hashtextextended('global' || chr(31) || $1, 0))`,
+        ['ending-1'],
+      );
+      runs.barrier.open();
+      const request = send(target, '/fingerprint/held', {
+        key: 'ending-1',
+        body: { reference: 'ending-1' },
+      });
+      await untilAdvisoryLocks(target.db, 'waiting', 1);
+      await holder.query('ROLLBACK');
+      expect((await request).status).toBe(201);
+    } finally {
+      await holder.end();
+    }
+    // Held for good, it is a different request: 422 after the short wait.
+    const stuck = new pg.Client({ connectionString: target.db.url });
+    stuck.on('error', () => undefined);
+    await stuck.connect();
+    try {
+      await stuck.query('BEGIN');
+      await stuck.query(
+        `SELECT pg_advisory_xact_lock(hashtextextended('global' || chr(31) || $1, 0))`,
+        ['ending-2'],
+      );
+      const refused = await send(target, '/fingerprint/held', {
+        key: 'ending-2',
+        body: { reference: 'ending-2' },
+      });
+      expect(refused.status).toBe(422);
+      await stuck.query('ROLLBACK');
+    } finally {
+      await stuck.end();
+    }
+  });
 });
