@@ -6,6 +6,7 @@ import type { IdempotencyEventType } from './interfaces/idempotency-event.interf
 import { IdempotencyConflictException } from './exceptions/idempotency-conflict.exception.js';
 import { IdempotencyKeyReusedException } from './exceptions/idempotency-key-reused.exception.js';
 import { IdempotencyUnavailableException } from './exceptions/idempotency-unavailable.exception.js';
+import { IdempotencyNotReplayableException } from './exceptions/idempotency-not-replayable.exception.js';
 import {
   IdempotencyStore,
   type ClaimResult,
@@ -125,5 +126,48 @@ export class IdempotencyEngine {
       durationMs: Date.now() - attempt.started,
       ...extra,
     });
+  }
+
+  /**
+   * Stores `result` (a JSON value) as the record of a claimed key and
+   * commits: for messages and programmatic runs.
+   */
+  async commitResult(
+    queryRunner: QueryRunner,
+    attempt: Attempt & RequestIdentity,
+    result: unknown,
+  ): Promise<void> {
+    const json = result === undefined ? undefined : JSON.stringify(result);
+    await this.store.complete(queryRunner, attempt, 'completed', {
+      status: 200,
+      headers: {},
+      body: json === undefined ? Buffer.alloc(0) : Buffer.from(json),
+    });
+    await this.store.commit(queryRunner);
+    this.emit('executed', attempt);
+  }
+
+  /**
+   * The stored result for a duplicate of a finished message or run.
+   * @throws IdempotencyKeyReusedException for another request's key.
+   * @throws IdempotencyNotReplayableException when nothing was stored.
+   */
+  storedResult(
+    attempt: Attempt & RequestIdentity,
+    record: StoredRecord,
+  ): unknown {
+    if (record.fingerprint !== attempt.fingerprint) {
+      this.emit('mismatch', attempt);
+      throw new IdempotencyKeyReusedException(attempt.key);
+    }
+    if (record.status === 'not_replayable') {
+      this.emit('not-replayable', attempt);
+      throw new IdempotencyNotReplayableException(attempt.key);
+    }
+    this.emit('replayed', attempt);
+    const { body } = record.response;
+    return body.length === 0
+      ? undefined
+      : (JSON.parse(body.toString('utf8')) as unknown);
   }
 }

@@ -16,13 +16,8 @@ import { IdempotencyConfigurationError } from './exceptions/idempotency-configur
 import { IdempotencyHttpException } from './exceptions/idempotency-http.exception.js';
 import { IdempotencyKeyInvalidException } from './exceptions/idempotency-key-invalid.exception.js';
 import { IdempotencyKeyMissingException } from './exceptions/idempotency-key-missing.exception.js';
-import { IdempotencyKeyReusedException } from './exceptions/idempotency-key-reused.exception.js';
-import { IdempotencyNotReplayableException } from './exceptions/idempotency-not-replayable.exception.js';
 import { IdempotencyUnavailableException } from './exceptions/idempotency-unavailable.exception.js';
-import type {
-  RequestIdentity,
-  StoredRecord,
-} from './store/idempotency.store.js';
+import type { RequestIdentity } from './store/idempotency.store.js';
 
 /** Field of a message's data that carries its key by default. */
 export const MESSAGE_KEY_FIELD = 'idempotencyKey';
@@ -205,7 +200,7 @@ export class IdempotencyMessages {
       );
       if (record) {
         await store.rollback(queryRunner);
-        return this.reply(attempt, record);
+        return this.engine.storedResult(attempt, record);
       }
       running = true;
       const result = await this.engine.inTransaction(
@@ -215,40 +210,13 @@ export class IdempotencyMessages {
         handle,
       );
       running = false;
-      const json = result === undefined ? undefined : JSON.stringify(result);
-      await store.complete(queryRunner, attempt, 'completed', {
-        status: 200,
-        headers: {},
-        body: json === undefined ? Buffer.alloc(0) : Buffer.from(json),
-      });
-      await store.commit(queryRunner);
-      this.engine.emit('executed', attempt);
+      await this.engine.commitResult(queryRunner, attempt, result);
       return result;
     } catch (error) {
       await store.rollback(queryRunner);
       // The handler's own errors reach the transport as they are.
       throw running ? error : await toRpcException(error);
     }
-  }
-
-  /** The stored reply for a duplicate of a finished message. */
-  private reply(
-    attempt: Attempt & RequestIdentity,
-    record: StoredRecord,
-  ): unknown {
-    if (record.fingerprint !== attempt.fingerprint) {
-      this.engine.emit('mismatch', attempt);
-      throw new IdempotencyKeyReusedException(attempt.key);
-    }
-    if (record.status === 'not_replayable') {
-      this.engine.emit('not-replayable', attempt);
-      throw new IdempotencyNotReplayableException(attempt.key);
-    }
-    this.engine.emit('replayed', attempt);
-    const { body } = record.response;
-    return body.length === 0
-      ? undefined
-      : (JSON.parse(body.toString('utf8')) as unknown);
   }
 }
 

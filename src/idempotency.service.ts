@@ -10,13 +10,8 @@ import { IdempotencyEngine, type Attempt } from './idempotency.engine.js';
 import { keyProblem } from './http/idempotency-key.js';
 import type { IdempotencyRunOptions } from './interfaces/idempotency-run-options.interface.js';
 import { IdempotencyKeyInvalidException } from './exceptions/idempotency-key-invalid.exception.js';
-import { IdempotencyKeyReusedException } from './exceptions/idempotency-key-reused.exception.js';
-import { IdempotencyNotReplayableException } from './exceptions/idempotency-not-replayable.exception.js';
 import { IdempotencyUnavailableException } from './exceptions/idempotency-unavailable.exception.js';
-import type {
-  RequestIdentity,
-  StoredRecord,
-} from './store/idempotency.store.js';
+import type { RequestIdentity } from './store/idempotency.store.js';
 
 /** Fingerprint of runs that give none: every run with the key is the same. */
 const ANY_RUN = '-';
@@ -99,7 +94,7 @@ export class IdempotencyService {
       );
       if (record) {
         await store.rollback(queryRunner);
-        return this.stored<T>(attempt, record);
+        return this.engine.storedResult(attempt, record) as T;
       }
       const runner = queryRunner;
       const result = await this.engine.inTransaction(
@@ -108,38 +103,11 @@ export class IdempotencyService {
         route.ttlMs,
         async () => fn(runner.manager),
       );
-      const json = result === undefined ? undefined : JSON.stringify(result);
-      await store.complete(queryRunner, attempt, 'completed', {
-        status: 200,
-        headers: {},
-        body: json === undefined ? Buffer.alloc(0) : Buffer.from(json),
-      });
-      await store.commit(queryRunner);
-      this.engine.emit('executed', attempt);
+      await this.engine.commitResult(queryRunner, attempt, result);
       return result;
     } catch (error) {
       await store.rollback(queryRunner);
       throw error;
     }
-  }
-
-  /** The result stored for a duplicate, or why there is none to give. */
-  private stored<T>(
-    attempt: Attempt & RequestIdentity,
-    record: StoredRecord,
-  ): T {
-    if (record.fingerprint !== attempt.fingerprint) {
-      this.engine.emit('mismatch', attempt);
-      throw new IdempotencyKeyReusedException(attempt.key);
-    }
-    if (record.status === 'not_replayable') {
-      this.engine.emit('not-replayable', attempt);
-      throw new IdempotencyNotReplayableException(attempt.key);
-    }
-    this.engine.emit('replayed', attempt);
-    const { body } = record.response;
-    return (
-      body.length === 0 ? undefined : JSON.parse(body.toString('utf8'))
-    ) as T;
   }
 }
