@@ -1,7 +1,12 @@
-import { Injectable } from '@nestjs/common';
+import { Injectable, type ExecutionContext } from '@nestjs/common';
 import type { QueryRunner } from 'typeorm';
 import type { ResolvedRouteOptions } from './idempotency.options.js';
 import { IdempotencyEvents } from './idempotency.events.js';
+import {
+  requestFingerprint,
+  selectFields,
+} from './http/request-fingerprint.js';
+import { IdempotencyConfigurationError } from './exceptions/idempotency-configuration.error.js';
 import type { IdempotencyEventType } from './interfaces/idempotency-event.interface.js';
 import { IdempotencyConflictException } from './exceptions/idempotency-conflict.exception.js';
 import { IdempotencyKeyReusedException } from './exceptions/idempotency-key-reused.exception.js';
@@ -90,6 +95,50 @@ export class IdempotencyEngine {
         this.emit('mismatch', attempt, { status: 422 });
         throw new IdempotencyKeyReusedException(id.key);
     }
+  }
+
+  /** The scope of a request or message, from the `scope` resolver. */
+  async scope(
+    context: ExecutionContext,
+    options: ResolvedRouteOptions,
+  ): Promise<string> {
+    const scope = await options.scope(context);
+    if (typeof scope !== 'string' || scope.length === 0) {
+      throw new IdempotencyConfigurationError(
+        `The idempotency scope resolver returned ${JSON.stringify(scope)}.`,
+        'Return a non-empty string, such as the id of the authenticated user or tenant.',
+      );
+    }
+    return scope;
+  }
+
+  /**
+   * The fingerprint of a request or message: the `fingerprint` function's,
+   * or the sha256 of `method`, `path` and the (selected fields of the) body.
+   */
+  async fingerprint(
+    context: ExecutionContext,
+    options: ResolvedRouteOptions,
+    method: string,
+    path: string,
+    body: unknown,
+  ): Promise<string> {
+    const { fingerprint } = options;
+    if (typeof fingerprint !== 'function') {
+      return requestFingerprint(
+        method,
+        path,
+        selectFields(body, fingerprint.include, fingerprint.exclude),
+      );
+    }
+    const value = await fingerprint(context);
+    if (typeof value !== 'string' || value.length === 0) {
+      throw new IdempotencyConfigurationError(
+        `The fingerprint function returned ${JSON.stringify(value)}.`,
+        'Return a non-empty string, such as a hash of the parts of the request that matter.',
+      );
+    }
+    return value;
   }
 
   /** Runs `fn` with `queryRunner`'s transaction as the ambient one. */

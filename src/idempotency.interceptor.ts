@@ -48,11 +48,7 @@ import {
   holdResponse,
   type CapturedResponse,
 } from './http/response-capture.js';
-import {
-  requestFingerprint,
-  selectFields,
-} from './http/request-fingerprint.js';
-import { keyProblem, readKeyHeader } from './http/idempotency-key.js';
+import { readKeyHeader, validKey } from './http/idempotency-key.js';
 
 /** What the interceptor knows of a decorated handler, computed once. */
 interface DecoratedRoute {
@@ -185,20 +181,9 @@ export class IdempotencyInterceptor implements NestInterceptor {
       }
       key = reading?.key;
     }
-    if (key === undefined) {
-      return undefined;
-    }
-    const problem =
-      typeof key === 'string'
-        ? keyProblem(key, options.keyValidation)
-        : 'it is not a string';
-    if (problem) {
-      throw new IdempotencyKeyInvalidException(
-        this.options.headerName,
-        problem,
-      );
-    }
-    return key as string;
+    return key === undefined
+      ? undefined
+      : validKey(key, options.keyValidation, this.options.headerName);
   }
 
   /** The scope of a request. Override to derive it differently. */
@@ -206,14 +191,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     context: ExecutionContext,
     options: ResolvedRouteOptions,
   ): Promise<string> {
-    const scope = await options.scope(context);
-    if (typeof scope !== 'string' || scope.length === 0) {
-      throw new IdempotencyConfigurationError(
-        `The idempotency scope resolver returned ${JSON.stringify(scope)}.`,
-        'Return a non-empty string, such as the id of the authenticated user or tenant.',
-      );
-    }
-    return scope;
+    return this.engine.scope(context, options);
   }
 
   /**
@@ -226,22 +204,13 @@ export class IdempotencyInterceptor implements NestInterceptor {
     options: ResolvedRouteOptions,
     routePath: string,
   ): Promise<string> {
-    const { fingerprint } = options;
-    if (typeof fingerprint === 'function') {
-      const value = await fingerprint(context);
-      if (typeof value !== 'string' || value.length === 0) {
-        throw new IdempotencyConfigurationError(
-          `The fingerprint function returned ${JSON.stringify(value)}.`,
-          'Return a non-empty string, such as a hash of the parts of the request that matter.',
-        );
-      }
-      return value;
-    }
     const request = context.switchToHttp().getRequest<HttpRequest>();
-    return requestFingerprint(
+    return this.engine.fingerprint(
+      context,
+      options,
       request.method ?? 'GET',
       routePath,
-      selectFields(request.body, fingerprint.include, fingerprint.exclude),
+      request.body,
     );
   }
 

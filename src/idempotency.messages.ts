@@ -7,14 +7,8 @@ import { lastValueFrom } from 'rxjs';
 import type { QueryRunner } from 'typeorm';
 import type { ResolvedRouteOptions } from './idempotency.options.js';
 import { IdempotencyEngine, type Attempt } from './idempotency.engine.js';
-import { keyProblem } from './http/idempotency-key.js';
-import {
-  requestFingerprint,
-  selectFields,
-} from './http/request-fingerprint.js';
-import { IdempotencyConfigurationError } from './exceptions/idempotency-configuration.error.js';
+import { validKey } from './http/idempotency-key.js';
 import { IdempotencyHttpException } from './exceptions/idempotency-http.exception.js';
-import { IdempotencyKeyInvalidException } from './exceptions/idempotency-key-invalid.exception.js';
 import { IdempotencyKeyMissingException } from './exceptions/idempotency-key-missing.exception.js';
 import { IdempotencyUnavailableException } from './exceptions/idempotency-unavailable.exception.js';
 import type { RequestIdentity } from './store/idempotency.store.js';
@@ -116,35 +110,19 @@ export class IdempotencyMessages {
           throw error;
         }
       }
-      const problem =
-        typeof key === 'string'
-          ? keyProblem(key, options.keyValidation)
-          : 'it is not a string';
-      if (problem) {
-        throw new IdempotencyKeyInvalidException(MESSAGE_KEY_FIELD, problem);
-      }
-      const scope = await options.scope(context);
-      if (typeof scope !== 'string' || scope.length === 0) {
-        throw new IdempotencyConfigurationError(
-          `The idempotency scope resolver returned ${JSON.stringify(scope)}.`,
-          'Return a non-empty string.',
-        );
-      }
-      const { fingerprint } = options;
       attempt = {
         started: Date.now(),
-        scope,
-        key: key as string,
+        scope: await this.engine.scope(context, options),
+        key: validKey(key, options.keyValidation, MESSAGE_KEY_FIELD),
         method: 'MESSAGE',
         path: pattern,
-        fingerprint:
-          typeof fingerprint === 'function'
-            ? await fingerprint(context)
-            : requestFingerprint(
-                'MESSAGE',
-                pattern,
-                selectFields(data, fingerprint.include, fingerprint.exclude),
-              ),
+        fingerprint: await this.engine.fingerprint(
+          context,
+          options,
+          'MESSAGE',
+          pattern,
+          data,
+        ),
       };
     } catch (error) {
       // A message without a usable key never succeeds: not redelivered.

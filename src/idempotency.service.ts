@@ -7,9 +7,8 @@ import {
   type ResolvedIdempotencyOptions,
 } from './idempotency.options.js';
 import { IdempotencyEngine, type Attempt } from './idempotency.engine.js';
-import { keyProblem } from './http/idempotency-key.js';
+import { validKey } from './http/idempotency-key.js';
 import type { IdempotencyRunOptions } from './interfaces/idempotency-run-options.interface.js';
-import { IdempotencyKeyInvalidException } from './exceptions/idempotency-key-invalid.exception.js';
 import { IdempotencyUnavailableException } from './exceptions/idempotency-unavailable.exception.js';
 import type { RequestIdentity } from './store/idempotency.store.js';
 
@@ -62,17 +61,10 @@ export class IdempotencyService {
       waitTimeout: options.waitTimeout,
       transactionTimeout: options.transactionTimeout,
     });
-    const problem =
-      typeof options.key === 'string'
-        ? keyProblem(options.key, route.keyValidation)
-        : 'it is not a string';
-    if (problem) {
-      throw new IdempotencyKeyInvalidException('key', problem);
-    }
     const attempt: Attempt & RequestIdentity = {
       started: Date.now(),
       scope: options.scope ?? DEFAULT_SCOPE,
-      key: options.key,
+      key: validKey(options.key, route.keyValidation, 'key'),
       method: 'RUN',
       path: options.name ?? 'run',
       fingerprint: options.fingerprint ?? ANY_RUN,

@@ -1,5 +1,6 @@
 import type { IncomingMessage } from 'node:http';
 import type { ResolvedKeyValidation } from '../idempotency.options.js';
+import { IdempotencyKeyInvalidException } from '../exceptions/idempotency-key-invalid.exception.js';
 
 /** @internal A key, or why the header does not carry a usable one. */
 export type KeyReading = { key: string } | { problem: string } | undefined;
@@ -42,6 +43,24 @@ export function keyProblem(
     return 'it has an invalid format';
   }
   return undefined;
+}
+
+/**
+ * @internal The key, once it follows the rules.
+ * @param field where the key came from (a header or a field name), for the message.
+ * @throws IdempotencyKeyInvalidException otherwise.
+ */
+export function validKey(
+  key: unknown,
+  rules: ResolvedKeyValidation,
+  field: string,
+): string {
+  const problem =
+    typeof key === 'string' ? keyProblem(key, rules) : 'it is not a string';
+  if (problem) {
+    throw new IdempotencyKeyInvalidException(field, problem);
+  }
+  return key as string;
 }
 
 /**
