@@ -1,21 +1,13 @@
 import { IDEMPOTENCY_TABLE_NAME } from '../../src/index.js';
-import {
-  send,
-  PLATFORMS,
-  startTestApp,
-  type TestApp,
-} from '../utils/test-app.js';
-import { ContractTestModule, Runs } from './contract.module.js';
+import { send, PLATFORMS, type TestApp } from '../utils/test-app.js';
+import { useContractApp } from './contract-app.js';
+import type { Runs } from './contract.module.js';
 
 describe.each(PLATFORMS)('error policy (%s)', (platform) => {
   let target: TestApp;
   let runs: Runs;
 
-  beforeAll(async () => {
-    target = await startTestApp({ platform, imports: [ContractTestModule] });
-    runs = target.app.get(Runs);
-  });
-  afterAll(() => target.close());
+  useContractApp(platform, (app) => ({ target, runs } = app));
 
   const orders = async (reference: string) =>
     (

@@ -1,23 +1,15 @@
-import pg from 'pg';
 import { requestFingerprint } from '../../src/http/request-fingerprint.js';
 import { Barrier, untilAdvisoryLocks } from '../utils/barrier.js';
-import {
-  send,
-  PLATFORMS,
-  startTestApp,
-  type TestApp,
-} from '../utils/test-app.js';
-import { ContractTestModule, Runs } from './contract.module.js';
+import { holdInTransaction } from '../utils/test-database.js';
+import { send, PLATFORMS, type TestApp } from '../utils/test-app.js';
+import { useContractApp } from './contract-app.js';
+import type { Runs } from './contract.module.js';
 
 describe.each(PLATFORMS)('request fingerprints (%s)', (platform) => {
   let target: TestApp;
   let runs: Runs;
 
-  beforeAll(async () => {
-    target = await startTestApp({ platform, imports: [ContractTestModule] });
-    runs = target.app.get(Runs);
-  });
-  afterAll(() => target.close());
+  useContractApp(platform, (app) => ({ target, runs } = app));
   beforeEach(() => {
     runs.barrier = new Barrier();
   });
@@ -133,30 +125,28 @@ describe.each(PLATFORMS)('request fingerprints (%s)', (platform) => {
     expect(runs.counts['fingerprint/held-wait']).toBe(1);
   });
 
+  const keyLock = `SELECT pg_advisory_xact_lock(hashtextextended('global' || chr(31) || $1, 0))`;
+
   it('never lets a request hold the key without its fingerprint lock (identical duplicates never get 422)', async () => {
     // Another session holds this request's fingerprint lock, as a duplicate
     // does for the instant of its claim: the request must not take the key.
     const body = { reference: 'fp-lock' };
     const fingerprint = requestFingerprint('POST', '/fingerprint/held', body);
     const runsBefore = runs.counts['fingerprint/held'] ?? 0;
-    const holder = new pg.Client({ connectionString: target.db.url });
-    holder.on('error', () => undefined);
-    await holder.connect();
+    const held = await holdInTransaction(
+      target.db.url,
+      `SELECT pg_advisory_xact_lock(hashtextextended('global' || chr(31) || $1 || chr(31) || $2, 0))`,
+      ['fp-1', fingerprint],
+    );
     try {
-      await holder.query('BEGIN');
-      await holder.query(
-        `SELECT pg_advisory_xact_lock(hashtextextended('global' || chr(31) || $1 || chr(31) || $2, 0))`,
-        ['fp-1', fingerprint],
-      );
       const blocked = await send(target, '/fingerprint/held', {
         key: 'fp-1',
         body,
       });
       expect(blocked.status).toBe(409);
       expect(runs.counts['fingerprint/held'] ?? 0).toBe(runsBefore);
-      await holder.query('ROLLBACK');
     } finally {
-      await holder.end();
+      await held.release();
     }
     runs.barrier.open();
     const executed = await send(target, '/fingerprint/held', {
@@ -170,44 +160,31 @@ describe.each(PLATFORMS)('request fingerprints (%s)', (platform) => {
   it('takes a key whose holder is just ending, instead of answering 422', async () => {
     // Another session holds the key's lock without a fingerprint lock, as a
     // request does for the instant it releases its locks.
-    const holder = new pg.Client({ connectionString: target.db.url });
-    holder.on('error', () => undefined);
-    await holder.connect();
+    const ending = await holdInTransaction(target.db.url, keyLock, [
+      'ending-1',
+    ]);
     try {
-      await holder.query('BEGIN');
-      await holder.query(
-        `SELECT pg_advisory_xact_lock(hashtextextended('global' || chr(31) || $1, 0))`,
-        ['ending-1'],
-      );
       runs.barrier.open();
       const request = send(target, '/fingerprint/held', {
         key: 'ending-1',
         body: { reference: 'ending-1' },
       });
       await untilAdvisoryLocks(target.db, 'waiting', 1);
-      await holder.query('ROLLBACK');
+      await ending.release();
       expect((await request).status).toBe(201);
     } finally {
-      await holder.end();
+      await ending.release();
     }
     // Held for good, it is a different request: 422 after the short wait.
-    const stuck = new pg.Client({ connectionString: target.db.url });
-    stuck.on('error', () => undefined);
-    await stuck.connect();
+    const stuck = await holdInTransaction(target.db.url, keyLock, ['ending-2']);
     try {
-      await stuck.query('BEGIN');
-      await stuck.query(
-        `SELECT pg_advisory_xact_lock(hashtextextended('global' || chr(31) || $1, 0))`,
-        ['ending-2'],
-      );
       const refused = await send(target, '/fingerprint/held', {
         key: 'ending-2',
         body: { reference: 'ending-2' },
       });
       expect(refused.status).toBe(422);
-      await stuck.query('ROLLBACK');
     } finally {
-      await stuck.end();
+      await stuck.release();
     }
   });
 });

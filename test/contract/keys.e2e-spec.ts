@@ -1,12 +1,8 @@
 import { request as httpRequest } from 'node:http';
 import { IDEMPOTENCY_TABLE_NAME } from '../../src/index.js';
-import {
-  send,
-  PLATFORMS,
-  startTestApp,
-  type TestApp,
-} from '../utils/test-app.js';
-import { ContractTestModule, Runs } from './contract.module.js';
+import { send, PLATFORMS, type TestApp } from '../utils/test-app.js';
+import { useContractApp } from './contract-app.js';
+import type { Runs } from './contract.module.js';
 
 /** A POST with headers sent exactly as given, repeated names included. */
 function postRaw(
@@ -40,11 +36,7 @@ describe.each(PLATFORMS)('idempotency keys (%s)', (platform) => {
   let target: TestApp;
   let runs: Runs;
 
-  beforeAll(async () => {
-    target = await startTestApp({ platform, imports: [ContractTestModule] });
-    runs = target.app.get(Runs);
-  });
-  afterAll(() => target.close());
+  useContractApp(platform, (app) => ({ target, runs } = app));
 
   const records = async () =>
     (

@@ -10,7 +10,8 @@ import {
   startTestApp,
   type TestApp,
 } from '../utils/test-app.js';
-import { ContractTestModule, Runs } from './contract.module.js';
+import { useContractApp } from './contract-app.js';
+import type { Runs } from './contract.module.js';
 
 @Controller('library-mode')
 class LibraryModeController {
@@ -30,11 +31,7 @@ describe.each(PLATFORMS)(
     let target: TestApp;
     let runs: Runs;
 
-    beforeAll(async () => {
-      target = await startTestApp({ platform, imports: [ContractTestModule] });
-      runs = target.app.get(Runs);
-    });
-    afterAll(() => target.close());
+    useContractApp(platform, (app) => ({ target, runs } = app));
 
     const record = async (key: string) =>
       target.db.query<{ status: string; response_body: Buffer | null }>(

@@ -1,9 +1,12 @@
-import { Logger, type INestApplication } from '@nestjs/common';
+import {
+  Logger,
+  type DynamicModule,
+  type INestApplication,
+} from '@nestjs/common';
 import { jest } from '@jest/globals';
 import { SchedulerRegistry } from '@nestjs/schedule';
 import { Test } from '@nestjs/testing';
 import { TypeOrmModule } from '@nestjs/typeorm';
-import pg from 'pg';
 import {
   IdempotencyCollector,
   IdempotencyModule,
@@ -15,13 +18,14 @@ import {
 import { until } from '../utils/barrier.js';
 import {
   createTestDatabase,
+  holdInTransaction,
   type TestDatabase,
 } from '../utils/test-database.js';
 
 /** An application instance on a shared database. */
 async function instance(
   db: TestDatabase,
-  options: IdempotencyModuleOptions,
+  idempotency: IdempotencyModuleOptions | DynamicModule,
 ): Promise<INestApplication> {
   const moduleRef = await Test.createTestingModule({
     imports: [
@@ -31,7 +35,9 @@ async function instance(
         migrations: idempotencyMigrations,
         migrationsRun: true,
       }),
-      IdempotencyModule.forRoot(options),
+      'module' in idempotency
+        ? (idempotency as DynamicModule)
+        : IdempotencyModule.forRoot(idempotency as IdempotencyModuleOptions),
     ],
   }).compile();
   const app = moduleRef.createNestApplication({ logger: false });
@@ -75,8 +81,10 @@ describe('garbage collection', () => {
     await db.drop();
   });
 
-  const start = async (options: IdempotencyModuleOptions) => {
-    const app = await instance(db, options);
+  const start = async (
+    idempotency: IdempotencyModuleOptions | DynamicModule,
+  ) => {
+    const app = await instance(db, idempotency);
     apps.push(app);
     return app;
   };
@@ -94,18 +102,15 @@ describe('garbage collection', () => {
   it('skips rows another transaction holds instead of waiting for them', async () => {
     const app = await start({ gc: false });
     await seed(db, 'old-', 100, true);
-    const holder = new pg.Client({ connectionString: db.url });
-    await holder.connect();
+    const holder = await holdInTransaction(
+      db.url,
+      `SELECT 1 FROM ${IDEMPOTENCY_TABLE_NAME} WHERE key IN ('old-1', 'old-2', 'old-3') FOR UPDATE`,
+    );
     try {
-      await holder.query('BEGIN');
-      await holder.query(
-        `SELECT 1 FROM ${IDEMPOTENCY_TABLE_NAME} WHERE key IN ('old-1', 'old-2', 'old-3') FOR UPDATE`,
-      );
       // Finishes while the rows stay locked: it did not wait for them.
       expect(await app.get(IdempotencyCollector).collect(10)).toBe(97);
-      await holder.query('ROLLBACK');
     } finally {
-      await holder.end();
+      await holder.release();
     }
     expect(await app.get(IdempotencyCollector).collect()).toBe(3);
   });
@@ -194,22 +199,11 @@ describe('garbage collection', () => {
   });
 
   it('takes its schedule from forRootAsync options too', async () => {
-    const moduleRef = await Test.createTestingModule({
-      imports: [
-        TypeOrmModule.forRoot({
-          type: 'postgres',
-          url: db.url,
-          migrations: idempotencyMigrations,
-          migrationsRun: true,
-        }),
-        IdempotencyModule.forRootAsync({
-          useFactory: () => ({ gc: { interval: '20ms' } }),
-        }),
-      ],
-    }).compile();
-    const app = moduleRef.createNestApplication({ logger: false });
-    apps.push(app);
-    await app.init();
+    const app = await start(
+      IdempotencyModule.forRootAsync({
+        useFactory: () => ({ gc: { interval: '20ms' } }),
+      }),
+    );
     expect(app.get(SchedulerRegistry).getIntervals()).toContain(
       'idempotency-gc',
     );

@@ -1,8 +1,8 @@
-import pg from 'pg';
 import { FakeGateway } from '../utils/fake-gateway.js';
 import { until, untilAdvisoryLocks } from '../utils/barrier.js';
 import {
   createTestDatabase,
+  holdInTransaction,
   type TestDatabase,
 } from '../utils/test-database.js';
 import { startSample, type SampleProcess } from './sample-process.js';
@@ -44,11 +44,10 @@ describe('the sample app killed between its charge and its commit', () => {
 
     // Holds the payments table, so the handler stops after its charge step,
     // inside its transaction, before it can write the payment and commit.
-    const holder = new pg.Client({ connectionString: db.url });
-    holder.on('error', () => undefined);
-    await holder.connect();
-    await holder.query('BEGIN');
-    await holder.query('LOCK TABLE payments IN ACCESS EXCLUSIVE MODE');
+    const holder = await holdInTransaction(
+      db.url,
+      'LOCK TABLE payments IN ACCESS EXCLUSIVE MODE',
+    );
     const request = pay(app.url, key).catch((error: unknown) => error);
     await until(
       async () => (await count('idempotency_steps')) === 1,
@@ -68,8 +67,7 @@ describe('the sample app killed between its charge and its commit', () => {
     });
     // The client saw its connection die: no answer, so it will retry.
     expect(String(await request)).toMatch(/fetch failed/);
-    await holder.query('ROLLBACK');
-    await holder.end();
+    await holder.release();
     // The server rolls the dead process's transaction back and frees its key.
     await untilAdvisoryLocks(db, 'held', 0);
     expect(await count('payments')).toBe(0);

@@ -54,3 +54,41 @@ export async function createTestDatabase(): Promise<TestDatabase> {
     },
   };
 }
+
+/** Locks held by a transaction of another session, until released. */
+export interface HeldLocks {
+  /** Rolls the transaction back (freeing its locks) and disconnects. */
+  release(): Promise<void>;
+}
+
+/**
+ * Opens a transaction on a session of its own and runs `sql` in it (e.g. to
+ * take an advisory or table lock), leaving the transaction open: tests force
+ * interleavings with the locks it holds.
+ */
+export async function holdInTransaction(
+  url: string,
+  sql: string,
+  params: unknown[] = [],
+): Promise<HeldLocks> {
+  const client = new pg.Client({ connectionString: url });
+  client.on('error', () => undefined);
+  await client.connect();
+  try {
+    await client.query('BEGIN');
+    await client.query(sql, params);
+  } catch (error) {
+    await client.end();
+    throw error;
+  }
+  let released = false;
+  return {
+    async release() {
+      if (!released) {
+        released = true;
+        await client.query('ROLLBACK').catch(() => undefined);
+        await client.end();
+      }
+    },
+  };
+}
