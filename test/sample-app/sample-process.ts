@@ -4,10 +4,16 @@ import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 
 /** Built by `npm run build && npm run build:sample`, which `npm test` runs. */
-const MAIN = fileURLToPath(
-  new URL('../../dist-sample/main.js', import.meta.url),
-);
+const DIST = new URL('../../dist-sample/', import.meta.url);
 const READY = /Payments sample listening on (http:\/\/\S+)/;
+
+/** Which compiled entry point to run, and how it says it is ready. */
+export interface SampleEntry {
+  /** File under dist-sample/ (default `main.js`, the HTTP service). */
+  readonly entry?: string;
+  /** Its ready line; the first capture group becomes `url` (default: the HTTP service's). */
+  readonly ready?: RegExp;
+}
 
 /** The compiled sample app, running as a process of its own. */
 export interface SampleProcess {
@@ -25,7 +31,9 @@ export interface SampleProcess {
 /** Starts `node dist-sample/main.js` on port 0 and waits for its ready line (no sleeps). */
 export async function startSample(
   env: Record<string, string>,
+  { entry = 'main.js', ready = READY }: SampleEntry = {},
 ): Promise<SampleProcess> {
+  const MAIN = fileURLToPath(new URL(entry, DIST));
   if (!existsSync(MAIN)) {
     throw new Error(
       `${MAIN} does not exist: run \`npm run build && npm run build:sample\` first (\`npm test\` does).`,
@@ -54,10 +62,10 @@ export async function startSample(
   const exited = once(child, 'exit') as Promise<[number | null, string | null]>;
   const url = await new Promise<string>((resolve, reject) => {
     const onData = () => {
-      const match = READY.exec(output);
+      const match = ready.exec(output);
       if (match) {
         child.stdout?.off('data', onData);
-        resolve(match[1]);
+        resolve(match[1] ?? '');
       }
     };
     child.stdout?.on('data', onData);
