@@ -1,4 +1,5 @@
 import {
+  HttpException,
   Injectable,
   type CallHandler,
   type ExecutionContext,
@@ -49,6 +50,34 @@ function settle(
   } else {
     channel.nack(message, false, outcome === 'requeue');
   }
+}
+
+/** Client errors that a redelivery of the same message would raise again. */
+const RETRYABLE_CLIENT_STATUSES = new Set([408, 409, 425, 429]);
+
+/**
+ * How a failed message is settled: rejected (dead-lettered, or dropped when
+ * the queue has no dead-letter exchange) when a redelivery can only fail the
+ * same way (the key of another message, or a 4xx `HttpException` such as a
+ * `ValidationPipe` refusal); requeued otherwise (a database outage, a
+ * concurrent duplicate in reject mode, any other error).
+ */
+function failedOutcome(error: unknown): 'requeue' | 'reject' {
+  const problem = (
+    error as { getError?: () => { type?: string } } | undefined
+  )?.getError?.();
+  if (problem?.type === 'urn:idempotency:key-reused') {
+    return 'reject';
+  }
+  if (error instanceof HttpException) {
+    const status = error.getStatus();
+    return status >= 400 &&
+      status < 500 &&
+      !RETRYABLE_CLIENT_STATUSES.has(status)
+      ? 'reject'
+      : 'requeue';
+  }
+  return 'requeue';
 }
 
 /**
@@ -106,7 +135,7 @@ export class IdempotencyMessages {
           settle(transport, options, 'ack');
           return result;
         } catch (error) {
-          settle(transport, options, 'requeue');
+          settle(transport, options, failedOutcome(error));
           throw error;
         }
       }
@@ -140,15 +169,7 @@ export class IdempotencyMessages {
       settle(transport, options, 'ack');
       return result;
     } catch (error) {
-      // The key of another request never succeeds; anything else may on redelivery.
-      const problem = (
-        error as { getError?: () => { type?: string } }
-      ).getError?.();
-      settle(
-        transport,
-        options,
-        problem?.type === 'urn:idempotency:key-reused' ? 'reject' : 'requeue',
-      );
+      settle(transport, options, failedOutcome(error));
       throw error;
     }
   }
@@ -192,8 +213,13 @@ export class IdempotencyMessages {
       return result;
     } catch (error) {
       await store.rollback(queryRunner);
-      // The handler's own errors reach the transport as they are.
-      throw running ? error : await toRpcException(error);
+      if (running) {
+        // Transports do not log a failed event handler: the module does.
+        this.engine.emit('failed', attempt, { error });
+        // The handler's own errors reach the transport as they are.
+        throw error;
+      }
+      throw await toRpcException(error);
     }
   }
 }

@@ -10,5 +10,6 @@ import { PaymentGateway } from './payment-gateway.js';
   imports: [TypeOrmModule.forFeature([Payment, LedgerEntry])],
   controllers: [PaymentsController],
   providers: [PaymentsService, PaymentGateway],
+  exports: [PaymentsService],
 })
 export class PaymentsModule {}

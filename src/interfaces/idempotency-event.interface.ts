@@ -7,7 +7,8 @@
  * - `not-replayable`: a duplicate of a request whose response was not stored (422);
  * - `stored-error`: an error response was stored by the error policy;
  * - `timeout`: PostgreSQL ended the request's transaction (`transactionTimeout`);
- * - `failed`: the transaction could not begin or commit (503);
+ * - `failed`: the transaction could not begin or commit (503), or a message
+ *   handler threw (its message is then requeued or rejected);
  * - `gc`: a garbage collection ran.
  */
 export type IdempotencyEventType =

@@ -196,9 +196,11 @@ export interface IdempotentOptions {
    * module acknowledges each message only after its transaction committed
    * (or after dropping a duplicate), and rejects it with requeue when the
    * handler or the commit fails, so that the broker redelivers it. A message
-   * that can never succeed (no key, or the key of another request) is
-   * rejected without requeue (dead-lettered). The handler must not
-   * acknowledge itself.
+   * that can never succeed is rejected without requeue (dead-lettered, or
+   * dropped when the queue has no dead-letter exchange): one without a key,
+   * one with the key of another request, and one whose handler threw a 4xx
+   * `HttpException` (e.g. a `ValidationPipe` refusal) other than 408, 409,
+   * 425 and 429. The handler must not acknowledge itself.
    * @default false
    */
   acknowledge?: boolean;

@@ -107,6 +107,30 @@ describeRabbit(
       expect(await rows('rmq-2')).toBe(1);
     });
 
+    it('rejects a message whose handler refused it with a 4xx instead of redelivering it forever', async () => {
+      const deliveries = target.app.get(Deliveries);
+      const before = deliveries.runs;
+      deliveries.invalid.add('rmq-bad');
+      publish('msg-bad', 'rmq-bad');
+      // Published after it: once this one is done, a requeued copy of the
+      // refused message would have come back (RabbitMQ requeues at the head).
+      publish('msg-after-bad', 'rmq-after-bad');
+      await until(
+        async () =>
+          events.some(
+            (e) => e.key === 'msg-after-bad' && e.type === 'executed',
+          ),
+        'the next message',
+      );
+      await until(settled, 'the queue to drain');
+      expect(
+        events.filter((e) => e.key === 'msg-bad').map((e) => e.type),
+      ).toEqual(['failed']);
+      expect(deliveries.runs - before).toBe(2);
+      expect(await rows('rmq-bad')).toBe(0);
+      expect(await rows('rmq-after-bad')).toBe(1);
+    });
+
     it('left no message unacknowledged: once the consumer is gone, nothing comes back to the queue', async () => {
       await target.close();
       const { messageCount, consumerCount } = await channel.checkQueue(QUEUE);

@@ -1,4 +1,9 @@
-import { Controller, Injectable, Module } from '@nestjs/common';
+import {
+  BadRequestException,
+  Controller,
+  Injectable,
+  Module,
+} from '@nestjs/common';
 import { EventPattern, Payload } from '@nestjs/microservices';
 import { InjectRepository, TypeOrmModule } from '@nestjs/typeorm';
 import { randomUUID } from 'node:crypto';
@@ -15,6 +20,8 @@ export class Deliveries {
   runs = 0;
   /** Keys whose first attempt fails after writing, to force a redelivery. */
   readonly failOnce = new Set<string>();
+  /** Keys whose every attempt is refused as a client error (4xx). */
+  readonly invalid = new Set<string>();
 }
 
 @Controller()
@@ -30,6 +37,9 @@ export class CapturesConsumer {
     const { reference } = message as { reference: string };
     this.deliveries.runs += 1;
     await this.orders.insert({ reference, source: 'rabbitmq' });
+    if (this.deliveries.invalid.has(reference)) {
+      throw new BadRequestException(`${reference} is not a valid capture`);
+    }
     if (this.deliveries.failOnce.delete(reference)) {
       throw new Error('the ledger service is down');
     }

@@ -1,0 +1,26 @@
+import type { TypeOrmModuleOptions } from '@nestjs/typeorm';
+import { idempotencyMigrations } from 'nestjs-idempotency';
+import type { Database } from './database.js';
+import { CreatePayments1764000000100 } from './migrations/1764000000100-create-payments.js';
+import { AddChargeId1764000000101 } from './migrations/1764000000101-add-charge-id.js';
+import { LedgerEntry } from './payments/ledger-entry.entity.js';
+import { Payment } from './payments/payment.entity.js';
+
+/**
+ * The connection both entry points use (the HTTP service and the queue
+ * consumer): the module's migrations run next to the app's own.
+ */
+export function typeOrmOptions(database: Database): TypeOrmModuleOptions {
+  return {
+    type: 'postgres',
+    url: database.url,
+    entities: [Payment, LedgerEntry],
+    migrations: [
+      ...idempotencyMigrations,
+      CreatePayments1764000000100,
+      AddChargeId1764000000101,
+    ],
+    migrationsRun: true,
+    synchronize: false,
+  };
+}
