@@ -22,6 +22,8 @@ export interface SampleProcess {
   readonly url: string;
   /** Everything it printed so far. */
   output(): string;
+  /** Resolves when the process has exited, however it ended. */
+  exited(): Promise<{ code: number | null; signal: string | null }>;
   /** Sends `signal` (SIGTERM by default) unless it has exited, and waits for the exit. */
   stop(
     signal?: NodeJS.Signals,
@@ -81,6 +83,8 @@ export async function startSample(
     process: child,
     url,
     output: () => output,
+    exited: () =>
+      exited.then(([code, exitSignal]) => ({ code, signal: exitSignal })),
     async stop(signal: NodeJS.Signals = 'SIGTERM') {
       if (child.exitCode === null && child.signalCode === null) {
         child.kill(signal);
