@@ -1,4 +1,5 @@
 import {
+  HttpException,
   Inject,
   Injectable,
   Logger,
@@ -65,6 +66,14 @@ const MESSAGE_PATTERN_METADATA = 'microservices:pattern';
 /** SQLSTATEs of PostgreSQL ending a statement or a transaction on a timeout. */
 const TIMEOUT_CODES = new Set(['57014', '25P03', '25P04']);
 
+/** SQLSTATE of a database error, if it has one. */
+function sqlState(error: unknown): string | undefined {
+  return (
+    (error as { driverError?: { code?: string }; code?: string })?.driverError
+      ?.code ?? (error as { code?: string })?.code
+  );
+}
+
 /**
  * Whether PostgreSQL ended the request's transaction on its timeout: by the
  * error code, or, once the session is gone, by the time spent.
@@ -74,13 +83,42 @@ function isDatabaseTimeout(
   attempt: Attempt,
   options: ResolvedRouteOptions,
 ): boolean {
-  const code =
-    (error as { driverError?: { code?: string }; code?: string })?.driverError
-      ?.code ?? (error as { code?: string })?.code;
+  const code = sqlState(error);
   return (
     (code !== undefined && TIMEOUT_CODES.has(code)) ||
     (error instanceof Error &&
       Date.now() - attempt.started >= options.transactionTimeoutMs)
+  );
+}
+
+/**
+ * SQLSTATEs of PostgreSQL ending a session: terminated by an administrator, a
+ * crash or a shutdown (57P01-57P03), or on the idle-in-transaction or
+ * transaction timeout (25P03, 25P04).
+ */
+const SESSION_ENDED_CODES = new Set([
+  '57P01',
+  '57P02',
+  '57P03',
+  '25P03',
+  '25P04',
+]);
+
+/**
+ * Whether a handler failed because its transaction was lost: its connection
+ * broke (the driver then released the query runner; SQLSTATE class 08) or
+ * PostgreSQL ended its session. Nothing was written, so the client may retry.
+ * The handler's own HTTP answers are kept.
+ */
+function isTransactionLost(queryRunner: QueryRunner, error: unknown): boolean {
+  if (error instanceof HttpException) {
+    return false;
+  }
+  const code = sqlState(error);
+  return (
+    queryRunner.isReleased ||
+    (code !== undefined &&
+      (code.startsWith('08') || SESSION_ENDED_CODES.has(code)))
   );
 }
 
@@ -310,15 +348,22 @@ export class IdempotencyInterceptor implements NestInterceptor {
       await this.finish(response, queryRunner, options, attempt, outcome);
       return outcome;
     } catch (error) {
+      // Before the rollback, which releases the query runner.
+      const lost = running && isTransactionLost(queryRunner, error);
       await this.store.rollback(queryRunner);
       if (running && isDatabaseTimeout(error, attempt, options)) {
         this.engine.emit('timeout', attempt, { error });
+      } else if (lost) {
+        this.engine.emit('failed', attempt, { error });
       }
       const id = identity(attempt);
       if (running && id && options.storeErrors) {
         this.storeErrorResponse(response, id, options, error, attempt);
       }
-      throw this.answer(response, error);
+      throw this.answer(
+        response,
+        lost ? new IdempotencyUnavailableException(options.retryAfter) : error,
+      );
     }
   }
 

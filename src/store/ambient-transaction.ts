@@ -18,6 +18,18 @@ export interface AmbientTransaction {
 /** @internal Carries the ambient transaction through the handler's async calls. */
 export const ambientTransactions = new AsyncLocalStorage<AmbientTransaction>();
 
+/** Query runners whose transaction the module has committed or rolled back. */
+const ended = new WeakSet<QueryRunner>();
+
+/**
+ * @internal Records that the module ended the transaction of `queryRunner`:
+ * code still running in the handler's context (work it did not await) then
+ * uses the DataSource as outside of a handler.
+ */
+export function endAmbientTransaction(queryRunner: QueryRunner): void {
+  ended.add(queryRunner);
+}
+
 type AnyFunction = (...args: unknown[]) => unknown;
 
 /** Methods of the default manager that must keep their own meaning. */
@@ -55,9 +67,12 @@ function methodNames(target: object): string[] {
  * @returns a function that undoes the binding.
  */
 export function bindAmbientTransaction(dataSource: DataSource): () => void {
+  // A transaction lost otherwise (its connection broke, or PostgreSQL ended
+  // it on a timeout) stays the ambient one: the handler's next statements
+  // then fail, instead of running, and committing, outside of it.
   const current = (): AmbientTransaction | undefined => {
     const tx = ambientTransactions.getStore();
-    return tx && tx.dataSource === dataSource && !tx.queryRunner.isReleased
+    return tx && tx.dataSource === dataSource && !ended.has(tx.queryRunner)
       ? tx
       : undefined;
   };

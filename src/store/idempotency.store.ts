@@ -15,7 +15,10 @@ import {
 import { IDEMPOTENCY_RESOLVED_OPTIONS } from '../idempotency.tokens.js';
 import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
 import { IdempotencyConfigurationError } from '../exceptions/idempotency-configuration.error.js';
-import { bindAmbientTransaction } from './ambient-transaction.js';
+import {
+  bindAmbientTransaction,
+  endAmbientTransaction,
+} from './ambient-transaction.js';
 
 /** @internal A response as stored and replayed. */
 export interface StoredResponse {
@@ -108,6 +111,18 @@ export class IdempotencyStore implements OnModuleInit, OnApplicationShutdown {
   /** Statements that depend on the server version, built once. */
   private boundSql = '';
   private claimSql = '';
+  /**
+   * How many transactions of the module may be open at once: one fewer than
+   * the pool's connections. A handler holds its connection while a step
+   * borrows a second one to commit; were every connection held by a handler,
+   * every step would wait for a connection that only a step can free.
+   */
+  private capacity = Infinity;
+  private opened = 0;
+  /** Transactions waiting for one of the others to end. */
+  private readonly queued: Array<() => void> = [];
+  /** Query runners opened by `begin()` and not released yet. */
+  private readonly counted = new WeakSet<QueryRunner>();
 
   constructor(
     private readonly moduleRef: ModuleRef,
@@ -137,6 +152,12 @@ export class IdempotencyStore implements OnModuleInit, OnApplicationShutdown {
       );
     }
     this.dataSource = dataSource;
+    const poolSize = (
+      dataSource.driver as { master?: { options?: { max?: unknown } } }
+    ).master?.options?.max;
+    if (typeof poolSize === 'number' && poolSize > 1) {
+      this.capacity = poolSize - 1;
+    }
     const [{ version, ready }] = (await dataSource.query(
       `SELECT current_setting('server_version_num')::int AS version,
               to_regclass($1) IS NOT NULL AS ready`,
@@ -202,13 +223,23 @@ export class IdempotencyStore implements OnModuleInit, OnApplicationShutdown {
     return this.dataSource;
   }
 
-  /** Opens a transaction on a connection borrowed from the pool. */
+  /**
+   * Opens a transaction on a connection borrowed from the pool, once fewer
+   * than `capacity` transactions of the module are open.
+   */
   async begin(): Promise<QueryRunner> {
+    if (this.opened < this.capacity) {
+      this.opened += 1;
+    } else {
+      // The transaction that ends hands its place over (see release()).
+      await new Promise<void>((resolve) => this.queued.push(resolve));
+    }
     const queryRunner = this.dataSource.createQueryRunner();
+    this.counted.add(queryRunner);
     try {
       await queryRunner.startTransaction();
     } catch (error) {
-      await queryRunner.release();
+      await this.release(queryRunner);
       throw error;
     }
     return queryRunner;
@@ -456,12 +487,21 @@ export class IdempotencyStore implements OnModuleInit, OnApplicationShutdown {
   }
 
   private async release(queryRunner: QueryRunner): Promise<void> {
+    endAmbientTransaction(queryRunner);
     if (!queryRunner.isReleased) {
       await queryRunner.release().catch((error: unknown) => {
         this.logger.warn(
           `Releasing a connection failed: ${(error as Error).message}`,
         );
       });
+    }
+    if (this.counted.delete(queryRunner)) {
+      const next = this.queued.shift();
+      if (next) {
+        next();
+      } else {
+        this.opened -= 1;
+      }
     }
   }
 }

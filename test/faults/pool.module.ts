@@ -1,0 +1,81 @@
+import {
+  Body,
+  Controller,
+  Inject,
+  Injectable,
+  Module,
+  Post,
+  UseGuards,
+  type CanActivate,
+} from '@nestjs/common';
+import { InjectRepository, TypeOrmModule } from '@nestjs/typeorm';
+import type { Repository } from 'typeorm';
+import { IdempotencyContext, Idempotent } from '../../src/index.js';
+import { Order } from '../fixtures/order.entity.js';
+import { Barrier } from '../utils/barrier.js';
+
+const GATEWAY_URL = Symbol('GATEWAY_URL');
+
+/** Where the test holds the requests: at the door, and inside the handler. */
+@Injectable()
+export class Gates {
+  /** Requests that reached the controller (guards run before interceptors). */
+  arrived = 0;
+  /** Handlers wait here, in their transaction, before their charge step. */
+  readonly beforeStep = new Barrier();
+}
+
+@Injectable()
+class CountArrivals implements CanActivate {
+  constructor(private readonly gates: Gates) {}
+
+  canActivate(): boolean {
+    this.gates.arrived += 1;
+    return true;
+  }
+}
+
+@Controller('checkout')
+@UseGuards(CountArrivals)
+export class PoolCheckoutController {
+  constructor(
+    @InjectRepository(Order) private readonly orders: Repository<Order>,
+    private readonly idempotency: IdempotencyContext,
+    private readonly gates: Gates,
+    @Inject(GATEWAY_URL) private readonly gatewayUrl: string,
+  ) {}
+
+  @Post()
+  @Idempotent()
+  async checkout(@Body() body: { amount: number; reference: string }) {
+    await this.gates.beforeStep.wait();
+    const charge = await this.idempotency.step('charge', async () => {
+      const response = await fetch(`${this.gatewayUrl}/charges`, {
+        method: 'POST',
+        headers: {
+          'content-type': 'application/json',
+          'idempotency-key': this.idempotency.deriveKey('charge'),
+        },
+        body: JSON.stringify({ amount: body.amount }),
+      });
+      return (await response.json()) as { id: string };
+    });
+    await this.orders.insert({ reference: body.reference, source: charge.id });
+    return { charge: charge.id };
+  }
+}
+
+/** A checkout with a gateway step, for the pool exhaustion test. */
+export function poolModule(gatewayUrl: string) {
+  @Module({
+    imports: [TypeOrmModule.forFeature([Order])],
+    controllers: [PoolCheckoutController],
+    providers: [
+      Gates,
+      CountArrivals,
+      { provide: GATEWAY_URL, useValue: gatewayUrl },
+    ],
+  })
+  class PoolTestModule {}
+  return PoolTestModule;
+}
