@@ -1,0 +1,260 @@
+import {
+  startSample,
+  type SampleProcess,
+} from '../sample-app/sample-process.js';
+import type { FakeGateway } from '../utils/fake-gateway.js';
+import type { TestDatabase } from '../utils/test-database.js';
+
+/**
+ * Starts `count` instances of the sample app with the same environment. The
+ * first runs the migrations (`migrationsRun`) alone: instances starting
+ * together on a fresh database would race to create the same tables. The
+ * others then start in parallel.
+ */
+export async function startInstances(
+  count: number,
+  env: Record<string, string>,
+): Promise<SampleProcess[]> {
+  const first = await startSample(env);
+  const others = await Promise.allSettled(
+    Array.from({ length: count - 1 }, () => startSample(env)),
+  );
+  const started = [
+    first,
+    ...others.flatMap((result) =>
+      result.status === 'fulfilled' ? [result.value] : [],
+    ),
+  ];
+  const failed = others.find((result) => result.status === 'rejected');
+  if (failed) {
+    await Promise.all(started.map((instance) => instance.stop()));
+    throw failed.reason;
+  }
+  return started;
+}
+
+/** One answer of the sample app to `POST /payments`. */
+export interface PaymentAnswer {
+  readonly key: string;
+  /** Index of the instance (in the list of URLs) that answered. */
+  readonly instance: number;
+  readonly status: number;
+  /** Whether it carries `Idempotent-Replayed: true`. */
+  readonly replayed: boolean;
+  readonly contentType: string | null;
+  readonly retryAfter: string | null;
+  /** The body, byte for byte. */
+  readonly body: Buffer;
+}
+
+/** The body of the payment for `key`: the same for every duplicate of it. */
+export function paymentFor(key: string): Record<string, unknown> {
+  let amount = 1000;
+  for (const char of key) {
+    amount = (amount * 31 + char.charCodeAt(0)) % 100_000;
+  }
+  return { amount: amount + 1, currency: 'EUR', merchantId: `m_${key}` };
+}
+
+/** Sends `POST /payments` for `key` to the instance at `url`. */
+export async function pay(
+  url: string,
+  key: string,
+  instance = 0,
+): Promise<PaymentAnswer> {
+  const response = await fetch(`${url}/payments`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json', 'Idempotency-Key': key },
+    body: JSON.stringify(paymentFor(key)),
+  });
+  return {
+    key,
+    instance,
+    status: response.status,
+    replayed: response.headers.get('idempotent-replayed') === 'true',
+    contentType: response.headers.get('content-type'),
+    retryAfter: response.headers.get('retry-after'),
+    body: Buffer.from(await response.arrayBuffer()),
+  };
+}
+
+/**
+ * Sends `copies` identical requests for each of `keys`, all at once, spread
+ * over the instances at `urls`: copy `c` of key `k` goes to instance
+ * `(k + c) % urls.length`, so that every key reaches every instance and every
+ * instance sees every wave of new keys.
+ */
+export function sendDuplicates(
+  urls: readonly string[],
+  keys: readonly string[],
+  copies: number,
+): Promise<PaymentAnswer[]> {
+  const sent: Array<Promise<PaymentAnswer>> = [];
+  for (let copy = 0; copy < copies; copy += 1) {
+    keys.forEach((key, k) => {
+      const instance = (k + copy) % urls.length;
+      sent.push(pay(urls[instance], key, instance));
+    });
+  }
+  return Promise.all(sent);
+}
+
+/** What a burst of duplicates produced, as counted by {@link expectExactlyOnce}. */
+export interface ExactlyOnceCounts {
+  readonly requests: number;
+  /** Non-replayed 201s: one per key. */
+  readonly executed: number;
+  /** Byte-identical replays of the executed answer. */
+  readonly replayed: number;
+  /** 409 problem+json answers (request in progress). */
+  readonly conflicts: number;
+  /** Executions per instance, in the order of the URLs. */
+  readonly executedPerInstance: number[];
+  readonly payments: number;
+  readonly ledgerEntries: number;
+  readonly charges: number;
+}
+
+const count = async (db: TestDatabase, sql: string, params: unknown[] = []) =>
+  (await db.query<{ n: number }>(sql, params))[0].n;
+
+/**
+ * Checks the exactly-once promise for a burst of duplicates over `keys`:
+ * for each key exactly one non-replayed 201, every other answer a 409
+ * (request in progress) or a replay whose body is byte for byte that 201's;
+ * exactly one payment (two ledger entries) and one completed record per key,
+ * whose stored body is the 201's; one gateway charge per key, and no step
+ * left behind.
+ * @returns the counts, for the scenario to print.
+ */
+export async function expectExactlyOnce(
+  db: TestDatabase,
+  gateway: FakeGateway,
+  keys: readonly string[],
+  answers: readonly PaymentAnswer[],
+  instances: number,
+): Promise<ExactlyOnceCounts> {
+  const executedPerInstance: number[] = new Array<number>(instances).fill(0);
+  let replayed = 0;
+  let conflicts = 0;
+  const unexpected: string[] = [];
+  for (const key of keys) {
+    const mine = answers.filter((answer) => answer.key === key);
+    const executed = mine.filter(
+      (answer) => answer.status === 201 && !answer.replayed,
+    );
+    expect({ key, executed: executed.length }).toEqual({ key, executed: 1 });
+    const original = executed[0];
+    executedPerInstance[original.instance] += 1;
+    for (const answer of mine) {
+      if (answer === original) {
+        continue;
+      }
+      if (answer.status === 409) {
+        expect(answer.contentType).toMatch(/^application\/problem\+json/);
+        expect(answer.retryAfter).toBe('1');
+        expect(JSON.parse(answer.body.toString())).toMatchObject({
+          type: 'urn:idempotency:request-in-progress',
+          status: 409,
+        });
+        conflicts += 1;
+      } else if (answer.status === 201 && answer.replayed) {
+        expect(answer.body.equals(original.body)).toBe(true);
+        expect(answer.contentType).toBe(original.contentType);
+        replayed += 1;
+      } else {
+        unexpected.push(
+          `${key}@${answer.instance}: ${answer.status} ${answer.body.toString()}`,
+        );
+      }
+    }
+    // The row behind the answer is the one the record stores and replays.
+    const payment = JSON.parse(original.body.toString()) as {
+      id: string;
+      amount: number;
+    };
+    expect(payment.amount).toBe(paymentFor(key).amount);
+    expect(
+      await count(
+        db,
+        `SELECT count(*)::int AS n FROM payments WHERE id = $1 AND merchant_id = $2`,
+        [payment.id, `m_${key}`],
+      ),
+    ).toBe(1);
+    const [record] = await db.query<{ status: string; body: Buffer }>(
+      `SELECT status, response_body AS body FROM idempotency_records WHERE key = $1`,
+      [key],
+    );
+    expect(record.status).toBe('completed');
+    expect(record.body.equals(original.body)).toBe(true);
+    expect({ key, charges: gateway.calls.get(`${key}:charge`) }).toEqual({
+      key,
+      charges: 1,
+    });
+  }
+  expect(unexpected).toEqual([]);
+  const counts: ExactlyOnceCounts = {
+    requests: answers.length,
+    executed: executedPerInstance.reduce((sum, n) => sum + n, 0),
+    replayed,
+    conflicts,
+    executedPerInstance,
+    payments: await count(db, `SELECT count(*)::int AS n FROM payments`),
+    ledgerEntries: await count(
+      db,
+      `SELECT count(*)::int AS n FROM ledger_entries`,
+    ),
+    charges: gateway.chargeCount,
+  };
+  expect(counts).toMatchObject({
+    executed: keys.length,
+    payments: keys.length,
+    ledgerEntries: 2 * keys.length,
+    charges: keys.length,
+  });
+  expect(
+    await count(db, `SELECT count(*)::int AS n FROM idempotency_records`),
+  ).toBe(keys.length);
+  expect(
+    await count(db, `SELECT count(*)::int AS n FROM idempotency_steps`),
+  ).toBe(0);
+  return counts;
+}
+
+/** One compact line of counts, as the scenarios print them. */
+export function describeCounts(counts: ExactlyOnceCounts): string {
+  return (
+    `${counts.requests} requests: ${counts.executed} executed ` +
+    `(per instance ${counts.executedPerInstance.join('/')}), ` +
+    `${counts.replayed} byte-identical replays, ${counts.conflicts} × 409; ` +
+    `${counts.payments} payments, ${counts.ledgerEntries} ledger entries, ` +
+    `${counts.charges} gateway charges`
+  );
+}
+
+/**
+ * Backends of the database of `db` waiting for a lock on `table`, e.g.
+ * handlers held by a `LOCK TABLE` of the test.
+ */
+export async function lockWaiters(
+  db: TestDatabase,
+  table: string,
+): Promise<number[]> {
+  const rows = await db.query<{ pid: number }>(
+    `SELECT l.pid FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+     WHERE c.relname = $1 AND NOT l.granted
+       AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+     ORDER BY l.pid`,
+    [table],
+  );
+  return rows.map((row) => row.pid);
+}
+
+/** `SELECT count(*)` of `sql`'s rows on the database of `db`. */
+export function countRows(
+  db: TestDatabase,
+  sql: string,
+  params: unknown[] = [],
+): Promise<number> {
+  return count(db, `SELECT count(*)::int AS n FROM (${sql}) AS rows`, params);
+}
