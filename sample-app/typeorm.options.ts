@@ -22,5 +22,8 @@ export function typeOrmOptions(database: Database): TypeOrmModuleOptions {
     ],
     migrationsRun: true,
     synchronize: false,
+    // Connections per process (`DATABASE_POOL_SIZE`, default 10). The
+    // idempotency module keeps one of them free for the commits of steps.
+    extra: { max: Number(process.env.DATABASE_POOL_SIZE ?? 10) },
   };
 }

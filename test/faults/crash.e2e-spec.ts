@@ -12,12 +12,12 @@ import { countRows, lockWaiters, pay } from './payments-load.js';
 /** Requests in flight when the instance is killed. */
 const IN_FLIGHT = 20;
 /**
- * Of those, the ones inside the handler, in their transactions: the sample's
- * pool has TypeORM's default 10 connections, and the module keeps one of
- * them free for the commits of steps. The others wait in the process for a
- * transaction of their own.
+ * All of them are inside the handler, in their transactions: the instance's
+ * pool has one connection more, which the module keeps free for the commits
+ * of steps.
  */
-const IN_HANDLER = 9;
+const IN_HANDLER = IN_FLIGHT;
+const POOL_SIZE = IN_HANDLER + 1;
 
 describe('an instance of the sample app killed with requests inside the handler', () => {
   let db: TestDatabase;
@@ -40,7 +40,11 @@ describe('an instance of the sample app killed with requests inside the handler'
   });
 
   it(`leaves no payment and no stuck key: each of the ${IN_FLIGHT} retries executes once, at once`, async () => {
-    const env = { DATABASE_URL: db.url, GATEWAY_URL: gateway.url };
+    const env = {
+      DATABASE_URL: db.url,
+      GATEWAY_URL: gateway.url,
+      DATABASE_POOL_SIZE: String(POOL_SIZE),
+    };
     victim = await startSample(env);
     // Another instance takes the retries; it starts while the first is
     // killed (the first ran the migrations).
