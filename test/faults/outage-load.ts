@@ -1,0 +1,236 @@
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { Barrier } from '../utils/barrier.js';
+import type { FakeGateway } from '../utils/fake-gateway.js';
+
+/** One `POST /payments` as its client saw it. */
+export interface PaymentAttempt {
+  readonly key: string;
+  /**
+   * `answered`: an HTTP response came back; `transport`: the connection
+   * failed or closed without one; `hang`: nothing came back in time.
+   */
+  readonly outcome: 'answered' | 'transport' | 'hang';
+  readonly status?: number;
+  readonly contentType?: string | null;
+  readonly retryAfter?: string | null;
+  /** Whether it carries `Idempotent-Replayed: true`. */
+  readonly replayed?: boolean;
+  /** The body, byte for byte. */
+  readonly body?: Buffer;
+  /** What the client saw instead of a response. */
+  readonly error?: string;
+}
+
+/** The body of the payment for `key`: the same for every retry of it. */
+export function paymentFor(key: string): Record<string, unknown> {
+  let amount = 1000;
+  for (const char of key) {
+    amount = (amount * 31 + char.charCodeAt(0)) % 100_000;
+  }
+  return { amount: amount + 1, currency: 'EUR', merchantId: `m_${key}` };
+}
+
+/**
+ * Sends `POST /payments` for `key` and records what comes back, whatever it
+ * is: an answer, a transport error, or nothing within `timeoutMs` (a hang).
+ */
+export async function postPayment(
+  url: string,
+  key: string,
+  timeoutMs = 10_000,
+): Promise<PaymentAttempt> {
+  try {
+    const response = await fetch(`${url}/payments`, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json', 'Idempotency-Key': key },
+      body: JSON.stringify(paymentFor(key)),
+      signal: AbortSignal.timeout(timeoutMs),
+    });
+    return {
+      key,
+      outcome: 'answered',
+      status: response.status,
+      contentType: response.headers.get('content-type'),
+      retryAfter: response.headers.get('retry-after'),
+      replayed: response.headers.get('idempotent-replayed') === 'true',
+      body: Buffer.from(await response.arrayBuffer()),
+    };
+  } catch (error) {
+    const { name, message, cause } = error as Error & { cause?: Error };
+    return {
+      key,
+      outcome: name === 'TimeoutError' ? 'hang' : 'transport',
+      error: `${message}${cause ? `: ${cause.message}` : ''}`,
+    };
+  }
+}
+
+/** An attempt of the load, with when it was sent. */
+export interface LoadAttempt extends PaymentAttempt {
+  /** The phase the test was in when the request was sent. */
+  readonly sentIn: string;
+}
+
+/**
+ * A steady load of unique-key payments: `clients` loops, each sending one
+ * request with a new key as soon as its previous one has come back. The test
+ * waits on what the answers say ({@link PaymentLoad.until}), never on time.
+ */
+export class PaymentLoad {
+  /** Every attempt that has come back, in the order they did. */
+  readonly attempts: LoadAttempt[] = [];
+  /** Set by the test; recorded with each request sent. */
+  phase = 'before';
+  private running = false;
+  private loops: Array<Promise<void>> = [];
+  private sent = 0;
+  private readonly waiters: Array<{
+    condition: (attempts: readonly LoadAttempt[]) => boolean;
+    resolve: () => void;
+  }> = [];
+
+  constructor(
+    private readonly url: string,
+    private readonly prefix: string,
+    private readonly clients = 4,
+  ) {}
+
+  /** Starts the clients. */
+  start(): this {
+    this.running = true;
+    this.loops = Array.from({ length: this.clients }, () => this.loop());
+    return this;
+  }
+
+  /**
+   * Resolves once `condition` holds for the attempts come back so far.
+   * Fails after `timeoutMs`.
+   */
+  until(
+    condition: (attempts: readonly LoadAttempt[]) => boolean,
+    description: string,
+    timeoutMs = 15_000,
+  ): Promise<void> {
+    if (condition(this.attempts)) {
+      return Promise.resolve();
+    }
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.waiters.splice(this.waiters.indexOf(waiter), 1);
+        reject(new Error(`Timed out waiting for ${description}`));
+      }, timeoutMs);
+      const waiter = {
+        condition,
+        resolve: () => {
+          clearTimeout(timer);
+          resolve();
+        },
+      };
+      this.waiters.push(waiter);
+    });
+  }
+
+  /** Stops sending, and waits for the requests still out to come back. */
+  async stop(): Promise<readonly LoadAttempt[]> {
+    this.running = false;
+    await Promise.all(this.loops);
+    return this.attempts;
+  }
+
+  private async loop(): Promise<void> {
+    while (this.running) {
+      this.sent += 1;
+      const key = `${this.prefix}${this.sent}`;
+      const sentIn = this.phase;
+      const attempt = await postPayment(this.url, key);
+      this.attempts.push({ ...attempt, sentIn });
+      for (const waiter of this.waiters.filter((w) =>
+        w.condition(this.attempts),
+      )) {
+        this.waiters.splice(this.waiters.indexOf(waiter), 1);
+        waiter.resolve();
+      }
+    }
+  }
+}
+
+/**
+ * A payment gateway in front of a {@link FakeGateway} that can hold the
+ * charge of one idempotency key: the request making it then sits inside its
+ * transaction, idle, for as long as the test wants.
+ */
+export class HoldingGateway {
+  url = '';
+  private server?: Server;
+  private held?: { key: string; arrived: Barrier; gate: Barrier };
+
+  constructor(private readonly gateway: FakeGateway) {}
+
+  /** Listens on a free loopback port (`url`). */
+  async start(): Promise<this> {
+    this.server = createServer((request, response) => {
+      const chunks: Buffer[] = [];
+      request.on('data', (chunk: Buffer) => chunks.push(chunk));
+      request.on('end', () => {
+        void this.forward(
+          request.url ?? '/',
+          String(request.headers['idempotency-key']),
+          Buffer.concat(chunks),
+        ).then(
+          ({ status, body }) =>
+            response
+              .writeHead(status, { 'content-type': 'application/json' })
+              .end(body),
+          () => response.writeHead(502).end(),
+        );
+      });
+    });
+    await new Promise<void>((resolve) =>
+      this.server!.listen(0, '127.0.0.1', resolve),
+    );
+    this.url = `http://127.0.0.1:${(this.server.address() as AddressInfo).port}`;
+    return this;
+  }
+
+  /**
+   * Holds the next charge with idempotency key `key` until `release()`.
+   * @returns a promise that resolves once that charge has arrived.
+   */
+  hold(key: string): Promise<void> {
+    this.held = { key, arrived: new Barrier(), gate: new Barrier() };
+    return this.held.arrived.reached();
+  }
+
+  /** Lets the held charge through to the gateway. */
+  release(): void {
+    this.held?.gate.open();
+  }
+
+  /** Lets any held charge go, and closes the server. */
+  async stop(): Promise<void> {
+    this.release();
+    this.server?.closeAllConnections();
+    await new Promise<void>(
+      (resolve) => this.server?.close(() => resolve()) ?? resolve(),
+    );
+  }
+
+  private async forward(
+    path: string,
+    key: string,
+    body: Buffer,
+  ): Promise<{ status: number; body: string }> {
+    if (this.held?.key === key) {
+      const { arrived, gate } = this.held;
+      void arrived.wait();
+      await gate.wait();
+    }
+    const response = await fetch(`${this.gateway.url}${path}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'idempotency-key': key },
+      body: new Uint8Array(body),
+    });
+    return { status: response.status, body: await response.text() };
+  }
+}
