@@ -31,7 +31,8 @@ interface AmqpChannel {
 
 /**
  * Settles a RabbitMQ message when the route acknowledges: `ack`, `requeue`
- * (for a redelivery) or `reject` (dead-letter). Other transports: nothing.
+ * (for a redelivery, after `retryAfter` seconds) or `reject` (dead-letter).
+ * Other transports: nothing.
  */
 function settle(
   transport: TransportContext | undefined,
@@ -47,8 +48,19 @@ function settle(
   }
   if (outcome === 'ack') {
     channel.ack(message);
+  } else if (outcome === 'reject') {
+    channel.nack(message, false, false);
   } else {
-    channel.nack(message, false, outcome === 'requeue');
+    // Not at once: a failure that lasts (the database is down) would
+    // otherwise come back as fast as the broker can redeliver it. The
+    // message keeps its prefetch slot meanwhile.
+    setTimeout(() => {
+      try {
+        channel.nack(message, false, true);
+      } catch {
+        // The channel closed: the broker requeues the message by itself.
+      }
+    }, options.retryAfter * 1000).unref();
   }
 }
 

@@ -151,7 +151,9 @@ export interface IdempotentOptions {
    */
   required?: boolean;
   /**
-   * Seconds announced in the `Retry-After` header of a `409` answer.
+   * Seconds announced in the `Retry-After` header of `409` and `503`
+   * answers; for a RabbitMQ consumer with `acknowledge`, the seconds before a
+   * failed message is requeued.
    * @default 1
    */
   retryAfter?: number;
@@ -194,8 +196,9 @@ export interface IdempotentOptions {
   /**
    * For RabbitMQ consumers with manual acknowledgement (`noAck: false`): the
    * module acknowledges each message only after its transaction committed
-   * (or after dropping a duplicate), and rejects it with requeue when the
-   * handler or the commit fails, so that the broker redelivers it. A message
+   * (or after dropping a duplicate), and rejects it with requeue (after
+   * `retryAfter` seconds) when the handler or the commit fails, so that the
+   * broker redelivers it. A message
    * that can never succeed is rejected without requeue (dead-lettered, or
    * dropped when the queue has no dead-letter exchange): one without a key,
    * one with the key of another request, and one whose handler threw a 4xx
