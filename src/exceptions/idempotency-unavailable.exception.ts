@@ -2,9 +2,11 @@ import { HttpStatus } from '@nestjs/common';
 import { IdempotencyHttpException } from './idempotency-http.exception.js';
 
 /**
- * `503 Service Unavailable`: the database could not be reached, or the
- * request's transaction could not commit. Nothing was stored; the client
- * should retry with the same key after the `Retry-After` delay.
+ * `503 Service Unavailable`: the database could not be reached, the
+ * request's connection was lost, or its transaction could not commit. The
+ * client should retry with the same key after the `Retry-After` delay: the
+ * retry executes the request if it had no effect, and replays it in the rare
+ * case where the commit went through before the connection broke.
  */
 export class IdempotencyUnavailableException extends IdempotencyHttpException {
   constructor(retryAfterSeconds: number) {
@@ -14,7 +16,7 @@ export class IdempotencyUnavailableException extends IdempotencyHttpException {
         title: 'Request not completed',
         status: HttpStatus.SERVICE_UNAVAILABLE,
         detail:
-          'The request could not be completed and had no effect. Retry it with the same idempotency key.',
+          'The request could not be completed. Retry it with the same idempotency key: it takes effect exactly once.',
       },
       { 'Retry-After': String(retryAfterSeconds) },
     );
