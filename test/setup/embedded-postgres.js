@@ -37,8 +37,14 @@ const SHUTDOWN_SIGNALS = {
  * and `restart()`: the same server goes down as `pg_ctl stop -m <mode>`
  * (`fast` by default) takes it down, and comes back on the same data
  * directory and port.
+ * @param {{ durable?: boolean, settings?: Record<string, string> }} [options]
+ * `settings` are more server settings (`-c name=value`), e.g.
+ * `{ shared_preload_libraries: 'pg_stat_statements' }`.
  */
-export async function startEmbeddedPostgres({ durable = false } = {}) {
+export async function startEmbeddedPostgres({
+  durable = false,
+  settings = {},
+} = {}) {
   const port = await freePort();
   const dir = await mkdtemp(join(tmpdir(), 'idempotency-pg-'));
   // The server runs as an unprivileged user when this runs as root.
@@ -54,6 +60,10 @@ export async function startEmbeddedPostgres({ durable = false } = {}) {
       '-c',
       'max_connections=300',
       ...(durable ? [] : ['-c', 'fsync=off']),
+      ...Object.entries(settings).flatMap(([name, value]) => [
+        '-c',
+        `${name}=${value}`,
+      ]),
     ],
     onLog: () => undefined,
     onError: () => undefined,
