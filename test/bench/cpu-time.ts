@@ -1,0 +1,74 @@
+import { readdirSync, readFileSync } from 'node:fs';
+
+/** Clock ticks per second of `/proc/<pid>/stat` times (USER_HZ: 100 on Linux). */
+const TICKS_PER_SECOND = 100;
+
+/** Fields of `/proc/<pid>/stat` after the command name, or undefined if gone. */
+function statFields(pid: number): string[] | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  } catch {
+    return undefined;
+  }
+}
+
+/** Index, in {@link statFields}, of utime (stime, cutime, cstime follow). */
+const UTIME = 11;
+const PPID = 1;
+
+const ticks = (fields: string[], from: number, count: number) =>
+  fields
+    .slice(from, from + count)
+    .reduce((sum, value) => sum + Number(value), 0);
+
+/**
+ * CPU time a process has used, in milliseconds (user + system), or
+ * `undefined` where `/proc` does not tell (not Linux, another machine).
+ */
+export function processCpuMs(pid: number | undefined): number | undefined {
+  const fields = pid === undefined ? undefined : statFields(pid);
+  return fields && (ticks(fields, UTIME, 2) * 1000) / TICKS_PER_SECOND;
+}
+
+/**
+ * CPU time of a PostgreSQL server, in milliseconds: the postmaster, its live
+ * children (backends, WAL writer, checkpointer, autovacuum...) and the
+ * children it has reaped. `undefined` where `/proc` does not show it.
+ */
+export function serverCpuMs(
+  postmaster: number | undefined,
+): number | undefined {
+  const own = postmaster === undefined ? undefined : statFields(postmaster);
+  if (!own) {
+    return undefined;
+  }
+  let total = ticks(own, UTIME, 4);
+  for (const entry of readdirSync('/proc')) {
+    if (/^\d+$/.test(entry)) {
+      const fields = statFields(Number(entry));
+      if (fields && Number(fields[PPID]) === postmaster) {
+        total += ticks(fields, UTIME, 2);
+      }
+    }
+  }
+  return (total * 1000) / TICKS_PER_SECOND;
+}
+
+/**
+ * The postmaster of the backend `backendPid`, if that backend runs on this
+ * machine (its parent process is then a `postgres`).
+ */
+export function postmasterOf(backendPid: number): number | undefined {
+  const fields = statFields(backendPid);
+  if (!fields) {
+    return undefined;
+  }
+  const parent = Number(fields[PPID]);
+  try {
+    const command = readFileSync(`/proc/${parent}/comm`, 'utf8').trim();
+    return command === 'postgres' ? parent : undefined;
+  } catch {
+    return undefined;
+  }
+}
