@@ -82,11 +82,15 @@ export class IdempotencyCollector
       return;
     }
     this.stopped = true;
-    if (this.scheduled && this.options.gc?.cron) {
-      this.scheduler.getCronJob(JOB_NAME)?.stop();
-      this.scheduler.deleteCronJob(JOB_NAME);
-    } else if (this.scheduled) {
-      this.scheduler.deleteInterval(JOB_NAME);
+    // @nestjs/schedule clears its registry in its own shutdown hook, which
+    // Nest may call first: the job is then gone already.
+    const type = this.options.gc?.cron ? 'cron' : 'interval';
+    if (this.scheduled && this.scheduler.doesExist(type, JOB_NAME)) {
+      if (type === 'cron') {
+        this.scheduler.deleteCronJob(JOB_NAME);
+      } else {
+        this.scheduler.deleteInterval(JOB_NAME);
+      }
     }
     await this.running?.catch(() => undefined);
   }
