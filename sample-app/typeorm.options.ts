@@ -1,16 +1,14 @@
-import type { TypeOrmModuleOptions } from '@nestjs/typeorm';
+import { TypeOrmModule, type TypeOrmModuleOptions } from '@nestjs/typeorm';
 import { idempotencyMigrations } from 'nestjs-idempotency';
-import type { Database } from './database.js';
+import { Database } from './database.js';
+import { DatabaseModule } from './database.module.js';
 import { CreatePayments1764000000100 } from './migrations/1764000000100-create-payments.js';
 import { AddChargeId1764000000101 } from './migrations/1764000000101-add-charge-id.js';
 import { LedgerEntry } from './payments/ledger-entry.entity.js';
 import { Payment } from './payments/payment.entity.js';
 
-/**
- * The connection both entry points use (the HTTP service and the queue
- * consumer): the module's migrations run next to the app's own.
- */
-export function typeOrmOptions(database: Database): TypeOrmModuleOptions {
+/** The module's migrations run next to the app's own. */
+function typeOrmOptions(database: Database): TypeOrmModuleOptions {
   return {
     type: 'postgres',
     url: database.url,
@@ -27,3 +25,13 @@ export function typeOrmOptions(database: Database): TypeOrmModuleOptions {
     extra: { max: Number(process.env.DATABASE_POOL_SIZE ?? 10) },
   };
 }
+
+/**
+ * The connection both entry points use (the HTTP service and the queue
+ * consumer). It starts (or finds) the database before TypeORM connects.
+ */
+export const PaymentsDatabase = TypeOrmModule.forRootAsync({
+  imports: [DatabaseModule],
+  inject: [Database],
+  useFactory: typeOrmOptions,
+});

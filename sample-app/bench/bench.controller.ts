@@ -1,26 +1,27 @@
 import { Body, Controller, Headers, Post } from '@nestjs/common';
-import { InjectDataSource, InjectRepository } from '@nestjs/typeorm';
+import { InjectDataSource } from '@nestjs/typeorm';
 import { randomUUID } from 'node:crypto';
 import { IdempotencyContext, Idempotent } from 'nestjs-idempotency';
-import type { DataSource, Repository } from 'typeorm';
+import type { DataSource } from 'typeorm';
 import { CreatePaymentDto } from '../payments/create-payment.dto.js';
-import { LedgerEntry } from '../payments/ledger-entry.entity.js';
 import { Payment } from '../payments/payment.entity.js';
-import { BenchPaymentsService } from './bench-payments.service.js';
+import { PaymentGateway } from '../payments/payment-gateway.js';
+import { PaymentsService } from '../payments/payments.service.js';
 
 /**
  * Routes of the benchmark (`npm run bench`), registered only with
- * `SAMPLE_BENCH_ROUTES=1`: the same payment, with and without idempotency.
+ * `SAMPLE_BENCH_ROUTES=1`: the body of `POST /payments` without its
+ * recovery point (the gateway is called directly), once in a plain
+ * transaction and once as an `@Idempotent()` handler, so that the two differ
+ * by the idempotency module only.
  */
 @Controller('bench')
 export class BenchController {
   constructor(
-    private readonly service: BenchPaymentsService,
+    private readonly payments: PaymentsService,
+    private readonly gateway: PaymentGateway,
     private readonly idempotency: IdempotencyContext,
     @InjectDataSource() private readonly dataSource: DataSource,
-    @InjectRepository(Payment) private readonly payments: Repository<Payment>,
-    @InjectRepository(LedgerEntry)
-    private readonly ledger: Repository<LedgerEntry>,
   ) {}
 
   /**
@@ -32,29 +33,28 @@ export class BenchController {
     @Body() dto: CreatePaymentDto,
     @Headers('idempotency-key') key?: string,
   ): Promise<Payment> {
-    return this.dataSource.transaction((manager) =>
-      this.service.create(
-        {
-          payments: manager.getRepository(Payment),
-          ledger: manager.getRepository(LedgerEntry),
-        },
-        dto,
+    return this.dataSource.transaction(async (manager) => {
+      const charge = await this.gateway.charge(
+        dto.amount,
+        dto.currency,
         `${key ?? randomUUID()}:charge`,
-      ),
-    );
+      );
+      return this.payments.book(dto, charge.id, manager);
+    });
   }
 
   /**
-   * The same payment as an `@Idempotent()` handler, without a recovery
-   * point: the injected repositories write through the request's transaction.
+   * The same payment as an `@Idempotent()` handler: the injected
+   * repositories write through the request's transaction.
    */
   @Post('payments')
   @Idempotent()
-  create(@Body() dto: CreatePaymentDto): Promise<Payment> {
-    return this.service.create(
-      { payments: this.payments, ledger: this.ledger },
-      dto,
+  async create(@Body() dto: CreatePaymentDto): Promise<Payment> {
+    const charge = await this.gateway.charge(
+      dto.amount,
+      dto.currency,
       this.idempotency.deriveKey('charge'),
     );
+    return this.payments.book(dto, charge.id);
   }
 }

@@ -1,10 +1,7 @@
 import { Module } from '@nestjs/common';
-import { TypeOrmModule } from '@nestjs/typeorm';
 import { IdempotencyModule, type IdempotencyEvent } from 'nestjs-idempotency';
-import { Database } from '../database.js';
-import { DatabaseModule } from '../database.module.js';
 import { PaymentsModule } from '../payments/payments.module.js';
-import { typeOrmOptions } from '../typeorm.options.js';
+import { PaymentsDatabase } from '../typeorm.options.js';
 import { PaymentsConsumer } from './payments.consumer.js';
 
 /**
@@ -24,11 +21,7 @@ function killAfterCommit(event: IdempotencyEvent): void {
 
 @Module({
   imports: [
-    TypeOrmModule.forRootAsync({
-      imports: [DatabaseModule],
-      inject: [Database],
-      useFactory: typeOrmOptions,
-    }),
+    PaymentsDatabase,
     IdempotencyModule.forRoot({
       ttl: '24h',
       onEvent: process.env.SAMPLE_KILL_AFTER_COMMIT

@@ -10,6 +10,6 @@ import { PaymentGateway } from './payment-gateway.js';
   imports: [TypeOrmModule.forFeature([Payment, LedgerEntry])],
   controllers: [PaymentsController],
   providers: [PaymentsService, PaymentGateway],
-  exports: [PaymentsService],
+  exports: [PaymentsService, PaymentGateway],
 })
 export class PaymentsModule {}

@@ -1,7 +1,7 @@
 import { Injectable, NotFoundException } from '@nestjs/common';
 import { InjectRepository } from '@nestjs/typeorm';
 import { IdempotencyContext } from 'nestjs-idempotency';
-import { Repository } from 'typeorm';
+import { EntityManager, Repository } from 'typeorm';
 import { CreatePaymentDto } from './create-payment.dto.js';
 import { LedgerEntry } from './ledger-entry.entity.js';
 import { Payment } from './payment.entity.js';
@@ -33,29 +33,49 @@ export class PaymentsService {
         this.idempotency.deriveKey('charge'),
       ),
     );
-    const payment = await this.payments.save(
-      this.payments.create({ ...dto, chargeId: charge.id }),
-    );
-    await this.ledger.save([
-      this.ledger.create({
+    return this.book(dto, charge.id);
+  }
+
+  /**
+   * Writes the payment of a charge and its two ledger entries, and reads it
+   * back (so POST and GET return one shape): through the injected
+   * repositories (in an `@Idempotent()` handler, the request's transaction),
+   * or through `manager`, a transaction of the caller's.
+   */
+  async book(
+    dto: CreatePaymentDto,
+    chargeId: string,
+    manager?: EntityManager,
+  ): Promise<Payment> {
+    const payments = manager?.getRepository(Payment) ?? this.payments;
+    const ledger = manager?.getRepository(LedgerEntry) ?? this.ledger;
+    const payment = await payments.save(payments.create({ ...dto, chargeId }));
+    await ledger.save([
+      ledger.create({
         paymentId: payment.id,
         account: 'customer',
         direction: 'debit',
         amount: dto.amount,
       }),
-      this.ledger.create({
+      ledger.create({
         paymentId: payment.id,
         account: `merchant:${dto.merchantId}`,
         direction: 'credit',
         amount: dto.amount,
       }),
     ]);
-    // Read back in the same transaction, so POST and GET return one shape.
-    return this.findOne(payment.id);
+    return this.read(payments, payment.id);
   }
 
-  async findOne(id: string): Promise<Payment> {
-    const payment = await this.payments.findOne({
+  findOne(id: string): Promise<Payment> {
+    return this.read(this.payments, id);
+  }
+
+  private async read(
+    payments: Repository<Payment>,
+    id: string,
+  ): Promise<Payment> {
+    const payment = await payments.findOne({
       where: { id },
       relations: { ledgerEntries: true },
       order: { ledgerEntries: { id: 'ASC' } },

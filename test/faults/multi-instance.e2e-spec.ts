@@ -6,8 +6,7 @@ import {
 } from '../utils/test-database.js';
 import {
   describeCounts,
-  expectExactlyOnce,
-  sendDuplicates,
+  expectDuplicatesExecutedOnce,
   startInstances,
 } from './payments-load.js';
 
@@ -36,18 +35,12 @@ describe('four instances of the sample app on one database', () => {
 
   it(`executes each of ${KEYS} keys exactly once under ${KEYS * COPIES} concurrent duplicates`, async () => {
     const keys = Array.from({ length: KEYS }, (_, k) => `multi-${k}`);
-    const answers = await sendDuplicates(
-      instances.map((instance) => instance.url),
-      keys,
-      COPIES,
-    );
-    expect(answers).toHaveLength(KEYS * COPIES);
-    const counts = await expectExactlyOnce(
+    const counts = await expectDuplicatesExecutedOnce(
       db,
       gateway,
+      instances,
       keys,
-      answers,
-      INSTANCES,
+      COPIES,
     );
     console.log(
       `multi-instance (${INSTANCES} processes): ${describeCounts(counts)}`,

@@ -84,7 +84,7 @@ export async function pay(
  * `(k + c) % urls.length`, so that every key reaches every instance and every
  * instance sees every wave of new keys.
  */
-export function sendDuplicates(
+function sendDuplicates(
   urls: readonly string[],
   keys: readonly string[],
   copies: number,
@@ -219,6 +219,27 @@ export async function expectExactlyOnce(
     await count(db, `SELECT count(*)::int AS n FROM idempotency_steps`),
   ).toBe(0);
   return counts;
+}
+
+/**
+ * The several-instances scenario: `copies` duplicates of each of `keys` new
+ * keys sent at once over `instances`, then {@link expectExactlyOnce}.
+ * @returns the counts, for the scenario to print.
+ */
+export async function expectDuplicatesExecutedOnce(
+  db: TestDatabase,
+  gateway: FakeGateway,
+  instances: readonly SampleProcess[],
+  keys: readonly string[],
+  copies: number,
+): Promise<ExactlyOnceCounts> {
+  const answers = await sendDuplicates(
+    instances.map((instance) => instance.url),
+    keys,
+    copies,
+  );
+  expect(answers).toHaveLength(keys.length * copies);
+  return expectExactlyOnce(db, gateway, keys, answers, instances.length);
 }
 
 /** One compact line of counts, as the scenarios print them. */

@@ -6,8 +6,7 @@ import {
 } from '../utils/test-database.js';
 import {
   describeCounts,
-  expectExactlyOnce,
-  sendDuplicates,
+  expectDuplicatesExecutedOnce,
   startInstances,
 } from './payments-load.js';
 import {
@@ -58,18 +57,12 @@ describeWithPgBouncer()(
       const [pool] = await bouncer.pools();
       expect(pool.pool_mode).toBe('transaction');
       const keys = Array.from({ length: KEYS }, (_, k) => `bouncer-${k}`);
-      const answers = await sendDuplicates(
-        instances.map((instance) => instance.url),
-        keys,
-        COPIES,
-      );
-      expect(answers).toHaveLength(KEYS * COPIES);
-      const counts = await expectExactlyOnce(
+      const counts = await expectDuplicatesExecutedOnce(
         db,
         gateway,
+        instances,
         keys,
-        answers,
-        INSTANCES,
+        COPIES,
       );
       const [after] = await bouncer.pools();
       console.log(

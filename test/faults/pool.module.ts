@@ -12,6 +12,7 @@ import { InjectRepository, TypeOrmModule } from '@nestjs/typeorm';
 import type { Repository } from 'typeorm';
 import { IdempotencyContext, Idempotent } from '../../src/index.js';
 import { Order } from '../fixtures/order.entity.js';
+import { requestCharge } from '../utils/fake-gateway.js';
 import { Barrier } from '../utils/barrier.js';
 
 const GATEWAY_URL = Symbol('GATEWAY_URL');
@@ -49,17 +50,13 @@ export class PoolCheckoutController {
   @Idempotent()
   async checkout(@Body() body: { amount: number; reference: string }) {
     await this.gates.beforeStep.wait();
-    const charge = await this.idempotency.step('charge', async () => {
-      const response = await fetch(`${this.gatewayUrl}/charges`, {
-        method: 'POST',
-        headers: {
-          'content-type': 'application/json',
-          'idempotency-key': this.idempotency.deriveKey('charge'),
-        },
-        body: JSON.stringify({ amount: body.amount }),
-      });
-      return (await response.json()) as { id: string };
-    });
+    const charge = await this.idempotency.step('charge', () =>
+      requestCharge(
+        this.gatewayUrl,
+        body.amount,
+        this.idempotency.deriveKey('charge'),
+      ),
+    );
     await this.orders.insert({ reference: body.reference, source: charge.id });
     return { charge: charge.id };
   }

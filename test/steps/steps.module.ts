@@ -11,6 +11,7 @@ import { InjectRepository, TypeOrmModule } from '@nestjs/typeorm';
 import type { Repository } from 'typeorm';
 import { IdempotencyContext, Idempotent } from '../../src/index.js';
 import { Order } from '../fixtures/order.entity.js';
+import { requestCharge } from '../utils/fake-gateway.js';
 
 export const GATEWAY_URL = Symbol('GATEWAY_URL');
 
@@ -34,17 +35,13 @@ export class CheckoutController {
   @Idempotent()
   async checkout(@Body() body: { amount: number; reference: string }) {
     this.faults.runs += 1;
-    const charge = await this.idempotency.step('charge', async () => {
-      const response = await fetch(`${this.gatewayUrl}/charges`, {
-        method: 'POST',
-        headers: {
-          'content-type': 'application/json',
-          'idempotency-key': this.idempotency.deriveKey('charge'),
-        },
-        body: JSON.stringify({ amount: body.amount }),
-      });
-      return (await response.json()) as { id: string; amount: number };
-    });
+    const charge = await this.idempotency.step('charge', () =>
+      requestCharge(
+        this.gatewayUrl,
+        body.amount,
+        this.idempotency.deriveKey('charge'),
+      ),
+    );
     if (this.faults.failAfterCharge) {
       this.faults.failAfterCharge = false;
       throw new InternalServerErrorException(

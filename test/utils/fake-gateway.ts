@@ -51,3 +51,20 @@ export class FakeGateway {
     );
   }
 }
+
+/** Asks the gateway at `url` to charge `amount` under `idempotencyKey`. */
+export async function requestCharge(
+  url: string,
+  amount: number,
+  idempotencyKey: string,
+): Promise<{ id: string; amount: number }> {
+  const response = await fetch(`${url}/charges`, {
+    method: 'POST',
+    headers: {
+      'content-type': 'application/json',
+      'idempotency-key': idempotencyKey,
+    },
+    body: JSON.stringify({ amount }),
+  });
+  return (await response.json()) as { id: string; amount: number };
+}
