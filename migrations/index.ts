@@ -1,9 +1,11 @@
 import { CreateIdempotencyRecords1764000000000 } from './1764000000000-create-idempotency-records.js';
 import { CreateIdempotencySteps1764000000001 } from './1764000000001-create-idempotency-steps.js';
+import { CreateIdempotencyFunctions1764000000002 } from './1764000000002-create-idempotency-functions.js';
 
 export {
   CreateIdempotencyRecords1764000000000,
   CreateIdempotencySteps1764000000001,
+  CreateIdempotencyFunctions1764000000002,
 };
 
 /**
@@ -21,4 +23,5 @@ export {
 export const idempotencyMigrations = [
   CreateIdempotencyRecords1764000000000,
   CreateIdempotencySteps1764000000001,
+  CreateIdempotencyFunctions1764000000002,
 ];

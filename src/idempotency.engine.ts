@@ -64,7 +64,6 @@ export class IdempotencyEngine {
       claim = await this.store.claim(
         queryRunner,
         id,
-        options.ttlMs,
         options.transactionTimeoutMs,
       );
       if (
@@ -75,7 +74,6 @@ export class IdempotencyEngine {
         claim = await this.store.claim(
           queryRunner,
           id,
-          options.ttlMs,
           options.transactionTimeoutMs,
         );
       }
@@ -185,13 +183,20 @@ export class IdempotencyEngine {
     queryRunner: QueryRunner,
     attempt: Attempt & RequestIdentity,
     result: unknown,
+    ttlMs: number,
   ): Promise<void> {
     const json = result === undefined ? undefined : JSON.stringify(result);
-    await this.store.complete(queryRunner, attempt, 'completed', {
-      status: 200,
-      headers: {},
-      body: json === undefined ? Buffer.alloc(0) : Buffer.from(json),
-    });
+    await this.store.complete(
+      queryRunner,
+      attempt,
+      'completed',
+      {
+        status: 200,
+        headers: {},
+        body: json === undefined ? Buffer.alloc(0) : Buffer.from(json),
+      },
+      ttlMs,
+    );
     await this.store.commit(queryRunner);
     this.emit('executed', attempt);
   }

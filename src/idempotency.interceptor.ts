@@ -423,9 +423,13 @@ export class IdempotencyInterceptor implements NestInterceptor {
       const status =
         (response as { statusCode?: number }).statusCode ?? raw.statusCode;
       if (id) {
-        await this.store.complete(queryRunner, id, 'not_replayable', {
-          status,
-        });
+        await this.store.complete(
+          queryRunner,
+          id,
+          'not_replayable',
+          { status },
+          options.ttlMs,
+        );
       }
       await this.store.commit(queryRunner);
       this.engine.emit('executed', attempt, { status });
@@ -444,9 +448,13 @@ export class IdempotencyInterceptor implements NestInterceptor {
           this.logger.warn(
             `Response of ${id.method} ${id.path} (${captured.body.length} bytes) exceeds maxResponseSize (${options.maxResponseSize}): key ${JSON.stringify(id.key)} is not replayable`,
           );
-          await this.store.complete(queryRunner, id, 'not_replayable', {
-            status: captured.status,
-          });
+          await this.store.complete(
+            queryRunner,
+            id,
+            'not_replayable',
+            { status: captured.status },
+            options.ttlMs,
+          );
           return;
         }
         await this.store.complete(
@@ -454,6 +462,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
           id,
           'completed',
           toStored(captured, options),
+          options.ttlMs,
         );
       },
     );

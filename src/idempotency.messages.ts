@@ -221,7 +221,12 @@ export class IdempotencyMessages {
         handle,
       );
       running = false;
-      await this.engine.commitResult(queryRunner, attempt, result);
+      await this.engine.commitResult(
+        queryRunner,
+        attempt,
+        result,
+        options.ttlMs,
+      );
       return result;
     } catch (error) {
       await store.rollback(queryRunner);

@@ -95,7 +95,7 @@ export class IdempotencyService {
         route.ttlMs,
         async () => fn(runner.manager),
       );
-      await this.engine.commitResult(queryRunner, attempt, result);
+      await this.engine.commitResult(queryRunner, attempt, result, route.ttlMs);
       return result;
     } catch (error) {
       await store.rollback(queryRunner);

@@ -46,5 +46,6 @@ export { IdempotencyConfigurationError } from './exceptions/idempotency-configur
 export {
   CreateIdempotencyRecords1764000000000,
   CreateIdempotencySteps1764000000001,
+  CreateIdempotencyFunctions1764000000002,
   idempotencyMigrations,
 } from '../migrations/index.js';

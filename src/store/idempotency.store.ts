@@ -74,13 +74,10 @@ interface RecordRow {
 interface ClaimRow extends Partial<RecordRow> {
   fingerprint_locked: boolean;
   locked: boolean;
-  claimed: boolean;
 }
 
 const TABLE = `"${IDEMPOTENCY_TABLE_NAME}"`;
 const STEPS = `"${IDEMPOTENCY_STEPS_TABLE_NAME}"`;
-/** Clears the recovery points of a key that finishes (parameters $1, $2). */
-const CLEAR_STEPS = `cleared AS (DELETE FROM ${STEPS} WHERE scope = $1 AND key = $2)`;
 /** Advisory lock of (scope, key): held by the transaction executing the key. */
 const LOCK_ID = `hashtextextended($1 || chr(31) || $2, 0)`;
 /**
@@ -90,6 +87,10 @@ const LOCK_ID = `hashtextextended($1 || chr(31) || $2, 0)`;
  */
 const FINGERPRINT_LOCK_ID = `hashtextextended($1 || chr(31) || $2 || chr(31) || $3, 0)`;
 const RECORD_COLUMNS = `status, fingerprint, response_status, response_headers, response_body`;
+/** The functions of migration CreateIdempotencyFunctions1764000000002. */
+const CLAIM_FUNCTION = 'idempotency_claim(text,text,text,text)';
+const COMPLETE_FUNCTION =
+  'idempotency_complete(text,text,text,text,text,text,integer,jsonb,bytea,float8)';
 const FINISHED = `status <> 'in_progress'`;
 /**
  * How long a request waits for a key held under another fingerprint before it
@@ -110,7 +111,6 @@ export class IdempotencyStore implements OnModuleInit, OnApplicationShutdown {
   private unbind?: () => void;
   /** Statements that depend on the server version, built once. */
   private boundSql = '';
-  private claimSql = '';
   /**
    * How many transactions of the module may be open at once: one fewer than
    * the pool's connections. A handler holds its connection while a step
@@ -158,14 +158,20 @@ export class IdempotencyStore implements OnModuleInit, OnApplicationShutdown {
     if (typeof poolSize === 'number' && poolSize > 1) {
       this.capacity = poolSize - 1;
     }
-    const [{ version, ready }] = (await dataSource.query(
+    const [{ version, ready, functions }] = (await dataSource.query(
       `SELECT current_setting('server_version_num')::int AS version,
-              to_regclass($1) IS NOT NULL AS ready`,
-      [TABLE],
-    )) as Array<{ version: number; ready: boolean }>;
-    if (!ready) {
+              to_regclass($1) IS NOT NULL AS ready,
+              to_regprocedure($2) IS NOT NULL AND to_regprocedure($3) IS NOT NULL AS functions`,
+      [TABLE, CLAIM_FUNCTION, COMPLETE_FUNCTION],
+    )) as Array<{ version: number; ready: boolean; functions: boolean }>;
+    const missing = !ready
+      ? `The table ${TABLE} does not exist`
+      : !functions
+        ? `The functions ${CLAIM_FUNCTION} and ${COMPLETE_FUNCTION} do not exist`
+        : undefined;
+    if (missing) {
       throw new IdempotencyConfigurationError(
-        `The table ${TABLE} does not exist in the database of the DataSource.`,
+        `${missing} in the database of the DataSource.`,
         'Add `...idempotencyMigrations` to the DataSource `migrations` and run them (TypeORM CLI `migration:run`, or `migrationsRun: true`).',
       );
     }
@@ -178,38 +184,9 @@ export class IdempotencyStore implements OnModuleInit, OnApplicationShutdown {
     if (version >= 170000) {
       settings.push('transaction_timeout');
     }
-    const timeouts = (param: string) =>
-      settings
-        .map((name) => `set_config('${name}', ${param}, true)`)
-        .join(', ');
-    this.boundSql = `SELECT ${timeouts('$1')}`;
-    this.claimSql = `WITH settings AS (SELECT ${timeouts('$7')}),
-       fingerprint_lock AS (
-         SELECT pg_try_advisory_xact_lock(${FINGERPRINT_LOCK_ID}) AS fingerprint_locked FROM settings
-       ),
-       lock AS (
-         -- The key's lock only with the fingerprint's: whoever holds the key
-         -- also holds its own fingerprint, which is what duplicates test.
-         SELECT fingerprint_locked,
-           CASE WHEN fingerprint_locked THEN pg_try_advisory_xact_lock(${LOCK_ID}) ELSE false END AS locked
-         FROM fingerprint_lock
-       ),
-       claim AS (
-         INSERT INTO ${TABLE} AS r (scope, key, fingerprint, method, path, status, expires_at)
-         SELECT $1, $2, $3, $4, $5, 'in_progress', now() + $6::float8 * interval '1 millisecond'
-         FROM lock WHERE locked
-         ON CONFLICT (scope, key) DO UPDATE SET
-           fingerprint = EXCLUDED.fingerprint, method = EXCLUDED.method, path = EXCLUDED.path,
-           status = 'in_progress', response_status = NULL, response_headers = NULL,
-           response_body = NULL, created_at = now(), completed_at = NULL,
-           expires_at = EXCLUDED.expires_at
-         WHERE r.expires_at <= now()
-         RETURNING 1
-       )
-       SELECT lock.fingerprint_locked, lock.locked, EXISTS (SELECT 1 FROM claim) AS claimed,
-         ${RECORD_COLUMNS.replace(/(\w+)/g, 'rec.$1')}
-       FROM lock LEFT JOIN ${TABLE} rec
-         ON rec.scope = $1 AND rec.key = $2 AND rec.${FINISHED} AND rec.expires_at > now()`;
+    this.boundSql = `SELECT ${settings
+      .map((name) => `set_config('${name}', $1, true)`)
+      .join(', ')}`;
     this.unbind = bindAmbientTransaction(dataSource);
   }
 
@@ -251,48 +228,40 @@ export class IdempotencyStore implements OnModuleInit, OnApplicationShutdown {
   }
 
   /**
-   * One statement: bounds the transaction, tries the advisory lock of the key,
-   * and, holding it, inserts the record in progress (or takes over an expired
-   * one). It also returns the completed record visible to the statement.
+   * One statement (the function `idempotency_claim`): bounds the transaction,
+   * tries the advisory locks of the request's fingerprint and of its key, and
+   * reads the key's finished record. The key is claimed when its lock is held
+   * and no unexpired record exists; nothing is written until `complete()`.
    */
   async claim(
     queryRunner: QueryRunner,
     id: RequestIdentity,
-    ttlMs: number,
     timeoutMs: number,
   ): Promise<ClaimResult> {
-    const [row] = (await queryRunner.query(this.claimSql, [
-      id.scope,
-      id.key,
-      id.fingerprint,
-      id.method,
-      id.path,
-      ttlMs,
-      String(timeoutMs),
-    ])) as ClaimRow[];
-    if (row.claimed) {
-      return { state: 'claimed' };
-    }
+    const [row] = (await queryRunner.query(
+      `SELECT * FROM idempotency_claim($1, $2, $3, $4)`,
+      [id.scope, id.key, id.fingerprint, String(timeoutMs)],
+    )) as ClaimRow[];
     if (row.status) {
       return { state: 'finished', record: toRecord(row as RecordRow) };
+    }
+    if (row.locked) {
+      return { state: 'claimed' };
     }
     if (!row.locked && !row.fingerprint_locked) {
       // Someone holds this very fingerprint: the same request is executing.
       return { state: 'busy' };
     }
-    // Either the key's holder has another fingerprint, or a record was
-    // committed after this statement took its snapshot: a new statement tells.
+    // Either the key's holder has another fingerprint, or it committed its
+    // record after the function read: a new statement tells.
     const record = await this.read(queryRunner, id);
     if (record) {
       return { state: 'finished', record };
     }
-    if (row.locked) {
-      return { state: 'busy' };
-    }
     // The key's holder has another fingerprint, unless it is just ending and
     // releasing its locks: a short wait for the key tells the two apart.
     if (await this.waitForLock(queryRunner, id, MISMATCH_CONFIRMATION_MS)) {
-      return this.claim(queryRunner, id, ttlMs, timeoutMs);
+      return this.claim(queryRunner, id, timeoutMs);
     }
     return { state: 'mismatch' };
   }
@@ -350,28 +319,32 @@ export class IdempotencyStore implements OnModuleInit, OnApplicationShutdown {
   }
 
   /**
-   * Finishes the claimed record with the response sent to the client (its
-   * status only, for a response that is not replayable).
+   * Writes the record of the claimed key with the response sent to the
+   * client (its status only, for a response that is not replayable), and
+   * clears the key's recovery points: one statement (the function
+   * `idempotency_complete`), in the request's transaction.
    */
   async complete(
     queryRunner: QueryRunner,
     id: RequestIdentity,
     status: RecordStatus,
     response: StoredResponse | { readonly status: number },
+    ttlMs: number,
   ): Promise<void> {
     const stored = 'body' in response ? response : undefined;
     await queryRunner.query(
-      `WITH ${CLEAR_STEPS}
-       UPDATE ${TABLE} SET status = $3, response_status = $4,
-         response_headers = $5, response_body = $6, completed_at = now()
-       WHERE scope = $1 AND key = $2`,
+      `SELECT FROM idempotency_complete($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
       [
         id.scope,
         id.key,
+        id.fingerprint,
+        id.method,
+        id.path,
         status,
         response.status,
         stored ? JSON.stringify(stored.headers) : null,
         stored?.body ?? null,
+        ttlMs,
       ],
     );
   }

@@ -27,11 +27,33 @@ describe('shipped migrations', () => {
     await db.drop();
   });
 
-  it('creates the record and step tables, their primary keys and expires_at indexes, and drops them', async () => {
+  it('creates the record and step tables, their primary keys and expires_at indexes, the claim and complete functions, and drops them', async () => {
     const ran = await dataSource.runMigrations();
     expect(ran.map((m) => m.name)).toEqual([
       'CreateIdempotencyRecords1764000000000',
       'CreateIdempotencySteps1764000000001',
+      'CreateIdempotencyFunctions1764000000002',
+    ]);
+    const functions = () =>
+      db.query<{ name: string; arguments: string; volatility: string }>(
+        `SELECT proname AS name, pg_get_function_identity_arguments(oid) AS arguments,
+                provolatile AS volatility
+         FROM pg_proc WHERE proname LIKE 'idempotency\\_%' ORDER BY proname`,
+      );
+    // Volatile: each statement inside sees what committed before it ran.
+    expect(await functions()).toEqual([
+      {
+        name: 'idempotency_claim',
+        arguments:
+          'p_scope text, p_key text, p_fingerprint text, p_timeout text',
+        volatility: 'v',
+      },
+      {
+        name: 'idempotency_complete',
+        arguments:
+          'p_scope text, p_key text, p_fingerprint text, p_method text, p_path text, p_status text, p_response_status integer, p_response_headers jsonb, p_response_body bytea, p_ttl_ms double precision',
+        volatility: 'v',
+      },
     ]);
 
     const columns = await db.query<{
@@ -107,6 +129,29 @@ describe('shipped migrations', () => {
       },
     ]);
 
+    // idempotency_complete takes over an expired record, never a live one.
+    const complete = (body: string, ttlMs: number) =>
+      db.query(
+        `SELECT FROM idempotency_complete('s', 'k', 'f', 'POST', '/p', 'completed', 201, '{}', $1, $2)`,
+        [Buffer.from(body), ttlMs],
+      );
+    const stored = async () =>
+      (
+        await db.query<{ body: Buffer }>(
+          `SELECT response_body AS body FROM ${IDEMPOTENCY_TABLE_NAME} WHERE scope = 's' AND key = 'k'`,
+        )
+      ).map((row) => row.body.toString());
+    await complete('expired', -1000);
+    await complete('live', 60_000);
+    expect(await stored()).toEqual(['live']);
+    await expect(complete('again', 60_000)).rejects.toMatchObject({
+      code: '23505',
+    });
+    expect(await stored()).toEqual(['live']);
+    await db.query(`DELETE FROM ${IDEMPOTENCY_TABLE_NAME}`);
+
+    await dataSource.undoLastMigration();
+    expect(await functions()).toEqual([]);
     await dataSource.undoLastMigration();
     await dataSource.undoLastMigration();
     const [{ exists }] = await db.query<{ exists: boolean }>(

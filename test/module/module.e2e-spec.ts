@@ -3,7 +3,9 @@ import {
   IdempotencyConfigurationError,
   IdempotencyModule,
   IDEMPOTENCY_TABLE_NAME,
+  idempotencyMigrations,
 } from '../../src/index.js';
+import { CreateOrders1764000000001 } from '../fixtures/create-orders.migration.js';
 import {
   PLATFORMS,
   send,
@@ -160,6 +162,25 @@ describe.each(PLATFORMS)('module registration (%s)', (platform) => {
       typeorm: { migrations: [], migrationsRun: false, synchronize: true },
     });
     await expect(failure).rejects.toThrow(/idempotencyMigrations/);
+  });
+
+  it('fails at bootstrap, saying what to do, when the migration of the functions did not run', async () => {
+    const failure = startTestApp({
+      platform,
+      imports: [ordersModule()],
+      typeorm: {
+        migrations: [
+          ...idempotencyMigrations.filter(
+            (migration) =>
+              migration.name !== 'CreateIdempotencyFunctions1764000000002',
+          ),
+          CreateOrders1764000000001,
+        ],
+      },
+    });
+    await expect(failure).rejects.toThrow(
+      /The functions idempotency_claim\(.*\) and idempotency_complete\(.*\) do not exist.*idempotencyMigrations/s,
+    );
   });
 });
 
