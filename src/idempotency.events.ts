@@ -33,21 +33,12 @@ export class IdempotencyEvents {
   ) {}
 
   emit(event: IdempotencyEvent): void {
-    const fields = [
-      `event=${event.type}`,
-      event.method && `method=${event.method}`,
-      event.path && `path=${JSON.stringify(event.path)}`,
-      event.status !== undefined && `status=${event.status}`,
-      event.scope !== undefined && `scope=${JSON.stringify(event.scope)}`,
-      event.key !== undefined && `key=${JSON.stringify(event.key)}`,
-      event.removed !== undefined && `removed=${event.removed}`,
-      event.durationMs !== undefined && `duration_ms=${event.durationMs}`,
-      event.error !== undefined &&
-        `error=${JSON.stringify((event.error as Error)?.message ?? String(event.error))}`,
-    ].filter(Boolean);
     const level =
       event.type === 'gc' && event.removed === 0 ? 'debug' : LEVELS[event.type];
-    this.logger[level](fields.join(' '));
+    // A line per request costs time: built only when the level is logged.
+    if (Logger.isLevelEnabled(level)) {
+      this.logger[level](logfmt(event));
+    }
     if (this.options.onEvent) {
       try {
         this.options.onEvent(event);
@@ -56,4 +47,22 @@ export class IdempotencyEvents {
       }
     }
   }
+}
+
+/** The event as `key=value` pairs (logfmt). */
+function logfmt(event: IdempotencyEvent): string {
+  return [
+    `event=${event.type}`,
+    event.method && `method=${event.method}`,
+    event.path && `path=${JSON.stringify(event.path)}`,
+    event.status !== undefined && `status=${event.status}`,
+    event.scope !== undefined && `scope=${JSON.stringify(event.scope)}`,
+    event.key !== undefined && `key=${JSON.stringify(event.key)}`,
+    event.removed !== undefined && `removed=${event.removed}`,
+    event.durationMs !== undefined && `duration_ms=${event.durationMs}`,
+    event.error !== undefined &&
+      `error=${JSON.stringify((event.error as Error)?.message ?? String(event.error))}`,
+  ]
+    .filter(Boolean)
+    .join(' ');
 }

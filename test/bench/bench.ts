@@ -443,6 +443,8 @@ async function main(): Promise<void> {
       {
         DATABASE_URL: appUrl.href,
         SAMPLE_BENCH_ROUTES: '1',
+        // Production logging: no debug line per request.
+        SAMPLE_LOG_LEVELS: 'log,warn,error,fatal',
         // The in-process gateway stand-in: no gateway in the figures.
         GATEWAY_URL: '',
       },
