@@ -333,7 +333,7 @@ export class IdempotencyStore implements OnModuleInit, OnApplicationShutdown {
   ): Promise<void> {
     const stored = 'body' in response ? response : undefined;
     await queryRunner.query(
-      `SELECT FROM idempotency_complete($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+      `SELECT idempotency_complete($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
       [
         id.scope,
         id.key,
