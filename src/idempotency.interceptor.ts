@@ -63,8 +63,10 @@ interface DecoratedRoute {
 /** Where `@MessagePattern()` / `@EventPattern()` keep their patterns. */
 const MESSAGE_PATTERN_METADATA = 'microservices:pattern';
 
+/** SQLSTATE of a statement cancelled: on `statement_timeout`, or by request. */
+const QUERY_CANCELED = '57014';
 /** SQLSTATEs of PostgreSQL ending a statement or a transaction on a timeout. */
-const TIMEOUT_CODES = new Set(['57014', '25P03', '25P04']);
+const TIMEOUT_CODES = new Set([QUERY_CANCELED, '25P03', '25P04']);
 
 /** SQLSTATE of a database error, if it has one. */
 function sqlState(error: unknown): string | undefined {
@@ -389,13 +391,22 @@ export class IdempotencyInterceptor implements NestInterceptor {
       } else if (lost) {
         this.engine.emit('failed', attempt, { error });
       }
+      // A statement the server cancelled (its `statement_timeout`, which the
+      // module sets to `transactionTimeout`, or an administrator) aborted the
+      // whole transaction: nothing was written, and the retry may run.
+      const cancelled =
+        running &&
+        !(error instanceof HttpException) &&
+        sqlState(error) === QUERY_CANCELED;
       const id = identity(attempt);
       if (running && id && options.storeErrors) {
         this.storeErrorResponse(response, id, options, error, attempt);
       }
       throw this.answer(
         response,
-        lost ? new IdempotencyUnavailableException(options.retryAfter) : error,
+        lost || cancelled
+          ? new IdempotencyUnavailableException(options.retryAfter)
+          : error,
       );
     }
   }

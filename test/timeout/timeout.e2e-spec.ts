@@ -99,4 +99,42 @@ describe.each(PLATFORMS)('a hung handler (%s)', (platform) => {
     expect(retry.status).toBe(201);
     expect(await retry.json()).toEqual({ run: 2 });
   });
+
+  it('answers 503 when the server cancels a statement of the handler: nothing stays, the retry runs', async () => {
+    const cancelled = await send(target, '/slow/cancelled', {
+      key: 'cancelled-1',
+      body: { reference: 'cancelled' },
+    });
+    expect(cancelled.status).toBe(503);
+    expect(cancelled.headers.get('content-type')).toMatch(
+      /^application\/problem\+json/,
+    );
+    expect(cancelled.headers.get('retry-after')).toBe('1');
+    expect(((await cancelled.json()) as { type: string }).type).toBe(
+      'urn:idempotency:unavailable',
+    );
+    expect(
+      events.filter(
+        (event) => event.type === 'timeout' && event.key === 'cancelled-1',
+      ),
+    ).toHaveLength(1);
+    expect(
+      await target.db.query(
+        `SELECT 1 FROM orders WHERE reference = 'cancelled'
+         UNION ALL SELECT 1 FROM ${IDEMPOTENCY_TABLE_NAME} WHERE key = 'cancelled-1'`,
+      ),
+    ).toHaveLength(0);
+
+    const retry = await send(target, '/slow/cancelled', {
+      key: 'cancelled-1',
+      body: { reference: 'cancelled' },
+    });
+    expect(retry.status).toBe(201);
+    expect(await retry.json()).toEqual({ run: 2 });
+    expect(
+      await target.db.query(
+        `SELECT source FROM orders WHERE reference = 'cancelled'`,
+      ),
+    ).toEqual([{ source: 'run-2' }]);
+  });
 });

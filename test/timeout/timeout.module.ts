@@ -22,6 +22,8 @@ export class Hang {
   readonly left = new Barrier();
   readonly clientGone = new Barrier();
   abandonedRuns = 0;
+  /** For the statement the server cancels. */
+  cancelledRuns = 0;
 }
 
 @Controller('slow')
@@ -34,11 +36,7 @@ export class SlowController {
   @Post()
   @Idempotent({ transactionTimeout: '500ms' })
   async create(@Body() body: { reference: string }) {
-    const run = ++this.hang.runs;
-    await this.orders.insert({
-      reference: body.reference,
-      source: `run-${run}`,
-    });
+    const run = await this.order(body, ++this.hang.runs);
     if (run === 1) {
       await this.hang.barrier.wait();
     }
@@ -52,17 +50,34 @@ export class SlowController {
     // Express' response is a ServerResponse; Fastify's reply wraps one.
     @Res({ passthrough: true }) response: { raw?: ServerResponse },
   ) {
-    const run = ++this.hang.abandonedRuns;
     const raw = response.raw ?? (response as ServerResponse);
     raw.once('close', () => void this.hang.clientGone.wait());
-    await this.orders.insert({
-      reference: body.reference,
-      source: `run-${run}`,
-    });
+    const run = await this.order(body, ++this.hang.abandonedRuns);
     if (run === 1) {
       await this.hang.left.wait();
     }
     return { run };
+  }
+
+  @Post('cancelled')
+  @Idempotent()
+  async cancelled(@Body() body: { reference: string }) {
+    const run = await this.order(body, ++this.hang.cancelledRuns);
+    if (run === 1) {
+      // The server cancels the statement on its statement_timeout (57014).
+      await this.orders.query(`SET LOCAL statement_timeout = '50ms'`);
+      await this.orders.query('SELECT pg_sleep(5)');
+    }
+    return { run };
+  }
+
+  /** Writes the order of run `run`, and returns `run`. */
+  private async order(body: { reference: string }, run: number) {
+    await this.orders.insert({
+      reference: body.reference,
+      source: `run-${run}`,
+    });
+    return run;
   }
 }
 
