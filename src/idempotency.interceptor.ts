@@ -398,13 +398,16 @@ export class IdempotencyInterceptor implements NestInterceptor {
         running &&
         !(error instanceof HttpException) &&
         sqlState(error) === QUERY_CANCELED;
+      const unavailable = lost || cancelled;
       const id = identity(attempt);
-      if (running && id && options.storeErrors) {
+      // The module's own 503 means "nothing happened, retry": never stored,
+      // whatever the error policy, or every retry would replay it.
+      if (running && id && options.storeErrors && !unavailable) {
         this.storeErrorResponse(response, id, options, error, attempt);
       }
       throw this.answer(
         response,
-        lost || cancelled
+        unavailable
           ? new IdempotencyUnavailableException(options.retryAfter)
           : error,
       );

@@ -177,7 +177,8 @@ export interface IdempotentOptions {
    * Error responses that are stored and replayed like successes. `true` stores
    * every 4xx; a function decides from the status and the error. The handler's
    * writes are rolled back in any case; the error response is stored in a
-   * short transaction of its own.
+   * short transaction of its own. The module's own 503 (nothing happened) is
+   * never stored.
    * @default false (a failed request stores nothing; a retry runs again)
    */
   storeErrors?: boolean | IdempotencyErrorPolicy;

@@ -100,7 +100,7 @@ describe.each(PLATFORMS)('a hung handler (%s)', (platform) => {
     expect(await retry.json()).toEqual({ run: 2 });
   });
 
-  it('answers 503 when the server cancels a statement of the handler: nothing stays, the retry runs', async () => {
+  it('answers 503 when the server cancels a statement of the handler: nothing stays, not even with a policy that stores every error, and the retry runs', async () => {
     const cancelled = await send(target, '/slow/cancelled', {
       key: 'cancelled-1',
       body: { reference: 'cancelled' },

@@ -60,7 +60,8 @@ export class SlowController {
   }
 
   @Post('cancelled')
-  @Idempotent()
+  // Even a policy that stores every error must not store the module's 503.
+  @Idempotent({ storeErrors: () => true })
   async cancelled(@Body() body: { reference: string }) {
     const run = await this.order(body, ++this.hang.cancelledRuns);
     if (run === 1) {
