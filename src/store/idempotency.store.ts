@@ -248,7 +248,7 @@ export class IdempotencyStore implements OnModuleInit, OnApplicationShutdown {
     if (row.locked) {
       return { state: 'claimed' };
     }
-    if (!row.locked && !row.fingerprint_locked) {
+    if (!row.fingerprint_locked) {
       // Someone holds this very fingerprint: the same request is executing.
       return { state: 'busy' };
     }
