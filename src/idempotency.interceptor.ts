@@ -436,16 +436,23 @@ export class IdempotencyInterceptor implements NestInterceptor {
       // that a duplicate is refused rather than run again.
       const status =
         (response as { statusCode?: number }).statusCode ?? raw.statusCode;
-      if (id) {
-        await this.store.complete(
-          queryRunner,
-          id,
-          'not_replayable',
-          { status },
-          options.ttlMs,
-        );
+      try {
+        if (id) {
+          await this.store.complete(
+            queryRunner,
+            id,
+            'not_replayable',
+            { status },
+            options.ttlMs,
+          );
+        }
+        await this.store.commit(queryRunner);
+      } catch (error) {
+        // Nothing of the stream was sent: the client gets a 503 to retry, as
+        // for any other response whose transaction could not commit.
+        this.engine.emit('failed', attempt, { error });
+        throw new IdempotencyUnavailableException(options.retryAfter);
       }
-      await this.store.commit(queryRunner);
       this.engine.emit('executed', attempt, { status });
       return;
     }

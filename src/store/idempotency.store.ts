@@ -449,6 +449,10 @@ export class IdempotencyStore implements OnModuleInit, OnApplicationShutdown {
    * @returns false when the rollback failed: the transaction was lost.
    */
   async rollback(queryRunner: QueryRunner): Promise<boolean> {
+    if (queryRunner.isReleased) {
+      // Released by commit(): its transaction ended, whatever COMMIT said.
+      return true;
+    }
     try {
       if (queryRunner.isTransactionActive) {
         await queryRunner.rollbackTransaction();

@@ -225,6 +225,19 @@ export class ResponsesController {
     );
   }
 
+  @Post('stream-commit-refused')
+  @Idempotent()
+  async streamCommitRefused(@Body() body: Payload) {
+    this.runs.count('responses/stream-commit-refused');
+    await this.orders.insert({ reference: String(body.reference) });
+    // Accepted now, refused at COMMIT when the test has made the constraint
+    // of `commit_checks` deferred and unique.
+    await this.orders.query(`INSERT INTO commit_checks (n) VALUES (1), (1)`);
+    return new StreamableFile(Readable.from(['streamed\n']), {
+      type: 'text/plain',
+    });
+  }
+
   @Post('large')
   @Idempotent({ maxResponseSize: 1024 })
   async large(@Body() body: Payload) {

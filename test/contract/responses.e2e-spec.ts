@@ -78,6 +78,43 @@ describe.each(PLATFORMS)(
       ).toHaveLength(1);
     });
 
+    it('answers 503 when the transaction of a streamed response cannot commit: nothing stays, nothing is streamed, the retry runs', async () => {
+      await target.db.query(
+        `CREATE TABLE commit_checks (n int,
+           CONSTRAINT commit_checks_n UNIQUE (n) DEFERRABLE INITIALLY DEFERRED)`,
+      );
+      const refused = await send(target, '/responses/stream-commit-refused', {
+        key: 'stream-refused-1',
+        body: { reference: 'stream-refused' },
+      });
+      expect(refused.status).toBe(503);
+      expect(refused.headers.get('retry-after')).toBe('1');
+      expect(((await refused.json()) as { type: string }).type).toBe(
+        'urn:idempotency:unavailable',
+      );
+      const orders = () =>
+        target.db.query(
+          `SELECT 1 FROM orders WHERE reference = 'stream-refused'`,
+        );
+      expect(await orders()).toHaveLength(0);
+      expect(await record('stream-refused-1')).toEqual([]);
+
+      await target.db.query(
+        `ALTER TABLE commit_checks DROP CONSTRAINT commit_checks_n`,
+      );
+      const retry = await send(target, '/responses/stream-commit-refused', {
+        key: 'stream-refused-1',
+        body: { reference: 'stream-refused' },
+      });
+      expect(retry.status).toBe(201);
+      expect(await retry.text()).toBe('streamed\n');
+      expect(await record('stream-refused-1')).toEqual([
+        { status: 'not_replayable', response_body: null },
+      ]);
+      expect(await orders()).toHaveLength(1);
+      expect(runs.counts['responses/stream-commit-refused']).toBe(2);
+    });
+
     it('sends and commits a response over maxResponseSize, but does not store it: a duplicate gets 422', async () => {
       const first = await send(target, '/responses/large', {
         key: 'large-1',
