@@ -3,8 +3,12 @@ import type { QueryRunner } from 'typeorm';
 import type { ResolvedRouteOptions } from './idempotency.options.js';
 import { IdempotencyEvents } from './idempotency.events.js';
 import {
+  isLegacyFingerprint,
+  legacyRequestFingerprint,
   requestFingerprint,
   selectFields,
+  selectQuery,
+  type FingerprintParts,
 } from './http/request-fingerprint.js';
 import { IdempotencyConfigurationError } from './exceptions/idempotency-configuration.error.js';
 import type { IdempotencyEventType } from './interfaces/idempotency-event.interface.js';
@@ -29,6 +33,11 @@ export interface Attempt {
   readonly path: string;
   /** Empty for a keyless request. */
   readonly fingerprint: string;
+  /**
+   * The fingerprint the request would have had in 0.1.0, whose records are
+   * compared by it until they expire. Only with the default fingerprint.
+   */
+  readonly legacyFingerprint?: () => string;
 }
 
 /** @internal The identity of a request that has a key. */
@@ -112,22 +121,21 @@ export class IdempotencyEngine {
 
   /**
    * The fingerprint of a request or message: the `fingerprint` function's,
-   * or the sha256 of `method`, `path` and the (selected fields of the) body.
+   * or the sha256 of its method, route, path parameters, query and body (the
+   * fields of them that the `fingerprint` option selects).
    */
   async fingerprint(
     context: ExecutionContext,
     options: ResolvedRouteOptions,
-    method: string,
-    path: string,
-    body: unknown,
+    parts: FingerprintParts,
   ): Promise<string> {
     const { fingerprint } = options;
     if (typeof fingerprint !== 'function') {
-      return requestFingerprint(
-        method,
-        path,
-        selectFields(body, fingerprint.include, fingerprint.exclude),
-      );
+      return requestFingerprint({
+        ...parts,
+        query: selectQuery(parts.query, fingerprint),
+        body: selectFields(parts.body, fingerprint),
+      });
     }
     const value = await fingerprint(context);
     if (typeof value !== 'string' || value.length === 0) {
@@ -137,6 +145,39 @@ export class IdempotencyEngine {
       );
     }
     return value;
+  }
+
+  /**
+   * How the records of 0.1.0 are matched: by its formula (method, route and
+   * selected body), with the default fingerprint; not at all with a
+   * `fingerprint` function, whose values did not change.
+   */
+  legacyFingerprint(
+    options: ResolvedRouteOptions,
+    parts: Pick<FingerprintParts, 'method' | 'route' | 'body'>,
+  ): (() => string) | undefined {
+    const { fingerprint } = options;
+    return typeof fingerprint === 'function'
+      ? undefined
+      : () =>
+          legacyRequestFingerprint({
+            ...parts,
+            body: selectFields(parts.body, fingerprint),
+          });
+  }
+
+  /**
+   * Whether a finished record was written for the same request as
+   * `attempt`: the same fingerprint, or, for a record written by 0.1.0, the
+   * same fingerprint by 0.1.0's formula.
+   */
+  sameRequest(record: StoredRecord, attempt: Attempt): boolean {
+    return (
+      record.fingerprint === attempt.fingerprint ||
+      (attempt.legacyFingerprint !== undefined &&
+        isLegacyFingerprint(record.fingerprint) &&
+        record.fingerprint === attempt.legacyFingerprint())
+    );
   }
 
   /** Runs `fn` with `queryRunner`'s transaction as the ambient one. */
@@ -210,7 +251,7 @@ export class IdempotencyEngine {
     attempt: Attempt & RequestIdentity,
     record: StoredRecord,
   ): unknown {
-    if (record.fingerprint !== attempt.fingerprint) {
+    if (!this.sameRequest(record, attempt)) {
       this.emit('mismatch', attempt);
       throw new IdempotencyKeyReusedException(attempt.key);
     }

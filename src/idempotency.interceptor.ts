@@ -50,6 +50,10 @@ import {
   type CapturedResponse,
 } from './http/response-capture.js';
 import { readKeyHeader, validKey } from './http/idempotency-key.js';
+import {
+  queryParameters,
+  type FingerprintParts,
+} from './http/request-fingerprint.js';
 
 /** What the interceptor knows of a decorated handler, computed once. */
 interface DecoratedRoute {
@@ -152,7 +156,31 @@ function isConnectionError(error: unknown): boolean {
   );
 }
 
-type HttpRequest = IncomingMessage & { body?: unknown; raw?: IncomingMessage };
+type HttpRequest = IncomingMessage & {
+  body?: unknown;
+  params?: Record<string, unknown>;
+  /** Express: the URL as received, before any mount point was cut off. */
+  originalUrl?: string;
+  raw?: IncomingMessage;
+};
+
+/**
+ * What the default fingerprint of an HTTP request is made of. The query is
+ * read from the URL itself, the same way on every platform.
+ */
+function fingerprintParts(
+  context: ExecutionContext,
+  route: string,
+): FingerprintParts {
+  const request = context.switchToHttp().getRequest<HttpRequest>();
+  return {
+    method: request.method ?? 'GET',
+    route,
+    params: { ...request.params },
+    query: queryParameters(request.originalUrl ?? (request.raw ?? request).url),
+    body: request.body,
+  };
+}
 type HttpResponse = { raw?: ServerResponse } & object;
 
 const UNSAFE_HEADERS = new Set(UNSAFE_REPLAY_HEADERS);
@@ -264,21 +292,19 @@ export class IdempotencyInterceptor implements NestInterceptor {
 
   /**
    * Fingerprint of a request: by default the sha256 of its method, route
-   * template and canonical body (or the fields of it the `fingerprint` option
-   * names). Override to include or exclude other parts of the request.
+   * template, path parameters, query parameters and canonical body (or the
+   * fields of them the `fingerprint` option names). Override to include or
+   * exclude other parts of the request.
    */
   protected async fingerprint(
     context: ExecutionContext,
     options: ResolvedRouteOptions,
     routePath: string,
   ): Promise<string> {
-    const request = context.switchToHttp().getRequest<HttpRequest>();
     return this.engine.fingerprint(
       context,
       options,
-      request.method ?? 'GET',
-      routePath,
-      request.body,
+      fingerprintParts(context, routePath),
     );
   }
 
@@ -329,16 +355,23 @@ export class IdempotencyInterceptor implements NestInterceptor {
     } catch (error) {
       throw this.answer(response, error);
     }
+    const request = http.getRequest<HttpRequest>();
+    const method = request.method ?? 'GET';
     const attempt: Attempt = {
       started,
       scope: await this.resolveScope(context, options),
       key,
-      method: http.getRequest<HttpRequest>().method ?? 'GET',
+      method,
       path: route.path,
       fingerprint:
         key === undefined
           ? ''
           : await this.fingerprint(context, options, route.path),
+      legacyFingerprint: this.engine.legacyFingerprint(options, {
+        method,
+        route: route.path,
+        body: request.body,
+      }),
     };
     let queryRunner: QueryRunner;
     try {
@@ -633,7 +666,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     record: StoredRecord,
     attempt: Attempt,
   ): Response {
-    if (record.fingerprint !== id.fingerprint) {
+    if (!this.engine.sameRequest(record, attempt)) {
       this.engine.emit('mismatch', attempt, { status: 422 });
       throw new IdempotencyKeyReusedException(id.key);
     }

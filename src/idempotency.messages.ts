@@ -18,6 +18,14 @@ import type { RequestIdentity } from './store/idempotency.store.js';
 export const MESSAGE_KEY_FIELD = 'idempotencyKey';
 
 interface TransportContext {
+  /** NATS: the subject the message was published on. */
+  getSubject?: () => unknown;
+  /** MQTT and Kafka: the topic. */
+  getTopic?: () => unknown;
+  /** Redis: the channel. */
+  getChannel?: () => unknown;
+  /** RabbitMQ and TCP: the pattern the message carried. */
+  getPattern?: () => unknown;
   getMessage?: () => { properties?: { messageId?: unknown } } | undefined;
   getHeaders?: () => { get?: (name: string) => unknown } | undefined;
   /** RabbitMQ: the channel the message came on. */
@@ -93,6 +101,27 @@ function failedOutcome(error: unknown): 'requeue' | 'reject' {
 }
 
 /**
+ * Where a message came: its subject, topic, channel or pattern, which a
+ * wildcard pattern (`orders.*`) leaves open; the handler's pattern when the
+ * transport does not tell.
+ */
+function messageChannel(
+  transport: TransportContext | undefined,
+  pattern: string,
+): string {
+  const channel =
+    transport?.getSubject?.() ??
+    transport?.getTopic?.() ??
+    transport?.getChannel?.() ??
+    transport?.getPattern?.();
+  return typeof channel === 'string'
+    ? channel
+    : channel === undefined || channel === null
+      ? pattern
+      : JSON.stringify(channel);
+}
+
+/**
  * The key of a message by default: its data's `idempotencyKey` field, else the
  * transport's message id (RabbitMQ `messageId`), else an `Idempotency-Key`
  * header (NATS and other transports with headers).
@@ -151,19 +180,21 @@ export class IdempotencyMessages {
           throw error;
         }
       }
+      const parts = {
+        method: 'MESSAGE',
+        route: pattern,
+        params: { channel: messageChannel(transport, pattern) },
+        query: [],
+        body: data,
+      };
       attempt = {
         started: Date.now(),
         scope: await this.engine.scope(context, options),
         key: validKey(key, options.keyValidation, MESSAGE_KEY_FIELD),
         method: 'MESSAGE',
         path: pattern,
-        fingerprint: await this.engine.fingerprint(
-          context,
-          options,
-          'MESSAGE',
-          pattern,
-          data,
-        ),
+        fingerprint: await this.engine.fingerprint(context, options, parts),
+        legacyFingerprint: this.engine.legacyFingerprint(options, parts),
       };
     } catch (error) {
       // A message without a usable key never succeeds: not redelivered.

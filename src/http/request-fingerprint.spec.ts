@@ -1,4 +1,18 @@
-import { requestFingerprint } from './request-fingerprint.js';
+import { createHash } from 'node:crypto';
+import {
+  isLegacyFingerprint,
+  legacyRequestFingerprint,
+  queryParameters,
+  requestFingerprint,
+  selectFields,
+  selectQuery,
+  type FingerprintParts,
+} from './request-fingerprint.js';
+
+/** The fingerprint of a request with no path parameters and no query. */
+function of(method: string, route: string, body: unknown): string {
+  return requestFingerprint({ method, route, params: {}, query: [], body });
+}
 
 describe('requestFingerprint', () => {
   const body = {
@@ -6,11 +20,16 @@ describe('requestFingerprint', () => {
     currency: 'EUR',
     meta: { b: [1, { y: 2, x: 1 }], a: null },
   };
+  const refund: FingerprintParts = {
+    method: 'POST',
+    route: '/accounts/:id/refund',
+    params: { id: 'A' },
+    query: queryParameters('/accounts/A/refund?amount=5&currency=EUR'),
+    body: { reason: 'duplicate' },
+  };
 
-  it('is a sha256 hex digest', () => {
-    expect(requestFingerprint('POST', '/payments', body)).toMatch(
-      /^[0-9a-f]{64}$/,
-    );
+  it('is "v2:" and a sha256 hex digest', () => {
+    expect(of('POST', '/payments', body)).toMatch(/^v2:[0-9a-f]{64}$/);
   });
 
   it('does not depend on the order of object keys, at any depth', () => {
@@ -19,41 +38,62 @@ describe('requestFingerprint', () => {
       currency: 'EUR',
       amount: 1250,
     };
-    expect(requestFingerprint('POST', '/payments', reordered)).toBe(
-      requestFingerprint('POST', '/payments', body),
+    expect(of('POST', '/payments', reordered)).toBe(
+      of('POST', '/payments', body),
     );
   });
 
   it('depends on array order, values, method and route', () => {
-    const base = requestFingerprint('POST', '/payments', body);
+    const base = of('POST', '/payments', body);
+    expect(of('POST', '/payments', { ...body, amount: 1251 })).not.toBe(base);
     expect(
-      requestFingerprint('POST', '/payments', { ...body, amount: 1251 }),
-    ).not.toBe(base);
-    expect(
-      requestFingerprint('POST', '/payments', {
+      of('POST', '/payments', {
         ...body,
         meta: { ...body.meta, b: [{ y: 2, x: 1 }, 1] },
       }),
     ).not.toBe(base);
-    expect(requestFingerprint('PUT', '/payments', body)).not.toBe(base);
-    expect(requestFingerprint('POST', '/refunds', body)).not.toBe(base);
+    expect(of('PUT', '/payments', body)).not.toBe(base);
+    expect(of('POST', '/refunds', body)).not.toBe(base);
+  });
+
+  it('depends on the path parameters, not on their order', () => {
+    const base = requestFingerprint(refund);
+    expect(requestFingerprint({ ...refund, params: { id: 'B' } })).not.toBe(
+      base,
+    );
+    const two = { ...refund, params: { id: 'A', currency: 'EUR' } };
+    expect(
+      requestFingerprint({ ...two, params: { currency: 'EUR', id: 'A' } }),
+    ).toBe(requestFingerprint(two));
+  });
+
+  it('depends on the query, not on the order of its parameters; a repeated parameter keeps the order of its values', () => {
+    const query = (url: string) =>
+      requestFingerprint({ ...refund, query: queryParameters(url) });
+    const base = requestFingerprint(refund);
+    expect(query('/x?currency=EUR&amount=5')).toBe(base);
+    expect(query('/x?amount=6&currency=EUR')).not.toBe(base);
+    expect(query('/x?amount=5')).not.toBe(base);
+    expect(query('/x?tag=a&amount=1&tag=b')).toBe(
+      query('/x?amount=1&tag=a&tag=b'),
+    );
+    expect(query('/x?tag=a&tag=b')).not.toBe(query('/x?tag=b&tag=a'));
+    // Decoded: two spellings of one value are one value.
+    expect(query('/x?q=a%20b')).toBe(query('/x?q=a+b'));
+    expect(query('/x?a=1&b=2')).not.toBe(query('/x?a=1%26b%3D2'));
   });
 
   it('tells a string body from the JSON of the same text, and no body from an empty one', () => {
-    expect(requestFingerprint('POST', '/x', '1')).not.toBe(
-      requestFingerprint('POST', '/x', 1),
-    );
-    expect(requestFingerprint('POST', '/x', undefined)).not.toBe(
-      requestFingerprint('POST', '/x', ''),
-    );
-    expect(requestFingerprint('POST', '/x', Buffer.from('ab'))).not.toBe(
-      requestFingerprint('POST', '/x', 'ab'),
+    expect(of('POST', '/x', '1')).not.toBe(of('POST', '/x', 1));
+    expect(of('POST', '/x', undefined)).not.toBe(of('POST', '/x', ''));
+    expect(of('POST', '/x', Buffer.from('ab'))).not.toBe(
+      of('POST', '/x', 'ab'),
     );
   });
 
   it('ignores fields whose value is undefined, as JSON does', () => {
-    expect(requestFingerprint('POST', '/x', { a: 1, b: undefined })).toBe(
-      requestFingerprint('POST', '/x', { a: 1 }),
+    expect(of('POST', '/x', { a: 1, b: undefined })).toBe(
+      of('POST', '/x', { a: 1 }),
     );
   });
 
@@ -63,9 +103,77 @@ describe('requestFingerprint', () => {
     const other = JSON.parse(
       '['.repeat(depth) + '1' + ']'.repeat(depth),
     ) as unknown;
-    expect(requestFingerprint('POST', '/x', deep)).toMatch(/^[0-9a-f]{64}$/);
-    expect(requestFingerprint('POST', '/x', deep)).not.toBe(
-      requestFingerprint('POST', '/x', other),
-    );
+    expect(of('POST', '/x', deep)).toMatch(/^v2:[0-9a-f]{64}$/);
+    expect(of('POST', '/x', deep)).not.toBe(of('POST', '/x', other));
+  });
+});
+
+describe('legacyRequestFingerprint', () => {
+  it("is 0.1.0's formula: sha256 of the method, the route template and the canonical body", () => {
+    const expected = createHash('sha256')
+      .update('POST\n/accounts/:id/refund\nj:{"amount":5,"currency":"EUR"}')
+      .digest('hex');
+    const legacy = legacyRequestFingerprint({
+      method: 'POST',
+      route: '/accounts/:id/refund',
+      body: { currency: 'EUR', amount: 5 },
+    });
+    expect(legacy).toBe(expected);
+    expect(isLegacyFingerprint(legacy)).toBe(true);
+    expect(isLegacyFingerprint(of('POST', '/x', {}))).toBe(false);
+  });
+});
+
+describe('queryParameters', () => {
+  it('decodes the query of a URL, in order, a repeated parameter once per value', () => {
+    expect(queryParameters('/a/b?x=1&y=%C3%A9&x=2&flag&empty=')).toEqual([
+      ['x', '1'],
+      ['y', 'é'],
+      ['x', '2'],
+      ['flag', ''],
+      ['empty', ''],
+    ]);
+    expect(queryParameters('/a/b')).toEqual([]);
+    expect(queryParameters(undefined)).toEqual([]);
+    // Malformed escapes are kept as they are, never thrown.
+    expect(queryParameters('/a?bad=%zz%')).toEqual([['bad', '%zz%']]);
+  });
+});
+
+describe('selectFields and selectQuery', () => {
+  const body = { amount: 1, sentAt: 2, _: 3 };
+  const query = queryParameters('/x?_=9&amount=1&page=2');
+
+  it('apply a plain name to the body and the query alike', () => {
+    const selection = { exclude: ['_'] };
+    expect(selectFields(body, selection)).toEqual({ amount: 1, sentAt: 2 });
+    expect(selectQuery(query, selection)).toEqual([
+      ['amount', '1'],
+      ['page', '2'],
+    ]);
+  });
+
+  it('apply a name prefixed "query." or "body." to that part only', () => {
+    const selection = { exclude: ['query._', 'body.sentAt'] };
+    expect(selectFields(body, selection)).toEqual({ amount: 1, _: 3 });
+    expect(selectQuery(query, selection)).toEqual([
+      ['amount', '1'],
+      ['page', '2'],
+    ]);
+  });
+
+  it('keep only the included names, of either part', () => {
+    const selection = { include: ['amount', 'query.page'] };
+    expect(selectFields(body, selection)).toEqual({ amount: 1 });
+    expect(selectQuery(query, selection)).toEqual([
+      ['amount', '1'],
+      ['page', '2'],
+    ]);
+  });
+
+  it('keep everything without include or exclude, and a non-object body whole', () => {
+    expect(selectFields(body, {})).toBe(body);
+    expect(selectQuery(query, {})).toEqual(query);
+    expect(selectFields('text', { exclude: ['a'] })).toBe('text');
   });
 });

@@ -47,15 +47,77 @@ function canonicalJson(root: unknown): string {
   return out.join('');
 }
 
+/** @internal A query parameter: its name and one of its values, decoded. */
+export type QueryParameter = readonly [name: string, value: string];
+
+/**
+ * @internal The parameters of a URL's query string, decoded, in the order
+ * they appear (a repeated parameter once per value). Parsed from the URL
+ * itself rather than from the platform's parsed `query`, whose shape differs
+ * between Express (`qs`) and Fastify (`querystring`).
+ */
+export function queryParameters(url: string | undefined): QueryParameter[] {
+  const start = url?.indexOf('?') ?? -1;
+  if (url === undefined || start < 0) {
+    return [];
+  }
+  return [...new URLSearchParams(url.slice(start + 1))];
+}
+
+/** @internal What the default fingerprint of a request is made of. */
+export interface FingerprintParts {
+  /** `POST`, or `MESSAGE` for a message. */
+  readonly method: string;
+  /** Route template (`/accounts/:id/refund`) or message pattern. */
+  readonly route: string;
+  /**
+   * Path parameters (`{ id: 'A' }`), or the channel a message came on
+   * (`{ channel: 'orders.eu' }`).
+   */
+  readonly params: Readonly<Record<string, unknown>>;
+  /** Query parameters, in the order the client sent them. */
+  readonly query: readonly QueryParameter[];
+  /** The parsed body (a JSON value, a string or a Buffer), if any. */
+  readonly body: unknown;
+}
+
+/** @internal Field names of the `fingerprint` option, by where they apply. */
+export interface FingerprintFieldSelection {
+  readonly include?: readonly string[];
+  readonly exclude?: readonly string[];
+}
+
+/** Prefixes that restrict a name of `include`/`exclude` to one part. */
+const BODY_PREFIX = 'body.';
+const QUERY_PREFIX = 'query.';
+
+/**
+ * The names of `names` that apply to one part: the plain ones and those with
+ * that part's prefix (stripped).
+ */
+function namesFor(
+  names: readonly string[] | undefined,
+  prefix: string,
+  otherPrefix: string,
+): string[] | undefined {
+  return names
+    ?.filter((name) => !name.startsWith(otherPrefix))
+    .map((name) =>
+      name.startsWith(prefix) ? name.slice(prefix.length) : name,
+    );
+}
+
 /**
  * @internal Keeps the `include`d top-level fields of a JSON object body (all
- * by default) minus the `exclude`d ones. Other bodies are kept whole.
+ * by default) minus the `exclude`d ones. Other bodies are kept whole. Names
+ * prefixed `query.` apply to the query only, and `body.` to the body only.
  */
 export function selectFields(
   body: unknown,
-  include: readonly string[] | undefined,
-  exclude: readonly string[] | undefined,
+  selection: FingerprintFieldSelection,
 ): unknown {
+  const include = namesFor(selection.include, BODY_PREFIX, QUERY_PREFIX);
+  const exclude = namesFor(selection.exclude, BODY_PREFIX, QUERY_PREFIX);
   if (
     (include === undefined && exclude === undefined) ||
     body === null ||
@@ -76,15 +138,25 @@ export function selectFields(
 }
 
 /**
- * @internal sha256 (hex) of the method, the route template and the canonical
- * body of a request.
+ * @internal Keeps the query parameters whose names are `include`d (all by
+ * default) minus the `exclude`d ones, in their order. Names prefixed `body.`
+ * apply to the body only, and `query.` to the query only.
  */
-export function requestFingerprint(
-  method: string,
-  route: string,
-  body: unknown,
-): string {
-  const hash = createHash('sha256').update(`${method}\n${route}\n`);
+export function selectQuery(
+  query: readonly QueryParameter[],
+  selection: FingerprintFieldSelection,
+): QueryParameter[] {
+  const include = namesFor(selection.include, QUERY_PREFIX, BODY_PREFIX);
+  const exclude = namesFor(selection.exclude, QUERY_PREFIX, BODY_PREFIX);
+  return query.filter(
+    ([name]) =>
+      (include === undefined || include.includes(name)) &&
+      !exclude?.includes(name),
+  );
+}
+
+/** Feeds a body to a hash, telling a string, a Buffer and JSON apart. */
+function hashBody(hash: ReturnType<typeof createHash>, body: unknown): void {
   if (Buffer.isBuffer(body)) {
     hash.update('b:').update(body);
   } else if (typeof body === 'string') {
@@ -92,5 +164,44 @@ export function requestFingerprint(
   } else if (body !== undefined) {
     hash.update('j:').update(canonicalJson(body));
   }
+}
+
+/**
+ * Prefix of the fingerprints of the current formula. Records written by
+ * 0.1.0 carry a bare sha256 hex digest of the legacy formula instead.
+ */
+const FINGERPRINT_VERSION = 'v2:';
+
+/**
+ * @internal The default fingerprint of a request: `v2:` and the sha256 (hex)
+ * of its method, route template, path parameters (by name), query parameters
+ * (by name; the values of a repeated parameter in their order) and canonical
+ * body.
+ */
+export function requestFingerprint(parts: FingerprintParts): string {
+  const query = [...parts.query].sort(([a], [b]) =>
+    a < b ? -1 : a > b ? 1 : 0,
+  );
+  const hash = createHash('sha256').update(
+    `${parts.method}\n${parts.route}\n${canonicalJson(parts.params)}\n${JSON.stringify(query)}\n`,
+  );
+  hashBody(hash, parts.body);
+  return FINGERPRINT_VERSION + hash.digest('hex');
+}
+
+/**
+ * @internal The fingerprint of 0.1.0 (method, route template and canonical
+ * body only), which its records carry: a bare sha256 hex digest.
+ */
+export function legacyRequestFingerprint(
+  parts: Pick<FingerprintParts, 'method' | 'route' | 'body'>,
+): string {
+  const hash = createHash('sha256').update(`${parts.method}\n${parts.route}\n`);
+  hashBody(hash, parts.body);
   return hash.digest('hex');
+}
+
+/** @internal Whether a stored fingerprint was written by 0.1.0. */
+export function isLegacyFingerprint(fingerprint: string): boolean {
+  return /^[0-9a-f]{64}$/.test(fingerprint);
 }

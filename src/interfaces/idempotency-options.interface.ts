@@ -71,13 +71,26 @@ export interface IdempotencyKeyValidation {
 }
 
 /**
- * Which parts of the body make up the request fingerprint (with the method
- * and the route template). Names are top-level fields of a JSON body.
+ * Which fields of the body and the query make up the request fingerprint.
+ * The method, the route template and the path parameters always count.
+ *
+ * A name is a top-level field of a JSON body and a query parameter alike;
+ * prefix it with `body.` or `query.` to apply it to one of them only.
+ *
+ * @example
+ * // A client's cache-busting `?_=1700000000` and `sentAt` field do not count.
+ * @Idempotent({ fingerprint: { exclude: ['query._', 'sentAt'] } })
  */
 export interface IdempotencyFingerprintFields {
-  /** Only these fields count. @default every field */
+  /**
+   * Only these body fields and query parameters count (the others of either
+   * are ignored). @default every field and parameter
+   */
   include?: string[];
-  /** These fields do not count (e.g. a client timestamp). @default none */
+  /**
+   * These body fields and query parameters do not count (e.g. a client
+   * timestamp). @default none
+   */
   exclude?: string[];
 }
 
@@ -169,8 +182,11 @@ export interface IdempotentOptions {
   keyValidation?: IdempotencyKeyValidation;
   /**
    * What makes two requests with the same key "the same request": fields of
-   * the body to include or exclude, or a function of your own.
-   * @default sha256 of the method, the route template and the canonical JSON body
+   * the body and query parameters to include or exclude, or a function of
+   * your own. For a message: its pattern, the subject (topic, channel) it
+   * came on, and its data.
+   * @default sha256 of the method, the route template, the path parameters,
+   * the query (parameter order aside) and the canonical body
    */
   fingerprint?: IdempotencyFingerprintFields | IdempotencyFingerprintFunction;
   /**

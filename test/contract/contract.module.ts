@@ -6,7 +6,9 @@ import {
   HttpException,
   Injectable,
   Module,
+  Param,
   Post,
+  Query,
   Res,
   ServiceUnavailableException,
   StreamableFile,
@@ -128,6 +130,30 @@ export class FingerprintController {
     const run = this.runs.count('fingerprint/held-wait');
     await this.runs.barrier.wait();
     return { run, body };
+  }
+}
+
+/** Routes whose requests differ only by path parameters or query. */
+@Controller('accounts')
+export class AccountsController {
+  constructor(
+    private readonly runs: Runs,
+    @InjectRepository(Order) private readonly orders: Repository<Order>,
+  ) {}
+
+  @Post(':id/refund')
+  @Idempotent()
+  async refund(@Param('id') id: string, @Query() query: Payload) {
+    const run = this.runs.count('accounts/refund');
+    await this.orders.insert({ reference: `refund-${id}` });
+    await this.runs.barrier.wait();
+    return { refunded: id, run, query };
+  }
+
+  @Post(':id/search')
+  @Idempotent({ fingerprint: { exclude: ['query._'] } })
+  search(@Param('id') id: string, @Query() query: Payload) {
+    return { run: this.runs.count('accounts/search'), id, query };
   }
 }
 
@@ -273,6 +299,7 @@ export class ResponsesController {
   controllers: [
     KeysController,
     FingerprintController,
+    AccountsController,
     ErrorsController,
     ResponsesController,
   ],

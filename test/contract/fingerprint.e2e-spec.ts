@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { requestFingerprint } from '../../src/http/request-fingerprint.js';
 import { Barrier, untilAdvisoryLocks } from '../utils/barrier.js';
 import { holdInTransaction } from '../utils/test-database.js';
@@ -131,7 +132,13 @@ describe.each(PLATFORMS)('request fingerprints (%s)', (platform) => {
     // Another session holds this request's fingerprint lock, as a duplicate
     // does for the instant of its claim: the request must not take the key.
     const body = { reference: 'fp-lock' };
-    const fingerprint = requestFingerprint('POST', '/fingerprint/held', body);
+    const fingerprint = requestFingerprint({
+      method: 'POST',
+      route: '/fingerprint/held',
+      params: {},
+      query: [],
+      body,
+    });
     const runsBefore = runs.counts['fingerprint/held'] ?? 0;
     const held = await holdInTransaction(
       target.db.url,
@@ -186,5 +193,202 @@ describe.each(PLATFORMS)('request fingerprints (%s)', (platform) => {
     } finally {
       await stuck.release();
     }
+  });
+
+  /** How many refunds of account `id` were written. */
+  const refunds = async (id: string) =>
+    (
+      await target.db.query(`SELECT 1 FROM orders WHERE reference = $1`, [
+        `refund-${id}`,
+      ])
+    ).length;
+
+  // Each test counts the runs of the accounts routes from zero.
+  beforeEach(() => {
+    delete runs.counts['accounts/refund'];
+    delete runs.counts['accounts/search'];
+  });
+
+  describe('path parameters and query', () => {
+    it('refuses the same key on another path parameter with 422 once the first has finished, and never runs it', async () => {
+      runs.barrier.open();
+      const a = await send(target, '/accounts/A/refund', {
+        key: 'param-1',
+        body: { reason: 'dup' },
+      });
+      expect(a.status).toBe(201);
+      expect(await a.json()).toEqual({ refunded: 'A', run: 1, query: {} });
+      const b = await send(target, '/accounts/B/refund', {
+        key: 'param-1',
+        body: { reason: 'dup' },
+      });
+      expect(b.status).toBe(422);
+      expect(b.headers.get('content-type')).toMatch(
+        /^application\/problem\+json/,
+      );
+      expect(((await b.json()) as { type: string }).type).toBe(
+        'urn:idempotency:key-reused',
+      );
+      const again = await send(target, '/accounts/A/refund', {
+        key: 'param-1',
+        body: { reason: 'dup' },
+      });
+      expect(again.headers.get('idempotent-replayed')).toBe('true');
+      expect(await again.json()).toEqual({ refunded: 'A', run: 1, query: {} });
+      expect(runs.counts['accounts/refund']).toBe(1);
+      expect([await refunds('A'), await refunds('B')]).toEqual([1, 0]);
+    });
+
+    it('refuses another path parameter with 422 while the first is still running; the same one gets 409', async () => {
+      const first = send(target, '/accounts/C/refund', { key: 'param-2' });
+      await runs.barrier.reached(1);
+      const other = await send(target, '/accounts/D/refund', {
+        key: 'param-2',
+      });
+      expect(other.status).toBe(422);
+      const same = await send(target, '/accounts/C/refund', {
+        key: 'param-2',
+      });
+      expect(same.status).toBe(409);
+      runs.barrier.open();
+      expect((await first).status).toBe(201);
+      expect([await refunds('C'), await refunds('D')]).toEqual([1, 0]);
+    });
+
+    it('refuses another query with 422, finished or running', async () => {
+      runs.barrier.open();
+      const five = await send(target, '/accounts/E/refund?amount=5', {
+        key: 'query-1',
+      });
+      expect(await five.json()).toEqual({
+        refunded: 'E',
+        run: 1,
+        query: { amount: '5' },
+      });
+      const six = await send(target, '/accounts/E/refund?amount=6', {
+        key: 'query-1',
+      });
+      expect(six.status).toBe(422);
+      const none = await send(target, '/accounts/E/refund', {
+        key: 'query-1',
+      });
+      expect(none.status).toBe(422);
+      expect(runs.counts['accounts/refund']).toBe(1);
+
+      runs.barrier = new Barrier();
+      const running = send(target, '/accounts/F/refund?amount=5', {
+        key: 'query-2',
+      });
+      await runs.barrier.reached(1);
+      const otherAmount = await send(target, '/accounts/F/refund?amount=6', {
+        key: 'query-2',
+      });
+      expect(otherAmount.status).toBe(422);
+      runs.barrier.open();
+      expect((await running).status).toBe(201);
+      expect(await refunds('F')).toBe(1);
+    });
+
+    it('replays the same query with its parameters in another order, but not a repeated parameter with its values reordered', async () => {
+      runs.barrier.open();
+      const first = await send(
+        target,
+        '/accounts/G/refund?amount=5&currency=EUR&tag=a&tag=b',
+        { key: 'query-3' },
+      );
+      expect(first.status).toBe(201);
+      const reordered = await send(
+        target,
+        '/accounts/G/refund?tag=a&currency=EUR&tag=b&amount=5',
+        { key: 'query-3' },
+      );
+      expect(reordered.status).toBe(201);
+      expect(reordered.headers.get('idempotent-replayed')).toBe('true');
+      expect(await reordered.text()).toBe(await first.text());
+      const swapped = await send(
+        target,
+        '/accounts/G/refund?amount=5&currency=EUR&tag=b&tag=a',
+        { key: 'query-3' },
+      );
+      expect(swapped.status).toBe(422);
+      expect(runs.counts['accounts/refund']).toBe(1);
+    });
+
+    it('ignores a query parameter named by `exclude` (a cache buster), and no other', async () => {
+      const first = await send(target, '/accounts/H/search?q=x&_=1700000001', {
+        key: 'buster-1',
+      });
+      expect(first.status).toBe(201);
+      const busted = await send(target, '/accounts/H/search?_=1700000002&q=x', {
+        key: 'buster-1',
+      });
+      expect(busted.headers.get('idempotent-replayed')).toBe('true');
+      expect(await busted.text()).toBe(await first.text());
+      const other = await send(target, '/accounts/H/search?q=y&_=1700000001', {
+        key: 'buster-1',
+      });
+      expect(other.status).toBe(422);
+      expect(runs.counts['accounts/search']).toBe(1);
+    });
+  });
+
+  describe('records written by 0.1.0', () => {
+    // 0.1.0 fingerprinted the method, the route template and the canonical
+    // body only, as a bare sha256 hex digest: computed here independently.
+    const legacy = (route: string, canonicalBody: string) =>
+      createHash('sha256')
+        .update(`POST\n${route}\nj:${canonicalBody}`)
+        .digest('hex');
+    const insertLegacy = (key: string, fingerprint: string) =>
+      target.db.query(
+        `INSERT INTO idempotency_records (scope, key, fingerprint, method, path,
+           status, response_status, response_headers, response_body,
+           completed_at, expires_at)
+         VALUES ('global', $1, $2, 'POST', '/accounts/:id/refund', 'completed',
+           201, '{"content-type":"application/json; charset=utf-8"}',
+           convert_to('{"refunded":"legacy"}', 'UTF8'), now(),
+           now() + interval '1 hour')`,
+        [key, fingerprint],
+      );
+
+    it('keep replaying for an identical request, and refuse another body with 422', async () => {
+      runs.barrier.open();
+      await insertLegacy(
+        'legacy-1',
+        legacy('/accounts/:id/refund', '{"amount":5,"currency":"EUR"}'),
+      );
+      const identical = await send(target, '/accounts/L/refund', {
+        key: 'legacy-1',
+        body: { currency: 'EUR', amount: 5 },
+      });
+      expect(identical.status).toBe(201);
+      expect(identical.headers.get('idempotent-replayed')).toBe('true');
+      expect(await identical.text()).toBe('{"refunded":"legacy"}');
+      const otherBody = await send(target, '/accounts/L/refund', {
+        key: 'legacy-1',
+        body: { currency: 'EUR', amount: 6 },
+      });
+      expect(otherBody.status).toBe(422);
+      expect(runs.counts['accounts/refund'] ?? 0).toBe(0);
+      expect(await refunds('L')).toBe(0);
+    });
+
+    it('are not matched by a fingerprint of the new formula that merely looks different', async () => {
+      // A v2 record never falls back to the old formula.
+      await target.db.query(
+        `INSERT INTO idempotency_records (scope, key, fingerprint, method, path,
+           status, response_status, response_headers, response_body,
+           completed_at, expires_at)
+         VALUES ('global', 'legacy-2', 'v2:' || $1, 'POST', '/accounts/:id/refund',
+           'completed', 201, '{}', convert_to('{}', 'UTF8'), now(),
+           now() + interval '1 hour')`,
+        [legacy('/accounts/:id/refund', '{"amount":5}')],
+      );
+      const request = await send(target, '/accounts/M/refund', {
+        key: 'legacy-2',
+        body: { amount: 5 },
+      });
+      expect(request.status).toBe(422);
+    });
   });
 });

@@ -222,11 +222,22 @@ export function readBody(body: BodySpec, platform: Platform): BodyReading {
   };
 }
 
-/** Model of the fingerprint: method, route template and canonical body. */
+/**
+ * Model of the fingerprint: method, route template, path parameter (the
+ * member id, as sent: the fuzzer never sends two spellings of one id), the
+ * query parameters (by name, a repeated one's values in their order) and the
+ * canonical body.
+ */
 export function fingerprint(
   method: string,
   template: string,
+  path: string,
   body: BodyReading & { accepted: true },
 ): string {
-  return `${method}\n${template}\n${body.canonical}`;
+  const [pathname, search = ''] = path.split(/\?(.*)/s);
+  const id = template.endsWith('/:id') ? pathname.split('/').pop() : '';
+  const query = [...new URLSearchParams(search)].sort(([a], [b]) =>
+    a < b ? -1 : a > b ? 1 : 0,
+  );
+  return `${method}\n${template}\n${id}\n${JSON.stringify(query)}\n${body.canonical}`;
 }

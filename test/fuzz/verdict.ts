@@ -191,7 +191,7 @@ export function requestFingerprint(
   if (!body.accepted || request.template === undefined) {
     throw new Error(`request #${request.index} never reaches the module`);
   }
-  return fingerprint(request.method, request.template, body);
+  return fingerprint(request.method, request.template, request.path, body);
 }
 
 /** Checks a fresh response, and that a replay is the winner's, byte for byte. */

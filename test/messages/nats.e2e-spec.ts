@@ -126,6 +126,23 @@ describeNats('@Idempotent() on NATS handlers', () => {
     expect(await rows('other')).toBe(0);
   });
 
+  it('refuses the same key and data on another subject of a wildcard pattern, and replays it on the same subject', async () => {
+    handlers.barrier.open();
+    const subject = (account: string) =>
+      SUBJECTS.accounts.replace('*', account);
+    const message = { idempotencyKey: 'nats-6', reference: 'nats-6' };
+    const first = await request(subject('A'), message);
+    expect(first.reply).toEqual({ orderId: expect.any(Number), run: 1 });
+    const other = await request(subject('B'), message);
+    expect(other.error).toMatchObject({
+      type: 'urn:idempotency:key-reused',
+      status: 422,
+    });
+    expect((await request(subject('A'), message)).reply).toEqual(first.reply);
+    expect(handlers.runs).toBe(1);
+    expect(await rows('nats-6')).toBe(1);
+  });
+
   it('handles a redelivered event once and drops the duplicates', async () => {
     handlers.barrier.open();
     const message = { idempotencyKey: 'nats-5', reference: 'nats-5' };

@@ -13,6 +13,8 @@ export const SUBJECTS = {
   wait: `idempotency.test.${RUN}.wait`,
   reject: `idempotency.test.${RUN}.reject`,
   event: `idempotency.test.${RUN}.event`,
+  /** A wildcard: `accounts.A`, `accounts.B`, ... reach one handler. */
+  accounts: `idempotency.test.${RUN}.accounts.*`,
 };
 
 @Injectable()
@@ -51,6 +53,12 @@ export class PaymentsConsumer {
   @MessagePattern(SUBJECTS.reject)
   @Idempotent()
   rejectMode(@Payload() message: PaymentMessage) {
+    return this.create(message);
+  }
+
+  @MessagePattern(SUBJECTS.accounts)
+  @Idempotent()
+  account(@Payload() message: PaymentMessage) {
     return this.create(message);
   }
 
