@@ -1,4 +1,5 @@
 import type { MigrationInterface, QueryRunner } from 'typeorm';
+import { assertPostgresDataSource } from '../src/store/postgres-data-source.js';
 
 /**
  * Creates the idempotency record table (`idempotency_records`) and the index
@@ -10,6 +11,7 @@ export class CreateIdempotencyRecords1764000000000 implements MigrationInterface
 
   /** Creates the table and its index. */
   async up(queryRunner: QueryRunner): Promise<void> {
+    assertPostgresDataSource(queryRunner.dataSource);
     await queryRunner.query(`
       CREATE TABLE "idempotency_records" (
         "scope" text NOT NULL,
@@ -35,6 +37,7 @@ export class CreateIdempotencyRecords1764000000000 implements MigrationInterface
 
   /** Drops the table and its index. */
   async down(queryRunner: QueryRunner): Promise<void> {
+    assertPostgresDataSource(queryRunner.dataSource);
     await queryRunner.query(`DROP TABLE "idempotency_records"`);
   }
 }

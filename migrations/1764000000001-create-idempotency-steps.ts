@@ -1,4 +1,5 @@
 import type { MigrationInterface, QueryRunner } from 'typeorm';
+import { assertPostgresDataSource } from '../src/store/postgres-data-source.js';
 
 /**
  * Creates the table of recovery points (`idempotency_steps`): the results of
@@ -10,6 +11,7 @@ export class CreateIdempotencySteps1764000000001 implements MigrationInterface {
 
   /** Creates the table and its index. */
   async up(queryRunner: QueryRunner): Promise<void> {
+    assertPostgresDataSource(queryRunner.dataSource);
     await queryRunner.query(`
       CREATE TABLE "idempotency_steps" (
         "scope" text NOT NULL,
@@ -27,6 +29,7 @@ export class CreateIdempotencySteps1764000000001 implements MigrationInterface {
 
   /** Drops the table and its index. */
   async down(queryRunner: QueryRunner): Promise<void> {
+    assertPostgresDataSource(queryRunner.dataSource);
     await queryRunner.query(`DROP TABLE "idempotency_steps"`);
   }
 }

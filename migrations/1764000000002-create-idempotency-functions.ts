@@ -1,4 +1,5 @@
 import type { MigrationInterface, QueryRunner } from 'typeorm';
+import { assertPostgresDataSource } from '../src/store/postgres-data-source.js';
 
 /**
  * Creates the two functions the module calls on every request with a key:
@@ -14,6 +15,7 @@ export class CreateIdempotencyFunctions1764000000002 implements MigrationInterfa
 
   /** Creates both functions. */
   async up(queryRunner: QueryRunner): Promise<void> {
+    assertPostgresDataSource(queryRunner.dataSource);
     // Bounds the transaction, then takes the advisory lock of the request's
     // fingerprint and, holding it, the key's (a duplicate tells from the
     // first whether the holder of the second runs the same request). Then
@@ -82,6 +84,7 @@ export class CreateIdempotencyFunctions1764000000002 implements MigrationInterfa
 
   /** Drops both functions. */
   async down(queryRunner: QueryRunner): Promise<void> {
+    assertPostgresDataSource(queryRunner.dataSource);
     await queryRunner.query(
       `DROP FUNCTION "idempotency_complete"(text, text, text, text, text, text, integer, jsonb, bytea, float8)`,
     );

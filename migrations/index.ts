@@ -11,6 +11,8 @@ export {
 /**
  * The module's TypeORM migrations, in order. Add them to the DataSource's
  * `migrations` and run them with the TypeORM CLI or `migrationsRun: true`.
+ * On a DataSource that is not PostgreSQL, each of them (`up` and `down`)
+ * throws the module's `IdempotencyConfigurationError` before any statement.
  *
  * @example
  * TypeOrmModule.forRoot({

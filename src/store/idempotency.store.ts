@@ -19,6 +19,7 @@ import {
   bindAmbientTransaction,
   endAmbientTransaction,
 } from './ambient-transaction.js';
+import { assertPostgresDataSource } from './postgres-data-source.js';
 
 /** @internal A response as stored and replayed. */
 export interface StoredResponse {
@@ -145,12 +146,7 @@ export class IdempotencyStore implements OnModuleInit, OnApplicationShutdown {
         'Pass `dataSource: <name>` to IdempotencyModule if the DataSource has a name.',
       );
     }
-    if (dataSource.options.type !== 'postgres') {
-      throw new IdempotencyConfigurationError(
-        `IdempotencyModule needs a PostgreSQL DataSource, not "${dataSource.options.type}".`,
-        "Use TypeOrmModule.forRoot({ type: 'postgres', ... }).",
-      );
-    }
+    assertPostgresDataSource(dataSource);
     this.dataSource = dataSource;
     const poolSize = (
       dataSource.driver as { master?: { options?: { max?: unknown } } }

@@ -1,0 +1,40 @@
+import { createConnection } from 'node:net';
+
+/** Whether something accepts TCP connections at host:port (within 1 s). */
+export function reachable(host: string, port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = createConnection({ host, port });
+    const done = (ok: boolean) => {
+      socket.destroy();
+      resolve(ok);
+    };
+    socket.setTimeout(1_000, () => done(false));
+    socket.once('connect', () => done(true));
+    socket.once('error', () => done(false));
+  });
+}
+
+/**
+ * `describe` when the server (a broker, a database other than the suite's
+ * PostgreSQL) is reachable; otherwise the suite is skipped with a visible
+ * reason, unless REQUIRE_BROKERS=1 (as in CI), which makes an unreachable
+ * server a failure.
+ */
+export async function describeWithServer(
+  name: string,
+  host: string,
+  port: number,
+) {
+  if (await reachable(host, port)) {
+    return describe;
+  }
+  if (process.env.REQUIRE_BROKERS === '1') {
+    throw new Error(
+      `${name} is required (REQUIRE_BROKERS=1) but ${host}:${port} is unreachable`,
+    );
+  }
+  console.warn(
+    `Skipping the ${name} tests: nothing listens on ${host}:${port}`,
+  );
+  return describe.skip;
+}
