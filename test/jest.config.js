@@ -13,6 +13,8 @@ export default {
     ],
   },
   testMatch: ['<rootDir>/test/**/*.e2e-spec.ts', '<rootDir>/src/**/*.spec.ts'],
+  // The default reporter says nothing of a file whose tests all skipped.
+  reporters: ['default', '<rootDir>/test/setup/skip-reasons.reporter.js'],
   globalSetup: '<rootDir>/test/setup/global-setup.js',
   globalTeardown: '<rootDir>/test/setup/global-teardown.js',
   testTimeout: 60_000,

