@@ -2,10 +2,10 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { existsSync } from 'node:fs';
 import { chmod, mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { delimiter, join } from 'node:path';
 import pg from 'pg';
+import { freePort } from '../setup/embedded-postgres.js';
 import { until } from '../utils/barrier.js';
 
 /** Where Debian's `pgbouncer` package installs it, and the PATH. */
@@ -71,17 +71,6 @@ export interface PgBouncerOptions {
   poolMode?: 'session' | 'transaction' | 'statement';
   /** `default_pool_size`: server connections per database and user. */
   poolSize?: number;
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as AddressInfo;
-      server.close(() => resolve(port));
-    });
-  });
 }
 
 /** A libpq connection-string value, quoted. */
