@@ -6,6 +6,7 @@ import {
 import { RouteParamtypes } from '@nestjs/common/enums/route-paramtypes.enum.js';
 import { DiscoveryService, MetadataScanner, Reflector } from '@nestjs/core';
 import { IDEMPOTENT_METADATA } from './idempotency.constants.js';
+import { handlerKind, unsupportedHandler } from './idempotency.handlers.js';
 import { IDEMPOTENCY_RESOLVED_OPTIONS } from './idempotency.tokens.js';
 import {
   resolveRouteOptions,
@@ -20,10 +21,16 @@ const SELF_SENDING = new Set<number>([
   RouteParamtypes.NEXT,
 ]);
 
+/** A class of the application: a controller's, or a provider's. */
+type Type = abstract new (...args: never[]) => unknown;
+
 /**
- * @internal Checks every decorated controller method at bootstrap: its options
- * must be valid, and it must not send its response itself (`@Res()` or
- * `@Next()` without `passthrough`), since such a response cannot be stored.
+ * @internal Checks every method that carries `@Idempotent()` at bootstrap.
+ * The module acts only on the HTTP route handlers and message handlers of
+ * controllers: anywhere else the decorator would do nothing, so the
+ * application refuses to start. A handler's options must be valid, and it
+ * must not send its response itself (`@Res()` or `@Next()` without
+ * `passthrough`), since such a response cannot be stored.
  */
 @Injectable()
 export class IdempotencyExplorer implements OnModuleInit {
@@ -36,33 +43,80 @@ export class IdempotencyExplorer implements OnModuleInit {
   ) {}
 
   onModuleInit(): void {
-    for (const wrapper of this.discovery.getControllers()) {
-      const controller = wrapper.metatype as
-        (new (...args: never[]) => unknown) | null;
-      if (!controller?.prototype) {
-        continue;
-      }
-      for (const method of this.scanner.getAllMethodNames(
-        controller.prototype,
-      )) {
-        const handler = (controller.prototype as Record<string, () => unknown>)[
-          method
-        ];
-        const options = this.reflector.getAllAndOverride<
-          IdempotentOptions | undefined
-        >(IDEMPOTENT_METADATA, [handler, controller]);
-        if (options) {
-          this.check(controller, method, options);
+    const ignored: string[] = [];
+    for (const [type, inController] of this.classes()) {
+      const classOptions = this.reflector.get<IdempotentOptions | undefined>(
+        IDEMPOTENT_METADATA,
+        type,
+      );
+      const prototype = type.prototype as Record<string, () => unknown>;
+      let handlers = 0;
+      for (const method of this.scanner.getAllMethodNames(prototype)) {
+        const handler = prototype[method];
+        const own = this.reflector.get<IdempotentOptions | undefined>(
+          IDEMPOTENT_METADATA,
+          handler,
+        );
+        if (!own && !classOptions) {
+          continue;
+        }
+        const kind = handlerKind(handler, inController);
+        handlers += kind === 'method' ? 0 : 1;
+        // The class decorator is meant for the handlers of the class, not
+        // for the helper methods beside them.
+        const options = own ?? (kind === 'method' ? undefined : classOptions);
+        const unsupported = unsupportedHandler(kind);
+        if (options && unsupported) {
+          ignored.push(`${type.name}.${method} (${unsupported})`);
+        } else if (options) {
+          this.check(type, method, options);
         }
       }
+      if (classOptions && handlers === 0) {
+        ignored.push(`class ${type.name} (no route or message handler)`);
+      }
+    }
+    if (ignored.length > 0) {
+      throw new IdempotencyConfigurationError(
+        `@Idempotent() has no effect on ${ignored.join(', ')}: the module makes idempotent only the HTTP route handlers and the message handlers (@MessagePattern(), @EventPattern()) of controllers, so a duplicate would run again.`,
+        'Use IdempotencyService.run() instead: inject IdempotencyService and wrap the work in run({ scope, key }, fn), which runs fn at most once per key, in a transaction with its writes, and returns the stored result to duplicates.',
+        'Or move the operation to a route handler or a message handler of a controller.',
+        'Or remove @Idempotent() from there.',
+      );
     }
   }
 
-  private check(
-    controller: new (...args: never[]) => unknown,
-    method: string,
-    options: IdempotentOptions,
-  ) {
+  /**
+   * Every class of the application's controllers and providers, and whether
+   * it is a controller. A factory or value provider counts by the class of
+   * the instance it made.
+   */
+  private classes(): Map<Type, boolean> {
+    const classes = new Map<Type, boolean>();
+    for (const wrapper of this.discovery.getControllers()) {
+      const type = wrapper.metatype as Type | null;
+      if (type?.prototype) {
+        classes.set(type, true);
+      }
+    }
+    for (const wrapper of this.discovery.getProviders()) {
+      const instance: unknown = wrapper.instance;
+      // Through its prototype: a proxy may refuse to be read as such.
+      const type = (
+        wrapper.isNotMetatype
+          ? typeof instance === 'object' && instance !== null
+            ? (Object.getPrototypeOf(instance) as object | null)?.constructor
+            : undefined
+          : wrapper.metatype
+      ) as Type | undefined;
+      if (type?.prototype && type !== Object && !classes.has(type)) {
+        classes.set(type, false);
+      }
+    }
+    return classes;
+  }
+
+  private check(controller: Type, method: string, options: IdempotentOptions) {
     const where = `${controller.name}.${method}`;
     try {
       resolveRouteOptions(this.options, options);

@@ -19,6 +19,7 @@ import {
   IDEMPOTENT_REPLAYED_HEADER,
   UNSAFE_REPLAY_HEADERS,
 } from './idempotency.constants.js';
+import { HANDLER_METADATA } from './idempotency.handlers.js';
 import { IDEMPOTENCY_RESOLVED_OPTIONS } from './idempotency.tokens.js';
 import {
   resolveRouteOptions,
@@ -63,9 +64,6 @@ interface DecoratedRoute {
   /** Message pattern, for microservice handlers. */
   readonly pattern: string;
 }
-
-/** Where `@MessagePattern()` / `@EventPattern()` keep their patterns. */
-const MESSAGE_PATTERN_METADATA = 'microservices:pattern';
 
 /** SQLSTATE of a statement cancelled: on `statement_timeout`, or by request. */
 const QUERY_CANCELED = '57014';
@@ -316,7 +314,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
         IdempotentOptions | undefined
       >(IDEMPOTENT_METADATA, [handler, context.getClass()]);
       const patterns = Reflect.getMetadata(
-        MESSAGE_PATTERN_METADATA,
+        HANDLER_METADATA.messagePattern,
         handler,
       ) as unknown[] | undefined;
       const pattern =

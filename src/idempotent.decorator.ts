@@ -3,12 +3,21 @@ import { IDEMPOTENT_METADATA } from './idempotency.constants.js';
 import type { IdempotentOptions } from './interfaces/idempotency-options.interface.js';
 
 /**
- * Makes a controller method (or every method of a controller) idempotent.
+ * Makes a controller method (or every handler of a controller) idempotent.
  *
  * The handler runs in one database transaction shared with the application's
  * repositories; its writes and the idempotency record commit together. A
  * duplicate request with the same `Idempotency-Key` gets the stored response
  * replayed and never runs the handler again.
+ *
+ * It works on the HTTP route handlers (`@Get()`, `@Post()`, ...) and the
+ * message handlers (`@MessagePattern()`, `@EventPattern()`) of controllers.
+ * On a controller class it applies to those handlers, not to its other
+ * methods. Anywhere else (a GraphQL resolver, a WebSocket gateway, a queue
+ * processor, a scheduled job, any other provider method) it would do
+ * nothing, so the application refuses to start with an
+ * `IdempotencyConfigurationError` naming the method: there, inject
+ * `IdempotencyService` and wrap the work in `run({ scope, key }, fn)`.
  *
  * @param options overrides of the module-wide options for this route.
  *

@@ -44,6 +44,8 @@ export interface TestAppOptions extends ModuleMetadata {
   typeorm?: Partial<TypeOrmModuleOptions>;
   /** The HTTP platform; Express unless told. */
   platform?: Platform;
+  /** Prepares the application before it starts, e.g. sets its WebSocket adapter. */
+  configure?: (app: INestApplication) => void;
 }
 
 /**
@@ -55,6 +57,7 @@ export async function startTestApp(options: TestAppOptions): Promise<TestApp> {
     idempotency = {},
     typeorm,
     platform = 'express',
+    configure,
     imports = [],
     ...metadata
   } = options;
@@ -96,6 +99,7 @@ export async function startTestApp(options: TestAppOptions): Promise<TestApp> {
           )
         : moduleRef.createNestApplication(appOptions);
     try {
+      configure?.(app);
       // On Fastify, listen() boots the instance (ready()) before it listens.
       await app.listen(0, '127.0.0.1');
     } catch (error) {
