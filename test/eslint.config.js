@@ -16,11 +16,24 @@ export default tseslint.config(
   ...tseslint.configs.recommended,
   {
     files: ['**/*.ts'],
+    // Type-aware rules: a promise nobody awaits loses its error and its
+    // ordering, which in this library means a write outside its transaction.
+    languageOptions: {
+      parserOptions: {
+        // The test build's program covers src (its specs too), migrations
+        // and test; the sample app's covers the sample.
+        project: ['./tsconfig.json', '../sample-app/tsconfig.json'],
+        tsconfigRootDir: import.meta.dirname,
+      },
+    },
     rules: {
       '@typescript-eslint/no-unused-vars': [
         'error',
         { argsIgnorePattern: '^_' },
       ],
+      '@typescript-eslint/no-floating-promises': 'error',
+      '@typescript-eslint/no-misused-promises': 'error',
+      '@typescript-eslint/await-thenable': 'error',
     },
   },
   {
