@@ -373,7 +373,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     };
     let queryRunner: QueryRunner;
     try {
-      queryRunner = await this.store.begin();
+      queryRunner = await this.store.begin(options.transactionTimeoutMs);
     } catch (error) {
       this.engine.emit('failed', attempt, { error });
       throw this.answer(

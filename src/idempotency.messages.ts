@@ -225,7 +225,7 @@ export class IdempotencyMessages {
     const { store } = this.engine;
     let queryRunner: QueryRunner;
     try {
-      queryRunner = await store.begin();
+      queryRunner = await store.begin(options.transactionTimeoutMs);
     } catch (error) {
       this.engine.emit('failed', attempt, { error });
       throw await toRpcException(

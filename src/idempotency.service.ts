@@ -72,7 +72,7 @@ export class IdempotencyService {
     const { store } = this.engine;
     let queryRunner;
     try {
-      queryRunner = await store.begin();
+      queryRunner = await store.begin(route.transactionTimeoutMs);
     } catch (error) {
       this.engine.emit('failed', attempt, { error });
       throw new IdempotencyUnavailableException(route.retryAfter);

@@ -120,7 +120,7 @@ export class IdempotencyStore implements OnModuleInit, OnApplicationShutdown {
    */
   private capacity = Infinity;
   private opened = 0;
-  /** Transactions waiting for one of the others to end. */
+  /** Transactions waiting for one of the others to end (see begin()). */
   private readonly queued: Array<() => void> = [];
   /** Query runners opened by `begin()` and not released yet. */
   private readonly counted = new WeakSet<QueryRunner>();
@@ -199,13 +199,31 @@ export class IdempotencyStore implements OnModuleInit, OnApplicationShutdown {
   /**
    * Opens a transaction on a connection borrowed from the pool, once fewer
    * than `capacity` transactions of the module are open.
+   * @param waitMs how long to wait for one of the others to end (the
+   * request's `transactionTimeout`: PostgreSQL ends each of them by then,
+   * unless they are out of its reach, the server gone).
+   * @throws Error when none ended within `waitMs`.
    */
-  async begin(): Promise<QueryRunner> {
+  async begin(waitMs: number): Promise<QueryRunner> {
     if (this.opened < this.capacity) {
       this.opened += 1;
     } else {
       // The transaction that ends hands its place over (see release()).
-      await new Promise<void>((resolve) => this.queued.push(resolve));
+      await new Promise<void>((resolve, reject) => {
+        const waiter = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+        const timer = setTimeout(() => {
+          this.queued.splice(this.queued.indexOf(waiter), 1);
+          reject(
+            new Error(
+              `No transaction of the module ended within ${waitMs} ms (${this.capacity} open)`,
+            ),
+          );
+        }, waitMs).unref();
+        this.queued.push(waiter);
+      });
     }
     const queryRunner = this.dataSource.createQueryRunner();
     this.counted.add(queryRunner);
@@ -445,12 +463,13 @@ export class IdempotencyStore implements OnModuleInit, OnApplicationShutdown {
    * @returns false when the rollback failed: the transaction was lost.
    */
   async rollback(queryRunner: QueryRunner): Promise<boolean> {
-    if (queryRunner.isReleased) {
-      // Released by commit(): its transaction ended, whatever COMMIT said.
-      return true;
-    }
     try {
-      if (queryRunner.isTransactionActive) {
+      // Released already, its transaction has ended: by commit() (whatever
+      // COMMIT said), or by TypeORM when its connection broke while idle (a
+      // handler waiting on something else). release() still runs: the
+      // transaction's place goes to the next one, and its ambient
+      // transaction ends.
+      if (!queryRunner.isReleased && queryRunner.isTransactionActive) {
         await queryRunner.rollbackTransaction();
       }
       return true;

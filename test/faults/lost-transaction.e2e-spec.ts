@@ -1,4 +1,4 @@
-import { untilAdvisoryLocks } from '../utils/barrier.js';
+import { until, untilAdvisoryLocks } from '../utils/barrier.js';
 import {
   PLATFORMS,
   send,
@@ -16,6 +16,9 @@ describe.each(PLATFORMS)(
       target = await startTestApp({
         platform,
         imports: [LostTransactionTestModule],
+        // Room for one transaction of the module: the retry runs only once
+        // the lost transaction has handed its place back.
+        typeorm: { poolSize: 2 },
       });
     });
     afterAll(() => target?.close());
@@ -35,6 +38,18 @@ describe.each(PLATFORMS)(
       // Idle in its transaction past the timeout: PostgreSQL ends the session,
       // which frees the key's locks.
       await untilAdvisoryLocks(target.db, 'held', 0);
+      // The app saw its connection break while idle: TypeORM released the
+      // query runner before the handler's next statement.
+      await until(
+        async () => pause.queryRunner?.isReleased === true,
+        'TypeORM to release the lost connection',
+      );
+      // Meanwhile a request waits for the only place, which the handler
+      // holds however long it takes: it gets a 503 after transactionTimeout.
+      const waiting = await send(target, '/late', {
+        key: 'late-waiting',
+        body: { reference: 'waiting' },
+      });
       pause.barrier.open();
       const failed = await late;
       const afterFailure = await orders();
@@ -57,6 +72,15 @@ describe.each(PLATFORMS)(
         /^application\/problem\+json/,
       );
       expect(problem.type).toBe('urn:idempotency:unavailable');
+      expect({
+        status: waiting.status,
+        retryAfter: waiting.headers.get('retry-after'),
+        type: ((await waiting.json()) as { type: string }).type,
+      }).toEqual({
+        status: 503,
+        retryAfter: '1',
+        type: 'urn:idempotency:unavailable',
+      });
       expect(retry.status).toBe(201);
       expect(await retry.json()).toEqual({ run: 2 });
       expect(afterRetry).toEqual([{ source: 'first' }, { source: 'second' }]);

@@ -1,7 +1,7 @@
 import { Body, Controller, Injectable, Module, Post } from '@nestjs/common';
 import { InjectRepository, TypeOrmModule } from '@nestjs/typeorm';
-import type { Repository } from 'typeorm';
-import { Idempotent } from '../../src/index.js';
+import type { QueryRunner, Repository } from 'typeorm';
+import { IdempotencyContext, Idempotent } from '../../src/index.js';
 import { Order } from '../fixtures/order.entity.js';
 import { Barrier } from '../utils/barrier.js';
 
@@ -10,6 +10,8 @@ import { Barrier } from '../utils/barrier.js';
 export class Pause {
   barrier = new Barrier();
   runs = 0;
+  /** The query runner of the first run's transaction. */
+  queryRunner?: QueryRunner;
 }
 
 @Controller('late')
@@ -17,6 +19,7 @@ export class LateController {
   constructor(
     @InjectRepository(Order) private readonly orders: Repository<Order>,
     private readonly pause: Pause,
+    private readonly idempotency: IdempotencyContext,
   ) {}
 
   /** Writes, waits (idle in its transaction), writes again. */
@@ -26,6 +29,7 @@ export class LateController {
     const run = ++this.pause.runs;
     await this.orders.insert({ reference: body.reference, source: 'first' });
     if (run === 1) {
+      this.pause.queryRunner = this.idempotency.manager.queryRunner;
       await this.pause.barrier.wait();
     }
     await this.orders.insert({ reference: body.reference, source: 'second' });
