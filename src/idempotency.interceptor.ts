@@ -365,11 +365,14 @@ export class IdempotencyInterceptor implements NestInterceptor {
         key === undefined
           ? ''
           : await this.fingerprint(context, options, route.path),
-      legacyFingerprint: this.engine.legacyFingerprint(options, {
-        method,
-        route: route.path,
-        body: request.body,
-      }),
+      legacyFingerprint:
+        key === undefined
+          ? undefined
+          : this.engine.legacyFingerprint(options, {
+              method,
+              route: route.path,
+              body: request.body,
+            }),
     };
     let queryRunner: QueryRunner;
     try {

@@ -91,6 +91,12 @@ export interface FingerprintFieldSelection {
 const BODY_PREFIX = 'body.';
 const QUERY_PREFIX = 'query.';
 
+/** The names of a selection that apply to one part of the request. */
+interface PartNames {
+  readonly include?: readonly string[];
+  readonly exclude?: readonly string[];
+}
+
 /**
  * The names of `names` that apply to one part: the plain ones and those with
  * that part's prefix (stripped).
@@ -107,6 +113,33 @@ function namesFor(
     );
 }
 
+/** A selection split by part, once per selection (a route's options). */
+const splitSelections = new WeakMap<
+  FingerprintFieldSelection,
+  { readonly body: PartNames; readonly query: PartNames }
+>();
+
+function partNames(
+  selection: FingerprintFieldSelection,
+  part: 'body' | 'query',
+): PartNames {
+  let split = splitSelections.get(selection);
+  if (!split) {
+    split = {
+      body: {
+        include: namesFor(selection.include, BODY_PREFIX, QUERY_PREFIX),
+        exclude: namesFor(selection.exclude, BODY_PREFIX, QUERY_PREFIX),
+      },
+      query: {
+        include: namesFor(selection.include, QUERY_PREFIX, BODY_PREFIX),
+        exclude: namesFor(selection.exclude, QUERY_PREFIX, BODY_PREFIX),
+      },
+    };
+    splitSelections.set(selection, split);
+  }
+  return split[part];
+}
+
 /**
  * @internal Keeps the `include`d top-level fields of a JSON object body (all
  * by default) minus the `exclude`d ones. Other bodies are kept whole. Names
@@ -116,8 +149,7 @@ export function selectFields(
   body: unknown,
   selection: FingerprintFieldSelection,
 ): unknown {
-  const include = namesFor(selection.include, BODY_PREFIX, QUERY_PREFIX);
-  const exclude = namesFor(selection.exclude, BODY_PREFIX, QUERY_PREFIX);
+  const { include, exclude } = partNames(selection, 'body');
   if (
     (include === undefined && exclude === undefined) ||
     body === null ||
@@ -146,8 +178,7 @@ export function selectQuery(
   query: readonly QueryParameter[],
   selection: FingerprintFieldSelection,
 ): QueryParameter[] {
-  const include = namesFor(selection.include, QUERY_PREFIX, BODY_PREFIX);
-  const exclude = namesFor(selection.exclude, QUERY_PREFIX, BODY_PREFIX);
+  const { include, exclude } = partNames(selection, 'query');
   return query.filter(
     ([name]) =>
       (include === undefined || include.includes(name)) &&
