@@ -1,5 +1,6 @@
 import { FakeGateway } from '../utils/fake-gateway.js';
-import { until, untilAdvisoryLocks } from '../utils/barrier.js';
+import { until } from '../utils/barrier.js';
+import { presenceBackend } from '../utils/presence.js';
 import {
   createTestDatabase,
   holdInTransaction,
@@ -22,6 +23,15 @@ describe('the sample app killed between its charge and its commit', () => {
     await db.drop();
   });
 
+  /** Backends of this database waiting for a lock on the payments table. */
+  const waitersOnPayments = async () =>
+    (
+      await db.query<{ pid: number }>(
+        `SELECT l.pid FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+         WHERE c.relname = 'payments' AND NOT l.granted
+           AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
+      )
+    ).map((row) => row.pid);
   const count = async (table: string) =>
     (
       await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${table}`)
@@ -53,13 +63,23 @@ describe('the sample app killed between its charge and its commit', () => {
       async () => (await count('idempotency_steps')) === 1,
       'the charge step to commit',
     );
-    await until(async () => {
-      const [{ waiting }] = await db.query<{ waiting: number }>(
-        `SELECT count(*)::int AS waiting FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
-         WHERE c.relname = 'payments' AND NOT l.granted`,
-      );
-      return waiting === 1;
-    }, 'the handler to wait on the payments table');
+    await until(
+      async () => (await waitersOnPayments()).length === 1,
+      'the handler to wait on the payments table',
+    );
+    const [handler] = await waitersOnPayments();
+    // The key is claimed by the process, whose presence session tells other
+    // instances (and its own next start) that it runs it.
+    const [claim] = await db.query<{ status: string; instance: string }>(
+      `SELECT status, owner_instance AS instance FROM idempotency_records WHERE key = $1`,
+      [key],
+    );
+    expect(claim).toEqual({
+      status: 'in_progress',
+      instance: expect.any(String),
+    });
+    const presence = await presenceBackend(db, claim.instance);
+    expect(presence).toBeDefined();
 
     expect(await app.stop('SIGKILL')).toEqual({
       code: null,
@@ -68,11 +88,29 @@ describe('the sample app killed between its charge and its commit', () => {
     // The client saw its connection die: no answer, so it will retry.
     expect(String(await request)).toMatch(/fetch failed/);
     await holder.release();
-    // The server rolls the dead process's transaction back and frees its key.
-    await untilAdvisoryLocks(db, 'held', 0);
+    // The server rolls the dead process's transaction back and ends its
+    // sessions, the presence session with them.
+    await until(
+      async () =>
+        (
+          await db.query(
+            'SELECT 1 FROM pg_stat_activity WHERE pid = ANY($1::int[])',
+            [[handler, presence!.pid]],
+          )
+        ).length === 0,
+      "the killed process's sessions to end",
+    );
     expect(await count('payments')).toBe(0);
     expect(gateway.chargeCount).toBe(1);
+    // Its claim is still leased, but nobody holds it any more.
+    expect(
+      await db.query(
+        `SELECT status, lease_expires_at > now() AS leased FROM idempotency_records WHERE key = $1`,
+        [key],
+      ),
+    ).toEqual([{ status: 'in_progress', leased: true }]);
 
+    // The app started again (a new instance) takes the key over at once.
     app = await startSample(env);
     const retry = await pay(app.url, key);
     expect(retry.status).toBe(201);

@@ -23,7 +23,7 @@ export const PLATFORMS = ['express', 'fastify'] as const;
 /** An HTTP platform of NestJS: `@nestjs/platform-express` or `-fastify`. */
 export type Platform = (typeof PLATFORMS)[number];
 
-/** A running test application on a database of its own. */
+/** A running test application on a database of its own (or a shared one). */
 export interface TestApp {
   readonly app: INestApplication;
   /** The HTTP platform it runs on. */
@@ -32,7 +32,7 @@ export interface TestApp {
   readonly url: string;
   readonly db: TestDatabase;
   readonly dataSource: DataSource;
-  /** Closes the application and drops its database. */
+  /** Closes the application and drops its database, unless it was given one. */
   close(): Promise<void>;
 }
 
@@ -46,6 +46,12 @@ export interface TestAppOptions extends ModuleMetadata {
   platform?: Platform;
   /** Prepares the application before it starts, e.g. sets its WebSocket adapter. */
   configure?: (app: INestApplication) => void;
+  /**
+   * Runs on this database instead of a new one: another instance of the
+   * application, sharing the first one's database. `close()` then leaves the
+   * database to its owner.
+   */
+  database?: TestDatabase;
 }
 
 /**
@@ -58,10 +64,12 @@ export async function startTestApp(options: TestAppOptions): Promise<TestApp> {
     typeorm,
     platform = 'express',
     configure,
+    database,
     imports = [],
     ...metadata
   } = options;
-  const db = await createTestDatabase();
+  const db = database ?? (await createTestDatabase());
+  const dropDatabase = () => (database ? Promise.resolve() : db.drop());
   try {
     const moduleRef = await Test.createTestingModule({
       ...metadata,
@@ -115,11 +123,11 @@ export async function startTestApp(options: TestAppOptions): Promise<TestApp> {
       dataSource,
       async close() {
         await app.close();
-        await db.drop();
+        await dropDatabase();
       },
     };
   } catch (error) {
-    await db.drop();
+    await dropDatabase();
     throw error;
   }
 }

@@ -1,0 +1,219 @@
+import { Barrier, until } from '../utils/barrier.js';
+import { listen, type Listener } from '../utils/notifications.js';
+import { logStatements } from '../utils/statement-counter.js';
+import {
+  PLATFORMS,
+  send,
+  startTestApp,
+  type TestApp,
+} from '../utils/test-app.js';
+import {
+  createTestDatabase,
+  type TestDatabase,
+} from '../utils/test-database.js';
+import { Gate, waitModeModule } from './wait-mode.module.js';
+
+/** Channel the owner of a key notifies its waiters on. */
+const CHANNEL = 'idempotency_records';
+/** Completions of keys nobody waits for. */
+const UNWAITED = 20;
+
+interface Answer {
+  status: number;
+  replayed: boolean;
+  contentType: string | null;
+  text: string;
+}
+
+async function answer(response: Promise<Response>): Promise<Answer> {
+  const r = await response;
+  return {
+    status: r.status,
+    replayed: r.headers.get('idempotent-replayed') === 'true',
+    contentType: r.headers.get('content-type'),
+    text: await r.text(),
+  };
+}
+
+describe.each(PLATFORMS)(
+  'waiting duplicates across instances (%s)',
+  (platform) => {
+    let db: TestDatabase;
+    let a: TestApp;
+    let b: TestApp;
+    let completions: Listener;
+    let renewals: Listener;
+
+    beforeAll(async () => {
+      db = await createTestDatabase();
+      // A short lease: the owner renews it every second, which the test
+      // watches to let time pass while the duplicate waits.
+      const idempotency = { lease: '3s', gc: false } as const;
+      a = await startTestApp({
+        platform,
+        database: db,
+        imports: [waitModeModule('A')],
+        idempotency,
+      });
+      b = await startTestApp({
+        platform,
+        database: db,
+        imports: [waitModeModule('B')],
+        idempotency,
+      });
+      // The test's own view of renewals: a trigger on the record table that
+      // notifies another channel each time an owner extends its lease.
+      await db.query(`
+      CREATE FUNCTION test_lease_renewed() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN
+        PERFORM pg_notify('test_lease_renewed', NEW.key);
+        RETURN NEW;
+      END $$`);
+      await db.query(`
+      CREATE TRIGGER test_lease_renewed AFTER UPDATE OF lease_expires_at
+      ON idempotency_records FOR EACH ROW
+      WHEN (NEW.status = 'in_progress' AND OLD.owner = NEW.owner
+            AND NEW.lease_expires_at > OLD.lease_expires_at)
+      EXECUTE FUNCTION test_lease_renewed()`);
+      completions = await listen(db.url, CHANNEL);
+      renewals = await listen(db.url, 'test_lease_renewed');
+    });
+    afterAll(async () => {
+      a?.app.get(Gate).barrier.open();
+      await completions?.close();
+      await renewals?.close();
+      await a?.close();
+      await b?.close();
+      await db?.drop();
+    });
+
+    const orders = (reference: string) =>
+      db.query<{ id: number; source: string }>(
+        'SELECT id, source FROM orders WHERE reference = $1 ORDER BY id',
+        [reference],
+      );
+    /** Completes `count` new keys on `instance`, each without any duplicate. */
+    const completeUnwaited = async (
+      instance: TestApp,
+      route: string,
+      prefix: string,
+      count: number,
+    ) => {
+      const answers = await Promise.all(
+        Array.from({ length: count }, (_, i) =>
+          answer(
+            send(instance, `/wait-mode/${route}`, {
+              key: `${prefix}-${i}`,
+              body: { reference: `ref-${prefix}-${i}` },
+            }),
+          ),
+        ),
+      );
+      expect(answers.map((r) => r.status)).toEqual(answers.map(() => 201));
+    };
+
+    it("a duplicate on another instance sends no statement while it waits, and is woken by the owner's NOTIFY", async () => {
+      const key = 'waited-1';
+      const reference = 'ref-waited-1';
+      const body = { reference };
+      const gateA = a.app.get(Gate);
+      const gateB = b.app.get(Gate);
+      gateA.barrier = new Barrier();
+      gateA.held.add(reference);
+      const owner = answer(send(a, '/wait-mode/wait', { key, body }));
+      await gateA.barrier.reached(1);
+
+      const statements = logStatements(b.dataSource);
+      const duplicate = answer(send(b, '/wait-mode/wait', { key, body }));
+      // B's claim found the key in progress and marked it waited for.
+      await until(
+        async () =>
+          (
+            await db.query<{ waiting: boolean }>(
+              'SELECT waiting FROM idempotency_records WHERE key = $1',
+              [key],
+            )
+          )[0]?.waiting === true,
+        'the duplicate to wait for the key',
+      );
+      expect(statements.statements).toEqual([
+        expect.stringContaining('idempotency_acquire'),
+      ]);
+
+      // Time passes: A renews its lease twice (at least a second) and
+      // completes other keys; nobody waits for those, so none is notified.
+      const renewed = renewals.payloads.filter((p) => p === key).length;
+      await completeUnwaited(a, 'wait', 'unwaited-a', UNWAITED);
+      await renewals.next((p) => p === key, renewed + 2);
+      expect(await completions.drain()).toEqual([]);
+      // B sent nothing more while it waited: no polling.
+      expect(statements.statements).toHaveLength(1);
+      expect(gateB.ran).toEqual([]);
+
+      gateA.barrier.open();
+      const executed = await owner;
+      expect(executed).toEqual({
+        status: 201,
+        replayed: false,
+        contentType: expect.stringMatching(/^application\/json/),
+        text: expect.any(String),
+      });
+      const woken = await duplicate;
+      statements.stop();
+      expect(woken).toEqual({ ...executed, replayed: true });
+      // One notification, for the key that had a waiter.
+      expect(await completions.drain()).toEqual([`global\u001f${key}`]);
+      expect(gateB.ran).toEqual([]);
+      expect(await orders(reference)).toEqual([
+        {
+          id: (JSON.parse(executed.text) as { id: number }).id,
+          source: 'A',
+        },
+      ]);
+      console.log(
+        `wait mode (${platform}): the waiting duplicate sent ${statements.statements.length} statement(s) in all ` +
+          `(1 before waiting, none while the owner renewed its lease twice and completed ${UNWAITED} other keys): ` +
+          statements.statements
+            .map((text) => text.replace(/\s+/g, ' ').slice(0, 60))
+            .join(' | '),
+      );
+    });
+
+    it('completions without a waiter notify nobody, whichever instance and mode; a rejected duplicate is no waiter', async () => {
+      const gateA = a.app.get(Gate);
+      await completeUnwaited(a, 'wait', 'quiet-a', UNWAITED);
+      await completeUnwaited(b, 'reject', 'quiet-b', UNWAITED);
+      expect(await completions.drain()).toEqual([]);
+
+      // A duplicate in reject mode gets 409 and leaves: nothing to wake.
+      const key = 'rejected-1';
+      const reference = 'ref-rejected-1';
+      gateA.barrier = new Barrier();
+      gateA.held.add(reference);
+      const owner = answer(
+        send(a, '/wait-mode/reject', { key, body: { reference } }),
+      );
+      await gateA.barrier.reached(1);
+      const refused = await answer(
+        send(b, '/wait-mode/reject', { key, body: { reference } }),
+      );
+      expect(refused.status).toBe(409);
+      expect(
+        await db.query(
+          'SELECT waiting FROM idempotency_records WHERE key = $1',
+          [key],
+        ),
+      ).toEqual([{ waiting: false }]);
+      gateA.barrier.open();
+      expect((await owner).status).toBe(201);
+      expect(await completions.drain()).toEqual([]);
+      expect(
+        await db.query(
+          `SELECT count(*)::int AS completed FROM idempotency_records
+         WHERE status = 'completed' AND (key LIKE 'quiet-%' OR key = $1)`,
+          [key],
+        ),
+      ).toEqual([{ completed: 2 * UNWAITED + 1 }]);
+    });
+  },
+);

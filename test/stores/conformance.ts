@@ -1,0 +1,391 @@
+import { randomUUID } from 'node:crypto';
+import type {
+  AbandonedKey,
+  ClaimRequest,
+  Completion,
+  IdempotencyStore,
+  Lease,
+  StoredResponse,
+} from '../../src/protocol/idempotency-store.interface.js';
+
+/** A store to run the conformance suite on, and how to let it go. */
+export interface StoreUnderTest {
+  readonly store: IdempotencyStore;
+  close(): Promise<void>;
+}
+
+const HOUR_MS = 3_600_000;
+const MINUTE_MS = 60_000;
+
+/**
+ * The claim protocol every {@link IdempotencyStore} must keep, through its
+ * interface only: claims and their outcomes, the owner's fence on every
+ * write, leases (renewal, takeover after expiry), recovery points and their
+ * collection. Each test works in a scope of its own, so that the suite runs
+ * on a store shared with anything else.
+ *
+ * Expiry is reached without waiting: a lease or a time to live of 0 ms has
+ * expired by the next call.
+ */
+export function describeStoreConformance(
+  name: string,
+  factory: () => Promise<StoreUnderTest>,
+): void {
+  describe(`IdempotencyStore conformance: ${name}`, () => {
+    let subject: StoreUnderTest;
+    let store: IdempotencyStore;
+    let scope: string;
+
+    beforeAll(async () => {
+      subject = await factory();
+      store = subject.store;
+    });
+    afterAll(() => subject?.close());
+    beforeEach(() => {
+      scope = `conformance-${randomUUID()}`;
+    });
+
+    /** A claim of `key` by a new attempt (owner). */
+    const attempt = (
+      key: string,
+      overrides: Partial<ClaimRequest> = {},
+    ): ClaimRequest => ({
+      scope,
+      key,
+      owner: randomUUID(),
+      fingerprint: 'fp-1',
+      method: 'POST',
+      path: '/conformance/:id',
+      leaseMs: MINUTE_MS,
+      ttlMs: HOUR_MS,
+      wait: false,
+      ...overrides,
+    });
+    const leaseOf = ({ scope: s, key, owner }: Lease): Lease => ({
+      scope: s,
+      key,
+      owner,
+    });
+    const response: StoredResponse = {
+      status: 201,
+      headers: {
+        'content-type': 'application/json; charset=utf-8',
+        'x-request-trace': ['a', 'b'],
+      },
+      body: Buffer.from([0x7b, 0x7d, 0x00, 0xff]),
+    };
+    const completion: Completion = {
+      status: 'completed',
+      response,
+      ttlMs: HOUR_MS,
+    };
+
+    it('claims a free key', async () => {
+      expect(await store.claim(attempt('free'))).toEqual({ state: 'claimed' });
+    });
+
+    it('reports a claimed key in progress to another attempt, with its fingerprint and the lease left', async () => {
+      const first = attempt('busy');
+      expect(await store.claim(first)).toEqual({ state: 'claimed' });
+      const second = await store.claim(
+        attempt('busy', { fingerprint: 'fp-2' }),
+      );
+      expect(second).toEqual({
+        state: 'in_progress',
+        fingerprint: 'fp-1',
+        leaseMs: expect.any(Number),
+      });
+      const { leaseMs } = second as { leaseMs: number };
+      expect(leaseMs).toBeGreaterThan(0);
+      expect(leaseMs).toBeLessThanOrEqual(MINUTE_MS);
+    });
+
+    it('completes a claim for its owner only, once', async () => {
+      const claim = attempt('complete');
+      await store.claim(claim);
+      const stranger = { ...leaseOf(claim), owner: randomUUID() };
+      expect(await store.complete(stranger, completion, undefined)).toEqual({
+        fenced: false,
+        waiting: false,
+      });
+      expect(
+        await store.complete(leaseOf(claim), completion, undefined),
+      ).toEqual({ fenced: true, waiting: false });
+      expect(
+        await store.complete(leaseOf(claim), completion, undefined),
+      ).toEqual({ fenced: false, waiting: false });
+    });
+
+    it('returns the finished record to later attempts, byte for byte', async () => {
+      const claim = attempt('finished');
+      await store.claim(claim);
+      await store.complete(leaseOf(claim), completion, undefined);
+      for (const fingerprint of ['fp-1', 'fp-2']) {
+        expect(await store.claim(attempt('finished', { fingerprint }))).toEqual(
+          {
+            state: 'finished',
+            record: { status: 'completed', fingerprint: 'fp-1', response },
+          },
+        );
+      }
+    });
+
+    it('keeps the status of a response it could not store', async () => {
+      const claim = attempt('not-replayable');
+      await store.claim(claim);
+      expect(
+        await store.complete(
+          leaseOf(claim),
+          {
+            status: 'not_replayable',
+            response: { status: 201 },
+            ttlMs: HOUR_MS,
+          },
+          undefined,
+        ),
+      ).toEqual({ fenced: true, waiting: false });
+      expect(await store.claim(attempt('not-replayable'))).toEqual({
+        state: 'finished',
+        record: expect.objectContaining({
+          status: 'not_replayable',
+          fingerprint: 'fp-1',
+          response: expect.objectContaining({ status: 201 }),
+        }),
+      });
+    });
+
+    it('claims a finished key again once its record expired', async () => {
+      const claim = attempt('expired-record');
+      await store.claim(claim);
+      await store.complete(
+        leaseOf(claim),
+        { ...completion, ttlMs: 0 },
+        undefined,
+      );
+      expect(await store.claim(attempt('expired-record'))).toEqual({
+        state: 'claimed',
+      });
+    });
+
+    it('releases a claim for its owner only: the next attempt claims at once', async () => {
+      const claim = attempt('release');
+      await store.claim(claim);
+      expect(
+        await store.release({ ...leaseOf(claim), owner: randomUUID() }),
+      ).toEqual({ fenced: false, waiting: false });
+      expect(await store.claim(attempt('release'))).toMatchObject({
+        state: 'in_progress',
+      });
+      expect(await store.release(leaseOf(claim))).toEqual({
+        fenced: true,
+        waiting: false,
+      });
+      expect(await store.release(leaseOf(claim))).toEqual({
+        fenced: false,
+        waiting: false,
+      });
+      expect(await store.claim(attempt('release'))).toEqual({
+        state: 'claimed',
+      });
+    });
+
+    it('tells the completion and the release that a duplicate waits for the key', async () => {
+      const completed = attempt('waited-complete');
+      await store.claim(completed);
+      expect(
+        await store.claim(attempt('waited-complete', { wait: true })),
+      ).toMatchObject({ state: 'in_progress', fingerprint: 'fp-1' });
+      expect(
+        await store.complete(leaseOf(completed), completion, undefined),
+      ).toEqual({ fenced: true, waiting: true });
+
+      const released = attempt('waited-release');
+      await store.claim(released);
+      await store.claim(attempt('waited-release', { wait: true }));
+      expect(await store.release(leaseOf(released))).toEqual({
+        fenced: true,
+        waiting: true,
+      });
+    });
+
+    it('lets another attempt take a claim over once its lease expired; the first one is fenced out of every write', async () => {
+      const first = attempt('takeover', { leaseMs: 0 });
+      expect(await store.claim(first)).toEqual({ state: 'claimed' });
+      const second = attempt('takeover');
+      expect(await store.claim(second)).toEqual({ state: 'claimed' });
+
+      expect(await store.saveStep(leaseOf(first), 'charge', 1, HOUR_MS)).toBe(
+        false,
+      );
+      expect(
+        await store.complete(leaseOf(first), completion, undefined),
+      ).toEqual({ fenced: false, waiting: false });
+      expect(await store.release(leaseOf(first))).toEqual({
+        fenced: false,
+        waiting: false,
+      });
+      expect(await store.claim(attempt('takeover'))).toMatchObject({
+        state: 'in_progress',
+      });
+      expect(
+        await store.complete(leaseOf(second), completion, undefined),
+      ).toEqual({ fenced: true, waiting: false });
+    });
+
+    it('renews the leases still held, each for its own duration, and returns their owners', async () => {
+      expect([...(await store.renew([]))]).toEqual([]);
+      const held = attempt('renew-held', { leaseMs: 1_000 });
+      const lost = attempt('renew-lost', { leaseMs: 0 });
+      const finished = attempt('renew-finished');
+      await store.claim(held);
+      await store.claim(lost);
+      await store.claim(finished);
+      await store.complete(leaseOf(finished), completion, undefined);
+      const taker = attempt('renew-lost');
+      expect(await store.claim(taker)).toEqual({ state: 'claimed' });
+
+      const owners = await store.renew(
+        [held, lost, finished].map((claim) => ({
+          ...leaseOf(claim),
+          durationMs: 10 * MINUTE_MS,
+        })),
+      );
+      expect([...owners]).toEqual([held.owner]);
+      // The renewed lease runs for the duration asked, not the first one.
+      const duplicate = await store.claim(attempt('renew-held'));
+      expect(duplicate).toMatchObject({ state: 'in_progress' });
+      expect((duplicate as { leaseMs: number }).leaseMs).toBeGreaterThan(
+        5 * MINUTE_MS,
+      );
+      // The taker's lease was not touched by the lost owner's renewal.
+      const taken = await store.claim(attempt('renew-lost'));
+      expect((taken as { leaseMs: number }).leaseMs).toBeLessThanOrEqual(
+        MINUTE_MS,
+      );
+    });
+
+    it("saves a step's result for the claim's owner only, reads it back, and clears it on completion", async () => {
+      const claim = attempt('steps');
+      await store.claim(claim);
+      const stranger = { ...leaseOf(claim), owner: randomUUID() };
+      expect(
+        await store.saveStep(stranger, 'charge', { id: 'ch_x' }, HOUR_MS),
+      ).toBe(false);
+      expect(await store.readStep(leaseOf(claim), 'charge')).toBeUndefined();
+
+      const charge = { id: 'ch_1', amount: 1250, tags: ['a', null] };
+      expect(
+        await store.saveStep(leaseOf(claim), 'charge', charge, HOUR_MS),
+      ).toBe(true);
+      expect(await store.saveStep(leaseOf(claim), 'empty', null, HOUR_MS)).toBe(
+        true,
+      );
+      expect(await store.readStep(leaseOf(claim), 'charge')).toEqual({
+        result: charge,
+      });
+      expect(await store.readStep(leaseOf(claim), 'empty')).toEqual({
+        result: null,
+      });
+      expect(await store.readStep(leaseOf(claim), 'other')).toBeUndefined();
+      // A retry of the step overwrites its result.
+      expect(
+        await store.saveStep(leaseOf(claim), 'charge', { id: 'ch_2' }, HOUR_MS),
+      ).toBe(true);
+      expect(await store.readStep(leaseOf(claim), 'charge')).toEqual({
+        result: { id: 'ch_2' },
+      });
+      // Another attempt (after a takeover) reads the steps of the key.
+      await store.release(leaseOf(claim));
+      const retry = attempt('steps');
+      expect(await store.claim(retry)).toEqual({ state: 'claimed' });
+      expect(await store.readStep(leaseOf(retry), 'charge')).toEqual({
+        result: { id: 'ch_2' },
+      });
+
+      await store.complete(leaseOf(retry), completion, undefined);
+      expect(await store.readStep(leaseOf(retry), 'charge')).toBeUndefined();
+      expect(await store.readStep(leaseOf(retry), 'empty')).toBeUndefined();
+    });
+
+    it('collects expired records, and hands the steps of each abandoned key over before deleting them', async () => {
+      const expired = attempt('gc-expired');
+      await store.claim(expired);
+      await store.complete(
+        leaseOf(expired),
+        { ...completion, ttlMs: 0 },
+        undefined,
+      );
+      const kept = attempt('gc-kept');
+      await store.claim(kept);
+      await store.complete(leaseOf(kept), completion, undefined);
+      // A request that saved two steps and never came back.
+      const abandoned = attempt('gc-abandoned');
+      await store.claim(abandoned);
+      await store.saveStep(leaseOf(abandoned), 'charge', { id: 'ch_9' }, 0);
+      await store.saveStep(leaseOf(abandoned), 'receipt', 'r-9', 0);
+      // A request in progress whose steps are alive.
+      const alive = attempt('gc-alive');
+      await store.claim(alive);
+      await store.saveStep(leaseOf(alive), 'charge', { id: 'ch_10' }, HOUR_MS);
+
+      /** Collects everything due, keeping what this test's scope reported. */
+      const collectAll = async (onAbandoned?: (key: AbandonedKey) => void) => {
+        const reported: AbandonedKey[] = [];
+        let removed = 0;
+        for (let batch = 0; batch < 100; batch += 1) {
+          const result = await store.collect(2, (key) => {
+            if (key.scope === scope) {
+              onAbandoned?.(key);
+              reported.push(key);
+            }
+          });
+          removed += result.removed;
+          if (!result.more) {
+            break;
+          }
+        }
+        return { reported, removed };
+      };
+      const sorted = (key: AbandonedKey) => ({
+        ...key,
+        steps: [...key.steps].sort((a, b) => a.step.localeCompare(b.step)),
+      });
+      const expected = {
+        scope,
+        key: 'gc-abandoned',
+        steps: [
+          { step: 'charge', result: { id: 'ch_9' } },
+          { step: 'receipt', result: 'r-9' },
+        ],
+      };
+
+      // Reported before the deletion: if the report fails, nothing of the
+      // key is deleted, and the next collection reports it again.
+      await expect(
+        collectAll(() => {
+          throw new Error('the report did not go through');
+        }),
+      ).rejects.toThrow('the report did not go through');
+      const { reported, removed } = await collectAll();
+      expect(reported.map(sorted)).toEqual([expected]);
+      // Its two steps at least (the expired record may have gone in the
+      // failed collection already: records are collected first).
+      expect(removed).toBeGreaterThanOrEqual(2);
+      // Collected once: nothing of it is left to report.
+      expect((await collectAll()).reported).toEqual([]);
+
+      expect(await store.claim(attempt('gc-expired'))).toEqual({
+        state: 'claimed',
+      });
+      expect(await store.claim(attempt('gc-kept'))).toMatchObject({
+        state: 'finished',
+      });
+      expect(await store.readStep(leaseOf(alive), 'charge')).toEqual({
+        result: { id: 'ch_10' },
+      });
+      expect(await store.claim(attempt('gc-abandoned'))).toMatchObject({
+        state: 'in_progress',
+      });
+    });
+  });
+}

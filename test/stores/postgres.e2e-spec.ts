@@ -1,0 +1,120 @@
+import { randomUUID } from 'node:crypto';
+import { IdempotencyStore } from '../../src/index.js';
+import type { ClaimRequest } from '../../src/protocol/idempotency-store.interface.js';
+import { listen } from '../utils/notifications.js';
+import { poolOf } from '../utils/statement-counter.js';
+import { startTestApp, type TestApp } from '../utils/test-app.js';
+import { describeStoreConformance } from './conformance.js';
+
+/** The store of a running application, as the module uses it. */
+async function startStore() {
+  const target = await startTestApp({ idempotency: { gc: false } });
+  return { target, store: target.app.get<IdempotencyStore>(IdempotencyStore) };
+}
+
+describeStoreConformance('PostgreSQL', async () => {
+  const { target, store } = await startStore();
+  return { store, close: () => target.close() };
+});
+
+describe('the PostgreSQL store', () => {
+  let target: TestApp;
+  let store: IdempotencyStore;
+
+  beforeAll(async () => {
+    ({ target, store } = await startStore());
+  });
+  afterAll(() => target?.close());
+
+  const attempt = (key: string): ClaimRequest => ({
+    scope: 'pg',
+    key,
+    owner: randomUUID(),
+    fingerprint: 'fp',
+    method: 'POST',
+    path: '/pg',
+    leaseMs: 60_000,
+    ttlMs: 3_600_000,
+    wait: false,
+  });
+  const completion = {
+    status: 'completed',
+    response: { status: 200, headers: {}, body: Buffer.from('ok') },
+    ttlMs: 3_600_000,
+  } as const;
+
+  it("completes in the handler's transaction: the record commits or rolls back with it", async () => {
+    expect(store.completesInTransaction).toBe(true);
+    const pool = poolOf(target.dataSource);
+    for (const outcome of ['ROLLBACK', 'COMMIT'] as const) {
+      const claim = attempt(`in-transaction-${outcome}`);
+      await store.claim(claim);
+      const client = await pool.connect();
+      try {
+        await client.query('BEGIN');
+        await client.query(`INSERT INTO orders (reference) VALUES ($1)`, [
+          claim.key,
+        ]);
+        expect(await store.complete(claim, completion, { client })).toEqual({
+          fenced: true,
+          waiting: false,
+        });
+        await client.query(outcome);
+      } finally {
+        client.release();
+      }
+      expect(
+        await target.db.query(
+          `SELECT r.status, (SELECT count(*)::int FROM orders o WHERE o.reference = r.key) AS orders
+           FROM idempotency_records r WHERE r.key = $1`,
+          [claim.key],
+        ),
+      ).toEqual([
+        outcome === 'COMMIT'
+          ? { status: 'completed', orders: 1 }
+          : { status: 'in_progress', orders: 0 },
+      ]);
+    }
+  });
+
+  it('notifies the completion of each key on the channel waiters listen on', async () => {
+    const listener = await listen(target.db.url, 'idempotency_records');
+    try {
+      await store.notify([attempt('notified-1'), attempt('notified-2')]);
+      await listener.next(() => true, 2);
+      expect(await listener.drain()).toEqual([
+        'pg\u001fnotified-1',
+        'pg\u001fnotified-2',
+      ]);
+    } finally {
+      await listener.close();
+    }
+  });
+
+  it('writes the owner, the lease and the waiting flag into the row, and collects the rows themselves', async () => {
+    const claim = attempt('row');
+    await store.claim(claim);
+    await store.claim({ ...attempt('row'), wait: true });
+    expect(
+      await target.db.query(
+        `SELECT status, owner, waiting,
+                lease_expires_at BETWEEN now() + interval '50 seconds' AND now() + interval '61 seconds' AS leased
+         FROM idempotency_records WHERE key = 'row'`,
+      ),
+    ).toEqual([
+      {
+        status: 'in_progress',
+        owner: claim.owner,
+        waiting: true,
+        leased: true,
+      },
+    ]);
+    await store.complete(claim, { ...completion, ttlMs: 0 }, undefined);
+    await store.collect(1000, () => undefined);
+    expect(
+      await target.db.query(
+        `SELECT 1 FROM idempotency_records WHERE key = 'row'`,
+      ),
+    ).toEqual([]);
+  });
+});
