@@ -1,11 +1,13 @@
 import { CreateIdempotencyRecords1764000000000 } from './1764000000000-create-idempotency-records.js';
 import { CreateIdempotencySteps1764000000001 } from './1764000000001-create-idempotency-steps.js';
 import { CreateIdempotencyFunctions1764000000002 } from './1764000000002-create-idempotency-functions.js';
+import { LeaseIdempotencyClaims1764000000003 } from './1764000000003-lease-idempotency-claims.js';
 
 export {
   CreateIdempotencyRecords1764000000000,
   CreateIdempotencySteps1764000000001,
   CreateIdempotencyFunctions1764000000002,
+  LeaseIdempotencyClaims1764000000003,
 };
 
 /**
@@ -26,4 +28,5 @@ export const idempotencyMigrations = [
   CreateIdempotencyRecords1764000000000,
   CreateIdempotencySteps1764000000001,
   CreateIdempotencyFunctions1764000000002,
+  LeaseIdempotencyClaims1764000000003,
 ];

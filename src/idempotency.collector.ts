@@ -7,26 +7,20 @@ import {
 } from '@nestjs/common';
 import { SchedulerRegistry } from '@nestjs/schedule';
 import { CronJob } from 'cron';
-import {
-  IDEMPOTENCY_STEPS_TABLE_NAME,
-  IDEMPOTENCY_TABLE_NAME,
-} from './idempotency.constants.js';
 import { IDEMPOTENCY_RESOLVED_OPTIONS } from './idempotency.tokens.js';
 import type { ResolvedIdempotencyOptions } from './idempotency.options.js';
-import { IdempotencyStore } from './store/idempotency.store.js';
+import { IdempotencyStore } from './protocol/idempotency-store.interface.js';
 import { IdempotencyEvents } from './idempotency.events.js';
 
-/** Tables collected, with the columns of their primary key. */
-const TABLES = [
-  { table: `"${IDEMPOTENCY_TABLE_NAME}"`, key: ['scope', 'key'] },
-  { table: `"${IDEMPOTENCY_STEPS_TABLE_NAME}"`, key: ['scope', 'key', 'step'] },
-];
 /** Name of the module's job in the `SchedulerRegistry`. */
 const JOB_NAME = 'idempotency-gc';
 
 /**
  * Deletes expired idempotency records: on the schedule of the `gc` option,
- * and on demand with `collect()`.
+ * and on demand with `collect()`. Before it deletes the recovery points of a
+ * request that never completed (its steps ran, a charge perhaps, but its
+ * own writes never committed), it emits an `abandoned` event with them,
+ * logged as a warning.
  *
  * Each batch is one short statement that deletes at most `batchSize` expired
  * rows, found through the `expires_at` index, skipping rows that another
@@ -48,7 +42,7 @@ export class IdempotencyCollector
   private scheduled = false;
 
   constructor(
-    private readonly store: IdempotencyStore,
+    @Inject(IdempotencyStore) private readonly store: IdempotencyStore,
     private readonly scheduler: SchedulerRegistry,
     private readonly events: IdempotencyEvents,
     @Inject(IDEMPOTENCY_RESOLVED_OPTIONS)
@@ -108,40 +102,23 @@ export class IdempotencyCollector
   ): Promise<number> {
     const started = Date.now();
     const budget = this.options.gc?.maxDurationMs ?? 10_000;
-    const queryRunner = this.store.source.createQueryRunner();
     let removed = 0;
-    try {
-      for (const { table, key } of TABLES) {
-        const join = key
-          .map((column) => `r.${column} = e.${column}`)
-          .join(' AND ');
-        for (;;) {
-          const [{ deleted }] = (await queryRunner.query(
-            `WITH expired AS (
-               SELECT ${key.join(', ')} FROM ${table}
-               WHERE expires_at < now()
-               ORDER BY expires_at
-               LIMIT $1
-               FOR UPDATE SKIP LOCKED
-             ), deleted AS (
-               DELETE FROM ${table} r USING expired e WHERE ${join}
-               RETURNING 1
-             )
-             SELECT count(*)::int AS deleted FROM deleted`,
-            [batchSize],
-          )) as Array<{ deleted: number }>;
-          removed += deleted;
-          if (
-            deleted < batchSize ||
-            this.stopped ||
-            Date.now() - started >= budget
-          ) {
-            break;
-          }
-        }
+    for (;;) {
+      const batch = await this.store.collect(batchSize, (key) =>
+        // Steps completed for a request that never completed: a side effect
+        // (a charge) without the request's own writes. Reported before they
+        // are deleted.
+        this.events.emit({
+          type: 'abandoned',
+          scope: key.scope,
+          key: key.key,
+          steps: key.steps,
+        }),
+      );
+      removed += batch.removed;
+      if (!batch.more || this.stopped || Date.now() - started >= budget) {
+        break;
       }
-    } finally {
-      await queryRunner.release();
     }
     this.events.emit({ type: 'gc', removed, durationMs: Date.now() - started });
     return removed;

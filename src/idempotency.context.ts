@@ -1,7 +1,6 @@
 import { Injectable } from '@nestjs/common';
 import type { EntityManager } from 'typeorm';
-import { ambientTransactions } from './store/ambient-transaction.js';
-import { IdempotencyStore } from './store/idempotency.store.js';
+import { ambientTransactions } from './typeorm/ambient-transaction.js';
 import { IdempotencyConfigurationError } from './exceptions/idempotency-configuration.error.js';
 
 /**
@@ -19,8 +18,6 @@ import { IdempotencyConfigurationError } from './exceptions/idempotency-configur
  */
 @Injectable()
 export class IdempotencyContext {
-  constructor(private readonly store: IdempotencyStore) {}
-
   /** Whether the current code runs inside a decorated handler's transaction. */
   get isActive(): boolean {
     return ambientTransactions.getStore() !== undefined;
@@ -31,7 +28,7 @@ export class IdempotencyContext {
    * @throws IdempotencyConfigurationError outside a decorated handler.
    */
   get manager(): EntityManager {
-    return this.current().manager;
+    return this.current().transaction.manager;
   }
 
   /**
@@ -67,7 +64,12 @@ export class IdempotencyContext {
    * call itself is idempotent if the process dies between the call and the
    * commit of its result.
    *
-   * A step takes a second connection from the pool for a moment to commit.
+   * A step holds no connection while `fn` runs: it reads and commits its
+   * result in a statement of its own each, fenced by the request's claim (a
+   * request whose claim was taken over gets `503`). Run steps before the
+   * handler's first database statement: a step that runs while the
+   * handler's transaction is open keeps that connection during `fn`, and
+   * the module logs a warning once per route.
    *
    * @example
    * const charge = await this.idempotency.step('charge', () =>
@@ -75,26 +77,7 @@ export class IdempotencyContext {
    * );
    */
   async step<T>(name: string, fn: () => T | Promise<T>): Promise<T> {
-    const tx = this.current();
-    const key = this.requireKey(tx.key, 'step');
-    if (typeof name !== 'string' || name.length === 0) {
-      throw new IdempotencyConfigurationError(
-        `Invalid step name: ${JSON.stringify(name)}.`,
-        'Give every step a non-empty name, unique within the handler.',
-      );
-    }
-    const stored = await this.store.readStep(
-      tx.queryRunner,
-      tx.scope,
-      key,
-      name,
-    );
-    if (stored) {
-      return stored.result as T;
-    }
-    const result = await fn();
-    await this.store.saveStep(tx.scope, key, name, result, tx.ttlMs);
-    return (result ?? null) as T;
+    return this.current().step(name, fn);
   }
 
   /**

@@ -17,6 +17,8 @@ const LEVELS: Record<IdempotencyEventType, 'debug' | 'log' | 'warn'> = {
   gc: 'log',
   timeout: 'warn',
   failed: 'warn',
+  'lease-lost': 'warn',
+  abandoned: 'warn',
 };
 
 /**
@@ -59,6 +61,7 @@ function logfmt(event: IdempotencyEvent): string {
     event.scope !== undefined && `scope=${JSON.stringify(event.scope)}`,
     event.key !== undefined && `key=${JSON.stringify(event.key)}`,
     event.removed !== undefined && `removed=${event.removed}`,
+    event.steps !== undefined && `steps=${JSON.stringify(event.steps)}`,
     event.durationMs !== undefined && `duration_ms=${event.durationMs}`,
     event.error !== undefined &&
       `error=${JSON.stringify((event.error as Error)?.message ?? String(event.error))}`,

@@ -11,14 +11,16 @@ import { IDEMPOTENCY_RESOLVED_OPTIONS } from './idempotency.tokens.js';
 import { resolveModuleOptions } from './idempotency.options.js';
 import type { IdempotencyModuleOptions } from './interfaces/idempotency-options.interface.js';
 import { IdempotencyContext } from './idempotency.context.js';
-import { IdempotencyInterceptor } from './idempotency.interceptor.js';
-import { IdempotencyStore } from './store/idempotency.store.js';
+import { IdempotencyInterceptor } from './http/idempotency.interceptor.js';
+import { IdempotencyStore } from './protocol/idempotency-store.interface.js';
+import { IdempotencyExecutor } from './protocol/idempotency.executor.js';
+import { PostgresIdempotencyStore } from './stores/postgres/postgres.store.js';
+import { IdempotencyDataSource } from './typeorm/idempotency-data-source.js';
 import { IdempotencyExplorer } from './idempotency.explorer.js';
 import { IdempotencyCollector } from './idempotency.collector.js';
 import { IdempotencyEvents } from './idempotency.events.js';
-import { IdempotencyEngine } from './idempotency.engine.js';
 import { IdempotencyService } from './idempotency.service.js';
-import { IdempotencyMessages } from './idempotency.messages.js';
+import { IdempotencyMessages } from './messages/idempotency.messages.js';
 
 /**
  * Makes handlers decorated with `@Idempotent()` idempotent, on the
@@ -46,9 +48,11 @@ import { IdempotencyMessages } from './idempotency.messages.js';
         resolveModuleOptions(options),
       inject: [IDEMPOTENCY_MODULE_OPTIONS],
     },
-    IdempotencyStore,
+    IdempotencyDataSource,
+    PostgresIdempotencyStore,
+    { provide: IdempotencyStore, useExisting: PostgresIdempotencyStore },
     IdempotencyEvents,
-    IdempotencyEngine,
+    IdempotencyExecutor,
     IdempotencyService,
     IdempotencyMessages,
     IdempotencyExplorer,

@@ -67,6 +67,8 @@ export interface ResolvedIdempotencyOptions extends ResolvedRouteOptions {
   readonly headerName: string;
   /** Lower-cased, as Node.js gives request headers. */
   readonly headerField: string;
+  readonly leaseMs: number;
+  readonly presence: false | true | { readonly url: string };
 }
 
 const globalScope: IdempotencyScopeResolver = (_context: ExecutionContext) =>
@@ -86,6 +88,8 @@ const DEFAULTS = {
   fingerprint: {},
   storeErrors: false,
   maxResponseSize: 1_048_576,
+  lease: '15s',
+  presence: true,
 } as const satisfies IdempotencyModuleOptions;
 
 const storeClientErrors: IdempotencyErrorPolicy = (status) =>
@@ -230,8 +234,26 @@ export function resolveModuleOptions(
       "Give an HTTP header name such as 'Idempotency-Key'.",
     );
   }
+  const presence = options.presence ?? DEFAULTS.presence;
+  if (
+    typeof presence !== 'boolean' &&
+    !(
+      typeof presence === 'object' &&
+      presence !== null &&
+      typeof presence.url === 'string' &&
+      presence.url.length > 0
+    )
+  ) {
+    invalid('presence', presence, 'Give true, false or { url: string }.');
+  }
+  const leaseMs = toMilliseconds(options.lease ?? DEFAULTS.lease, 'lease');
+  if (leaseMs < 300) {
+    invalid('lease', options.lease, "Give a lease of 300 ms or more, such as '15s'.");
+  }
   const base: ResolvedIdempotencyOptions = {
     gc: resolveGcOptions(options.gc),
+    leaseMs,
+    presence,
     onEvent: options.onEvent,
     dataSource: options.dataSource,
     headerName,

@@ -6,11 +6,10 @@ import {
   resolveRouteOptions,
   type ResolvedIdempotencyOptions,
 } from './idempotency.options.js';
-import { IdempotencyEngine, type Attempt } from './idempotency.engine.js';
 import { validKey } from './http/idempotency-key.js';
 import type { IdempotencyRunOptions } from './interfaces/idempotency-run-options.interface.js';
-import { IdempotencyUnavailableException } from './exceptions/idempotency-unavailable.exception.js';
-import type { RequestIdentity } from './store/idempotency.store.js';
+import type { Attempt } from './protocol/attempt.js';
+import { IdempotencyExecutor } from './protocol/idempotency.executor.js';
 
 /** Fingerprint of runs that give none: every run with the key is the same. */
 const ANY_RUN = '-';
@@ -31,7 +30,7 @@ const ANY_RUN = '-';
 @Injectable()
 export class IdempotencyService {
   constructor(
-    private readonly engine: IdempotencyEngine,
+    private readonly executor: IdempotencyExecutor,
     @Inject(IDEMPOTENCY_RESOLVED_OPTIONS)
     private readonly options: ResolvedIdempotencyOptions,
   ) {}
@@ -61,7 +60,7 @@ export class IdempotencyService {
       waitTimeout: options.waitTimeout,
       transactionTimeout: options.transactionTimeout,
     });
-    const attempt: Attempt & RequestIdentity = {
+    const attempt: Attempt = {
       started: Date.now(),
       scope: options.scope ?? DEFAULT_SCOPE,
       key: validKey(options.key, route.keyValidation, 'key'),
@@ -69,37 +68,11 @@ export class IdempotencyService {
       path: options.name ?? 'run',
       fingerprint: options.fingerprint ?? ANY_RUN,
     };
-    const { store } = this.engine;
-    let queryRunner;
-    try {
-      queryRunner = await store.begin(route.transactionTimeoutMs);
-    } catch (error) {
-      this.engine.emit('failed', attempt, { error });
-      throw new IdempotencyUnavailableException(route.retryAfter);
-    }
-    try {
-      const record = await this.engine.claim(
-        queryRunner,
-        attempt,
-        route,
-        attempt,
-      );
-      if (record) {
-        await store.rollback(queryRunner);
-        return this.engine.storedResult(attempt, record) as T;
-      }
-      const runner = queryRunner;
-      const result = await this.engine.inTransaction(
-        queryRunner,
-        attempt,
-        route.ttlMs,
-        async () => fn(runner.manager),
-      );
-      await this.engine.commitResult(queryRunner, attempt, result, route.ttlMs);
-      return result;
-    } catch (error) {
-      await store.rollback(queryRunner);
-      throw error;
-    }
+    const { result } = await this.executor.execute(
+      attempt,
+      route,
+      async (transaction) => fn(transaction.manager),
+    );
+    return result;
   }
 }

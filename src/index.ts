@@ -1,9 +1,22 @@
 export { IdempotencyModule } from './idempotency.module.js';
 export { Idempotent } from './idempotent.decorator.js';
-export { IdempotencyInterceptor } from './idempotency.interceptor.js';
+export { IdempotencyInterceptor } from './http/idempotency.interceptor.js';
 export { IdempotencyContext } from './idempotency.context.js';
 export { IdempotencyCollector } from './idempotency.collector.js';
 export { IdempotencyService } from './idempotency.service.js';
+export {
+  IdempotencyStore,
+  type AbandonedKey,
+  type ClaimOutcome,
+  type ClaimRequest,
+  type Completion,
+  type FencedWrite,
+  type Lease,
+  type RecordStatus,
+  type Renewal,
+  type StoredRecord,
+  type StoredResponse,
+} from './protocol/idempotency-store.interface.js';
 export type { IdempotencyRunOptions } from './interfaces/idempotency-run-options.interface.js';
 export {
   DEFAULT_SCOPE,
@@ -47,5 +60,6 @@ export {
   CreateIdempotencyRecords1764000000000,
   CreateIdempotencySteps1764000000001,
   CreateIdempotencyFunctions1764000000002,
+  LeaseIdempotencyClaims1764000000003,
   idempotencyMigrations,
 } from '../migrations/index.js';

@@ -9,6 +9,12 @@
  * - `timeout`: PostgreSQL ended the request's transaction (`transactionTimeout`);
  * - `failed`: the transaction could not begin or commit (503), or a message
  *   handler threw (its message is then requeued or rejected);
+ * - `lease-lost`: the request's claim was taken over while it ran (its lease
+ *   ran out, or its instance's presence session dropped): nothing of it
+ *   committed (503);
+ * - `abandoned`: garbage collection found the recovery points (`steps`) of a
+ *   key whose request never completed, and deletes them: their side effects
+ *   (a charge) have no record of the request; reconcile them;
  * - `gc`: a garbage collection ran.
  */
 export type IdempotencyEventType =
@@ -20,6 +26,8 @@ export type IdempotencyEventType =
   | 'stored-error'
   | 'timeout'
   | 'failed'
+  | 'lease-lost'
+  | 'abandoned'
   | 'gc';
 
 /**
@@ -43,6 +51,11 @@ export interface IdempotencyEvent {
   readonly durationMs?: number;
   /** Records deleted (`gc` only). */
   readonly removed?: number;
-  /** The error behind a `timeout` or `failed` event. */
+  /** The error behind a `timeout`, `failed` or `lease-lost` event. */
   readonly error?: unknown;
+  /** The completed steps of the key and their results (`abandoned` only). */
+  readonly steps?: ReadonlyArray<{
+    readonly step: string;
+    readonly result: unknown;
+  }>;
 }

@@ -145,9 +145,10 @@ export interface IdempotentOptions {
    */
   waitTimeout?: IdempotencyDuration;
   /**
-   * Upper bound on the transaction of a decorated handler. PostgreSQL aborts a
-   * handler that runs (or idles inside its transaction) longer, which rolls its
-   * writes back and frees the key.
+   * Deadline of a decorated handler, from the request's arrival. A handler
+   * still running then is abandoned: the client gets `503`, the statement it
+   * runs is cancelled, its transaction rolls back, the key is freed at once,
+   * and nothing the handler does afterwards commits.
    * @default '30s'
    */
   transactionTimeout?: IdempotencyDuration;
@@ -276,8 +277,9 @@ export interface IdempotencyModuleOptions extends IdempotentOptions {
   onEvent?: (event: IdempotencyEvent) => void;
   /**
    * Name of the TypeORM DataSource to use, as given to
-   * `TypeOrmModule.forRoot({ name })`. The module opens no connection of its
-   * own: it borrows connections from this DataSource's pool.
+   * `TypeOrmModule.forRoot({ name })`. The module borrows connections from
+   * this DataSource's pool; its only connection of its own is the presence
+   * session (see `presence`).
    * @default the default DataSource
    */
   dataSource?: string;
@@ -286,4 +288,26 @@ export interface IdempotencyModuleOptions extends IdempotentOptions {
    * @default 'Idempotency-Key'
    */
   headerName?: string;
+  /**
+   * How long a claim stays owned without renewal. The instance renews the
+   * leases of every request it runs in one statement every `lease / 3`
+   * (never past a request's `transactionTimeout`); a key of an instance that
+   * died is claimable again after at most this long (at once while
+   * `presence` tells that the instance is gone).
+   * @default '15s'
+   */
+  lease?: IdempotencyDuration;
+  /**
+   * The instance's presence session: one dedicated connection (not from the
+   * pool) holding a session advisory lock on the instance's id, so that
+   * another instance takes the keys of a crashed one over at once, and
+   * listening for the completions that wake `'wait'`-mode duplicates.
+   * `true` connects with the DataSource's own settings; `{ url }` with
+   * another URL, such as a direct or session-mode one when the DataSource
+   * goes through PgBouncer in transaction pooling (where a session lock
+   * means nothing); `false` turns it off: crashes are then recovered when
+   * leases run out, and waiters poll.
+   * @default true
+   */
+  presence?: boolean | { url: string };
 }

@@ -1,5 +1,4 @@
 import {
-  HttpException,
   Inject,
   Injectable,
   Logger,
@@ -13,48 +12,52 @@ import { HttpAdapterHost, Reflector } from '@nestjs/core';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { Readable } from 'node:stream';
 import { defer, lastValueFrom, type Observable } from 'rxjs';
-import type { QueryRunner } from 'typeorm';
 import {
   IDEMPOTENT_METADATA,
   IDEMPOTENT_REPLAYED_HEADER,
   UNSAFE_REPLAY_HEADERS,
-} from './idempotency.constants.js';
-import { HANDLER_METADATA } from './idempotency.handlers.js';
-import { IDEMPOTENCY_RESOLVED_OPTIONS } from './idempotency.tokens.js';
+} from '../idempotency.constants.js';
+import { HANDLER_METADATA } from '../idempotency.handlers.js';
+import { IDEMPOTENCY_RESOLVED_OPTIONS } from '../idempotency.tokens.js';
 import {
   resolveRouteOptions,
   type ResolvedIdempotencyOptions,
   type ResolvedRouteOptions,
-} from './idempotency.options.js';
-import type { IdempotentOptions } from './interfaces/idempotency-options.interface.js';
-import { IdempotencyHttpException } from './exceptions/idempotency-http.exception.js';
-import { IdempotencyKeyMissingException } from './exceptions/idempotency-key-missing.exception.js';
-import { IdempotencyKeyInvalidException } from './exceptions/idempotency-key-invalid.exception.js';
-import { IdempotencyKeyReusedException } from './exceptions/idempotency-key-reused.exception.js';
-import { IdempotencyNotReplayableException } from './exceptions/idempotency-not-replayable.exception.js';
-import { IdempotencyUnavailableException } from './exceptions/idempotency-unavailable.exception.js';
-import { IdempotencyConfigurationError } from './exceptions/idempotency-configuration.error.js';
+} from '../idempotency.options.js';
+import type { IdempotentOptions } from '../interfaces/idempotency-options.interface.js';
+import { IdempotencyHttpException } from '../exceptions/idempotency-http.exception.js';
+import { IdempotencyKeyMissingException } from '../exceptions/idempotency-key-missing.exception.js';
+import { IdempotencyKeyInvalidException } from '../exceptions/idempotency-key-invalid.exception.js';
+import { IdempotencyKeyReusedException } from '../exceptions/idempotency-key-reused.exception.js';
+import { IdempotencyNotReplayableException } from '../exceptions/idempotency-not-replayable.exception.js';
+import { IdempotencyUnavailableException } from '../exceptions/idempotency-unavailable.exception.js';
+import { IdempotencyConfigurationError } from '../exceptions/idempotency-configuration.error.js';
+import { IdempotencyMessages } from '../messages/idempotency.messages.js';
 import {
-  IdempotencyEngine,
-  identity,
+  legacyFingerprint,
+  resolveFingerprint,
+  resolveScope,
   type Attempt,
-} from './idempotency.engine.js';
-import { IdempotencyMessages } from './idempotency.messages.js';
+} from '../protocol/attempt.js';
 import {
-  IdempotencyStore,
-  type RequestIdentity,
-  type StoredRecord,
-  type StoredResponse,
-} from './store/idempotency.store.js';
+  IdempotencyExecutor,
+  type Beginning,
+  type Execution,
+} from '../protocol/idempotency.executor.js';
+import type {
+  Completion,
+  StoredRecord,
+  StoredResponse,
+} from '../protocol/idempotency-store.interface.js';
 import {
   holdResponse,
   type CapturedResponse,
-} from './http/response-capture.js';
-import { readKeyHeader, validKey } from './http/idempotency-key.js';
+} from './response-capture.js';
+import { readKeyHeader, validKey } from './idempotency-key.js';
 import {
   queryParameters,
   type FingerprintParts,
-} from './http/request-fingerprint.js';
+} from './request-fingerprint.js';
 
 /** What the interceptor knows of a decorated handler, computed once. */
 interface DecoratedRoute {
@@ -63,95 +66,6 @@ interface DecoratedRoute {
   readonly path: string;
   /** Message pattern, for microservice handlers. */
   readonly pattern: string;
-}
-
-/** SQLSTATE of a statement cancelled: on `statement_timeout`, or by request. */
-const QUERY_CANCELED = '57014';
-/** SQLSTATEs of PostgreSQL ending a statement or a transaction on a timeout. */
-const TIMEOUT_CODES = new Set([QUERY_CANCELED, '25P03', '25P04']);
-
-/** SQLSTATE of a database error, if it has one. */
-function sqlState(error: unknown): string | undefined {
-  return (
-    (error as { driverError?: { code?: string }; code?: string })?.driverError
-      ?.code ?? (error as { code?: string })?.code
-  );
-}
-
-/**
- * Whether PostgreSQL ended the request's transaction on its timeout: by the
- * error code, or, once the session is gone, by the time spent.
- */
-function isDatabaseTimeout(
-  error: unknown,
-  attempt: Attempt,
-  options: ResolvedRouteOptions,
-): boolean {
-  const code = sqlState(error);
-  return (
-    (code !== undefined && TIMEOUT_CODES.has(code)) ||
-    (error instanceof Error &&
-      Date.now() - attempt.started >= options.transactionTimeoutMs)
-  );
-}
-
-/**
- * SQLSTATEs of PostgreSQL ending a session: terminated by an administrator, a
- * crash or a shutdown (57P01-57P03), or on the idle-in-transaction or
- * transaction timeout (25P03, 25P04).
- */
-const SESSION_ENDED_CODES = new Set([
-  '57P01',
-  '57P02',
-  '57P03',
-  '25P03',
-  '25P04',
-]);
-
-/**
- * Whether a handler failed because its transaction was lost: its connection
- * broke (the driver then released the query runner; SQLSTATE class 08) or
- * PostgreSQL ended its session. Nothing was written, so the client may retry.
- * The handler's own HTTP answers are kept.
- */
-function isTransactionLost(queryRunner: QueryRunner, error: unknown): boolean {
-  if (error instanceof HttpException) {
-    return false;
-  }
-  const code = sqlState(error);
-  return (
-    queryRunner.isReleased ||
-    (code !== undefined &&
-      (code.startsWith('08') || SESSION_ENDED_CODES.has(code))) ||
-    isConnectionError(error)
-  );
-}
-
-/** Errors of a socket to the server, as Node.js names them. */
-const SOCKET_ERRORS = new Set([
-  'ECONNREFUSED',
-  'ECONNRESET',
-  'EPIPE',
-  'ETIMEDOUT',
-  'EHOSTUNREACH',
-  'ENETUNREACH',
-]);
-
-/**
- * Whether a query of the handler failed because its connection broke (the
- * handler's own, or another one it used, such as a step's): a socket error,
- * or the driver's "Connection terminated", neither of which carries a
- * SQLSTATE. The handler's connection is gone too when the server is, even
- * before the driver notices. Only TypeORM's query errors (`driverError`)
- * count: the handler's own HTTP clients may fail with the same codes.
- */
-function isConnectionError(error: unknown): boolean {
-  const { code, message } = ((error as { driverError?: unknown })
-    ?.driverError ?? {}) as { code?: unknown; message?: unknown };
-  return (
-    (typeof code === 'string' && SOCKET_ERRORS.has(code)) ||
-    (typeof message === 'string' && message.startsWith('Connection terminated'))
-  );
 }
 
 type HttpRequest = IncomingMessage & {
@@ -224,9 +138,8 @@ export class IdempotencyInterceptor implements NestInterceptor {
 
   constructor(
     private readonly reflector: Reflector,
-    private readonly store: IdempotencyStore,
     private readonly adapterHost: HttpAdapterHost,
-    private readonly engine: IdempotencyEngine,
+    private readonly executor: IdempotencyExecutor,
     private readonly messages: IdempotencyMessages,
     @Inject(IDEMPOTENCY_RESOLVED_OPTIONS)
     private readonly options: ResolvedIdempotencyOptions,
@@ -285,7 +198,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     context: ExecutionContext,
     options: ResolvedRouteOptions,
   ): Promise<string> {
-    return this.engine.scope(context, options);
+    return resolveScope(context, options);
   }
 
   /**
@@ -299,7 +212,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     options: ResolvedRouteOptions,
     routePath: string,
   ): Promise<string> {
-    return this.engine.fingerprint(
+    return resolveFingerprint(
       context,
       options,
       fingerprintParts(context, routePath),
@@ -344,224 +257,166 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const http = context.switchToHttp();
     const response = http.getResponse<HttpResponse>();
     const { options } = route;
-    let key: string | undefined;
+    let attempt: Attempt;
     try {
-      key = await this.resolveKey(context, options);
+      const key = await this.resolveKey(context, options);
       if (key === undefined && options.required) {
         throw new IdempotencyKeyMissingException(this.options.headerName);
       }
+      const request = http.getRequest<HttpRequest>();
+      const method = request.method ?? 'GET';
+      attempt = {
+        started,
+        scope: await this.resolveScope(context, options),
+        key,
+        method,
+        path: route.path,
+        fingerprint:
+          key === undefined
+            ? ''
+            : await this.fingerprint(context, options, route.path),
+        legacyFingerprint:
+          key === undefined
+            ? undefined
+            : legacyFingerprint(options, {
+                method,
+                route: route.path,
+                body: request.body,
+              }),
+      };
     } catch (error) {
       throw this.answer(response, error);
     }
-    const request = http.getRequest<HttpRequest>();
-    const method = request.method ?? 'GET';
-    const attempt: Attempt = {
-      started,
-      scope: await this.resolveScope(context, options),
-      key,
-      method,
-      path: route.path,
-      fingerprint:
-        key === undefined
-          ? ''
-          : await this.fingerprint(context, options, route.path),
-      legacyFingerprint:
-        key === undefined
-          ? undefined
-          : this.engine.legacyFingerprint(options, {
-              method,
-              route: route.path,
-              body: request.body,
-            }),
-    };
-    let queryRunner: QueryRunner;
+    let beginning: Beginning;
     try {
-      queryRunner = await this.store.begin(options.transactionTimeoutMs);
+      beginning = await this.executor.begin(attempt, options);
     } catch (error) {
-      this.engine.emit('failed', attempt, { error });
-      throw this.answer(
-        response,
-        new IdempotencyUnavailableException(options.retryAfter),
-      );
+      throw this.answer(response, error);
     }
-    let running = false;
+    if ('replay' in beginning) {
+      try {
+        return this.replay(beginning.replay, attempt);
+      } catch (error) {
+        throw this.answer(response, error);
+      }
+    }
+    const { execution } = beginning;
+    let outcome: unknown;
     try {
-      const id = identity(attempt);
-      if (id) {
-        const record = await this.engine.claim(
-          queryRunner,
-          id,
-          options,
-          attempt,
-        );
-        if (record) {
-          await this.store.rollback(queryRunner);
-          return this.replay(id, record, attempt);
-        }
-      } else {
-        await this.store.bound(queryRunner, options.transactionTimeoutMs);
-      }
-      running = true;
-      const outcome = await this.engine.inTransaction(
-        queryRunner,
-        attempt,
-        options.ttlMs,
-        () => lastValueFrom(next.handle(), { defaultValue: undefined }),
+      outcome = await execution.run(() =>
+        lastValueFrom(next.handle(), { defaultValue: undefined }),
       );
-      running = false;
-      await this.finish(response, queryRunner, options, attempt, outcome);
-      return outcome;
     } catch (error) {
-      // Before the rollback, which releases the query runner.
-      const lostBefore = running && isTransactionLost(queryRunner, error);
-      const rolledBack = await this.store.rollback(queryRunner);
-      // A rollback that fails tells that the connection is gone, whichever
-      // connection the handler's error came from (a step's may break first).
-      const lost =
-        lostBefore ||
-        (running && !rolledBack && !(error instanceof HttpException));
-      if (running && isDatabaseTimeout(error, attempt, options)) {
-        this.engine.emit('timeout', attempt, { error });
-      } else if (lost) {
-        this.engine.emit('failed', attempt, { error });
-      }
-      // A statement the server cancelled (its `statement_timeout`, which the
-      // module sets to `transactionTimeout`, or an administrator) aborted the
-      // whole transaction: nothing was written, and the retry may run.
-      const cancelled =
-        running &&
-        !(error instanceof HttpException) &&
-        sqlState(error) === QUERY_CANCELED;
-      const unavailable = lost || cancelled;
-      const id = identity(attempt);
-      // The module's own 503 means "nothing happened, retry": never stored,
-      // whatever the error policy, or every retry would replay it.
-      if (running && id && options.storeErrors && !unavailable) {
-        this.storeErrorResponse(response, id, options, error, attempt);
+      // The error response may be stored, by the error policy, once the
+      // exception filters have made it.
+      const storing =
+        options.storeErrors !== undefined && attempt.key !== undefined;
+      const kind = await execution.fail(error, storing);
+      if (storing && kind === 'handler') {
+        this.storeErrorResponse(response, execution, error);
       }
       throw this.answer(
         response,
-        unavailable
-          ? new IdempotencyUnavailableException(options.retryAfter)
-          : error,
+        kind === 'handler'
+          ? error
+          : new IdempotencyUnavailableException(options.retryAfter),
       );
     }
+    await this.finish(response, execution, outcome);
+    return outcome;
   }
 
-  /** Completes the transaction of a handler that returned `outcome`. */
+  /** Completes the execution of a handler that returned `outcome`. */
   private async finish(
     response: HttpResponse,
-    queryRunner: QueryRunner,
-    options: ResolvedRouteOptions,
-    attempt: Attempt,
+    execution: Execution,
     outcome: unknown,
   ): Promise<void> {
     const raw = rawResponse(response);
-    const id = identity(attempt);
+    const { options } = execution;
     if (raw.headersSent) {
       // Sent by the handler itself (@Res()): nothing can be stored to replay.
-      throw new IdempotencyConfigurationError(
+      const error = new IdempotencyConfigurationError(
         'An @Idempotent() handler sent its response itself, so it cannot be replayed; its writes were rolled back.',
         'Return the body from the handler instead of using @Res(), or use @Res({ passthrough: true }).',
       );
+      await execution.fail(error);
+      throw error;
     }
     if (isStream(outcome)) {
       // A stream is sent as it is read: commit first, and mark the key so
-      // that a duplicate is refused rather than run again.
+      // that a duplicate is refused rather than run again. Nothing of the
+      // stream was sent when this fails: the client gets a 503 to retry.
       const status =
         (response as { statusCode?: number }).statusCode ?? raw.statusCode;
-      try {
-        if (id) {
-          await this.store.complete(
-            queryRunner,
-            id,
-            'not_replayable',
-            { status },
-            options.ttlMs,
-          );
-        }
-        await this.store.commit(queryRunner);
-      } catch (error) {
-        // Nothing of the stream was sent: the client gets a 503 to retry, as
-        // for any other response whose transaction could not commit.
-        this.engine.emit('failed', attempt, { error });
-        throw new IdempotencyUnavailableException(options.retryAfter);
-      }
-      this.engine.emit('executed', attempt, { status });
+      await execution.complete({
+        status: 'not_replayable',
+        response: { status },
+        ttlMs: options.ttlMs,
+      });
       return;
     }
-    this.commitWithResponse(
-      response,
-      queryRunner,
-      options,
-      attempt,
-      async (captured) => {
-        if (!id) {
-          return;
-        }
-        if (captured.body.length > options.maxResponseSize) {
+    this.commitWithResponse(response, execution, async (captured) => {
+      if (captured.status >= 500) {
+        await execution.fail(new Error(`The response is a ${captured.status}`));
+        return;
+      }
+      let completion: Completion | undefined;
+      if (execution.lease) {
+        const replayable = captured.body.length <= options.maxResponseSize;
+        if (!replayable) {
           this.logger.warn(
-            `Response of ${id.method} ${id.path} (${captured.body.length} bytes) exceeds maxResponseSize (${options.maxResponseSize}): key ${JSON.stringify(id.key)} is not replayable`,
+            `Response of ${execution.attempt.method} ${execution.attempt.path} (${captured.body.length} bytes) exceeds maxResponseSize (${options.maxResponseSize}): key ${JSON.stringify(execution.lease.key)} is not replayable`,
           );
-          await this.store.complete(
-            queryRunner,
-            id,
-            'not_replayable',
-            { status: captured.status },
-            options.ttlMs,
-          );
-          return;
         }
-        await this.store.complete(
-          queryRunner,
-          id,
-          'completed',
-          toStored(captured, options),
-          options.ttlMs,
-        );
-      },
-    );
+        completion = replayable
+          ? {
+              status: 'completed',
+              response: toStored(captured, options),
+              ttlMs: options.ttlMs,
+            }
+          : {
+              status: 'not_replayable',
+              response: { status: captured.status },
+              ttlMs: options.ttlMs,
+            };
+      }
+      await execution.complete(completion);
+    });
   }
 
   /**
    * Stores the error response the client gets (after exception filters), if
-   * the error policy says so, in a transaction of its own.
+   * the error policy says so; otherwise releases the key.
    */
   private storeErrorResponse(
     response: HttpResponse,
-    id: RequestIdentity,
-    options: ResolvedRouteOptions,
+    execution: Execution,
     error: unknown,
-    attempt: Attempt,
   ): void {
     const raw = rawResponse(response);
+    const { options } = execution;
     const policy = options.storeErrors;
-    if (!policy || raw.headersSent) {
+    if (!policy || raw.headersSent || raw.destroyed) {
+      void execution.release();
       return;
     }
+    // The response may never be written: the key is freed all the same.
+    const timer = setTimeout(
+      () => void execution.release(),
+      options.transactionTimeoutMs,
+    ).unref();
     holdResponse(
       raw,
       async (captured) => {
+        clearTimeout(timer);
         if (
-          !policy(captured.status, error) ||
-          captured.body.length > options.maxResponseSize
+          policy(captured.status, error) &&
+          captured.body.length <= options.maxResponseSize
         ) {
-          return;
-        }
-        try {
-          await this.store.storeError(
-            id,
-            toStored(captured, options),
-            options.ttlMs,
-          );
-          this.engine.emit('stored-error', attempt, {
-            status: captured.status,
-          });
-        } catch (failure) {
-          // The client still gets its error; a retry runs again.
-          this.logger.error(
-            `Could not store an error response: ${(failure as Error).message}`,
-          );
+          await execution.storeError(toStored(captured, options));
+        } else {
+          await execution.release();
         }
       },
       () => {
@@ -571,26 +426,25 @@ export class IdempotencyInterceptor implements NestInterceptor {
   }
 
   /**
-   * Lets the platform serialize the handler's result, then runs `store` with
-   * the bytes it is about to send and commits, before anything reaches the
-   * client. A response that ends as a server error, or a client that leaves
-   * before the response is written, rolls everything back instead.
+   * Lets the platform serialize the handler's result, then runs `settle` with
+   * the bytes it is about to send (it completes and commits), before
+   * anything reaches the client. A client that leaves before the response is
+   * written rolls everything back instead.
    */
   private commitWithResponse(
     response: HttpResponse,
-    queryRunner: QueryRunner,
-    options: ResolvedRouteOptions,
-    attempt: Attempt,
-    store: (captured: CapturedResponse) => Promise<void>,
+    execution: Execution,
+    settle: (captured: CapturedResponse) => Promise<void>,
   ): void {
     const raw = rawResponse(response);
+    const { options } = execution;
     let settled = false;
     const abandon = () => {
       if (!settled) {
         settled = true;
         clearTimeout(timer);
         raw.removeListener('close', abandon);
-        void this.store.rollback(queryRunner);
+        void execution.fail(new Error('The response was never written'));
       }
     };
     // The response may never be written (the client left, or the platform
@@ -610,27 +464,9 @@ export class IdempotencyInterceptor implements NestInterceptor {
         settled = true;
         clearTimeout(timer);
         raw.removeListener('close', abandon);
-        if (captured.status >= 500) {
-          await this.store.rollback(queryRunner);
-          return;
-        }
-        try {
-          await store(captured);
-        } catch (error) {
-          await this.store.rollback(queryRunner);
-          throw error;
-        }
-        await this.store.commit(queryRunner);
-        this.engine.emit('executed', attempt, { status: captured.status });
+        await settle(captured);
       },
-      (error) => {
-        this.engine.emit(
-          isDatabaseTimeout(error, attempt, options) ? 'timeout' : 'failed',
-          attempt,
-          {
-            error,
-          },
-        );
+      () => {
         const failure = new IdempotencyUnavailableException(options.retryAfter);
         const body = Buffer.from(JSON.stringify(failure.getProblem()));
         return {
@@ -662,20 +498,17 @@ export class IdempotencyInterceptor implements NestInterceptor {
    * The answer to a duplicate of a finished request: the stored response, as
    * a web `Response` that Nest sends as it is, or a refusal.
    */
-  private replay(
-    id: RequestIdentity,
-    record: StoredRecord,
-    attempt: Attempt,
-  ): Response {
-    if (!this.engine.sameRequest(record, attempt)) {
-      this.engine.emit('mismatch', attempt, { status: 422 });
-      throw new IdempotencyKeyReusedException(id.key);
+  private replay(record: StoredRecord, attempt: Attempt): Response {
+    const key = attempt.key ?? '';
+    if (!this.executor.sameRequest(record, attempt)) {
+      this.executor.emit('mismatch', attempt, { status: 422 });
+      throw new IdempotencyKeyReusedException(key);
     }
     if (record.status === 'not_replayable') {
-      this.engine.emit('not-replayable', attempt, { status: 422 });
-      throw new IdempotencyNotReplayableException(id.key);
+      this.executor.emit('not-replayable', attempt, { status: 422 });
+      throw new IdempotencyNotReplayableException(key);
     }
-    this.engine.emit('replayed', attempt, { status: record.response.status });
+    this.executor.emit('replayed', attempt, { status: record.response.status });
     const stored = record.response;
     const headers = new Headers();
     for (const [name, value] of Object.entries(stored.headers)) {

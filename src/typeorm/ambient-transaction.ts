@@ -1,34 +1,22 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
-import type { DataSource, EntityManager, QueryRunner } from 'typeorm';
+import type { DataSource } from 'typeorm';
+import type { LazyTransaction } from './lazy-transaction.js';
 
 /**
- * @internal The transaction a decorated handler runs in, with what identifies
- * its request.
+ * @internal What the code of a decorated handler runs with: its lazy
+ * transaction, and what identifies its request.
  */
 export interface AmbientTransaction {
   readonly dataSource: DataSource;
-  readonly queryRunner: QueryRunner;
-  readonly manager: EntityManager;
+  readonly transaction: LazyTransaction;
   readonly scope: string;
   readonly key: string | undefined;
-  /** How long the request's records are kept (for its steps). */
-  readonly ttlMs: number;
+  /** Runs a recovery point of the request (see `IdempotencyContext.step`). */
+  step<T>(name: string, fn: () => T | Promise<T>): Promise<T>;
 }
 
 /** @internal Carries the ambient transaction through the handler's async calls. */
 export const ambientTransactions = new AsyncLocalStorage<AmbientTransaction>();
-
-/** Query runners whose transaction the module has committed or rolled back. */
-const ended = new WeakSet<QueryRunner>();
-
-/**
- * @internal Records that the module ended the transaction of `queryRunner`:
- * code still running in the handler's context (work it did not await) then
- * uses the DataSource as outside of a handler.
- */
-export function endAmbientTransaction(queryRunner: QueryRunner): void {
-  ended.add(queryRunner);
-}
 
 type AnyFunction = (...args: unknown[]) => unknown;
 
@@ -67,13 +55,16 @@ function methodNames(target: object): string[] {
  * @returns a function that undoes the binding.
  */
 export function bindAmbientTransaction(dataSource: DataSource): () => void {
-  // A transaction lost otherwise (its connection broke, or PostgreSQL ended
-  // it on a timeout) stays the ambient one: the handler's next statements
-  // then fail, instead of running, and committing, outside of it.
-  const current = (): AmbientTransaction | undefined => {
+  // Once the module has committed or rolled back the transaction, code
+  // still running in the handler's context (work it did not await) uses the
+  // DataSource as outside of a handler. A transaction lost otherwise (its
+  // connection broke) or abandoned at the deadline stays the ambient one:
+  // the handler's next statements then fail, instead of running, and
+  // committing, outside of it.
+  const current = (): LazyTransaction | undefined => {
     const tx = ambientTransactions.getStore();
-    return tx && tx.dataSource === dataSource && !ended.has(tx.queryRunner)
-      ? tx
+    return tx && tx.dataSource === dataSource && tx.transaction.routable
+      ? tx.transaction
       : undefined;
   };
   // Repositories hold the default manager, so redirecting its methods covers

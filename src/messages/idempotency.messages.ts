@@ -5,14 +5,17 @@ import {
   type ExecutionContext,
 } from '@nestjs/common';
 import { lastValueFrom } from 'rxjs';
-import type { QueryRunner } from 'typeorm';
-import type { ResolvedRouteOptions } from './idempotency.options.js';
-import { IdempotencyEngine, type Attempt } from './idempotency.engine.js';
-import { validKey } from './http/idempotency-key.js';
-import { IdempotencyHttpException } from './exceptions/idempotency-http.exception.js';
-import { IdempotencyKeyMissingException } from './exceptions/idempotency-key-missing.exception.js';
-import { IdempotencyUnavailableException } from './exceptions/idempotency-unavailable.exception.js';
-import type { RequestIdentity } from './store/idempotency.store.js';
+import type { ResolvedRouteOptions } from '../idempotency.options.js';
+import { validKey } from '../http/idempotency-key.js';
+import { IdempotencyHttpException } from '../exceptions/idempotency-http.exception.js';
+import { IdempotencyKeyMissingException } from '../exceptions/idempotency-key-missing.exception.js';
+import {
+  legacyFingerprint,
+  resolveFingerprint,
+  resolveScope,
+  type Attempt,
+} from '../protocol/attempt.js';
+import { IdempotencyExecutor } from '../protocol/idempotency.executor.js';
 
 /** Field of a message's data that carries its key by default. */
 export const MESSAGE_KEY_FIELD = 'idempotencyKey';
@@ -149,7 +152,7 @@ function defaultMessageKey(
  */
 @Injectable()
 export class IdempotencyMessages {
-  constructor(private readonly engine: IdempotencyEngine) {}
+  constructor(private readonly executor: IdempotencyExecutor) {}
 
   async execute(
     context: ExecutionContext,
@@ -160,7 +163,7 @@ export class IdempotencyMessages {
     const rpc = context.switchToRpc();
     const data: unknown = rpc.getData();
     const transport = rpc.getContext<TransportContext | undefined>();
-    let attempt: Attempt & RequestIdentity;
+    let attempt: Attempt;
     try {
       const key = options.key
         ? await options.key(context)
@@ -189,12 +192,12 @@ export class IdempotencyMessages {
       };
       attempt = {
         started: Date.now(),
-        scope: await this.engine.scope(context, options),
+        scope: await resolveScope(context, options),
         key: validKey(key, options.keyValidation, MESSAGE_KEY_FIELD),
         method: 'MESSAGE',
         path: pattern,
-        fingerprint: await this.engine.fingerprint(context, options, parts),
-        legacyFingerprint: this.engine.legacyFingerprint(options, parts),
+        fingerprint: await resolveFingerprint(context, options, parts),
+        legacyFingerprint: legacyFingerprint(options, parts),
       };
     } catch (error) {
       // A message without a usable key never succeeds: not redelivered.
@@ -218,54 +221,17 @@ export class IdempotencyMessages {
   }
 
   private async process(
-    attempt: Attempt & RequestIdentity,
+    attempt: Attempt,
     options: ResolvedRouteOptions,
     handle: () => Promise<unknown>,
   ): Promise<unknown> {
-    const { store } = this.engine;
-    let queryRunner: QueryRunner;
     try {
-      queryRunner = await store.begin(options.transactionTimeoutMs);
-    } catch (error) {
-      this.engine.emit('failed', attempt, { error });
-      throw await toRpcException(
-        new IdempotencyUnavailableException(options.retryAfter),
-      );
-    }
-    let running = false;
-    try {
-      const record = await this.engine.claim(
-        queryRunner,
-        attempt,
-        options,
-        attempt,
-      );
-      if (record) {
-        await store.rollback(queryRunner);
-        return this.engine.storedResult(attempt, record);
-      }
-      running = true;
-      const result = await this.engine.inTransaction(
-        queryRunner,
-        attempt,
-        options.ttlMs,
-        handle,
-      );
-      running = false;
-      await this.engine.commitResult(
-        queryRunner,
-        attempt,
-        result,
-        options.ttlMs,
-      );
+      const { result } = await this.executor.execute(attempt, options, handle);
       return result;
     } catch (error) {
-      await store.rollback(queryRunner);
-      if (running) {
+      if (!(error instanceof IdempotencyHttpException)) {
         // Transports do not log a failed event handler: the module does.
-        this.engine.emit('failed', attempt, { error });
-        // The handler's own errors reach the transport as they are.
-        throw error;
+        this.executor.emit('failed', attempt, { error });
       }
       throw await toRpcException(error);
     }

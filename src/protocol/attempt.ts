@@ -1,0 +1,91 @@
+import type { ExecutionContext } from '@nestjs/common';
+import type { ResolvedRouteOptions } from '../idempotency.options.js';
+import { IdempotencyConfigurationError } from '../exceptions/idempotency-configuration.error.js';
+import {
+  legacyRequestFingerprint,
+  requestFingerprint,
+  selectFields,
+  selectQuery,
+  type FingerprintParts,
+} from '../http/request-fingerprint.js';
+
+/** @internal A request (or message, or run) on its way through the module. */
+export interface Attempt {
+  /** When it arrived (epoch ms). */
+  readonly started: number;
+  readonly scope: string;
+  /** `undefined` for a keyless request. */
+  readonly key: string | undefined;
+  readonly method: string;
+  /** Route template, message pattern or run name. */
+  readonly path: string;
+  /** Empty for a keyless request. */
+  readonly fingerprint: string;
+  /**
+   * The fingerprint the request would have had in 0.1.0, whose records are
+   * compared by it until they expire. Only with the default fingerprint.
+   */
+  readonly legacyFingerprint?: () => string;
+}
+
+/** @internal The scope of a request or message, from the `scope` resolver. */
+export async function resolveScope(
+  context: ExecutionContext,
+  options: ResolvedRouteOptions,
+): Promise<string> {
+  const scope = await options.scope(context);
+  if (typeof scope !== 'string' || scope.length === 0) {
+    throw new IdempotencyConfigurationError(
+      `The idempotency scope resolver returned ${JSON.stringify(scope)}.`,
+      'Return a non-empty string, such as the id of the authenticated user or tenant.',
+    );
+  }
+  return scope;
+}
+
+/**
+ * @internal The fingerprint of a request or message: the `fingerprint`
+ * function's, or the sha256 of its method, route, path parameters, query and
+ * body (the fields of them that the `fingerprint` option selects).
+ */
+export async function resolveFingerprint(
+  context: ExecutionContext,
+  options: ResolvedRouteOptions,
+  parts: FingerprintParts,
+): Promise<string> {
+  const { fingerprint } = options;
+  if (typeof fingerprint !== 'function') {
+    return requestFingerprint({
+      ...parts,
+      query: selectQuery(parts.query, fingerprint),
+      body: selectFields(parts.body, fingerprint),
+    });
+  }
+  const value = await fingerprint(context);
+  if (typeof value !== 'string' || value.length === 0) {
+    throw new IdempotencyConfigurationError(
+      `The fingerprint function returned ${JSON.stringify(value)}.`,
+      'Return a non-empty string, such as a hash of the parts of the request that matter.',
+    );
+  }
+  return value;
+}
+
+/**
+ * @internal How the records of 0.1.0 are matched: by its formula (method,
+ * route and selected body), with the default fingerprint; not at all with a
+ * `fingerprint` function, whose values did not change.
+ */
+export function legacyFingerprint(
+  options: ResolvedRouteOptions,
+  parts: Pick<FingerprintParts, 'method' | 'route' | 'body'>,
+): (() => string) | undefined {
+  const { fingerprint } = options;
+  return typeof fingerprint === 'function'
+    ? undefined
+    : () =>
+        legacyRequestFingerprint({
+          ...parts,
+          body: selectFields(parts.body, fingerprint),
+        });
+}

@@ -1,0 +1,124 @@
+import { HttpException } from '@nestjs/common';
+import {
+  AbandonedTransactionError,
+  type LazyTransaction,
+} from '../typeorm/lazy-transaction.js';
+import { TransactionSlotTimeoutError } from '../typeorm/transaction-gate.js';
+
+/** SQLSTATE of a statement cancelled: by the module at the deadline, or by an administrator. */
+const QUERY_CANCELED = '57014';
+/** SQLSTATEs of PostgreSQL ending a statement or a transaction on a timeout. */
+const TIMEOUT_CODES = new Set([QUERY_CANCELED, '25P03', '25P04']);
+/**
+ * SQLSTATEs of PostgreSQL ending a session: terminated by an administrator, a
+ * crash or a shutdown (57P01-57P03), or on the idle-in-transaction or
+ * transaction timeout (25P03, 25P04).
+ */
+const SESSION_ENDED_CODES = new Set([
+  '57P01',
+  '57P02',
+  '57P03',
+  '25P03',
+  '25P04',
+]);
+/** Errors of a socket to the server, as Node.js names them. */
+const SOCKET_ERRORS = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'EPIPE',
+  'ETIMEDOUT',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+]);
+
+/**
+ * @internal Raised when an attempt's claim was taken over while it ran: what
+ * it wrote rolls back.
+ */
+export class LeaseLostError extends Error {
+  constructor(key: string) {
+    super(
+      `The claim of key ${JSON.stringify(key)} was taken over by another attempt (its lease ran out, or its instance's presence session dropped): nothing of this attempt commits`,
+    );
+    this.name = 'LeaseLostError';
+  }
+}
+
+/** The driver's error behind a TypeORM error, or the error itself. */
+function driverError(error: unknown): { code?: unknown; message?: unknown } {
+  const wrapped = (error as { driverError?: unknown } | undefined)?.driverError;
+  return (wrapped ?? error ?? {}) as { code?: unknown; message?: unknown };
+}
+
+/** @internal SQLSTATE of a database error, if it has one. */
+export function sqlState(error: unknown): string | undefined {
+  const { code } = driverError(error);
+  return typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code)
+    ? code
+    : undefined;
+}
+
+/**
+ * Whether a query failed because its connection broke: a socket error, or the
+ * driver's "Connection terminated", neither of which carries a SQLSTATE.
+ * Only database errors count (TypeORM's `driverError`, or the driver's own
+ * errors of the module's statements): the handler's own HTTP clients may
+ * fail with the same codes.
+ */
+function isConnectionError(error: unknown, ours: boolean): boolean {
+  if (!ours && !(error as { driverError?: unknown })?.driverError) {
+    return false;
+  }
+  const { code, message } = driverError(error);
+  return (
+    (typeof code === 'string' && SOCKET_ERRORS.has(code)) ||
+    (typeof message === 'string' && message.startsWith('Connection terminated'))
+  );
+}
+
+/** @internal How the module answers a failed attempt. */
+export type FailureKind =
+  /** The handler's own error: sent as it is. */
+  | 'handler'
+  /** The database timed the transaction out, or the deadline passed: 503. */
+  | 'timeout'
+  /** The transaction or the claim was lost: nothing was written; 503. */
+  | 'unavailable';
+
+/**
+ * @internal Classifies the error of a handler (or of the module's own
+ * statements, `ours`): whether nothing was written and the client may retry
+ * (503), and why.
+ */
+export function classifyFailure(
+  error: unknown,
+  transaction: LazyTransaction | undefined,
+  rolledBack: boolean,
+  ours = false,
+): FailureKind {
+  if (
+    error instanceof AbandonedTransactionError ||
+    TIMEOUT_CODES.has(sqlState(error) ?? '')
+  ) {
+    return 'timeout';
+  }
+  if (
+    error instanceof LeaseLostError ||
+    error instanceof TransactionSlotTimeoutError
+  ) {
+    return 'unavailable';
+  }
+  if (error instanceof HttpException) {
+    return 'handler';
+  }
+  const code = sqlState(error);
+  const lost =
+    transaction?.isLost === true ||
+    (code !== undefined &&
+      (code.startsWith('08') || SESSION_ENDED_CODES.has(code))) ||
+    isConnectionError(error, ours) ||
+    // A rollback that fails tells that the connection is gone, whichever
+    // connection the handler's error came from (a step's may break first).
+    !rolledBack;
+  return lost ? 'unavailable' : 'handler';
+}

@@ -1,0 +1,157 @@
+/**
+ * A response as stored and replayed: status, the headers kept for replay
+ * (lower-cased names) and the exact bytes of the body.
+ */
+export interface StoredResponse {
+  readonly status: number;
+  readonly headers: Record<string, string | string[]>;
+  readonly body: Buffer;
+}
+
+/**
+ * Final state of a record: `completed` (a success), `failed` (an error
+ * stored by the error policy), `not_replayable` (a response that could not
+ * be stored: a stream, or a body over the size limit).
+ */
+export type RecordStatus = 'completed' | 'failed' | 'not_replayable';
+
+/** A finished record, as read back. */
+export interface StoredRecord {
+  readonly status: RecordStatus;
+  readonly fingerprint: string;
+  readonly response: StoredResponse;
+}
+
+/** A claim held by an attempt. */
+export interface Lease {
+  readonly scope: string;
+  readonly key: string;
+  /** Random token of the attempt: every write of the claim is fenced by it. */
+  readonly owner: string;
+}
+
+/** What identifies a request, and who attempts it. */
+export interface ClaimRequest extends Lease {
+  readonly fingerprint: string;
+  readonly method: string;
+  readonly path: string;
+  /** How long the claim stays owned without renewal (ms). */
+  readonly leaseMs: number;
+  /** How long the finished record is kept (ms). */
+  readonly ttlMs: number;
+  /** Whether a duplicate will wait for the claim's completion (wait mode). */
+  readonly wait: boolean;
+}
+
+/**
+ * Outcome of a claim:
+ * - `claimed`: this attempt owns the key; run the handler.
+ * - `finished`: a finished record exists; replay it (or refuse it).
+ * - `in_progress`: another attempt owns the key, with `fingerprint`; its
+ *   lease runs out in `leaseMs` unless renewed.
+ */
+export type ClaimOutcome =
+  | { readonly state: 'claimed' }
+  | { readonly state: 'finished'; readonly record: StoredRecord }
+  | {
+      readonly state: 'in_progress';
+      readonly fingerprint: string | undefined;
+      readonly leaseMs: number;
+    };
+
+/** What a completion writes into the claimed record. */
+export interface Completion {
+  readonly status: RecordStatus;
+  /** The response; only its status for a record that is not replayable. */
+  readonly response: StoredResponse | { readonly status: number };
+  readonly ttlMs: number;
+}
+
+/** The outcome of a fenced write. */
+export interface FencedWrite {
+  /** False when the lease was lost: another attempt owns the key now. */
+  readonly fenced: boolean;
+  /** Whether a duplicate waits for the key (its waiters are to be woken). */
+  readonly waiting: boolean;
+}
+
+/** A lease to renew, for `durationMs` from now. */
+export interface Renewal extends Lease {
+  readonly durationMs: number;
+}
+
+/** Recovery points of a key whose request never completed, as collected. */
+export interface AbandonedKey {
+  readonly scope: string;
+  readonly key: string;
+  readonly steps: ReadonlyArray<{
+    readonly step: string;
+    readonly result: unknown;
+  }>;
+}
+
+/**
+ * The claim protocol that the module's request sequence runs on:
+ * claim, renew, complete, release, steps and collection. The PostgreSQL
+ * store is built in; its completion runs inside the handler's own
+ * transaction.
+ *
+ * The interface doubles as its injection token.
+ */
+export interface IdempotencyStore<Transaction = unknown> {
+  /**
+   * Whether `complete()` writes in the handler's own database transaction
+   * (the record commits with the handler's writes), or right after the
+   * handler (a store outside the application's database).
+   */
+  readonly completesInTransaction: boolean;
+  /** Claims a key, or reports the record that holds it. One statement. */
+  claim(request: ClaimRequest): Promise<ClaimOutcome>;
+  /** Renews leases; returns the owners that still hold their claim. */
+  renew(leases: readonly Renewal[]): Promise<ReadonlySet<string>>;
+  /**
+   * Writes the response into the claimed record, fenced by the owner: in
+   * `transaction` when the store completes in the handler's transaction.
+   */
+  complete(
+    lease: Lease,
+    completion: Completion,
+    transaction: Transaction | undefined,
+  ): Promise<FencedWrite>;
+  /** Gives the claim up: the next attempt runs at once. */
+  release(lease: Lease): Promise<FencedWrite>;
+  /** Wakes the waiters of keys on other instances, after their completion. */
+  notify(leases: readonly Lease[]): Promise<void>;
+  /**
+   * Calls `listener` when another instance completes or releases a key that
+   * has waiters (a fast path: waiters poll too).
+   */
+  watch(listener: (scope: string, key: string) => void): void;
+  /** Whether notifications of other instances reach this one now. */
+  readonly watching: boolean;
+  /** The stored result of a completed step, if any. */
+  readStep(
+    lease: Lease,
+    step: string,
+  ): Promise<{ readonly result: unknown } | undefined>;
+  /** Commits a step's result at once, fenced by the owner. */
+  saveStep(
+    lease: Lease,
+    step: string,
+    result: unknown,
+    ttlMs: number,
+  ): Promise<boolean>;
+  /**
+   * Deletes at most `batchSize` expired records, or else expired steps, each
+   * group of steps of one key handed to `abandoned` before its deletion
+   * commits.
+   * @returns how many rows it deleted, and whether more may be left.
+   */
+  collect(
+    batchSize: number,
+    abandoned: (key: AbandonedKey) => void,
+  ): Promise<{ readonly removed: number; readonly more: boolean }>;
+}
+
+/** Injection token of the {@link IdempotencyStore}. */
+export const IdempotencyStore = Symbol('IdempotencyStore');

@@ -1,0 +1,368 @@
+import {
+  Inject,
+  Injectable,
+  type OnApplicationBootstrap,
+  type OnApplicationShutdown,
+  type OnModuleInit,
+} from '@nestjs/common';
+import type { ClientConfig, Pool, PoolClient } from 'pg';
+import { IDEMPOTENCY_RESOLVED_OPTIONS } from '../../idempotency.tokens.js';
+import type { ResolvedIdempotencyOptions } from '../../idempotency.options.js';
+import { IdempotencyConfigurationError } from '../../exceptions/idempotency-configuration.error.js';
+import { IdempotencyDataSource } from '../../typeorm/idempotency-data-source.js';
+import {
+  IDEMPOTENCY_STEPS_TABLE_NAME,
+  IDEMPOTENCY_TABLE_NAME,
+} from '../../idempotency.constants.js';
+import type {
+  AbandonedKey,
+  ClaimOutcome,
+  ClaimRequest,
+  Completion,
+  FencedWrite,
+  IdempotencyStore,
+  Lease,
+  RecordStatus,
+  Renewal,
+} from '../../protocol/idempotency-store.interface.js';
+import { COMPLETION_CHANNEL, PostgresPresence } from './postgres-presence.js';
+
+/** The connection of a handler's transaction, once it has begun. */
+export interface PostgresTransaction {
+  /** The transaction's connection, or `undefined` while it has not begun. */
+  readonly client: PoolClient | undefined;
+}
+
+interface AcquireRow {
+  acquired: boolean;
+  status: RecordStatus | 'in_progress' | null;
+  fingerprint: string | null;
+  response_status: number | null;
+  response_headers: Record<string, string | string[]> | null;
+  response_body: Buffer | null;
+  lease_ms: number | null;
+}
+
+const TABLE = `"${IDEMPOTENCY_TABLE_NAME}"`;
+const STEPS = `"${IDEMPOTENCY_STEPS_TABLE_NAME}"`;
+/** The functions of migration LeaseIdempotencyClaims1764000000003. */
+export const POSTGRES_FUNCTIONS = [
+  'idempotency_acquire(text,text,text,text,text,uuid,uuid,float8,float8,boolean)',
+  'idempotency_finish(text,text,uuid,text,integer,jsonb,bytea,float8)',
+  'idempotency_release(text,text,uuid)',
+  'idempotency_renew(text[],text[],uuid[],float8[])',
+  'idempotency_save_step(text,text,uuid,text,jsonb,float8)',
+];
+const ACQUIRE = `SELECT * FROM idempotency_acquire($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`;
+const FINISH = `SELECT * FROM idempotency_finish($1, $2, $3, $4, $5, $6, $7, $8)`;
+const RELEASE = `SELECT * FROM idempotency_release($1, $2, $3)`;
+/** Longest NOTIFY payload PostgreSQL takes is 8000 bytes. */
+const MAX_PAYLOAD_BYTES = 7_900;
+
+/** The NOTIFY payload that names a key. */
+export function completionPayload(scope: string, key: string): string {
+  return `${scope}\u001f${key}`;
+}
+
+/**
+ * @internal The claim protocol on PostgreSQL: every statement is one call of a
+ * function of the shipped migrations, sent on the application's pool (or, for
+ * a completion, on the connection of the handler's transaction) through the
+ * driver directly. Claims, releases and renewals commit without waiting for
+ * the WAL flush; completions and steps commit durably.
+ */
+@Injectable()
+export class PostgresIdempotencyStore
+  implements
+    IdempotencyStore<PostgresTransaction>,
+    OnModuleInit,
+    OnApplicationBootstrap,
+    OnApplicationShutdown
+{
+  readonly completesInTransaction = true;
+  private presence: PostgresPresence | undefined;
+  private readonly watchers: Array<(scope: string, key: string) => void> = [];
+
+  constructor(
+    private readonly source: IdempotencyDataSource,
+    @Inject(IDEMPOTENCY_RESOLVED_OPTIONS)
+    private readonly options: ResolvedIdempotencyOptions,
+  ) {}
+
+  private get pool(): Pool {
+    return this.source.pool;
+  }
+
+  /** Refuses a database without the table or the functions of the migrations. */
+  async onModuleInit(): Promise<void> {
+    const [{ ready, functions }] = (await this.source.dataSource.query(
+      `SELECT to_regclass($1) IS NOT NULL AS ready,
+              coalesce(bool_and(to_regprocedure(f) IS NOT NULL), false) AS functions
+       FROM unnest($2::text[]) AS f`,
+      [TABLE, POSTGRES_FUNCTIONS],
+    )) as Array<{ ready: boolean; functions: boolean }>;
+    const missing = !ready
+      ? `The table ${TABLE} does not exist`
+      : !functions
+        ? `The functions of migration LeaseIdempotencyClaims1764000000003 do not exist`
+        : undefined;
+    if (missing) {
+      throw new IdempotencyConfigurationError(
+        `${missing} in the database of the DataSource.`,
+        'Add `...idempotencyMigrations` to the DataSource `migrations` and run them (TypeORM CLI `migration:run`, or `migrationsRun: true`).',
+      );
+    }
+    const { presence } = this.options;
+    if (presence && !this.presence) {
+      const driver = this.source.dataSource.driver as unknown as {
+        postgres: { Client: new (config: ClientConfig) => never };
+      };
+      const config: ClientConfig =
+        typeof presence === 'object'
+          ? { connectionString: presence.url }
+          : { ...(this.pool as unknown as { options: ClientConfig }).options };
+      this.presence = new PostgresPresence(driver.postgres.Client, config);
+      this.presence.onNotification((payload) => {
+        const at = payload.indexOf('\u001f');
+        if (at >= 0) {
+          for (const watcher of this.watchers) {
+            watcher(payload.slice(0, at), payload.slice(at + 1));
+          }
+        }
+      });
+    }
+  }
+
+  /** Opens the presence session (a failure is logged and retried). */
+  async onApplicationBootstrap(): Promise<void> {
+    await this.presence?.start();
+  }
+
+  async onApplicationShutdown(): Promise<void> {
+    await this.presence?.stop();
+  }
+
+  get watching(): boolean {
+    return this.presence?.listening ?? false;
+  }
+
+  watch(listener: (scope: string, key: string) => void): void {
+    this.watchers.push(listener);
+  }
+
+  async claim(request: ClaimRequest): Promise<ClaimOutcome> {
+    const { rows } = await this.pool.query<AcquireRow>(ACQUIRE, [
+      request.scope,
+      request.key,
+      request.fingerprint,
+      request.method,
+      request.path,
+      request.owner,
+      this.presence?.heldInstance ?? null,
+      request.leaseMs,
+      request.ttlMs,
+      request.wait,
+    ]);
+    const row = rows[0];
+    if (row.acquired) {
+      return { state: 'claimed' };
+    }
+    if (row.status && row.status !== 'in_progress') {
+      return {
+        state: 'finished',
+        record: {
+          status: row.status,
+          fingerprint: row.fingerprint ?? '',
+          response: {
+            status: row.response_status ?? 0,
+            headers: row.response_headers ?? {},
+            body: row.response_body ?? Buffer.alloc(0),
+          },
+        },
+      };
+    }
+    return {
+      state: 'in_progress',
+      fingerprint: row.fingerprint ?? undefined,
+      leaseMs: row.lease_ms ?? 0,
+    };
+  }
+
+  async renew(leases: readonly Renewal[]): Promise<ReadonlySet<string>> {
+    if (leases.length === 0) {
+      return new Set();
+    }
+    const { rows } = await this.pool.query<{ owner: string }>(
+      `SELECT owner FROM idempotency_renew($1, $2, $3, $4) AS owner`,
+      [
+        leases.map((lease) => lease.scope),
+        leases.map((lease) => lease.key),
+        leases.map((lease) => lease.owner),
+        leases.map((lease) => lease.durationMs),
+      ],
+    );
+    return new Set(rows.map((row) => row.owner));
+  }
+
+  async complete(
+    lease: Lease,
+    completion: Completion,
+    transaction: PostgresTransaction | undefined,
+  ): Promise<FencedWrite> {
+    const { response } = completion;
+    const stored = 'body' in response ? response : undefined;
+    const values = [
+      lease.scope,
+      lease.key,
+      lease.owner,
+      completion.status,
+      response.status,
+      stored ? JSON.stringify(stored.headers) : null,
+      stored?.body ?? null,
+      completion.ttlMs,
+    ];
+    // Without a transaction of the handler, the statement is one of its own.
+    const client = transaction?.client;
+    const { rows } = client
+      ? await client.query<{ finished: boolean; waiting: boolean }>(
+          FINISH,
+          values,
+        )
+      : await this.pool.query<{ finished: boolean; waiting: boolean }>(
+          FINISH,
+          values,
+        );
+    return { fenced: rows[0].finished, waiting: rows[0].waiting };
+  }
+
+  async release(lease: Lease): Promise<FencedWrite> {
+    const { rows } = await this.pool.query<{
+      released: boolean;
+      waiting: boolean;
+    }>(RELEASE, [lease.scope, lease.key, lease.owner]);
+    return { fenced: rows[0].released, waiting: rows[0].waiting };
+  }
+
+  async notify(leases: readonly Lease[]): Promise<void> {
+    const payloads = leases
+      .map((lease) => completionPayload(lease.scope, lease.key))
+      // Too long to notify: the waiter finds the record when it polls.
+      .filter((payload) => Buffer.byteLength(payload) <= MAX_PAYLOAD_BYTES);
+    if (payloads.length > 0) {
+      await this.pool.query(
+        `SELECT pg_notify('${COMPLETION_CHANNEL}', payload) FROM unnest($1::text[]) AS payload`,
+        [payloads],
+      );
+    }
+  }
+
+  async readStep(
+    lease: Lease,
+    step: string,
+  ): Promise<{ result: unknown } | undefined> {
+    const { rows } = await this.pool.query<{ result: unknown }>(
+      `SELECT result FROM ${STEPS}
+       WHERE scope = $1 AND key = $2 AND step = $3 AND expires_at > now()`,
+      [lease.scope, lease.key, step],
+    );
+    return rows[0];
+  }
+
+  async saveStep(
+    lease: Lease,
+    step: string,
+    result: unknown,
+    ttlMs: number,
+  ): Promise<boolean> {
+    const { rows } = await this.pool.query<{ saved: boolean }>(
+      `SELECT idempotency_save_step($1, $2, $3, $4, $5, $6) AS saved`,
+      [
+        lease.scope,
+        lease.key,
+        lease.owner,
+        step,
+        JSON.stringify(result ?? null),
+        ttlMs,
+      ],
+    );
+    return rows[0].saved;
+  }
+
+  async collect(
+    batchSize: number,
+    abandoned: (key: AbandonedKey) => void,
+  ): Promise<{ removed: number; more: boolean }> {
+    const records = await this.pool.query<{ deleted: number }>(
+      `WITH expired AS (
+         SELECT scope, key FROM ${TABLE}
+         WHERE expires_at < now()
+         ORDER BY expires_at
+         LIMIT $1
+         FOR UPDATE SKIP LOCKED
+       ), deleted AS (
+         DELETE FROM ${TABLE} r USING expired e
+         WHERE r.scope = e.scope AND r.key = e.key
+         RETURNING 1
+       )
+       SELECT count(*)::int AS deleted FROM deleted`,
+      [batchSize],
+    );
+    const removed = records.rows[0].deleted;
+    if (removed >= batchSize) {
+      return { removed, more: true };
+    }
+    // Expired steps are those of requests that never completed: a
+    // completion deletes its key's steps. Each key is reported before the
+    // deletion commits, so that a crash in between reports it again.
+    const client = await this.pool.connect();
+    try {
+      await client.query('BEGIN');
+      const { rows } = await client.query<{
+        scope: string;
+        key: string;
+        step: string;
+        result: unknown;
+      }>(
+        `WITH expired AS (
+           SELECT scope, key FROM ${STEPS}
+           WHERE expires_at < now()
+           ORDER BY expires_at
+           LIMIT $1
+           FOR UPDATE SKIP LOCKED
+         )
+         DELETE FROM ${STEPS} s
+         USING (SELECT DISTINCT scope, key FROM expired) e
+         WHERE s.scope = e.scope AND s.key = e.key AND s.expires_at < now()
+         RETURNING s.scope, s.key, s.step, s.result`,
+        [batchSize - removed],
+      );
+      const keys = new Map<string, AbandonedKey>();
+      for (const row of rows) {
+        const id = `${row.scope}\u001f${row.key}`;
+        const entry = keys.get(id) ?? {
+          scope: row.scope,
+          key: row.key,
+          steps: [],
+        };
+        (entry.steps as Array<{ step: string; result: unknown }>).push({
+          step: row.step,
+          result: row.result,
+        });
+        keys.set(id, entry);
+      }
+      for (const key of keys.values()) {
+        abandoned(key);
+      }
+      await client.query('COMMIT');
+      client.release();
+      return {
+        removed: removed + rows.length,
+        more: removed + rows.length >= batchSize,
+      };
+    } catch (error) {
+      await client.query('ROLLBACK').catch(() => undefined);
+      client.release(error as Error);
+      throw error;
+    }
+  }
+}

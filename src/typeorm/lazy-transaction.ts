@@ -1,0 +1,223 @@
+import { Logger } from '@nestjs/common';
+import type { PoolClient } from 'pg';
+import type { DataSource, EntityManager, QueryRunner } from 'typeorm';
+import type { TransactionGate } from './transaction-gate.js';
+
+/**
+ * @internal Raised by a statement of a handler that the module abandoned (its
+ * deadline passed): nothing it does commits any more.
+ */
+export class AbandonedTransactionError extends Error {
+  constructor() {
+    super(
+      'The idempotent request was abandoned at its deadline (transactionTimeout): its transaction is closed',
+    );
+    this.name = 'AbandonedTransactionError';
+  }
+}
+
+type State = 'idle' | 'open' | 'ended' | 'abandoned';
+
+/** What TypeORM keeps of a transaction, as the module sets it. */
+interface RunnerInternals {
+  isTransactionActive: boolean;
+  transactionDepth: number;
+  databaseConnection?: PoolClient;
+  connect(): Promise<PoolClient>;
+  startTransaction(isolationLevel?: unknown): Promise<void>;
+}
+
+/** A pg client as the driver keeps it, for a cancel request. */
+interface DriverClient {
+  activeQuery?: unknown;
+  connectionParameters?: unknown;
+  constructor: new (config: unknown) => {
+    cancel(client: unknown, query: unknown): void;
+  };
+}
+
+const logger = new Logger('Idempotency');
+
+/**
+ * @internal The transaction of a decorated handler, begun by its first
+ * statement. Until then the request holds no connection: a handler that
+ * waits on a gateway first holds nothing while it waits.
+ *
+ * Its query runner is created on first use and begins the transaction when
+ * it first asks the pool for its connection, after taking a place in the
+ * module's share of the pool (see {@link TransactionGate}).
+ */
+export class LazyTransaction {
+  private runner: QueryRunner | undefined;
+  private state: State = 'idle';
+  private opening: Promise<PoolClient> | undefined;
+  private holdsPlace = false;
+
+  constructor(
+    private readonly dataSource: DataSource,
+    private readonly gate: TransactionGate,
+    /** When the request's time is up (epoch ms): no place is awaited past it. */
+    private readonly deadline: number,
+  ) {}
+
+  /** The transaction's connection, once it has begun. */
+  get client(): PoolClient | undefined {
+    return this.state === 'open' && this.runner && !this.runner.isReleased
+      ? (this.runner as unknown as RunnerInternals).databaseConnection
+      : undefined;
+  }
+
+  /** Whether the handler's statements go through this transaction. */
+  get routable(): boolean {
+    return this.state !== 'ended';
+  }
+
+  /** Whether a statement began the transaction (and it has not ended). */
+  get isOpen(): boolean {
+    return this.state === 'open' || this.opening !== undefined;
+  }
+
+  /** Whether its connection broke (TypeORM then released the runner). */
+  get isLost(): boolean {
+    return this.runner?.isReleased === true && this.state === 'open';
+  }
+
+  /** The manager of the transaction, as the handler's code sees it. */
+  get manager(): EntityManager {
+    return this.queryRunner.manager;
+  }
+
+  /** The query runner of the transaction. */
+  get queryRunner(): QueryRunner {
+    this.runner ??= this.createRunner();
+    return this.runner;
+  }
+
+  /**
+   * Commits what the handler wrote, if it wrote anything, and gives the
+   * connection back.
+   */
+  async commit(): Promise<void> {
+    try {
+      if (this.state === 'open' && this.runner?.isTransactionActive) {
+        await this.runner.commitTransaction();
+      }
+    } finally {
+      await this.end('ended');
+    }
+  }
+
+  /**
+   * Rolls back and gives the connection back. Never throws: a connection
+   * that broke has rolled back on the server already.
+   * @returns false when the rollback failed: the transaction was lost.
+   */
+  async rollback(state: 'ended' | 'abandoned' = 'ended'): Promise<boolean> {
+    const opening = this.opening;
+    if (state === 'abandoned') {
+      this.state = 'abandoned';
+    }
+    await opening?.catch(() => undefined);
+    try {
+      if (
+        this.runner &&
+        !this.runner.isReleased &&
+        this.runner.isTransactionActive
+      ) {
+        await this.runner.rollbackTransaction();
+      }
+      return true;
+    } catch (error) {
+      logger.warn(`Rollback failed: ${(error as Error).message}`);
+      return false;
+    } finally {
+      await this.end(state);
+    }
+  }
+
+  /**
+   * Abandons the transaction at the request's deadline: cancels the
+   * statement it runs, if any, rolls back, and makes every later statement
+   * of the handler fail.
+   */
+  async abandon(): Promise<void> {
+    this.state = 'abandoned';
+    const client = this.client as unknown as DriverClient | undefined;
+    if (client?.activeQuery) {
+      try {
+        const canceller = new client.constructor(client.connectionParameters);
+        canceller.cancel(client, client.activeQuery);
+      } catch (error) {
+        logger.warn(
+          `Cancelling the statement of an abandoned request failed: ${(error as Error).message}`,
+        );
+      }
+    }
+    await this.rollback('abandoned');
+  }
+
+  private async end(state: 'ended' | 'abandoned'): Promise<void> {
+    if (this.state !== 'abandoned') {
+      this.state = state;
+    }
+    if (this.runner && !this.runner.isReleased) {
+      await this.runner.release().catch((error: unknown) => {
+        logger.warn(
+          `Releasing a connection failed: ${(error as Error).message}`,
+        );
+      });
+    }
+    if (this.holdsPlace) {
+      this.holdsPlace = false;
+      this.gate.release();
+    }
+  }
+
+  private createRunner(): QueryRunner {
+    const runner = this.dataSource.createQueryRunner();
+    const internals = runner as unknown as RunnerInternals;
+    const connect = internals.connect.bind(runner);
+    const startTransaction = internals.startTransaction.bind(runner);
+    internals.connect = () => {
+      if (this.state === 'open') {
+        return connect();
+      }
+      if (this.state !== 'idle') {
+        return Promise.reject(new AbandonedTransactionError());
+      }
+      this.opening ??= this.open(connect);
+      return this.opening;
+    };
+    // A transaction the handler opens itself (`manager.transaction()`) is a
+    // savepoint of this one.
+    internals.startTransaction = async (isolationLevel?: unknown) => {
+      await internals.connect();
+      return startTransaction(isolationLevel);
+    };
+    return runner;
+  }
+
+  private async open(connect: () => Promise<PoolClient>): Promise<PoolClient> {
+    try {
+      await this.gate.acquire(this.deadline - Date.now());
+      this.holdsPlace = true;
+      if (this.state !== 'idle') {
+        throw new AbandonedTransactionError();
+      }
+      const client = await connect();
+      // Sent on the driver's client: TypeORM's own START TRANSACTION would
+      // ask for the connection again, which is what is being opened.
+      await client.query('START TRANSACTION');
+      const internals = this.runner as unknown as RunnerInternals;
+      internals.isTransactionActive = true;
+      internals.transactionDepth = 1;
+      if (this.state !== 'idle') {
+        throw new AbandonedTransactionError();
+      }
+      this.state = 'open';
+      return client;
+    } finally {
+      this.opening = undefined;
+    }
+  }
+}

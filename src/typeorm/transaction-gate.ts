@@ -1,0 +1,68 @@
+/**
+ * @internal Raised when a handler's transaction could not begin: no
+ * connection of the module's share of the pool came free in time.
+ */
+export class TransactionSlotTimeoutError extends Error {
+  constructor(waitMs: number, capacity: number) {
+    super(
+      `No transaction of the module ended within ${Math.max(0, Math.round(waitMs))} ms (${capacity} open)`,
+    );
+    this.name = 'TransactionSlotTimeoutError';
+  }
+}
+
+/**
+ * @internal How many handler transactions may be open at once: one fewer
+ * than the pool's connections. A handler holds its connection while a step,
+ * a claim or a completion of another request borrows one for a moment; were
+ * every connection held by a handler, those would wait for a connection that
+ * only they can free.
+ */
+export class TransactionGate {
+  private open = 0;
+  /** Transactions waiting for one of the others to end. */
+  private readonly queued: Array<() => void> = [];
+
+  constructor(readonly capacity: number) {}
+
+  /** The transactions open now. */
+  get size(): number {
+    return this.open;
+  }
+
+  /**
+   * Takes a place, waiting at most `waitMs` for one to come free.
+   * @throws TransactionSlotTimeoutError when none came free in time.
+   */
+  async acquire(waitMs: number): Promise<void> {
+    if (this.open < this.capacity) {
+      this.open += 1;
+      return;
+    }
+    // The transaction that ends hands its place over (see release()).
+    await new Promise<void>((resolve, reject) => {
+      const waiter = () => {
+        clearTimeout(timer);
+        resolve();
+      };
+      const timer = setTimeout(
+        () => {
+          this.queued.splice(this.queued.indexOf(waiter), 1);
+          reject(new TransactionSlotTimeoutError(waitMs, this.capacity));
+        },
+        Math.max(0, waitMs),
+      ).unref();
+      this.queued.push(waiter);
+    });
+  }
+
+  /** Gives a place back, to the next waiter if there is one. */
+  release(): void {
+    const next = this.queued.shift();
+    if (next) {
+      next();
+    } else {
+      this.open -= 1;
+    }
+  }
+}
