@@ -105,6 +105,11 @@ async function crashWithRequestsInside(
       db,
       `SELECT 1 FROM idempotency_records WHERE status = 'in_progress'`,
     ),
+    unowned: await countRows(
+      db,
+      `SELECT 1 FROM idempotency_records
+       WHERE status = 'in_progress' AND owner_instance IS NULL`,
+    ),
     unexpiredLeases: await countRows(
       db,
       `SELECT 1 FROM idempotency_records
@@ -203,6 +208,7 @@ describe('an instance of the sample app killed with requests inside the handler'
       payments: 0,
       ledgerEntries: 0,
       claims: IN_FLIGHT,
+      unowned: 0,
       unexpiredLeases: IN_FLIGHT,
       steps: IN_FLIGHT,
       instances: 1,
@@ -226,7 +232,7 @@ describe('an instance of the sample app killed with requests inside the handler'
 
 describe('an instance without presence killed with requests inside the handler', () => {
   /** Short, so that the dead claims run out within the test. */
-  const LEASE_SECONDS = 3;
+  const LEASE_SECONDS = 6;
   let db: TestDatabase;
   let gateway: FakeGateway;
   let victim: SampleProcess | undefined;
@@ -265,6 +271,7 @@ describe('an instance without presence killed with requests inside the handler',
       payments: 0,
       ledgerEntries: 0,
       claims: IN_FLIGHT,
+      unowned: IN_FLIGHT,
       steps: IN_FLIGHT,
     });
     const { url } = await survivor;
@@ -298,9 +305,11 @@ describe('an instance without presence killed with requests inside the handler',
     expect(await countRows(db, 'SELECT 1 FROM payments')).toBe(0);
 
     // A client honouring Retry-After: the server's delay, not the test's.
+    const retryAfters: string[] = [];
     const retryUntilDone = async (answer: PaymentAnswer) => {
       let attempts = 1;
-      while (answer.status === 409 && attempts < 20) {
+      while (answer.status === 409 && attempts < 100) {
+        retryAfters.push(String(answer.retryAfter));
         await new Promise<void>((resolve) =>
           setTimeout(resolve, Number(answer.retryAfter) * 1000),
         );
@@ -316,7 +325,8 @@ describe('an instance without presence killed with requests inside the handler',
     console.log(
       `crash without presence (lease ${LEASE_SECONDS} s): ${IN_FLIGHT} requests inside the handler at SIGKILL; ` +
         `first retries ${refused.length} × 409 (Retry-After ${[...new Set(refused.map((r) => r.retryAfter))].join('/')} s, lease left ≤ ${left} s); ` +
-        `all ${retries.length} executed ${elapsedMs} ms after the kill, in ${Math.max(...done.map((d) => d.attempts))} attempts at most; ` +
+        `all ${retries.length} executed ${elapsedMs} ms after the kill, in ${Math.max(...done.map((d) => d.attempts))} attempts at most ` +
+        `(Retry-After of the 409s: ${[...new Set(retryAfters)].map((value) => `${retryAfters.filter((v) => v === value).length} × ${value}`).join(', ')}); ` +
         `${final.payments} payments, ${final.charges} gateway charges`,
     );
   });

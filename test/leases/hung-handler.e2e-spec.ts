@@ -67,11 +67,20 @@ describe.each(PLATFORMS)(
           body: (await first.json()) as unknown,
         }).toEqual({
           status: 503,
-          contentType: 'application/problem+json',
+          contentType: expect.stringMatching(/^application\/problem\+json/),
           retryAfter: '1',
           body: UNAVAILABLE,
         });
-        // The claim was given up, though its lease had most of a minute left.
+        // Its transaction was rolled back: no connection of the pool is left
+        // inside it (were one, the next statement on it would run in it).
+        expect(
+          await target.db.query(
+            `SELECT state, query FROM pg_stat_activity
+           WHERE datname = current_database() AND pid <> pg_backend_pid()
+             AND state LIKE 'idle in transaction%'`,
+          ),
+        ).toEqual([]);
+        // The claim was given up at once (released, not left to expire).
         expect(
           await target.db.query(
             'SELECT status FROM idempotency_records WHERE key = $1',

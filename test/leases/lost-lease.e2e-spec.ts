@@ -1,5 +1,5 @@
 import type { IdempotencyEvent } from '../../src/index.js';
-import { Barrier } from '../utils/barrier.js';
+import { Barrier, untilAdvisoryLocks } from '../utils/barrier.js';
 import {
   presenceBackend,
   PRESENCE_APPLICATION_NAME,
@@ -16,9 +16,13 @@ import {
 } from '../utils/test-app.js';
 import {
   createTestDatabase,
+  holdInTransaction,
   type TestDatabase,
 } from '../utils/test-database.js';
 import { Gate, lostLeaseModule } from './lost-lease.module.js';
+
+/** An advisory lock of the test's own, far from the hashes of the module. */
+const TAKEOVER_GATE = 424242;
 
 /** What the module answers a request whose claim was lost. */
 const UNAVAILABLE = {
@@ -139,6 +143,8 @@ describe.each(PLATFORMS)(
       const body = { reference };
       const gateA = a.app.get(Gate);
       const gateB = b.app.get(Gate);
+      gateA.wrote.length = 0;
+      gateB.wrote.length = 0;
       gateA.hold = true;
       gateA.barrier = new Barrier();
       const r1 = answer(send(a, '/lost-lease', { key, body }));
@@ -156,7 +162,7 @@ describe.each(PLATFORMS)(
       expect(await answer(send(b, '/lost-lease', { key, body }))).toEqual({
         status: 409,
         replayed: false,
-        contentType: 'application/problem+json',
+        contentType: expect.stringMatching(/^application\/problem\+json/),
         retryAfter: '1',
         text: expect.stringContaining('urn:idempotency:request-in-progress'),
       });
@@ -191,7 +197,7 @@ describe.each(PLATFORMS)(
       expect({ ...late, body: JSON.parse(late.text) as unknown }).toEqual({
         status: 503,
         replayed: false,
-        contentType: 'application/problem+json',
+        contentType: expect.stringMatching(/^application\/problem\+json/),
         retryAfter: '1',
         text: late.text,
         body: UNAVAILABLE,
@@ -219,7 +225,6 @@ describe.each(PLATFORMS)(
         expect(replay).toEqual({ ...r2, replayed: true });
       }
       expect(await orders(reference)).toHaveLength(1);
-      gateA.wrote.length = 0;
       return claimed;
     }
 
@@ -240,6 +245,7 @@ describe.each(PLATFORMS)(
         expect(presence).toEqual({
           pid: expect.any(Number),
           applicationName: PRESENCE_APPLICATION_NAME,
+          listening: true,
         });
         lostPid = presence!.pid;
         // A's reconnection waits at the gate until B has taken the key over.
@@ -289,6 +295,89 @@ describe.each(PLATFORMS)(
       expect(await orders('ref-presence-2')).toEqual([
         { id: expect.any(Number), source: 'A' },
       ]);
+    });
+
+    it('takes every key of a gone instance over, even while another takeover of its keys is under way', async () => {
+      const gateA = a.app.get(Gate);
+      gateA.wrote.length = 0;
+      gateA.hold = true;
+      gateA.barrier = new Barrier();
+      const keys = ['gone-1', 'gone-2'];
+      const firsts = keys.map((key) =>
+        answer(
+          send(a, '/lost-lease', { key, body: { reference: `ref-${key}` } }),
+        ),
+      );
+      await gateA.barrier.reached(2);
+      const instance = (await record('gone-1')).owner_instance!;
+      expect((await record('gone-2')).owner_instance).toBe(instance);
+
+      // The takeover of gone-1 stops inside its statement, after its
+      // WHERE clause, at a lock of the test (a trigger of the test waits
+      // for it): that takeover's transaction stays open meanwhile.
+      await db.query(`
+        CREATE FUNCTION test_hold_takeover() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+          PERFORM pg_advisory_xact_lock_shared(${TAKEOVER_GATE});
+          RETURN NEW;
+        END $$`);
+      await db.query(`
+        CREATE TRIGGER test_hold_takeover AFTER UPDATE OF owner
+        ON idempotency_records FOR EACH ROW
+        WHEN (NEW.key = 'gone-1' AND NEW.status = 'in_progress')
+        EXECUTE FUNCTION test_hold_takeover()`);
+      const takeoverGate = await holdInTransaction(
+        db.url,
+        `SELECT pg_advisory_xact_lock(${TAKEOVER_GATE})`,
+      );
+      try {
+        const presence = await presenceBackend(db, instance);
+        gate.close();
+        await terminateBackend(db, presence!.pid);
+        await gate.reached(1);
+
+        const first = answer(
+          send(b, '/lost-lease', {
+            key: 'gone-1',
+            body: { reference: 'ref-gone-1' },
+          }),
+        );
+        await untilAdvisoryLocks(db, 'waiting', 1);
+        // The instance is gone whatever the other takeover holds.
+        const second = await answer(
+          send(b, '/lost-lease', {
+            key: 'gone-2',
+            body: { reference: 'ref-gone-2' },
+          }),
+        );
+        expect({ key: 'gone-2', status: second.status }).toEqual({
+          key: 'gone-2',
+          status: 201,
+        });
+        await takeoverGate.release();
+        expect({ key: 'gone-1', status: (await first).status }).toEqual({
+          key: 'gone-1',
+          status: 201,
+        });
+      } finally {
+        await takeoverGate.release();
+        await db.query(
+          'DROP TRIGGER test_hold_takeover ON idempotency_records',
+        );
+        await db.query('DROP FUNCTION test_hold_takeover()');
+        gate.open();
+      }
+      gateA.barrier.open();
+      gateA.hold = false;
+      expect((await Promise.all(firsts)).map((r) => r.status)).toEqual([
+        503, 503,
+      ]);
+      for (const key of keys) {
+        expect(await orders(`ref-${key}`)).toEqual([
+          { id: expect.any(Number), source: 'B' },
+        ]);
+      }
+      await untilPresenceRestored(db, instance, 0);
     });
   },
 );

@@ -17,6 +17,8 @@ import { Gate, waitModeModule } from './wait-mode.module.js';
 const CHANNEL = 'idempotency_records';
 /** Completions of keys nobody waits for. */
 const UNWAITED = 20;
+/** The lease: renewed every 2 s. */
+const LEASE_SECONDS = 6;
 
 interface Answer {
   status: number;
@@ -46,9 +48,11 @@ describe.each(PLATFORMS)(
 
     beforeAll(async () => {
       db = await createTestDatabase();
-      // A short lease: the owner renews it every second, which the test
-      // watches to let time pass while the duplicate waits.
-      const idempotency = { lease: '3s', gc: false } as const;
+      // The owner renews its lease every LEASE / 3; the test watches the
+      // renewals to let time pass while the duplicate waits, well within
+      // one lease: nothing but the owner's completion (or a lease running
+      // out) has to make the duplicate look at the key again.
+      const idempotency = { lease: `${LEASE_SECONDS}s`, gc: false } as const;
       a = await startTestApp({
         platform,
         database: db,
@@ -140,8 +144,9 @@ describe.each(PLATFORMS)(
         expect.stringContaining('idempotency_acquire'),
       ]);
 
-      // Time passes: A renews its lease twice (at least a second) and
-      // completes other keys; nobody waits for those, so none is notified.
+      // Time passes: A renews its lease twice (2 to 4 s, within the 6 s the
+      // duplicate's claim saw left) and completes other keys; nobody waits
+      // for those, so none is notified.
       const renewed = renewals.payloads.filter((p) => p === key).length;
       await completeUnwaited(a, 'wait', 'unwaited-a', UNWAITED);
       await renewals.next((p) => p === key, renewed + 2);
@@ -172,7 +177,7 @@ describe.each(PLATFORMS)(
       ]);
       console.log(
         `wait mode (${platform}): the waiting duplicate sent ${statements.statements.length} statement(s) in all ` +
-          `(1 before waiting, none while the owner renewed its lease twice and completed ${UNWAITED} other keys): ` +
+          `(1 before waiting, none while the owner renewed its ${LEASE_SECONDS} s lease twice and completed ${UNWAITED} other keys): ` +
           statements.statements
             .map((text) => text.replace(/\s+/g, ' ').slice(0, 60))
             .join(' | '),

@@ -8,6 +8,14 @@ interface Reader {
   query<T>(sql: string, params?: unknown[]): Promise<T[]>;
 }
 
+/** The session holding an instance's presence lock. */
+export interface PresenceBackend {
+  readonly pid: number;
+  readonly applicationName: string;
+  /** Whether its last statement was its LISTEN, done: it is fully set up. */
+  readonly listening: boolean;
+}
+
 /**
  * The backend holding the presence lock of the instance whose id is
  * `instance` (a row's `owner_instance`), with its `application_name`: the
@@ -17,10 +25,15 @@ interface Reader {
 export async function presenceBackend(
   db: Reader,
   instance: string,
-): Promise<{ pid: number; applicationName: string } | undefined> {
-  const rows = await db.query<{ pid: number; application_name: string }>(
+): Promise<PresenceBackend | undefined> {
+  const rows = await db.query<{
+    pid: number;
+    application_name: string;
+    listening: boolean;
+  }>(
     `WITH lock AS (SELECT hashtextextended('idempotency:' || $1::text, 0) AS id)
-     SELECT l.pid, a.application_name
+     SELECT l.pid, a.application_name,
+            a.state = 'idle' AND a.query LIKE 'LISTEN %' AS listening
      FROM pg_locks l
      JOIN lock ON l.classid::int8 = (lock.id >> 32) & 4294967295
               AND l.objid::int8 = lock.id & 4294967295
@@ -33,6 +46,7 @@ export async function presenceBackend(
     rows[0] && {
       pid: rows[0].pid,
       applicationName: rows[0].application_name,
+      listening: rows[0].listening,
     }
   );
 }
@@ -67,8 +81,9 @@ export async function terminateBackend(db: Reader, pid: number): Promise<void> {
 
 /**
  * Waits until the presence lock of `instance` is held by a presence session
- * other than `previousPid` (its lost session): the instance re-established
- * its presence by itself. Returns the new session's pid.
+ * other than `previousPid` (its lost session), which has finished its
+ * LISTEN: the instance re-established its presence by itself. Returns the
+ * new session's pid.
  */
 export async function untilPresenceRestored(
   db: Reader,
@@ -83,7 +98,8 @@ export async function untilPresenceRestored(
       if (
         backend &&
         backend.pid !== previousPid &&
-        backend.applicationName === PRESENCE_APPLICATION_NAME
+        backend.applicationName === PRESENCE_APPLICATION_NAME &&
+        backend.listening
       ) {
         pid = backend.pid;
         return true;
