@@ -1,0 +1,67 @@
+import {
+  IdempotencyCollector,
+  type IdempotencyEvent,
+} from '../../src/index.js';
+import {
+  PLATFORMS,
+  send,
+  startTestApp,
+  type TestApp,
+} from '../utils/test-app.js';
+import { AbandonedTestModule, Runs } from './abandoned.module.js';
+
+describe.each(PLATFORMS)(
+  'recovery points of a request that never completed (%s)',
+  (platform) => {
+    let target: TestApp;
+    const events: IdempotencyEvent[] = [];
+
+    beforeAll(async () => {
+      target = await startTestApp({
+        platform,
+        imports: [AbandonedTestModule],
+        idempotency: { gc: false, onEvent: (event) => events.push(event) },
+      });
+    });
+    afterAll(() => target.close());
+
+    const steps = () =>
+      target.db.query<{ key: string; step: string }>(
+        'SELECT key, step FROM idempotency_steps ORDER BY key, step',
+      );
+
+    it('are reported by the collection in an abandoned event, with their results, then deleted', async () => {
+      const failed = await send(target, '/abandoned', {
+        key: 'abandoned-1',
+        body: { reference: 'r-1', amount: 1250 },
+      });
+      expect(failed.status).toBe(500);
+      expect(target.app.get(Runs).count).toBe(1);
+      // The claim is gone (released at the failure); the charge step stays.
+      expect(
+        await target.db.query(
+          `SELECT 1 FROM idempotency_records WHERE key = 'abandoned-1'`,
+        ),
+      ).toEqual([]);
+      expect(await steps()).toEqual([{ key: 'abandoned-1', step: 'charge' }]);
+
+      events.length = 0;
+      await target.app.get(IdempotencyCollector).collect();
+      expect(events).toEqual([
+        {
+          type: 'abandoned',
+          scope: 'global',
+          key: 'abandoned-1',
+          steps: [{ step: 'charge', result: { id: 'ch_r-1', amount: 1250 } }],
+        },
+        expect.objectContaining({ type: 'gc' }),
+      ]);
+      expect(await steps()).toEqual([]);
+
+      // Reported once: nothing is left to report.
+      events.length = 0;
+      await target.app.get(IdempotencyCollector).collect();
+      expect(events.map((event) => event.type)).toEqual(['gc']);
+    });
+  },
+);
