@@ -322,7 +322,11 @@ export class IdempotencyInterceptor implements NestInterceptor {
           : new IdempotencyUnavailableException(options.retryAfter),
       );
     }
-    await this.finish(response, execution, outcome);
+    try {
+      await this.finish(response, execution, outcome);
+    } catch (error) {
+      throw this.answer(response, error);
+    }
     return outcome;
   }
 
