@@ -8,7 +8,7 @@ import {
   holdInTransaction,
   type TestDatabase,
 } from '../utils/test-database.js';
-import { startSample, type SampleProcess } from './sample-process.js';
+import { startSample, type SampleProcess } from '../utils/sample-process.js';
 
 const HOST = '127.0.0.1';
 const PORT = 5672;
