@@ -49,10 +49,7 @@ import type {
   StoredRecord,
   StoredResponse,
 } from '../protocol/idempotency-store.interface.js';
-import {
-  holdResponse,
-  type CapturedResponse,
-} from './response-capture.js';
+import { holdResponse, type CapturedResponse } from './response-capture.js';
 import { readKeyHeader, validKey } from './idempotency-key.js';
 import {
   queryParameters,

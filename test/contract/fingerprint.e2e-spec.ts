@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { Barrier, until } from '../utils/barrier.js';
+import { Barrier, untilWaiting } from '../utils/barrier.js';
 import { send, PLATFORMS, type TestApp } from '../utils/test-app.js';
 import { useContractApp } from './contract-app.js';
 import type { Runs } from './contract.module.js';
@@ -116,15 +116,7 @@ describe.each(PLATFORMS)('request fingerprints (%s)', (platform) => {
       body: { n: 1 },
     });
     // The duplicate marked the claim: the owner wakes it on completion.
-    await until(
-      async () =>
-        (
-          await target.db.query<{ waiting: boolean }>(
-            `SELECT waiting FROM idempotency_records WHERE key = 'wait-1'`,
-          )
-        )[0]?.waiting === true,
-      'the duplicate to wait',
-    );
+    await untilWaiting(target.db, 'wait-1');
     runs.barrier.open();
     expect((await first).status).toBe(201);
     const replayed = await same;
