@@ -49,6 +49,8 @@ describe('resolveModuleOptions', () => {
       dataSource: undefined,
       headerName: 'Idempotency-Key',
       headerField: 'idempotency-key',
+      leaseMs: 15_000,
+      presence: true,
       ttlMs: 86_400_000,
       concurrency: 'reject',
       waitTimeoutMs: 10_000,
@@ -107,6 +109,8 @@ describe('resolveModuleOptions', () => {
       dataSource: 'payments',
       headerName: 'X-Request-Key',
       gc: false,
+      lease: '3s',
+      presence: { url: 'postgres://direct/db' },
     });
     expect(resolved).toEqual({
       gc: undefined,
@@ -114,6 +118,8 @@ describe('resolveModuleOptions', () => {
       dataSource: 'payments',
       headerName: 'X-Request-Key',
       headerField: 'x-request-key',
+      leaseMs: 3_000,
+      presence: { url: 'postgres://direct/db' },
       ttlMs: 3_600_000,
       concurrency: 'wait',
       waitTimeoutMs: 2500,
@@ -187,6 +193,37 @@ describe('resolveModuleOptions', () => {
       );
     },
   );
+
+  describe('lease', () => {
+    it('takes a duration of 300 ms or more', () => {
+      expect(resolveModuleOptions({ lease: 300 }).leaseMs).toBe(300);
+      expect(resolveModuleOptions({ lease: '30s' }).leaseMs).toBe(30_000);
+    });
+
+    it('refuses a shorter lease, saying what to give', () => {
+      expect(() => resolveModuleOptions({ lease: '100ms' })).toThrow(
+        /Invalid "lease": "100ms"\..*Give a lease of 300 ms or more/s,
+      );
+    });
+  });
+
+  describe('presence', () => {
+    it('takes true, false or a URL', () => {
+      expect(resolveModuleOptions({ presence: false }).presence).toBe(false);
+      expect(resolveModuleOptions({ presence: true }).presence).toBe(true);
+    });
+
+    it.each([[{ url: '' }], [{}], ['postgres://x'], [1]])(
+      'refuses %p',
+      (presence) => {
+        expect(() =>
+          resolveModuleOptions({ presence } as unknown as {
+            presence: boolean;
+          }),
+        ).toThrow(/Invalid "presence".*Give true, false or \{ url: string \}/s);
+      },
+    );
+  });
 
   describe('headerName', () => {
     it.each([
