@@ -1,4 +1,4 @@
-import { Inject, Injectable, type OnModuleInit } from '@nestjs/common';
+import { Injectable, type OnModuleInit } from '@nestjs/common';
 import {
   RESPONSE_PASSTHROUGH_METADATA,
   ROUTE_ARGS_METADATA,
@@ -7,11 +7,7 @@ import { RouteParamtypes } from '@nestjs/common/enums/route-paramtypes.enum.js';
 import { DiscoveryService, MetadataScanner, Reflector } from '@nestjs/core';
 import { IDEMPOTENT_METADATA } from './idempotency.constants.js';
 import { handlerKind, unsupportedHandler } from './idempotency.handlers.js';
-import { IDEMPOTENCY_RESOLVED_OPTIONS } from './idempotency.tokens.js';
-import {
-  resolveRouteOptions,
-  type ResolvedIdempotencyOptions,
-} from './idempotency.options.js';
+import { IdempotencyRoutes } from './idempotency.routes.js';
 import type { IdempotentOptions } from './interfaces/idempotency-options.interface.js';
 import { IdempotencyConfigurationError } from './exceptions/idempotency-configuration.error.js';
 
@@ -38,8 +34,7 @@ export class IdempotencyExplorer implements OnModuleInit {
     private readonly discovery: DiscoveryService,
     private readonly scanner: MetadataScanner,
     private readonly reflector: Reflector,
-    @Inject(IDEMPOTENCY_RESOLVED_OPTIONS)
-    private readonly options: ResolvedIdempotencyOptions,
+    private readonly routes: IdempotencyRoutes,
   ) {}
 
   onModuleInit(): void {
@@ -69,7 +64,7 @@ export class IdempotencyExplorer implements OnModuleInit {
         if (options && unsupported) {
           ignored.push(`${type.name}.${method} (${unsupported})`);
         } else if (options) {
-          this.check(type, method, options);
+          this.check(type, method);
         }
       }
       if (classOptions && handlers === 0) {
@@ -116,10 +111,14 @@ export class IdempotencyExplorer implements OnModuleInit {
     return classes;
   }
 
-  private check(controller: Type, method: string, options: IdempotentOptions) {
+  private check(controller: Type, method: string) {
     const where = `${controller.name}.${method}`;
     try {
-      resolveRouteOptions(this.options, options);
+      // Resolved once, here: requests find them resolved.
+      this.routes.get(
+        controller,
+        (controller.prototype as Record<string, () => unknown>)[method],
+      );
     } catch (error) {
       (error as Error).message =
         `@Idempotent() on ${where}: ${(error as Error).message}`;

@@ -17,6 +17,7 @@ import { IdempotencyExecutor } from './protocol/idempotency.executor.js';
 import { PostgresIdempotencyStore } from './stores/postgres/postgres.store.js';
 import { IdempotencyDataSource } from './typeorm/idempotency-data-source.js';
 import { IdempotencyExplorer } from './idempotency.explorer.js';
+import { IdempotencyRoutes } from './idempotency.routes.js';
 import { IdempotencyCollector } from './idempotency.collector.js';
 import { IdempotencyEvents } from './idempotency.events.js';
 import { IdempotencyService } from './idempotency.service.js';
@@ -49,6 +50,7 @@ import { IdempotencyMessages } from './messages/idempotency.messages.js';
       inject: [IDEMPOTENCY_MODULE_OPTIONS],
     },
     IdempotencyDataSource,
+    IdempotencyRoutes,
     PostgresIdempotencyStore,
     { provide: IdempotencyStore, useExisting: PostgresIdempotencyStore },
     IdempotencyEvents,

@@ -248,7 +248,11 @@ export function resolveModuleOptions(
   }
   const leaseMs = toMilliseconds(options.lease ?? DEFAULTS.lease, 'lease');
   if (leaseMs < 300) {
-    invalid('lease', options.lease, "Give a lease of 300 ms or more, such as '15s'.");
+    invalid(
+      'lease',
+      options.lease,
+      "Give a lease of 300 ms or more, such as '15s'.",
+    );
   }
   const base: ResolvedIdempotencyOptions = {
     gc: resolveGcOptions(options.gc),

@@ -7,24 +7,19 @@ import {
   type ExecutionContext,
   type NestInterceptor,
 } from '@nestjs/common';
-import { PATH_METADATA } from '@nestjs/common/constants.js';
-import { HttpAdapterHost, Reflector } from '@nestjs/core';
+import { HttpAdapterHost } from '@nestjs/core';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { Readable } from 'node:stream';
 import { defer, lastValueFrom, type Observable } from 'rxjs';
 import {
-  IDEMPOTENT_METADATA,
   IDEMPOTENT_REPLAYED_HEADER,
   UNSAFE_REPLAY_HEADERS,
 } from '../idempotency.constants.js';
-import { HANDLER_METADATA } from '../idempotency.handlers.js';
 import { IDEMPOTENCY_RESOLVED_OPTIONS } from '../idempotency.tokens.js';
 import {
-  resolveRouteOptions,
   type ResolvedIdempotencyOptions,
   type ResolvedRouteOptions,
 } from '../idempotency.options.js';
-import type { IdempotentOptions } from '../interfaces/idempotency-options.interface.js';
 import { IdempotencyHttpException } from '../exceptions/idempotency-http.exception.js';
 import { IdempotencyKeyMissingException } from '../exceptions/idempotency-key-missing.exception.js';
 import { IdempotencyKeyInvalidException } from '../exceptions/idempotency-key-invalid.exception.js';
@@ -32,6 +27,10 @@ import { IdempotencyKeyReusedException } from '../exceptions/idempotency-key-reu
 import { IdempotencyNotReplayableException } from '../exceptions/idempotency-not-replayable.exception.js';
 import { IdempotencyUnavailableException } from '../exceptions/idempotency-unavailable.exception.js';
 import { IdempotencyConfigurationError } from '../exceptions/idempotency-configuration.error.js';
+import {
+  IdempotencyRoutes,
+  type DecoratedRoute,
+} from '../idempotency.routes.js';
 import { IdempotencyMessages } from '../messages/idempotency.messages.js';
 import {
   legacyFingerprint,
@@ -49,24 +48,12 @@ import type {
   StoredRecord,
   StoredResponse,
 } from '../protocol/idempotency-store.interface.js';
-import {
-  holdResponse,
-  type CapturedResponse,
-} from './response-capture.js';
+import { holdResponse, type CapturedResponse } from './response-capture.js';
 import { readKeyHeader, validKey } from './idempotency-key.js';
 import {
   queryParameters,
   type FingerprintParts,
 } from './request-fingerprint.js';
-
-/** What the interceptor knows of a decorated handler, computed once. */
-interface DecoratedRoute {
-  readonly options: ResolvedRouteOptions;
-  /** Route template, e.g. `/payments/:id`. */
-  readonly path: string;
-  /** Message pattern, for microservice handlers. */
-  readonly pattern: string;
-}
 
 type HttpRequest = IncomingMessage & {
   body?: unknown;
@@ -97,15 +84,6 @@ type HttpResponse = { raw?: ServerResponse } & object;
 
 const UNSAFE_HEADERS = new Set(UNSAFE_REPLAY_HEADERS);
 
-function joinPaths(...parts: unknown[]): string {
-  const segments = parts
-    .flatMap((part) => (Array.isArray(part) ? part.slice(0, 1) : [part]))
-    .filter((part): part is string => typeof part === 'string')
-    .map((part) => part.replace(/^\/+|\/+$/g, ''))
-    .filter((part) => part.length > 0);
-  return `/${segments.join('/')}`;
-}
-
 /** A body the platform streams: it is sent as it is produced, never whole. */
 function isStream(value: unknown): boolean {
   return (
@@ -123,9 +101,12 @@ function isStream(value: unknown): boolean {
 
 /**
  * Global interceptor registered by `IdempotencyModule`. For a handler
- * decorated with `@Idempotent()`, it runs the handler in a transaction shared
- * with the application's repositories, stores the response in the same
- * transaction, and replays it for duplicates. Other handlers pass through
+ * decorated with `@Idempotent()`, it claims the request's key, runs the
+ * handler in a transaction that the application's repositories share (begun
+ * by the handler's first statement), stores the response in that
+ * transaction, and replays it for duplicates. The sequence itself belongs to
+ * the module's executor: this class only turns an HTTP request into an
+ * attempt and the outcome back into a response. Other handlers pass through
  * untouched.
  *
  * Subclass it and override the `protected` hooks to change how the key, the
@@ -134,10 +115,9 @@ function isStream(value: unknown): boolean {
 @Injectable()
 export class IdempotencyInterceptor implements NestInterceptor {
   private readonly logger = new Logger('Idempotency');
-  private readonly routes = new WeakMap<object, DecoratedRoute | null>();
 
   constructor(
-    private readonly reflector: Reflector,
+    private readonly routes: IdempotencyRoutes,
     private readonly adapterHost: HttpAdapterHost,
     private readonly executor: IdempotencyExecutor,
     private readonly messages: IdempotencyMessages,
@@ -150,7 +130,10 @@ export class IdempotencyInterceptor implements NestInterceptor {
     if (type !== 'http' && type !== 'rpc') {
       return next.handle();
     }
-    const route = this.route(context);
+    const route = this.routes.get(
+      context.getClass(),
+      context.getHandler() as (...args: never[]) => unknown,
+    );
     if (!route) {
       return next.handle();
     }
@@ -217,35 +200,6 @@ export class IdempotencyInterceptor implements NestInterceptor {
       options,
       fingerprintParts(context, routePath),
     );
-  }
-
-  private route(context: ExecutionContext): DecoratedRoute | null {
-    const handler = context.getHandler();
-    let route = this.routes.get(handler);
-    if (route === undefined) {
-      const options = this.reflector.getAllAndOverride<
-        IdempotentOptions | undefined
-      >(IDEMPOTENT_METADATA, [handler, context.getClass()]);
-      const patterns = Reflect.getMetadata(
-        HANDLER_METADATA.messagePattern,
-        handler,
-      ) as unknown[] | undefined;
-      const pattern =
-        patterns?.[0] ?? `${context.getClass().name}.${handler.name}`;
-      route = options
-        ? {
-            options: resolveRouteOptions(this.options, options),
-            path: joinPaths(
-              Reflect.getMetadata(PATH_METADATA, context.getClass()),
-              Reflect.getMetadata(PATH_METADATA, handler),
-            ),
-            pattern:
-              typeof pattern === 'string' ? pattern : JSON.stringify(pattern),
-          }
-        : null;
-      this.routes.set(handler, route);
-    }
-    return route;
   }
 
   private async execute(
@@ -322,7 +276,11 @@ export class IdempotencyInterceptor implements NestInterceptor {
           : new IdempotencyUnavailableException(options.retryAfter),
       );
     }
-    await this.finish(response, execution, outcome);
+    try {
+      await this.finish(response, execution, outcome);
+    } catch (error) {
+      throw this.answer(response, error);
+    }
     return outcome;
   }
 

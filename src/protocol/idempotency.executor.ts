@@ -30,7 +30,11 @@ import {
   type StoredRecord,
   type StoredResponse,
 } from './idempotency-store.interface.js';
-import { classifyFailure, LeaseLostError, type FailureKind } from './failures.js';
+import {
+  classifyFailure,
+  LeaseLostError,
+  type FailureKind,
+} from './failures.js';
 import { Waiters } from './waiters.js';
 
 /** How often a waiter looks at the key again when notifications reach it. */
@@ -40,8 +44,7 @@ const POLL_MS = 250;
 
 /** Of a duplicate: the record to replay, or the attempt to run. */
 export type Beginning =
-  | { readonly replay: StoredRecord }
-  | { readonly execution: Execution };
+  { readonly replay: StoredRecord } | { readonly execution: Execution };
 
 /**
  * @internal The one owner of the request sequence: claim (or wait), replay or
@@ -50,7 +53,9 @@ export type Beginning =
  * it.
  */
 @Injectable()
-export class IdempotencyExecutor implements OnModuleInit, OnApplicationShutdown {
+export class IdempotencyExecutor
+  implements OnModuleInit, OnApplicationShutdown
+{
   readonly logger = new Logger('Idempotency');
   readonly waiters = new Waiters();
   /** Attempts of this instance holding a claim, renewed together. */
@@ -111,7 +116,10 @@ export class IdempotencyExecutor implements OnModuleInit, OnApplicationShutdown 
           owner,
           leaseMs: Math.min(
             this.options.leaseMs,
-            Math.max(1, attempt.started + options.transactionTimeoutMs - Date.now()),
+            Math.max(
+              1,
+              attempt.started + options.transactionTimeoutMs - Date.now(),
+            ),
           ),
           ttlMs: options.ttlMs,
           wait,

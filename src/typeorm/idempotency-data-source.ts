@@ -24,7 +24,9 @@ import { TransactionGate } from './transaction-gate.js';
  * transactions may hold.
  */
 @Injectable()
-export class IdempotencyDataSource implements OnModuleInit, OnApplicationShutdown {
+export class IdempotencyDataSource
+  implements OnModuleInit, OnApplicationShutdown
+{
   private source: DataSource | undefined;
   private unbind?: () => void;
   private transactionGate = new TransactionGate(Infinity);
@@ -51,10 +53,11 @@ export class IdempotencyDataSource implements OnModuleInit, OnApplicationShutdow
 
   /** The pool of the DataSource's driver (pg), for the module's statements. */
   get pool(): Pool {
-    const pool = (this.resolve().driver as unknown as { master?: Pool })
-      .master;
+    const pool = (this.resolve().driver as unknown as { master?: Pool }).master;
     if (!pool) {
-      throw new Error('The DataSource of the idempotency module is not initialized');
+      throw new Error(
+        'The DataSource of the idempotency module is not initialized',
+      );
     }
     return pool;
   }

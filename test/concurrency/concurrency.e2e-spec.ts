@@ -1,4 +1,4 @@
-import { Barrier, untilAdvisoryLocks } from '../utils/barrier.js';
+import { Barrier, untilWaiting } from '../utils/barrier.js';
 import {
   PLATFORMS,
   send,
@@ -130,8 +130,8 @@ describe.each(PLATFORMS)('concurrent duplicates (%s)', (platform) => {
       DUPLICATES,
     );
     await gate.barrier.reached(1);
-    // Every duplicate is queued on the key's lock before the first may finish.
-    await untilAdvisoryLocks(target.db, 'waiting', DUPLICATES - 1);
+    // A duplicate marked the claim as waited for before the first may finish.
+    await untilWaiting(target.db, 'wait-1');
     gate.barrier.open();
     const answers = await all;
 
@@ -150,7 +150,7 @@ describe.each(PLATFORMS)('concurrent duplicates (%s)', (platform) => {
     const waiter = answer(
       send(target, '/concurrency/takeover', { key: 'takeover-1' }),
     );
-    await untilAdvisoryLocks(target.db, 'waiting', 1);
+    await untilWaiting(target.db, 'takeover-1');
     gate.barrier.open();
     expect((await first).status).toBe(503);
     const took = await waiter;

@@ -1,7 +1,5 @@
 import { createHash } from 'node:crypto';
-import { requestFingerprint } from '../../src/http/request-fingerprint.js';
-import { Barrier, untilAdvisoryLocks } from '../utils/barrier.js';
-import { holdInTransaction } from '../utils/test-database.js';
+import { Barrier, untilWaiting } from '../utils/barrier.js';
 import { send, PLATFORMS, type TestApp } from '../utils/test-app.js';
 import { useContractApp } from './contract-app.js';
 import type { Runs } from './contract.module.js';
@@ -117,82 +115,14 @@ describe.each(PLATFORMS)('request fingerprints (%s)', (platform) => {
       key: 'wait-1',
       body: { n: 1 },
     });
-    await untilAdvisoryLocks(target.db, 'waiting', 1);
+    // The duplicate marked the claim: the owner wakes it on completion.
+    await untilWaiting(target.db, 'wait-1');
     runs.barrier.open();
     expect((await first).status).toBe(201);
     const replayed = await same;
     expect(replayed.status).toBe(201);
     expect(replayed.headers.get('idempotent-replayed')).toBe('true');
     expect(runs.counts['fingerprint/held-wait']).toBe(1);
-  });
-
-  const keyLock = `SELECT pg_advisory_xact_lock(hashtextextended('global' || chr(31) || $1, 0))`;
-
-  it('never lets a request hold the key without its fingerprint lock (identical duplicates never get 422)', async () => {
-    // Another session holds this request's fingerprint lock, as a duplicate
-    // does for the instant of its claim: the request must not take the key.
-    const body = { reference: 'fp-lock' };
-    const fingerprint = requestFingerprint({
-      method: 'POST',
-      route: '/fingerprint/held',
-      params: {},
-      query: [],
-      body,
-    });
-    const runsBefore = runs.counts['fingerprint/held'] ?? 0;
-    const held = await holdInTransaction(
-      target.db.url,
-      `SELECT pg_advisory_xact_lock(hashtextextended('global' || chr(31) || $1 || chr(31) || $2, 0))`,
-      ['fp-1', fingerprint],
-    );
-    try {
-      const blocked = await send(target, '/fingerprint/held', {
-        key: 'fp-1',
-        body,
-      });
-      expect(blocked.status).toBe(409);
-      expect(runs.counts['fingerprint/held'] ?? 0).toBe(runsBefore);
-    } finally {
-      await held.release();
-    }
-    runs.barrier.open();
-    const executed = await send(target, '/fingerprint/held', {
-      key: 'fp-1',
-      body,
-    });
-    expect(executed.status).toBe(201);
-    expect(runs.counts['fingerprint/held']).toBe(runsBefore + 1);
-  });
-
-  it('takes a key whose holder is just ending, instead of answering 422', async () => {
-    // Another session holds the key's lock without a fingerprint lock, as a
-    // request does for the instant it releases its locks.
-    const ending = await holdInTransaction(target.db.url, keyLock, [
-      'ending-1',
-    ]);
-    try {
-      runs.barrier.open();
-      const request = send(target, '/fingerprint/held', {
-        key: 'ending-1',
-        body: { reference: 'ending-1' },
-      });
-      await untilAdvisoryLocks(target.db, 'waiting', 1);
-      await ending.release();
-      expect((await request).status).toBe(201);
-    } finally {
-      await ending.release();
-    }
-    // Held for good, it is a different request: 422 after the short wait.
-    const stuck = await holdInTransaction(target.db.url, keyLock, ['ending-2']);
-    try {
-      const refused = await send(target, '/fingerprint/held', {
-        key: 'ending-2',
-        body: { reference: 'ending-2' },
-      });
-      expect(refused.status).toBe(422);
-    } finally {
-      await stuck.release();
-    }
   });
 
   /** How many refunds of account `id` were written. */

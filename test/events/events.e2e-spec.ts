@@ -2,7 +2,7 @@ import {
   IdempotencyCollector,
   type IdempotencyEvent,
 } from '../../src/index.js';
-import { ContractTestModule, Runs } from '../contract/contract.module.js';
+import { EventsTestModule, Runs } from './events.module.js';
 import { Barrier } from '../utils/barrier.js';
 import {
   send,
@@ -18,7 +18,7 @@ describe.each(PLATFORMS)('events for metrics (%s)', (platform) => {
   beforeAll(async () => {
     target = await startTestApp({
       platform,
-      imports: [ContractTestModule],
+      imports: [EventsTestModule],
       idempotency: { gc: false, onEvent: (event) => events.push(event) },
     });
   });

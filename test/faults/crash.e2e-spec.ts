@@ -1,8 +1,5 @@
-import type {
-  SampleEntry,
-  SampleProcess,
-} from '../sample-app/sample-process.js';
-import { startSample } from '../sample-app/sample-process.js';
+import type { SampleEntry, SampleProcess } from '../utils/sample-process.js';
+import { startSample } from '../utils/sample-process.js';
 import { until } from '../utils/barrier.js';
 import { FakeGateway } from '../utils/fake-gateway.js';
 import { presenceBackend } from '../utils/presence.js';

@@ -1,9 +1,6 @@
 import pg from 'pg';
 import { startEmbeddedPostgres } from '../setup/embedded-postgres.js';
-import {
-  startSample,
-  type SampleProcess,
-} from '../sample-app/sample-process.js';
+import { startSample, type SampleProcess } from '../utils/sample-process.js';
 import { until } from '../utils/barrier.js';
 import { FakeGateway } from '../utils/fake-gateway.js';
 import { holdInTransaction } from '../utils/test-database.js';

@@ -1,7 +1,4 @@
-import {
-  startSample,
-  type SampleProcess,
-} from '../sample-app/sample-process.js';
+import { startSample, type SampleProcess } from '../utils/sample-process.js';
 import type { FakeGateway } from '../utils/fake-gateway.js';
 import type { TestDatabase } from '../utils/test-database.js';
 

@@ -1,4 +1,4 @@
-import type { SampleProcess } from '../sample-app/sample-process.js';
+import type { SampleProcess } from '../utils/sample-process.js';
 import { FakeGateway } from '../utils/fake-gateway.js';
 import {
   createTestDatabase,

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
-import type { SampleProcess } from '../sample-app/sample-process.js';
-import { startSample } from '../sample-app/sample-process.js';
+import type { SampleProcess } from '../utils/sample-process.js';
+import { startSample } from '../utils/sample-process.js';
 import { Barrier, until, untilAdvisoryLocks } from '../utils/barrier.js';
 import { FakeGateway } from '../utils/fake-gateway.js';
 import {

@@ -1,4 +1,4 @@
-import { Barrier, until } from '../utils/barrier.js';
+import { Barrier, untilWaiting } from '../utils/barrier.js';
 import { listen, type Listener } from '../utils/notifications.js';
 import { logStatements } from '../utils/statement-counter.js';
 import {
@@ -130,16 +130,7 @@ describe.each(PLATFORMS)(
       const statements = logStatements(b.dataSource);
       const duplicate = answer(send(b, '/wait-mode/wait', { key, body }));
       // B's claim found the key in progress and marked it waited for.
-      await until(
-        async () =>
-          (
-            await db.query<{ waiting: boolean }>(
-              'SELECT waiting FROM idempotency_records WHERE key = $1',
-              [key],
-            )
-          )[0]?.waiting === true,
-        'the duplicate to wait for the key',
-      );
+      await untilWaiting(db, key);
       expect(statements.statements).toEqual([
         expect.stringContaining('idempotency_acquire'),
       ]);

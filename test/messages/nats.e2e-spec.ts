@@ -7,7 +7,7 @@ import { lastValueFrom } from 'rxjs';
 import type { IdempotencyEvent } from '../../src/index.js';
 import { Barrier, until, untilAdvisoryLocks } from '../utils/barrier.js';
 import { startTestApp, type TestApp } from '../utils/test-app.js';
-import { describeWithBroker } from './broker.js';
+import { describeWithBroker } from '../utils/broker.js';
 import { Handlers, NatsTestModule, SUBJECTS } from './nats.module.js';
 
 const HOST = '127.0.0.1';

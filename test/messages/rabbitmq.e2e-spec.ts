@@ -3,7 +3,7 @@ import amqp from 'amqplib';
 import type { IdempotencyEvent } from '../../src/index.js';
 import { until } from '../utils/barrier.js';
 import { startTestApp, type TestApp } from '../utils/test-app.js';
-import { describeWithBroker } from './broker.js';
+import { describeWithBroker } from '../utils/broker.js';
 import {
   Deliveries,
   PATTERN,

@@ -122,7 +122,7 @@ describe.each(PLATFORMS)('module registration (%s)', (platform) => {
     expect(rows).toHaveLength(1);
   });
 
-  it('opens no connection of its own: requests are served by the application pool', async () => {
+  it('opens one connection of its own, the presence session: requests are served by the application pool', async () => {
     target = await startTestApp({
       platform,
       imports: [ordersModule()],
@@ -138,11 +138,17 @@ describe.each(PLATFORMS)('module registration (%s)', (platform) => {
       ),
     );
     expect(answers.map((a) => a.status)).toEqual(Array(20).fill(201));
-    const [{ backends }] = await target.db.query<{ backends: number }>(
-      `SELECT count(*)::int AS backends FROM pg_stat_activity
+    const [{ backends, presence }] = await target.db.query<{
+      backends: number;
+      presence: number;
+    }>(
+      `SELECT count(*) FILTER (WHERE application_name <> 'idempotency-presence')::int AS backends,
+              count(*) FILTER (WHERE application_name = 'idempotency-presence')::int AS presence
+       FROM pg_stat_activity
        WHERE datname = current_database() AND pid <> pg_backend_pid()`,
     );
     expect(backends).toBeLessThanOrEqual(2);
+    expect(presence).toBe(1);
   });
 
   it('fails at bootstrap, saying what to do, without the DataSource it names', async () => {
@@ -172,14 +178,14 @@ describe.each(PLATFORMS)('module registration (%s)', (platform) => {
         migrations: [
           ...idempotencyMigrations.filter(
             (migration) =>
-              migration.name !== 'CreateIdempotencyFunctions1764000000002',
+              migration.name !== 'LeaseIdempotencyClaims1764000000003',
           ),
           CreateOrders1764000000001,
         ],
       },
     });
     await expect(failure).rejects.toThrow(
-      /The functions idempotency_claim\(.*\) and idempotency_complete\(.*\) do not exist.*idempotencyMigrations/s,
+      /The functions of migration LeaseIdempotencyClaims1764000000003 do not exist.*idempotencyMigrations/s,
     );
   });
 });

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import amqp from 'amqplib';
-import { describeWithBroker } from '../messages/broker.js';
+import { describeWithBroker } from '../utils/broker.js';
 import { until } from '../utils/barrier.js';
 import { FakeGateway } from '../utils/fake-gateway.js';
 import {
@@ -8,7 +8,7 @@ import {
   holdInTransaction,
   type TestDatabase,
 } from '../utils/test-database.js';
-import { startSample, type SampleProcess } from './sample-process.js';
+import { startSample, type SampleProcess } from '../utils/sample-process.js';
 
 const HOST = '127.0.0.1';
 const PORT = 5672;

@@ -6,7 +6,7 @@ import {
   holdInTransaction,
   type TestDatabase,
 } from '../utils/test-database.js';
-import { startSample, type SampleProcess } from './sample-process.js';
+import { startSample, type SampleProcess } from '../utils/sample-process.js';
 
 describe('the sample app killed between its charge and its commit', () => {
   let db: TestDatabase;

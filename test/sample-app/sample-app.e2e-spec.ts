@@ -3,7 +3,7 @@ import {
   createTestDatabase,
   type TestDatabase,
 } from '../utils/test-database.js';
-import { startSample, type SampleProcess } from './sample-process.js';
+import { startSample, type SampleProcess } from '../utils/sample-process.js';
 
 interface PaymentJson {
   id: string;

@@ -79,3 +79,16 @@ export function untilAdvisoryLocks(
     return locks === count;
   }, `${count} advisory lock(s) ${state}`);
 }
+
+/**
+ * Waits until a duplicate in wait mode has marked the claim of `key` as
+ * waited for (its owner then wakes the waiters when it completes).
+ */
+export function untilWaiting(db: LockReader, key: string): Promise<void> {
+  return until(async () => {
+    const rows = await db.query<{ waiting: boolean }>(
+      `SELECT waiting FROM idempotency_records WHERE key = '${key.replace(/'/g, "''")}'`,
+    );
+    return rows[0]?.waiting === true;
+  }, `a duplicate waiting for key ${key}`);
+}

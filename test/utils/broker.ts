@@ -5,4 +5,4 @@
 export {
   describeWithServer as describeWithBroker,
   reachable,
-} from '../utils/server.js';
+} from './server.js';

@@ -1,0 +1,82 @@
+import { Inject, Injectable } from '@nestjs/common';
+import { PATH_METADATA } from '@nestjs/common/constants.js';
+import { Reflector } from '@nestjs/core';
+import { IDEMPOTENT_METADATA } from './idempotency.constants.js';
+import { HANDLER_METADATA } from './idempotency.handlers.js';
+import { IDEMPOTENCY_RESOLVED_OPTIONS } from './idempotency.tokens.js';
+import {
+  resolveRouteOptions,
+  type ResolvedIdempotencyOptions,
+  type ResolvedRouteOptions,
+} from './idempotency.options.js';
+import type { IdempotentOptions } from './interfaces/idempotency-options.interface.js';
+
+/** @internal What the module knows of a decorated handler, resolved once. */
+export interface DecoratedRoute {
+  readonly options: ResolvedRouteOptions;
+  /** Route template, e.g. `/payments/:id`. */
+  readonly path: string;
+  /** Message pattern, for microservice handlers. */
+  readonly pattern: string;
+}
+
+function joinPaths(...parts: unknown[]): string {
+  const segments = parts
+    .flatMap((part) => (Array.isArray(part) ? part.slice(0, 1) : [part]))
+    .filter((part): part is string => typeof part === 'string')
+    .map((part) => part.replace(/^\/+|\/+$/g, ''))
+    .filter((part) => part.length > 0);
+  return `/${segments.join('/')}`;
+}
+
+/**
+ * @internal The decorated handlers of the application with their options
+ * merged over the module's, resolved at bootstrap (by the explorer, which
+ * also refuses invalid ones) so that no request resolves them.
+ */
+@Injectable()
+export class IdempotencyRoutes {
+  private readonly routes = new WeakMap<object, DecoratedRoute | null>();
+
+  constructor(
+    private readonly reflector: Reflector,
+    @Inject(IDEMPOTENCY_RESOLVED_OPTIONS)
+    private readonly options: ResolvedIdempotencyOptions,
+  ) {}
+
+  /**
+   * The route of `handler` of `controller`, or `null` when it is not
+   * decorated. Handlers the explorer did not see (registered later) are
+   * resolved on their first request.
+   * @throws IdempotencyConfigurationError for invalid route options.
+   */
+  get(
+    controller: abstract new (...args: never[]) => unknown,
+    handler: (...args: never[]) => unknown,
+  ): DecoratedRoute | null {
+    let route = this.routes.get(handler);
+    if (route === undefined) {
+      const options = this.reflector.getAllAndOverride<
+        IdempotentOptions | undefined
+      >(IDEMPOTENT_METADATA, [handler, controller]);
+      const patterns = Reflect.getMetadata(
+        HANDLER_METADATA.messagePattern,
+        handler,
+      ) as unknown[] | undefined;
+      const pattern = patterns?.[0] ?? `${controller.name}.${handler.name}`;
+      route = options
+        ? {
+            options: resolveRouteOptions(this.options, options),
+            path: joinPaths(
+              Reflect.getMetadata(PATH_METADATA, controller),
+              Reflect.getMetadata(PATH_METADATA, handler),
+            ),
+            pattern:
+              typeof pattern === 'string' ? pattern : JSON.stringify(pattern),
+          }
+        : null;
+      this.routes.set(handler, route);
+    }
+    return route;
+  }
+}

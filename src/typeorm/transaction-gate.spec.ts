@@ -1,0 +1,44 @@
+import {
+  TransactionGate,
+  TransactionSlotTimeoutError,
+} from './transaction-gate.js';
+
+describe('TransactionGate', () => {
+  it('lets capacity transactions in at once', async () => {
+    const gate = new TransactionGate(2);
+    await gate.acquire(0);
+    await gate.acquire(0);
+    expect(gate.size).toBe(2);
+  });
+
+  it('hands a place that comes free to the first waiter, in order', async () => {
+    const gate = new TransactionGate(1);
+    await gate.acquire(0);
+    const order: string[] = [];
+    const first = gate.acquire(10_000).then(() => order.push('first'));
+    const second = gate.acquire(10_000).then(() => order.push('second'));
+    gate.release();
+    await first;
+    expect(order).toEqual(['first']);
+    expect(gate.size).toBe(1);
+    gate.release();
+    await second;
+    expect(order).toEqual(['first', 'second']);
+    gate.release();
+    expect(gate.size).toBe(0);
+  });
+
+  it('gives up after the wait it was given, and leaves the queue', async () => {
+    const gate = new TransactionGate(1);
+    await gate.acquire(0);
+    await expect(gate.acquire(1)).rejects.toThrow(TransactionSlotTimeoutError);
+    await expect(gate.acquire(1)).rejects.toThrow(
+      'No transaction of the module ended within 1 ms (1 open)',
+    );
+    // The timed-out waiters got nothing: the place goes back to the gate.
+    gate.release();
+    expect(gate.size).toBe(0);
+    await gate.acquire(0);
+    expect(gate.size).toBe(1);
+  });
+});
