@@ -1,5 +1,5 @@
-import type { IdempotencyEvent } from '../../src/index.js';
-import { Barrier, untilAdvisoryLocks } from '../utils/barrier.js';
+import { IdempotencyStore, type IdempotencyEvent } from '../../src/index.js';
+import { Barrier, until, untilAdvisoryLocks } from '../utils/barrier.js';
 import {
   presenceBackend,
   PRESENCE_APPLICATION_NAME,
@@ -273,6 +273,13 @@ describe.each(PLATFORMS)(
       gate.open();
       const restoredPid = await untilPresenceRestored(db, instance, lostPid);
       expect(restoredPid).not.toBe(lostPid);
+      // The server shows the session back; the instance knows it once it
+      // has read the answer of its LISTEN.
+      const storeA = a.app.get<IdempotencyStore>(IdempotencyStore);
+      await until(
+        () => Promise.resolve(storeA.watching),
+        'instance A to know its presence is back',
+      );
       // Back in place: A's new claims name it again, and B respects them.
       const gateA = a.app.get(Gate);
       gateA.hold = true;
