@@ -51,17 +51,6 @@ export async function presenceBackend(
   );
 }
 
-/** Pids of the presence sessions connected to the database of `db`. */
-export async function presenceSessions(db: Reader): Promise<number[]> {
-  const rows = await db.query<{ pid: number }>(
-    `SELECT pid FROM pg_stat_activity
-     WHERE datname = current_database() AND application_name = $1
-     ORDER BY pid`,
-    [PRESENCE_APPLICATION_NAME],
-  );
-  return rows.map((row) => row.pid);
-}
-
 /** Ends the backend `pid` (`pg_terminate_backend`) and waits until it is gone. */
 export async function terminateBackend(db: Reader, pid: number): Promise<void> {
   const [{ ended }] = await db.query<{ ended: boolean }>(

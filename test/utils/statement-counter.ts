@@ -5,8 +5,6 @@ import type { DataSource } from 'typeorm';
 export interface StatementLog {
   /** Their text, in the order they were sent, since the log started. */
   readonly statements: readonly string[];
-  /** Statements sent since this point of the log (its length then). */
-  since(mark: number): readonly string[];
   /** Stops logging. */
   stop(): void;
 }
@@ -59,7 +57,6 @@ export function logStatements(dataSource: DataSource): StatementLog {
   pool.on('acquire', watch);
   return {
     statements,
-    since: (mark) => statements.slice(mark),
     stop() {
       active = false;
       pool.off('acquire', watch);

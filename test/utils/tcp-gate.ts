@@ -18,8 +18,6 @@ export class TcpGate {
   private server?: Server;
   private barrier = new Barrier();
   private readonly sockets = new Set<Socket>();
-  /** Connections that arrived while the gate was closed. */
-  held = 0;
   private port = 0;
 
   constructor(private readonly target: string) {
@@ -35,9 +33,7 @@ export class TcpGate {
       client.on('error', () => client.destroy());
       client.pause();
       const barrier = this.barrier;
-      this.held += 1;
       void barrier.wait().then(() => {
-        this.held -= 1;
         if (client.destroyed) {
           return;
         }
