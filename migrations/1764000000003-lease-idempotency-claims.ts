@@ -30,6 +30,9 @@ export class LeaseIdempotencyClaims1764000000003 implements MigrationInterface {
     // fenced completion keeps the handler's writes to one commit). Takes the
     // row over when it is finished and expired, when its lease expired, or
     // when its owner's instance holds no presence lock (the instance is gone).
+    // The presence lock is tried shared: it still conflicts with the
+    // instance's exclusive session lock, but two claims taking over keys of
+    // the same dead instance at once do not block each other.
     // Otherwise returns the row as it is, and marks it `waiting` for a
     // duplicate that waits for it (the owner then notifies on completion).
     await queryRunner.query(`
@@ -60,7 +63,7 @@ export class LeaseIdempotencyClaims1764000000003 implements MigrationInterface {
             created_at = now(), completed_at = NULL, expires_at = EXCLUDED.expires_at
           WHERE CASE WHEN t.status <> 'in_progress' THEN t.expires_at <= now()
             ELSE t.lease_expires_at IS NULL OR t.lease_expires_at <= now()
-              OR (t.owner_instance IS NOT NULL AND pg_try_advisory_xact_lock(
+              OR (t.owner_instance IS NOT NULL AND pg_try_advisory_xact_lock_shared(
                 hashtextextended('idempotency:' || t.owner_instance::text, 0)))
             END
           RETURNING true INTO acquired;

@@ -124,9 +124,10 @@ export interface IdempotencyStore<Transaction = unknown> {
   notify(leases: readonly Lease[]): Promise<void>;
   /**
    * Calls `listener` when another instance completes or releases a key that
-   * has waiters (a fast path: waiters poll too).
+   * has waiters (a fast path: waiters poll too), and without arguments when
+   * notifications may have been missed (any key may have changed).
    */
-  watch(listener: (scope: string, key: string) => void): void;
+  watch(listener: (scope?: string, key?: string) => void): void;
   /** Whether notifications of other instances reach this one now. */
   readonly watching: boolean;
   /** The stored result of a completed step, if any. */

@@ -37,9 +37,11 @@ import {
 } from './failures.js';
 import { Waiters } from './waiters.js';
 
-/** How often a waiter looks at the key again when notifications reach it. */
-const NOTIFIED_POLL_MS = 2_000;
-/** ... and when they do not (no presence session). */
+/**
+ * How often a waiter looks at the key again when notifications cannot reach
+ * it (no presence session). With them, it looks again when notified, when
+ * the owner's lease would run out, or when the presence session drops.
+ */
 const POLL_MS = 250;
 
 /** Of a duplicate: the record to replay, or the attempt to run. */
@@ -74,7 +76,11 @@ export class IdempotencyExecutor
   ) {}
 
   onModuleInit(): void {
-    this.store.watch((scope, key) => this.waiters.wake(scope, key));
+    this.store.watch((scope, key) =>
+      scope === undefined || key === undefined
+        ? this.waiters.wakeAll()
+        : this.waiters.wake(scope, key),
+    );
     this.renewal ??= setInterval(
       () => void this.renew(),
       Math.max(100, Math.floor(this.options.leaseMs / 3)),
@@ -167,7 +173,7 @@ export class IdempotencyExecutor
           left,
           // A lease running out frees the key: look again then.
           outcome.leaseMs + 5,
-          this.store.watching ? NOTIFIED_POLL_MS : POLL_MS,
+          this.store.watching ? Infinity : POLL_MS,
         ),
       );
     }

@@ -28,6 +28,15 @@ export class Waiters {
     });
   }
 
+  /** Wakes every waiter of every key (a notification may have been missed). */
+  wakeAll(): void {
+    for (const set of [...this.waiting.values()]) {
+      for (const wake of [...set]) {
+        wake();
+      }
+    }
+  }
+
   /** Wakes every waiter of a key. */
   wake(scope: string, key: string): void {
     const set = this.waiting.get(`${scope}\u001f${key}`);

@@ -118,20 +118,27 @@ export class LazyTransaction {
       this.state = 'abandoned';
     }
     await opening?.catch(() => undefined);
+    const runner = this.runner as (QueryRunner & RunnerInternals) | undefined;
+    const client =
+      runner && !runner.isReleased && runner.isTransactionActive
+        ? runner.databaseConnection
+        : undefined;
+    let failure: Error | undefined;
     try {
-      if (
-        this.runner &&
-        !this.runner.isReleased &&
-        this.runner.isTransactionActive
-      ) {
-        await this.runner.rollbackTransaction();
+      // On the driver's client: TypeORM's ROLLBACK would ask the runner for
+      // its connection, which an abandoned transaction refuses.
+      await client?.query('ROLLBACK');
+      if (runner) {
+        runner.isTransactionActive = false;
+        runner.transactionDepth = 0;
       }
       return true;
     } catch (error) {
-      logger.warn(`Rollback failed: ${(error as Error).message}`);
+      failure = error as Error;
+      logger.warn(`Rollback failed: ${failure.message}`);
       return false;
     } finally {
-      await this.end(state);
+      await this.end(state, failure);
     }
   }
 
@@ -156,16 +163,29 @@ export class LazyTransaction {
     await this.rollback('abandoned');
   }
 
-  private async end(state: 'ended' | 'abandoned'): Promise<void> {
+  /**
+   * Gives the connection back; after `failure` (a rollback that failed), the
+   * pool destroys it instead of handing it, in an unknown state, to another
+   * request.
+   */
+  private async end(
+    state: 'ended' | 'abandoned',
+    failure?: Error,
+  ): Promise<void> {
     if (this.state !== 'abandoned') {
       this.state = state;
     }
     if (this.runner && !this.runner.isReleased) {
-      await this.runner.release().catch((error: unknown) => {
-        logger.warn(
-          `Releasing a connection failed: ${(error as Error).message}`,
-        );
-      });
+      const runner = this.runner as unknown as {
+        releasePostgresConnection(error?: Error): Promise<void>;
+      };
+      await runner
+        .releasePostgresConnection(failure)
+        .catch((error: unknown) => {
+          logger.warn(
+            `Releasing a connection failed: ${(error as Error).message}`,
+          );
+        });
     }
     if (this.holdsPlace) {
       this.holdsPlace = false;

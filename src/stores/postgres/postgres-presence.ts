@@ -30,7 +30,7 @@ export class PostgresPresence {
   private stopped = false;
   private backoffMs = 100;
   private retry: NodeJS.Timeout | undefined;
-  private readonly listeners = new Set<(payload: string) => void>();
+  private readonly listeners = new Set<(payload?: string) => void>();
 
   constructor(
     private readonly Client: ClientClass,
@@ -47,8 +47,12 @@ export class PostgresPresence {
     return this.held;
   }
 
-  /** Calls `listener` with the payload of every completion notified. */
-  onNotification(listener: (payload: string) => void): void {
+  /**
+   * Calls `listener` with the payload of every completion notified, and
+   * without one when the session drops or comes back (notifications may
+   * have been missed meanwhile).
+   */
+  onNotification(listener: (payload?: string) => void): void {
     this.listeners.add(listener);
   }
 
@@ -81,6 +85,7 @@ export class PostgresPresence {
       }
       this.client = undefined;
       this.held = false;
+      this.reset();
       if (!this.stopped) {
         this.logger.warn(
           `Presence session lost${error ? ` (${error.message})` : ''}: keys of this instance are protected by their leases until it is back`,
@@ -114,6 +119,7 @@ export class PostgresPresence {
       }
       this.held = true;
       this.backoffMs = 100;
+      this.reset();
     } catch (error) {
       if (this.client === client) {
         this.client = undefined;
@@ -124,6 +130,12 @@ export class PostgresPresence {
         this.schedule();
       }
       await client.end().catch(() => undefined);
+    }
+  }
+
+  private reset(): void {
+    for (const listener of this.listeners) {
+      listener();
     }
   }
 

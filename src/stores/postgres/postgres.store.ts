@@ -81,7 +81,7 @@ export class PostgresIdempotencyStore
 {
   readonly completesInTransaction = true;
   private presence: PostgresPresence | undefined;
-  private readonly watchers: Array<(scope: string, key: string) => void> = [];
+  private readonly watchers: Array<(scope?: string, key?: string) => void> = [];
 
   constructor(
     private readonly source: IdempotencyDataSource,
@@ -123,9 +123,12 @@ export class PostgresIdempotencyStore
           : { ...(this.pool as unknown as { options: ClientConfig }).options };
       this.presence = new PostgresPresence(driver.postgres.Client, config);
       this.presence.onNotification((payload) => {
-        const at = payload.indexOf('\u001f');
-        if (at >= 0) {
-          for (const watcher of this.watchers) {
+        const at = payload?.indexOf('\u001f');
+        for (const watcher of this.watchers) {
+          if (payload === undefined) {
+            // The session dropped or came back: notifications were missed.
+            watcher();
+          } else if (at !== undefined && at >= 0) {
             watcher(payload.slice(0, at), payload.slice(at + 1));
           }
         }
@@ -146,7 +149,7 @@ export class PostgresIdempotencyStore
     return this.presence?.listening ?? false;
   }
 
-  watch(listener: (scope: string, key: string) => void): void {
+  watch(listener: (scope?: string, key?: string) => void): void {
     this.watchers.push(listener);
   }
 
