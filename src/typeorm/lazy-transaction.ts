@@ -124,7 +124,16 @@ export class LazyTransaction {
         !this.runner.isReleased &&
         this.runner.isTransactionActive
       ) {
-        await this.runner.rollbackTransaction();
+        const internals = this.runner as unknown as RunnerInternals;
+        if (this.state === 'abandoned' && internals.databaseConnection) {
+          // The runner refuses every statement now (see createRunner),
+          // TypeORM's own ROLLBACK too: sent on the driver's client.
+          await internals.databaseConnection.query('ROLLBACK');
+          internals.isTransactionActive = false;
+          internals.transactionDepth = 0;
+        } else {
+          await this.runner.rollbackTransaction();
+        }
       }
       return true;
     } catch (error) {
@@ -141,8 +150,9 @@ export class LazyTransaction {
    * of the handler fail.
    */
   async abandon(): Promise<void> {
-    this.state = 'abandoned';
+    // Read while the transaction is still open: `client` is undefined after.
     const client = this.client as unknown as DriverClient | undefined;
+    this.state = 'abandoned';
     if (client?.activeQuery) {
       try {
         const canceller = new client.constructor(client.connectionParameters);
