@@ -1,4 +1,6 @@
 import type { INestApplication } from '@nestjs/common';
+import { randomUUID } from 'node:crypto';
+import pg from 'pg';
 import {
   IdempotencyStore,
   type ClaimOutcome,
@@ -52,4 +54,50 @@ export function watchClaims(app: INestApplication): ClaimWatch {
       store.claim = original;
     },
   };
+}
+
+/**
+ * Takes the claim of `key` over, as another instance does once its lease has
+ * run out: its lease is ended, and the same request claims the key with an
+ * owner of its own, in one transaction (no renewal slips in between).
+ * @returns the new owner.
+ */
+export async function takeOver(
+  url: string,
+  key: string,
+  scope = 'global',
+): Promise<string> {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    await client.query('BEGIN');
+    const { rows } = await client.query<{
+      fingerprint: string;
+      method: string;
+      path: string;
+    }>(
+      `UPDATE idempotency_records SET lease_expires_at = now() - interval '1 millisecond'
+       WHERE scope = $1 AND key = $2 AND status = 'in_progress'
+       RETURNING fingerprint, method, path`,
+      [scope, key],
+    );
+    if (rows.length !== 1) {
+      throw new Error(`No claim in progress of key ${key} to take over`);
+    }
+    const owner = randomUUID();
+    const { rows: claimed } = await client.query<{ acquired: boolean }>(
+      `SELECT acquired FROM idempotency_acquire($1, $2, $3, $4, $5, $6, NULL, 60000, 60000, false)`,
+      [scope, key, rows[0].fingerprint, rows[0].method, rows[0].path, owner],
+    );
+    if (!claimed[0].acquired) {
+      throw new Error(`The claim of key ${key} could not be taken over`);
+    }
+    await client.query('COMMIT');
+    return owner;
+  } catch (error) {
+    await client.query('ROLLBACK').catch(() => undefined);
+    throw error;
+  } finally {
+    await client.end();
+  }
 }
