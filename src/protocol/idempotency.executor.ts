@@ -334,10 +334,12 @@ export class Execution {
    */
   async run<T>(fn: () => Promise<T>): Promise<T> {
     let timer: NodeJS.Timeout | undefined;
+    let abandoning: Promise<void> | undefined;
     const deadline = new Promise<never>((_, reject) => {
       timer = setTimeout(
         () => {
-          void this.abandon().then(() =>
+          abandoning = this.abandon();
+          void abandoning.then(() =>
             reject(
               new IdempotencyUnavailableException(this.options.retryAfter),
             ),
@@ -346,8 +348,9 @@ export class Execution {
         Math.max(0, this.deadline - Date.now()),
       ).unref();
     });
+    let result: T | undefined;
     try {
-      return await Promise.race([
+      result = await Promise.race([
         ambientTransactions.run(
           {
             dataSource: this.executor.source.dataSource,
@@ -360,9 +363,20 @@ export class Execution {
         ),
         deadline,
       ]);
+    } catch (error) {
+      if (!abandoning) {
+        throw error;
+      }
     } finally {
       clearTimeout(timer);
     }
+    if (!abandoning) {
+      return result as T;
+    }
+    // The handler settled while being abandoned (the statement cancelled
+    // made it fail): the answer is still the 503, once the key is free.
+    await abandoning;
+    throw new IdempotencyUnavailableException(this.options.retryAfter);
   }
 
   /** Whether the attempt was abandoned at its deadline. */

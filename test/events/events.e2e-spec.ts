@@ -4,6 +4,7 @@ import {
 } from '../../src/index.js';
 import { EventsTestModule, Runs } from './events.module.js';
 import { Barrier } from '../utils/barrier.js';
+import { takeOver } from '../utils/claims.js';
 import {
   send,
   PLATFORMS,
@@ -81,6 +82,47 @@ describe.each(PLATFORMS)('events for metrics (%s)', (platform) => {
       body: { reference: 'ev-4' },
     });
     expect(types()).toEqual(['stored-error', 'executed', 'not-replayable']);
+  });
+
+  it('reports a request abandoned at its deadline, and one whose claim was taken over, each answered 503 with nothing committed', async () => {
+    const runs = target.app.get(Runs);
+    runs.barrier = new Barrier();
+    const late = await send(target, '/deadline', {
+      key: 'ev-5',
+      body: { reference: 'ev-5' },
+    });
+    expect(late.status).toBe(503);
+    expect(events).toEqual([
+      expect.objectContaining({
+        type: 'timeout',
+        key: 'ev-5',
+        path: '/deadline',
+        error: expect.any(Error),
+      }),
+    ]);
+
+    events.length = 0;
+    const lost = send(target, '/fingerprint/held', {
+      key: 'ev-6',
+      body: { reference: 'ev-6' },
+    });
+    await runs.barrier.reached(2);
+    await takeOver(target.db.url, 'ev-6');
+    runs.barrier.open();
+    expect((await lost).status).toBe(503);
+    expect(events).toEqual([
+      expect.objectContaining({
+        type: 'lease-lost',
+        key: 'ev-6',
+        path: '/fingerprint/held',
+        error: expect.any(Error),
+      }),
+    ]);
+    expect(
+      await target.db.query(
+        `SELECT reference FROM orders WHERE reference IN ('ev-5', 'ev-6')`,
+      ),
+    ).toEqual([]);
   });
 
   it('reports garbage collections with the rows removed', async () => {

@@ -46,6 +46,15 @@ export class EventsController {
     return { body };
   }
 
+  /** Still executing at its deadline: abandoned, a timeout. */
+  @Post('deadline')
+  @Idempotent({ transactionTimeout: '300ms' })
+  async deadline(@Body() body: Payload) {
+    await this.orders.insert({ reference: String(body.reference) });
+    await this.runs.barrier.wait();
+    return { body };
+  }
+
   /** A client error that is stored and replayed. */
   @Post('errors/declined')
   @Idempotent({ storeErrors: true })

@@ -19,8 +19,8 @@
  *   execution for a new valid key, a byte-for-byte replay for a duplicate,
  *   422 for the same key with another method, route or body, and 409 only
  *   for a duplicate sent while its original is executing (among concurrent
- *   requests for a new key the module may swap 409 and 422: tolerated and
- *   counted, FUZZ_STRICT_RACES=1 fails on it);
+ *   requests for a new key, each loser is judged against the one that
+ *   claimed the key: 409 for the same request, 422 for another, exactly);
  * - a body nested thousands of levels deep (valid JSON under the parsers'
  *   100 KB limit) is executed or refused with a 400, never a 5xx;
  * - the handler runs exactly for the first executions, and the store holds
@@ -73,18 +73,11 @@ const WIDTH = 12;
 /** Time allowed to run and shrink, ms (a run takes about 10 s per 100). */
 const TIME_LIMIT = Math.max(120_000, RUNS * 1_000);
 
-/**
- * A concurrent duplicate answered with the other 4xx than the README's table
- * says (see `judgeWave`): tolerated and counted unless FUZZ_STRICT_RACES=1.
- */
-const STRICT_RACES = process.env.FUZZ_STRICT_RACES === '1';
-
 /** Checks the answers of one wave, and records the keys it executed. */
 function judgeWave(
   exchanges: readonly Exchange[],
   winners: Map<string, Winner>,
   platform: Platform,
-  raceDeviation: (item: Exchange, message: string) => void,
 ): void {
   const byKey = new Map<string, Exchange[]>();
   for (const item of exchanges) {
@@ -140,20 +133,13 @@ function judgeWave(
         : prior
           ? ['replay']
           : ['replay', 'in-progress'];
+      // Among requests racing for a new key, a loser reads the fingerprint
+      // of the claim that won: 409 and 422 are never swapped.
       if (!allowed.includes(item.outcome)) {
-        const message = `expected ${allowed.join(' or ')} for a ${same ? 'duplicate' : 'different request'} of ${winner.id}, got ${item.outcome}`;
-        // Among requests racing for a new key, the module tells 409 from
-        // 422 by an advisory lock per fingerprint that losers hold too, so
-        // the two can be swapped (a clear 4xx either way: nothing runs,
-        // nothing is stored).
-        const swapped =
-          !prior &&
-          !STRICT_RACES &&
-          (item.outcome === 'in-progress' || item.outcome === 'key-reused');
-        if (!swapped) {
-          throw new Violation(`${message}${others()}`, item);
-        }
-        raceDeviation(item, message);
+        throw new Violation(
+          `expected ${allowed.join(' or ')} for a ${same ? 'duplicate' : 'different request'} of ${winner.id}, got ${item.outcome}${others()}`,
+          item,
+        );
       }
       checkSuccess(item, winner);
     }
@@ -219,9 +205,7 @@ describe.each(PLATFORMS)('I8: bad input is a clear 4xx (%s)', (platform) => {
               fresh.set(item.id, item);
             }
           }
-          judgeWave(exchanges, winners, platform, (item, message) =>
-            stats.raceDeviation(item, message),
-          );
+          judgeWave(exchanges, winners, platform);
         }
         stats.scenario(winners.size);
 

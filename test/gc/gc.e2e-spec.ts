@@ -2,6 +2,7 @@ import {
   Logger,
   type DynamicModule,
   type INestApplication,
+  type LoggerService,
 } from '@nestjs/common';
 import { jest } from '@jest/globals';
 import { SchedulerRegistry } from '@nestjs/schedule';
@@ -11,11 +12,12 @@ import {
   IdempotencyCollector,
   IdempotencyModule,
   IDEMPOTENCY_STEPS_TABLE_NAME,
+  type IdempotencyEvent,
   IDEMPOTENCY_TABLE_NAME,
   idempotencyMigrations,
   type IdempotencyModuleOptions,
 } from '../../src/index.js';
-import { until } from '../utils/barrier.js';
+import { until, untilAdvisoryLocks } from '../utils/barrier.js';
 import {
   createTestDatabase,
   holdInTransaction,
@@ -26,6 +28,7 @@ import {
 async function instance(
   db: TestDatabase,
   idempotency: IdempotencyModuleOptions | DynamicModule,
+  logger: LoggerService | false = false,
 ): Promise<INestApplication> {
   const moduleRef = await Test.createTestingModule({
     imports: [
@@ -40,7 +43,7 @@ async function instance(
         : IdempotencyModule.forRoot(idempotency as IdempotencyModuleOptions),
     ],
   }).compile();
-  const app = moduleRef.createNestApplication({ logger: false });
+  const app = moduleRef.createNestApplication({ logger });
   await app.init();
   return app;
 }
@@ -83,8 +86,9 @@ describe('garbage collection', () => {
 
   const start = async (
     idempotency: IdempotencyModuleOptions | DynamicModule,
+    logger?: LoggerService,
   ) => {
-    const app = await instance(db, idempotency);
+    const app = await instance(db, idempotency, logger);
     apps.push(app);
     return app;
   };
@@ -196,6 +200,167 @@ describe('garbage collection', () => {
       `SELECT count(*)::int AS left FROM ${IDEMPOTENCY_STEPS_TABLE_NAME}`,
     );
     expect(left).toBe(10);
+  });
+
+  /** Steps of keys whose requests never completed: 2 expired, 1 live. */
+  const seedSteps = () =>
+    db.query(
+      `INSERT INTO ${IDEMPOTENCY_STEPS_TABLE_NAME} (scope, key, step, result, expires_at) VALUES
+         ('global', 'lost-1', 'charge', '{"id":"ch_1","amount":1250}', now() - interval '1 hour'),
+         ('global', 'lost-1', 'receipt', '"receipt-for-ch_1"', now() - interval '1 hour'),
+         ('tenant-b', 'lost-2', 'charge', '{"id":"ch_2","amount":10}', now() - interval '1 hour'),
+         ('global', 'running', 'charge', '{"id":"ch_3","amount":20}', now() + interval '1 hour')`,
+    );
+  const stepsLeft = async () =>
+    (
+      await db.query<{ key: string; step: string }>(
+        `SELECT key, step FROM ${IDEMPOTENCY_STEPS_TABLE_NAME} ORDER BY key, step`,
+      )
+    ).map((row) => `${row.key}/${row.step}`);
+  const byStep = (a: { step: string }, b: { step: string }) =>
+    a.step < b.step ? -1 : a.step > b.step ? 1 : 0;
+  const abandonedOf = (events: IdempotencyEvent[]) =>
+    events
+      .filter((event) => event.type === 'abandoned')
+      .map((event) => ({ ...event, steps: [...event.steps!].sort(byStep) }))
+      .sort((a, b) => (a.key! < b.key! ? -1 : 1));
+  const ABANDONED = [
+    {
+      type: 'abandoned',
+      scope: 'global',
+      key: 'lost-1',
+      steps: [
+        { step: 'charge', result: { id: 'ch_1', amount: 1250 } },
+        { step: 'receipt', result: 'receipt-for-ch_1' },
+      ],
+    },
+    {
+      type: 'abandoned',
+      scope: 'tenant-b',
+      key: 'lost-2',
+      steps: [{ step: 'charge', result: { id: 'ch_2', amount: 10 } }],
+    },
+  ];
+  /**
+   * Makes the commit of a collection of steps wait for the test (`block`),
+   * or fail (`fail`): a deferred trigger runs at the commit, after the
+   * collector has emitted its events.
+   */
+  const gateStepDeletion = async (mode: 'block' | 'fail') => {
+    await db.query(`CREATE TABLE IF NOT EXISTS gc_gate (mode text NOT NULL)`);
+    await db.query(`DELETE FROM gc_gate`);
+    await db.query(`INSERT INTO gc_gate VALUES ($1)`, [mode]);
+    await db.query(`
+      CREATE OR REPLACE FUNCTION gc_gate() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN
+        IF (SELECT mode FROM gc_gate) = 'fail' THEN
+          RAISE EXCEPTION 'the collector crashed before its deletion committed';
+        END IF;
+        PERFORM pg_advisory_xact_lock(4242);
+        RETURN NULL;
+      END $$`);
+    await db.query(`
+      CREATE CONSTRAINT TRIGGER gc_gate AFTER DELETE ON ${IDEMPOTENCY_STEPS_TABLE_NAME}
+      DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION gc_gate()`);
+  };
+
+  it('reports the steps and results of each key whose request never completed as an abandoned event, logged as a warning, before their deletion commits', async () => {
+    const events: IdempotencyEvent[] = [];
+    const warnings: string[] = [];
+    const app = await start(
+      { gc: false, onEvent: (event) => events.push(event) },
+      {
+        log: () => undefined,
+        error: () => undefined,
+        warn: (message: unknown) => warnings.push(String(message)),
+      },
+    );
+    await seedSteps();
+    await gateStepDeletion('block');
+    await db.query(`SELECT pg_advisory_lock(4242)`);
+    const collection = app.get(IdempotencyCollector).collect();
+    await until(
+      async () => abandonedOf(events).length === 2,
+      'the abandoned events',
+    );
+    expect(abandonedOf(events)).toEqual(ABANDONED);
+    // Reported while the deletion has not committed: the steps are there.
+    await untilAdvisoryLocks(db, 'waiting', 1);
+    expect(await stepsLeft()).toEqual([
+      'lost-1/charge',
+      'lost-1/receipt',
+      'lost-2/charge',
+      'running/charge',
+    ]);
+    await db.query(`SELECT pg_advisory_unlock(4242)`);
+    expect(await collection).toBe(3);
+    expect(await stepsLeft()).toEqual(['running/charge']);
+
+    for (const event of events.filter((e) => e.type === 'abandoned')) {
+      expect(warnings).toContain(
+        `event=abandoned scope=${JSON.stringify(event.scope)} key=${JSON.stringify(event.key)} steps=${JSON.stringify(event.steps)}`,
+      );
+    }
+    expect(
+      warnings.filter((w) => w.startsWith('event=abandoned')),
+    ).toHaveLength(2);
+  });
+
+  it('reports abandoned steps again when their deletion did not commit', async () => {
+    const events: IdempotencyEvent[] = [];
+    const app = await start({
+      gc: false,
+      onEvent: (event) => events.push(event),
+    });
+    await seedSteps();
+    await gateStepDeletion('fail');
+    await expect(app.get(IdempotencyCollector).collect()).rejects.toThrow(
+      'the collector crashed before its deletion committed',
+    );
+    expect(abandonedOf(events)).toEqual(ABANDONED);
+    expect(await stepsLeft()).toHaveLength(4);
+
+    events.length = 0;
+    await db.query(`UPDATE gc_gate SET mode = 'pass'`);
+    expect(await app.get(IdempotencyCollector).collect()).toBe(3);
+    expect(abandonedOf(events)).toEqual(ABANDONED);
+    expect(await stepsLeft()).toEqual(['running/charge']);
+    // Reported once deleted: never again.
+    events.length = 0;
+    expect(await app.get(IdempotencyCollector).collect()).toBe(0);
+    expect(abandonedOf(events)).toEqual([]);
+  });
+
+  it('deletes expired claims in progress (left by a crashed instance), and keeps live ones', async () => {
+    const app = await start({ gc: false });
+    const claim = (key: string) =>
+      db.query(
+        `SELECT FROM idempotency_acquire('global', $1, 'f', 'POST', '/x',
+           gen_random_uuid(), NULL, 60000, 60000, false)`,
+        [key],
+      );
+    await claim('crashed');
+    await claim('running');
+    await claim('long-running');
+    await db.query(
+      `UPDATE ${IDEMPOTENCY_TABLE_NAME}
+       SET lease_expires_at = now() - interval '1 hour', expires_at = now() - interval '1 hour'
+       WHERE key = 'crashed'`,
+    );
+    // Running for longer than its ttl: its lease, renewed, keeps it.
+    await db.query(
+      `UPDATE ${IDEMPOTENCY_TABLE_NAME} SET expires_at = now() - interval '1 hour'
+       WHERE key = 'long-running'`,
+    );
+    expect(await app.get(IdempotencyCollector).collect()).toBe(1);
+    expect(
+      await db.query(
+        `SELECT key, status FROM ${IDEMPOTENCY_TABLE_NAME} ORDER BY key`,
+      ),
+    ).toEqual([
+      { key: 'long-running', status: 'in_progress' },
+      { key: 'running', status: 'in_progress' },
+    ]);
   });
 
   it('takes its schedule from forRootAsync options too', async () => {

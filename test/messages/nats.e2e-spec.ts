@@ -5,7 +5,8 @@ import {
 } from '@nestjs/microservices';
 import { lastValueFrom } from 'rxjs';
 import type { IdempotencyEvent } from '../../src/index.js';
-import { Barrier, until, untilAdvisoryLocks } from '../utils/barrier.js';
+import { Barrier, until } from '../utils/barrier.js';
+import { watchClaims, type ClaimWatch } from '../utils/claims.js';
 import { startTestApp, type TestApp } from '../utils/test-app.js';
 import { describeWithBroker } from '../utils/broker.js';
 import { Handlers, NatsTestModule, SUBJECTS } from './nats.module.js';
@@ -19,6 +20,7 @@ describeNats('@Idempotent() on NATS handlers', () => {
   let target: TestApp;
   let client: ClientProxy;
   let handlers: Handlers;
+  let claims: ClaimWatch;
   const events: IdempotencyEvent[] = [];
 
   beforeAll(async () => {
@@ -34,6 +36,7 @@ describeNats('@Idempotent() on NATS handlers', () => {
     );
     await target.app.startAllMicroservices();
     handlers = target.app.get(Handlers);
+    claims = watchClaims(target.app);
     client = ClientProxyFactory.create({
       transport: Transport.NATS,
       options: { servers },
@@ -72,9 +75,9 @@ describeNats('@Idempotent() on NATS handlers', () => {
       request(SUBJECTS.wait, message),
     );
     await handlers.barrier.reached(1);
-    // The pool has 10 connections and the module keeps one free for step
-    // commits: 8 duplicates wait on the key's lock, the 9th for a connection.
-    await untilAdvisoryLocks(target.db, 'waiting', 8);
+    // Every duplicate found the key held, and waits for it holding no
+    // connection (the pool has 10, and the first holds one).
+    await claims.reached('nats-1', 'in_progress', 9);
     handlers.barrier.open();
     const answers = await Promise.all(replies);
     expect(answers.map((a) => a.reply)).toEqual(

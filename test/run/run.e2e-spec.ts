@@ -5,10 +5,11 @@ import {
   IdempotencyKeyInvalidException,
   IdempotencyKeyReusedException,
   IdempotencyService,
+  IdempotencyUnavailableException,
   IDEMPOTENCY_TABLE_NAME,
 } from '../../src/index.js';
 import { Order } from '../fixtures/order.entity.js';
-import { Barrier, untilAdvisoryLocks } from '../utils/barrier.js';
+import { Barrier, untilWaiting } from '../utils/barrier.js';
 import { startTestApp, type TestApp } from '../utils/test-app.js';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { Module } from '@nestjs/common';
@@ -77,6 +78,12 @@ describe('IdempotencyService.run()', () => {
       });
     await expect(job()).rejects.toThrow('downstream failed');
     expect(await rows('job-2')).toBe(0);
+    // Its claim was released: the retry runs at once.
+    expect(
+      await target.db.query(
+        `SELECT 1 FROM ${IDEMPOTENCY_TABLE_NAME} WHERE key = 'job-2'`,
+      ),
+    ).toEqual([]);
     expect(await job()).toBe('done');
     expect(runs).toBe(2);
     expect(await rows('job-2')).toBe(1);
@@ -100,12 +107,53 @@ describe('IdempotencyService.run()', () => {
       { key: 'job-3', concurrency: 'wait' },
       work,
     );
-    await untilAdvisoryLocks(target.db, 'waiting', 1);
+    // The waiting run marked the claim: the first wakes it on completion.
+    await untilWaiting(target.db, 'job-3');
     barrier.open();
     expect(await first).toEqual({ run: 1 });
     expect(await waiting).toEqual({ run: 1 });
     expect(runs).toBe(1);
     expect(await rows('job-3')).toBe(1);
+  });
+
+  it('abandons work still running at its transactionTimeout: 503, the key is free at once, and its later writes never commit', async () => {
+    const held = new Barrier();
+    const resumed = new Barrier();
+    let lateError: unknown;
+    const slow = idempotency.run(
+      { key: 'job-7', transactionTimeout: '300ms' },
+      async (manager) => {
+        await manager.insert(Order, { reference: 'job-7', source: 'first' });
+        await held.wait();
+        try {
+          await orders.insert({ reference: 'job-7', source: 'late' });
+        } catch (error) {
+          lateError = error;
+        }
+        await resumed.wait();
+        return 'first';
+      },
+    );
+    await expect(slow).rejects.toBeInstanceOf(IdempotencyUnavailableException);
+    const retry = await idempotency.run({ key: 'job-7' }, async () => {
+      await orders.insert({ reference: 'job-7', source: 'retry' });
+      return 'retry';
+    });
+    expect(retry).toBe('retry');
+
+    // The abandoned work goes on, and its next statement fails.
+    held.open();
+    await resumed.reached(1);
+    resumed.open();
+    expect(lateError).toBeInstanceOf(Error);
+    expect(
+      await target.db.query(
+        `SELECT source FROM orders WHERE reference = 'job-7'`,
+      ),
+    ).toEqual([{ source: 'retry' }]);
+    expect(await idempotency.run({ key: 'job-7' }, () => 'again')).toBe(
+      'retry',
+    );
   });
 
   it('refuses the key of another request, and a malformed key', async () => {

@@ -159,7 +159,19 @@ describeRabbit(
       await kill(first);
       await holder.release();
       expect(await payments(merchant)).toBe(0);
-      expect(await recordStatus(key)).toEqual([]);
+      // The dead consumer's claim stays: the next consumer takes it over at
+      // once, its instance's presence lock having gone with its session.
+      expect(await recordStatus(key)).toEqual(['in_progress']);
+      await until(
+        async () =>
+          (
+            await db.query(
+              `SELECT 1 FROM pg_stat_activity
+               WHERE datname = current_database() AND application_name = 'idempotency-presence'`,
+            )
+          ).length === 0,
+        'the presence session of the killed consumer to end',
+      );
 
       await drainWithOneConsumer();
       expect(await payments(merchant)).toBe(1);

@@ -61,4 +61,25 @@ describe.each(PLATFORMS)('scopes (%s)', (platform) => {
     expect(other.status).toBe(201);
     expect(await other.json()).toEqual({ tenant: 'tenant-d', amount: 2 });
   });
+
+  it('never makes the same key of another scope wait or conflict while it executes', async () => {
+    const runs = target.app.get(TenantRuns);
+    runs.held.add('tenant-e');
+    const postHeld = (tenant: string) =>
+      send(target, '/scoped/held', {
+        key: 'key-3',
+        headers: { 'X-Tenant': tenant },
+        body: { tenant, amount: 3 },
+      });
+    const first = postHeld('tenant-e');
+    await runs.barrier.reached(1);
+    // Held in tenant-e: a duplicate there conflicts, tenant-f runs at once.
+    expect((await postHeld('tenant-e')).status).toBe(409);
+    const other = await postHeld('tenant-f');
+    expect(other.status).toBe(201);
+    expect(await other.json()).toEqual({ tenant: 'tenant-f', amount: 3 });
+    runs.barrier.open();
+    expect((await first).status).toBe(201);
+    expect(tenantRuns).toMatchObject({ 'tenant-e': 1, 'tenant-f': 1 });
+  });
 });

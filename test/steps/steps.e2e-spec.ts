@@ -1,4 +1,11 @@
-import { IDEMPOTENCY_STEPS_TABLE_NAME } from '../../src/index.js';
+import { Logger } from '@nestjs/common';
+import { jest } from '@jest/globals';
+import {
+  IDEMPOTENCY_STEPS_TABLE_NAME,
+  IDEMPOTENCY_TABLE_NAME,
+  type IdempotencyEvent,
+} from '../../src/index.js';
+import { takeOver } from '../utils/claims.js';
 import {
   send,
   PLATFORMS,
@@ -12,12 +19,14 @@ describe.each(PLATFORMS)('recovery points (%s)', (platform) => {
   let gateway: FakeGateway;
   let target: TestApp;
   let faults: Faults;
+  const events: IdempotencyEvent[] = [];
 
   beforeAll(async () => {
     gateway = await new FakeGateway().start();
     target = await startTestApp({
       platform,
       imports: [stepsModule(gateway.url)],
+      idempotency: { onEvent: (event) => events.push(event) },
     });
     faults = target.app.get(Faults);
   });
@@ -85,6 +94,67 @@ describe.each(PLATFORMS)('recovery points (%s)', (platform) => {
     expect(gateway.calls.get('pay-3:charge')).toBe(1);
     expect((await orders('order-3'))[0].source).not.toBe(
       (await orders('order-2'))[0].source,
+    );
+  });
+
+  it("warns once per route of a step run while the handler's transaction is open, and still runs it once", async () => {
+    const warn = jest.spyOn(Logger.prototype, 'warn');
+    try {
+      for (const key of ['late-1', 'late-2']) {
+        const response = await send(target, '/checkout/late', {
+          key,
+          body: { amount: 5, reference: key },
+        });
+        expect(response.status).toBe(201);
+        expect(gateway.calls.get(`${key}:charge`)).toBe(1);
+      }
+      // A step before the first statement holds no connection: no warning.
+      await send(target, '/checkout', {
+        key: 'early-1',
+        body: { amount: 5, reference: 'early-1' },
+      });
+      const warnings = warn.mock.calls
+        .map(([message]) => String(message))
+        .filter((message) => message.includes(' runs while '));
+      expect(warnings).toEqual([
+        `POST /checkout/late step "charge" runs while the handler's transaction is open: its connection is held during the step. Run steps before the handler's first database statement.`,
+      ]);
+    } finally {
+      warn.mockRestore();
+    }
+    expect(await orders('late-1')).toEqual([{ source: 'late' }]);
+    expect(await steps('late-1')).toEqual([]);
+  });
+
+  it('answers 503 to a request whose claim was taken over while its step ran, and commits neither the step nor its writes', async () => {
+    const request = send(target, '/checkout/held', {
+      key: 'held-1',
+      body: { amount: 30, reference: 'held-1' },
+    });
+    await faults.charged.reached(1);
+    const taker = await takeOver(target.db.url, 'held-1');
+    faults.charged.open();
+    const response = await request;
+    expect(response.status).toBe(503);
+    expect(response.headers.get('content-type')).toMatch(
+      /^application\/problem\+json/,
+    );
+    expect(response.headers.get('retry-after')).toBe('1');
+    expect(((await response.json()) as { type: string }).type).toBe(
+      'urn:idempotency:unavailable',
+    );
+    // The gateway was called; the step's result was not saved under the
+    // new owner's claim, which the failed attempt did not release either.
+    expect(gateway.calls.get('held-1:charge')).toBe(1);
+    expect(await steps('held-1')).toEqual([]);
+    expect(await orders('held-1')).toEqual([]);
+    expect(
+      await target.db.query(
+        `SELECT status, owner FROM ${IDEMPOTENCY_TABLE_NAME} WHERE key = 'held-1'`,
+      ),
+    ).toEqual([{ status: 'in_progress', owner: taker }]);
+    expect(events.filter((e) => e.key === 'held-1').map((e) => e.type)).toEqual(
+      ['lease-lost'],
     );
   });
 });

@@ -12,6 +12,7 @@ import type { Repository } from 'typeorm';
 import { IdempotencyContext, Idempotent } from '../../src/index.js';
 import { Order } from '../fixtures/order.entity.js';
 import { requestCharge } from '../utils/fake-gateway.js';
+import { Barrier } from '../utils/barrier.js';
 
 export const GATEWAY_URL = Symbol('GATEWAY_URL');
 
@@ -20,6 +21,8 @@ export const GATEWAY_URL = Symbol('GATEWAY_URL');
 export class Faults {
   failAfterCharge = false;
   runs = 0;
+  /** Where the charge of `/checkout/held` waits, after calling the gateway. */
+  readonly charged = new Barrier();
 }
 
 @Controller('checkout')
@@ -56,6 +59,42 @@ export class CheckoutController {
       this.orders.create({ reference: body.reference, source: charge.id }),
     );
     return { orderId: order.id, charge, receipt };
+  }
+
+  /** Writes first, then charges: the step runs in an open transaction. */
+  @Post('late')
+  @Idempotent()
+  async late(@Body() body: { amount: number; reference: string }) {
+    const order = await this.orders.save(
+      this.orders.create({ reference: body.reference, source: 'late' }),
+    );
+    const charge = await this.idempotency.step('charge', () =>
+      requestCharge(
+        this.gatewayUrl,
+        body.amount,
+        this.idempotency.deriveKey('charge'),
+      ),
+    );
+    return { orderId: order.id, charge };
+  }
+
+  /** Charges, and waits for the test before the step's result is saved. */
+  @Post('held')
+  @Idempotent()
+  async held(@Body() body: { amount: number; reference: string }) {
+    const charge = await this.idempotency.step('charge', async () => {
+      const result = await requestCharge(
+        this.gatewayUrl,
+        body.amount,
+        this.idempotency.deriveKey('charge'),
+      );
+      await this.faults.charged.wait();
+      return result;
+    });
+    const order = await this.orders.save(
+      this.orders.create({ reference: body.reference, source: charge.id }),
+    );
+    return { orderId: order.id, charge };
   }
 }
 

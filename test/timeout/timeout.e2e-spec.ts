@@ -2,7 +2,7 @@ import {
   IDEMPOTENCY_TABLE_NAME,
   type IdempotencyEvent,
 } from '../../src/index.js';
-import { untilAdvisoryLocks } from '../utils/barrier.js';
+import { until } from '../utils/barrier.js';
 import {
   PLATFORMS,
   send,
@@ -24,15 +24,41 @@ describe.each(PLATFORMS)('a hung handler (%s)', (platform) => {
   });
   afterAll(() => target.close());
 
-  it('is aborted by PostgreSQL after the transaction timeout: the key is free and nothing partial remains', async () => {
+  const record = (key: string) =>
+    target.db.query<{ status: string }>(
+      `SELECT status FROM ${IDEMPOTENCY_TABLE_NAME} WHERE key = $1`,
+      [key],
+    );
+  const problem = async (response: Response) => ({
+    status: response.status,
+    contentType: response.headers.get('content-type'),
+    retryAfter: response.headers.get('retry-after'),
+    type: ((await response.json()) as { type: string }).type,
+  });
+  const UNAVAILABLE = {
+    status: 503,
+    contentType: expect.stringMatching(/^application\/problem\+json/),
+    retryAfter: '1',
+    type: 'urn:idempotency:unavailable',
+  };
+
+  it('is abandoned by the module at its transactionTimeout: 503, the key is claimable again at once, and its late writes never commit', async () => {
     const hang = target.app.get(Hang);
     const hung = send(target, '/slow', {
       key: 'hung-1',
       body: { reference: 'slow' },
     });
     await hang.barrier.reached(1);
-    // The server ends the hung transaction by itself, which frees the key's lock.
-    await untilAdvisoryLocks(target.db, 'held', 0);
+    // Answered at the deadline, while the handler is still held.
+    expect(await problem(await hung)).toEqual(UNAVAILABLE);
+    expect(events.filter((event) => event.type === 'timeout')).toEqual([
+      expect.objectContaining({ key: 'hung-1', method: 'POST', path: '/slow' }),
+    ]);
+    // Its claim was released before the answer, and its write rolled back.
+    expect(await record('hung-1')).toEqual([]);
+    expect(
+      await target.db.query(`SELECT 1 FROM orders WHERE reference = 'slow'`),
+    ).toEqual([]);
 
     const retry = await send(target, '/slow', {
       key: 'hung-1',
@@ -41,25 +67,20 @@ describe.each(PLATFORMS)('a hung handler (%s)', (platform) => {
     expect(retry.status).toBe(201);
     expect(await retry.json()).toEqual({ run: 2 });
 
+    // The abandoned handler goes on: its next write fails.
     hang.barrier.open();
-    const late = await hung;
-    expect(late.status).toBe(503);
-    expect(events.filter((event) => event.type === 'timeout')).toEqual([
-      expect.objectContaining({ key: 'hung-1', method: 'POST', path: '/slow' }),
-    ]);
-    expect(late.headers.get('content-type')).toBe('application/problem+json');
-    expect(((await late.json()) as { type: string }).type).toBe(
-      'urn:idempotency:unavailable',
-    );
+    await hang.lateWrite.reached(1);
+    hang.lateWrite.open();
+    expect(hang.lateError).toBeInstanceOf(Error);
 
     const rows = await target.db.query<{ source: string }>(
       `SELECT source FROM orders WHERE reference = 'slow'`,
     );
     expect(rows).toEqual([{ source: 'run-2' }]);
-    const [record] = await target.db.query<{ response_body: Buffer }>(
+    const [stored] = await target.db.query<{ response_body: Buffer }>(
       `SELECT response_body FROM ${IDEMPOTENCY_TABLE_NAME} WHERE key = 'hung-1'`,
     );
-    expect(JSON.parse(record.response_body.toString())).toEqual({ run: 2 });
+    expect(JSON.parse(stored.response_body.toString())).toEqual({ run: 2 });
 
     const replay = await send(target, '/slow', {
       key: 'hung-1',
@@ -67,6 +88,49 @@ describe.each(PLATFORMS)('a hung handler (%s)', (platform) => {
     });
     expect(replay.headers.get('idempotent-replayed')).toBe('true');
     expect(await replay.json()).toEqual({ run: 2 });
+  });
+
+  it('cancels the statement the handler runs at its deadline: 503, the statement is gone from the server, nothing stays, and the retry runs', async () => {
+    const hang = target.app.get(Hang);
+    const sleeping = await send(target, '/slow/sleep', {
+      key: 'sleep-1',
+      body: { reference: 'sleep' },
+    });
+    expect(await problem(sleeping)).toEqual(UNAVAILABLE);
+    // Cancelled, not left running until its end (30 s).
+    await hang.sleepEnded.reached(1);
+    hang.sleepEnded.open();
+    expect(hang.sleepError).toMatchObject({ driverError: { code: '57014' } });
+    expect(
+      await target.db.query(
+        `SELECT pid FROM pg_stat_activity
+         WHERE datname = current_database() AND query LIKE '%pg_sleep(30)%'
+           AND state = 'active' AND pid <> pg_backend_pid()`,
+      ),
+    ).toEqual([]);
+    expect(
+      await target.db.query(
+        `SELECT 1 FROM orders WHERE reference = 'sleep'
+         UNION ALL SELECT 1 FROM ${IDEMPOTENCY_TABLE_NAME} WHERE key = 'sleep-1'`,
+      ),
+    ).toEqual([]);
+    expect(
+      events.filter(
+        (event) => event.type === 'timeout' && event.key === 'sleep-1',
+      ),
+    ).toHaveLength(1);
+
+    const retry = await send(target, '/slow/sleep', {
+      key: 'sleep-1',
+      body: { reference: 'sleep' },
+    });
+    expect(retry.status).toBe(201);
+    expect(await retry.json()).toEqual({ run: 2 });
+    expect(
+      await target.db.query(
+        `SELECT source FROM orders WHERE reference = 'sleep'`,
+      ),
+    ).toEqual([{ source: 'run-2' }]);
   });
 
   it('rolls back when the client leaves before the response: nothing stays, the retry runs', async () => {
@@ -82,7 +146,11 @@ describe.each(PLATFORMS)('a hung handler (%s)', (platform) => {
     await expect(request).rejects.toThrow();
     await hang.clientGone.reached(1);
     hang.left.open();
-    await untilAdvisoryLocks(target.db, 'held', 0);
+    // Rolled back, then released: once the claim is gone, both are done.
+    await until(
+      async () => (await record('gone-1')).length === 0,
+      'the claim to be released',
+    );
     expect(
       await target.db.query(`SELECT 1 FROM orders WHERE reference = 'gone'`),
     ).toHaveLength(0);
@@ -100,7 +168,7 @@ describe.each(PLATFORMS)('a hung handler (%s)', (platform) => {
     expect(await retry.json()).toEqual({ run: 2 });
   });
 
-  it('answers 503 when the server cancels a statement of the handler: nothing stays, not even with a policy that stores every error, and the retry runs', async () => {
+  it('answers 503 when the server cancels a statement of the handler (its own statement_timeout): nothing stays, not even with a policy that stores every error, and the retry runs', async () => {
     const cancelled = await send(target, '/slow/cancelled', {
       key: 'cancelled-1',
       body: { reference: 'cancelled' },

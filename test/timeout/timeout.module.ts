@@ -18,6 +18,13 @@ import { Barrier } from '../utils/barrier.js';
 export class Hang {
   readonly barrier = new Barrier();
   runs = 0;
+  /** Reached by the first run once its write after the deadline failed. */
+  readonly lateWrite = new Barrier();
+  lateError: unknown;
+  /** For the statement running at the deadline. */
+  readonly sleepEnded = new Barrier();
+  sleepError: unknown;
+  sleepRuns = 0;
   /** For the client that leaves: held until the test opens it. */
   readonly left = new Barrier();
   readonly clientGone = new Barrier();
@@ -39,6 +46,31 @@ export class SlowController {
     const run = await this.order(body, ++this.hang.runs);
     if (run === 1) {
       await this.hang.barrier.wait();
+      // Long after the deadline: the transaction was rolled back, and this
+      // write must fail rather than commit on its own.
+      try {
+        await this.orders.insert({ reference: body.reference, source: 'late' });
+      } catch (error) {
+        this.hang.lateError = error;
+      }
+      void this.hang.lateWrite.wait();
+    }
+    return { run };
+  }
+
+  @Post('sleep')
+  @Idempotent({ transactionTimeout: '500ms' })
+  async sleep(@Body() body: { reference: string }) {
+    const run = await this.order(body, ++this.hang.sleepRuns);
+    if (run === 1) {
+      // Still running at the deadline: the module cancels it.
+      try {
+        await this.orders.query('SELECT pg_sleep(30)');
+      } catch (error) {
+        this.hang.sleepError = error;
+        void this.hang.sleepEnded.wait();
+        throw error;
+      }
     }
     return { run };
   }
@@ -65,7 +97,8 @@ export class SlowController {
   async cancelled(@Body() body: { reference: string }) {
     const run = await this.order(body, ++this.hang.cancelledRuns);
     if (run === 1) {
-      // The server cancels the statement on its statement_timeout (57014).
+      // The server cancels the statement on the handler's own
+      // statement_timeout (57014).
       await this.orders.query(`SET LOCAL statement_timeout = '50ms'`);
       await this.orders.query('SELECT pg_sleep(5)');
     }

@@ -5,6 +5,7 @@ import {
   startTestApp,
   type TestApp,
 } from '../utils/test-app.js';
+import { Barrier } from '../utils/barrier.js';
 import { OrdersService, TransactionTestModule } from './transaction.module.js';
 
 describe.each(PLATFORMS)('the shared transaction (%s)', (platform) => {
@@ -50,6 +51,33 @@ describe.each(PLATFORMS)('the shared transaction (%s)', (platform) => {
     ]);
   });
 
+  it("claims the key in a statement of its own, and holds no transaction until the handler's first statement", async () => {
+    service.barrier = new Barrier();
+    const response = send(target, '/held', {
+      key: 'held-1',
+      body: { reference: 'r7' },
+    });
+    await service.barrier.reached(1);
+    // The claim is committed, and seen from another connection...
+    expect(await records('held-1')).toEqual([
+      { status: 'in_progress', response_status: null },
+    ]);
+    // ...while no session of the application has a transaction open.
+    expect(
+      await target.db.query(
+        `SELECT pid FROM pg_stat_activity
+         WHERE datname = current_database() AND pid <> pg_backend_pid()
+           AND (xact_start IS NOT NULL OR backend_xid IS NOT NULL)`,
+      ),
+    ).toEqual([]);
+    service.barrier.open();
+    expect((await response).status).toBe(201);
+    expect(await orders('r7')).toHaveLength(1);
+    expect(await records('held-1')).toEqual([
+      { status: 'completed', response_status: 201 },
+    ]);
+  });
+
   it('rolls back the domain row when the handler throws, and runs again on retry', async () => {
     const failed = await send(target, '/orders', {
       key: 'fail-1',
@@ -73,7 +101,7 @@ describe.each(PLATFORMS)('the shared transaction (%s)', (platform) => {
     expect(await orders('r2')).toHaveLength(0);
   });
 
-  it('routes every data access style of the application through one transaction', async () => {
+  it('routes every data access style of the application through one transaction, the one that completes the record', async () => {
     const response = await send(target, '/every-style', {
       key: 'styles-1',
       body: { reference: 'r3' },
@@ -82,6 +110,11 @@ describe.each(PLATFORMS)('the shared transaction (%s)', (platform) => {
     const txids = (await response.json()) as Record<string, string>;
     expect(Object.keys(txids)).toHaveLength(7);
     expect(new Set(Object.values(txids)).size).toBe(1);
+    // The record was completed by that same transaction.
+    const [{ xid }] = await target.db.query<{ xid: string }>(
+      `SELECT xmin::text AS xid FROM ${IDEMPOTENCY_TABLE_NAME} WHERE key = 'styles-1'`,
+    );
+    expect(BigInt(xid)).toBe(BigInt(txids.rawQuery) % 2n ** 32n);
     expect((await orders('r3')).map((o) => o.source)).toEqual(
       Object.keys(txids),
     );

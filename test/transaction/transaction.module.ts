@@ -15,6 +15,7 @@ import {
 import { DataSource, EntityManager, Repository } from 'typeorm';
 import { IdempotencyContext, Idempotent } from '../../src/index.js';
 import { Order } from '../fixtures/order.entity.js';
+import { Barrier } from '../utils/barrier.js';
 
 interface OrderRequest {
   reference: string;
@@ -25,6 +26,8 @@ interface OrderRequest {
 @Injectable()
 export class OrdersService {
   runs = 0;
+  /** Where `/held` waits, before its first statement. */
+  barrier = new Barrier();
 
   constructor(
     @InjectRepository(Order) private readonly orders: Repository<Order>,
@@ -126,6 +129,14 @@ export class OrdersController {
   @Idempotent()
   everyStyle(@Body() body: OrderRequest) {
     return this.orders.everyStyle(body);
+  }
+
+  /** Waits for the test before its first statement. */
+  @Post('held')
+  @Idempotent()
+  async held(@Body() body: OrderRequest) {
+    await this.orders.barrier.wait();
+    return this.orders.create(body);
   }
 
   /** Not decorated: the application's repositories behave as before. */

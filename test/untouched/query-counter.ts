@@ -1,15 +1,37 @@
-import type { Logger } from 'typeorm';
+import type { Pool, PoolClient } from 'pg';
 
-/** A TypeORM logger that records every statement the DataSource sends. */
-export class QueryCounter implements Logger {
+const COUNTED = Symbol('counted');
+
+/**
+ * Records every statement sent on the connections of a pool, at the driver:
+ * those of TypeORM and the module's own (which go through the driver
+ * directly) alike.
+ */
+export class QueryCounter {
   statements: string[] = [];
 
-  logQuery(query: string): void {
-    this.statements.push(query.replace(/\s+/g, ' ').trim());
+  /** Counts the statements of every connection the pool hands out. */
+  attach(pool: Pool): void {
+    pool.on('acquire', (client) => this.watch(client));
   }
-  logQueryError(): void {}
-  logQuerySlow(): void {}
-  logSchemaBuild(): void {}
-  logMigration(): void {}
-  log(): void {}
+
+  private watch(client: PoolClient): void {
+    const counted = client as PoolClient & { [COUNTED]?: true };
+    if (counted[COUNTED]) {
+      return;
+    }
+    counted[COUNTED] = true;
+    const query = client.query.bind(client) as (...args: unknown[]) => unknown;
+    (client as unknown as { query: (...args: unknown[]) => unknown }).query = (
+      ...args: unknown[]
+    ) => {
+      const [config] = args;
+      const text =
+        typeof config === 'string'
+          ? config
+          : String((config as { text?: unknown } | undefined)?.text);
+      this.statements.push(text.replace(/\s+/g, ' ').trim());
+      return query(...args);
+    };
+  }
 }

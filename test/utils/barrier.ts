@@ -81,6 +81,21 @@ export function untilAdvisoryLocks(
 }
 
 /**
+ * Waits until exactly `count` sessions of the database wait for a lock that
+ * another transaction holds (a row, a table, a transaction id): a statement
+ * is then known to be blocked at that point.
+ */
+export function untilBlocked(db: LockReader, count: number): Promise<void> {
+  return until(async () => {
+    const [{ blocked }] = await db.query<{ blocked: number }>(
+      `SELECT count(*)::int AS blocked FROM pg_stat_activity
+       WHERE datname = current_database() AND wait_event_type = 'Lock'`,
+    );
+    return blocked === count;
+  }, `${count} session(s) waiting for a lock`);
+}
+
+/**
  * Waits until a duplicate in wait mode has marked the claim of `key` as
  * waited for (its owner then wakes the waiters when it completes).
  */

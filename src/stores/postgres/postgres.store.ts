@@ -299,6 +299,9 @@ export class PostgresIdempotencyStore
       `WITH expired AS (
          SELECT scope, key FROM ${TABLE}
          WHERE expires_at < now()
+           -- A claim is kept while its lease runs, past its ttl too.
+           AND (status <> 'in_progress' OR lease_expires_at IS NULL
+             OR lease_expires_at < now())
          ORDER BY expires_at
          LIMIT $1
          FOR UPDATE SKIP LOCKED
