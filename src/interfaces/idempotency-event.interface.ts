@@ -6,7 +6,8 @@
  * - `mismatch`: the key was reused for a different request (422);
  * - `not-replayable`: a duplicate of a request whose response was not stored (422);
  * - `stored-error`: an error response was stored by the error policy;
- * - `timeout`: PostgreSQL ended the request's transaction (`transactionTimeout`);
+ * - `timeout`: the handler ran past its deadline (`transactionTimeout`) and was
+ *   abandoned (503), or the server cancelled one of its statements;
  * - `failed`: the transaction could not begin or commit (503), or a message
  *   handler threw (its message is then requeued or rejected);
  * - `lease-lost`: the request's claim was taken over while it ran (its lease
