@@ -442,13 +442,14 @@ async function main(): Promise<void> {
     app = await startSample(
       {
         DATABASE_URL: appUrl.href,
-        SAMPLE_BENCH_ROUTES: '1',
-        // Production logging: no debug line per request.
-        SAMPLE_LOG_LEVELS: 'log,warn,error,fatal',
         // The in-process gateway stand-in: no gateway in the figures.
         GATEWAY_URL: '',
       },
-      { entry: pathToFileURL(`${ROOT}dist-sample/main.js`).href },
+      {
+        entry: pathToFileURL(`${ROOT}dist-bench/test/bench/bench-app/main.js`)
+          .href,
+        ready: /Bench app listening on (http:\/\/\S+)/,
+      },
     );
     const cpu: CpuSources = {
       app: app.process.pid,
