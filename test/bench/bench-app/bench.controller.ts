@@ -11,6 +11,7 @@ import {
   type Charge,
 } from '../../../sample-app/payments/payment-gateway.js';
 import { PaymentsService } from '../../../sample-app/payments/payments.service.js';
+import { InFlight } from './in-flight.js';
 import { PoolGauge, type PoolReading } from './pool-gauge.js';
 
 /** How long the gateway of the gateway routes takes to answer (ms). */
@@ -36,6 +37,7 @@ export class BenchController {
     private readonly gateway: PaymentGateway,
     private readonly idempotency: IdempotencyContext,
     private readonly pool: PoolGauge,
+    private readonly inFlight: InFlight,
     @InjectDataSource() private readonly dataSource: DataSource,
   ) {}
 
@@ -114,11 +116,14 @@ export class BenchController {
     return { released };
   }
 
-  /** The most pooled connections held at once since the last call. */
+  /**
+   * The most pooled connections held at once since the last call, and the
+   * requests still being handled (this one excluded).
+   */
   @Post('pool')
   @HttpCode(200)
-  readPool(): PoolReading {
-    return this.pool.read();
+  readPool(): PoolReading & { inFlight: number } {
+    return { ...this.pool.read(), inFlight: this.inFlight.others };
   }
 
   /** The gateway stand-in, answering after `waitMs`. */

@@ -1,7 +1,9 @@
 import { Module } from '@nestjs/common';
+import { APP_INTERCEPTOR } from '@nestjs/core';
 import { AppModule } from '../../../sample-app/app.module.js';
 import { PaymentsModule } from '../../../sample-app/payments/payments.module.js';
 import { BenchController } from './bench.controller.js';
+import { InFlight } from './in-flight.js';
 import { PoolGauge } from './pool-gauge.js';
 
 /**
@@ -12,6 +14,10 @@ import { PoolGauge } from './pool-gauge.js';
 @Module({
   imports: [AppModule, PaymentsModule],
   controllers: [BenchController],
-  providers: [PoolGauge],
+  providers: [
+    PoolGauge,
+    InFlight,
+    { provide: APP_INTERCEPTOR, useExisting: InFlight },
+  ],
 })
 export class BenchAppModule {}
