@@ -64,6 +64,10 @@
  *        transactions that wrote) less the synchronous ones;
  *      - read-only: the remaining commits, which wrote nothing and so have
  *        nothing to flush (an autocommit SELECT, for one);
+ *      the split is checked first, before the app starts, on transactions of
+ *      known kinds on the app's database (synchronous INSERTs, INSERTs with
+ *      set_config('synchronous_commit', 'off', true) in the statement,
+ *      SELECTs), and the check printed with the tables;
  *    - rollbacks: pg_stat_database.xact_rollback;
  *    - refusal: a request held in progress on one key (POST /bench/held, until
  *      POST /bench/release) while BENCH_COUNT_REQUESTS more with that key
@@ -72,6 +76,10 @@
  *      writes).
  *    The WAL figures are the whole server's: exact on the embedded server,
  *    inflated by other databases' work on a shared one (DATABASE_URL).
+ *
+ * Before each run and each count, the bench waits until the app handles no
+ * request and holds no connection (POST /bench/pool tells): the handlers of
+ * a finished run's last requests would otherwise count in the next one.
  *
  * One table goes to the console with the targets next to the figures,
  * everything to a JSON file.
@@ -82,7 +90,7 @@
  *                                               read-only commits, pg_walinspect
  *                                               (PostgreSQL 15+) and a superuser)
  *
- * Settings (defaults), about 6 minutes in all:
+ * Settings (defaults), about 5 minutes in all:
  * BENCH_SECONDS=4 BENCH_ROUNDS=5 BENCH_CONNECTIONS=10
  * BENCH_GATEWAY_CONNECTIONS=50 BENCH_GATEWAY_MS=50 BENCH_WARMUP_SECONDS=2
  * BENCH_COST_RATE=100 BENCH_COST_SECONDS=4 BENCH_COUNT_REQUESTS=200
@@ -617,6 +625,7 @@ interface Target {
 function report(
   rows: readonly Row[],
   refusal: PerRequest | undefined,
+  commitCheck: CommitCheck,
   info: Machine,
   poolSize: number,
   flushSource: WalFlushSource,
@@ -690,6 +699,15 @@ function report(
       `${flushSource === 'all processes' ? ' (the WAL writer too: an upper bound)' : ''}; async: WAL commit ` +
       `records less sync; read-only: commits that wrote nothing; CPU: ${COST_SECONDS} s at ${COST_RATE} req/s ` +
       `for every scenario)`,
+  );
+  const check = commitCheck.perRequest;
+  console.log(
+    `commit counting checked on ${commitCheck.each} synchronous inserts, ${commitCheck.each} asynchronous ` +
+      `ones and ${commitCheck.each} SELECTs, one at a time: ` +
+      `sync ${bounded(check.syncCommits && check.syncCommits * 3 * commitCheck.each, check.syncBound, 0)}, ` +
+      `async ${bounded(check.asyncCommits && check.asyncCommits * 3 * commitCheck.each, opposite(check.syncBound), 0)}, ` +
+      `read-only ${fixed(check.readOnlyCommits && check.readOnlyCommits * 3 * commitCheck.each, 0)} ` +
+      `(${commitCheck.ok ? 'as expected' : 'NOT as expected: the sync/async columns cannot be trusted here'})`,
   );
 
   const c = row(contended);
@@ -1109,15 +1127,13 @@ async function main(): Promise<void> {
         firstCost,
       );
     console.log('');
-    const targets = report(rows, refusal, info, poolSize, flushSource);
-    const check = commitCheck.perRequest;
-    console.log(
-      `commit counting checked on ${commitCheck.each} synchronous inserts, ${commitCheck.each} asynchronous ` +
-        `ones and ${commitCheck.each} SELECTs, one at a time: ` +
-        `sync ${bounded(check.syncCommits && check.syncCommits * 3 * commitCheck.each, check.syncBound, 0)}, ` +
-        `async ${bounded(check.asyncCommits && check.asyncCommits * 3 * commitCheck.each, opposite(check.syncBound), 0)}, ` +
-        `read-only ${fixed(check.readOnlyCommits && check.readOnlyCommits * 3 * commitCheck.each, 0)} ` +
-        `(${commitCheck.ok ? 'as expected' : 'NOT as expected: the sync/async columns cannot be trusted here'})`,
+    const targets = report(
+      rows,
+      refusal,
+      commitCheck,
+      info,
+      poolSize,
+      flushSource,
     );
     const json = {
       date: new Date().toISOString(),
