@@ -1,0 +1,70 @@
+import { Injectable, type OnApplicationBootstrap } from '@nestjs/common';
+import { InjectDataSource } from '@nestjs/typeorm';
+import type { EventEmitter } from 'node:events';
+import type { DataSource } from 'typeorm';
+
+/** What {@link PoolGauge.read} reports. */
+export interface PoolReading {
+  /** The most connections checked out of the pool at once since the last reading. */
+  readonly maxHeld: number;
+  /** Connections checked out now. */
+  readonly held: number;
+  /** The pool's size limit (`max`). */
+  readonly size: number;
+}
+
+/** The part of a `pg` pool the gauge reads. */
+interface PgPool extends EventEmitter {
+  readonly totalCount: number;
+  readonly idleCount: number;
+  readonly options: { readonly max: number };
+}
+
+/**
+ * Counts the connections the app holds, exactly: the `pg` pool under the
+ * TypeORM DataSource (the pool the idempotency module borrows from too) says
+ * when a connection is checked out (`acquire`) and given back (`release`).
+ * A connection counts as held from the one to the other, whether a statement
+ * runs on it, a transaction sits open on it or nothing happens on it; nothing
+ * in the library is changed or wrapped to know it.
+ */
+@Injectable()
+export class PoolGauge implements OnApplicationBootstrap {
+  private pool?: PgPool;
+  private held = 0;
+  private maxHeld = 0;
+
+  constructor(@InjectDataSource() private readonly dataSource: DataSource) {}
+
+  onApplicationBootstrap(): void {
+    // TypeORM's PostgreSQL driver keeps its pool in `master` (no replication).
+    const pool = (this.dataSource.driver as unknown as { master?: PgPool })
+      .master;
+    if (!pool) {
+      throw new Error('The DataSource has no pg pool to watch.');
+    }
+    this.pool = pool;
+    // Whatever is checked out already (normally nothing: the migrations
+    // gave their connections back).
+    this.held = pool.totalCount - pool.idleCount;
+    this.maxHeld = this.held;
+    pool.on('acquire', () => {
+      this.held += 1;
+      this.maxHeld = Math.max(this.maxHeld, this.held);
+    });
+    pool.on('release', () => {
+      this.held -= 1;
+    });
+  }
+
+  /** The figures since the last reading; the next reading starts from now. */
+  read(): PoolReading {
+    const reading = {
+      maxHeld: this.maxHeld,
+      held: this.held,
+      size: this.pool?.options.max ?? 0,
+    };
+    this.maxHeld = this.held;
+    return reading;
+  }
+}
