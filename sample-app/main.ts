@@ -4,7 +4,7 @@ import { NestFactory } from '@nestjs/core';
 import { AppModule } from './app.module.js';
 
 // `SAMPLE_LOG_LEVELS=log,warn,error` leaves out the debug line the module
-// logs for each request, as production logging would (the benchmark does).
+// logs for each request, as production logging would.
 const levels = process.env.SAMPLE_LOG_LEVELS?.split(',') as
   LogLevel[] | undefined;
 // A failed start throws here instead of aborting the process.
