@@ -1,6 +1,7 @@
 import { HttpException } from '@nestjs/common';
 import {
   AbandonedTransactionError,
+  failedToBegin,
   type LazyTransaction,
 } from '../typeorm/lazy-transaction.js';
 import { TransactionSlotTimeoutError } from '../typeorm/transaction-gate.js';
@@ -116,7 +117,7 @@ export function classifyFailure(
     transaction?.isLost === true ||
     (code !== undefined &&
       (code.startsWith('08') || SESSION_ENDED_CODES.has(code))) ||
-    isConnectionError(error, ours) ||
+    isConnectionError(error, ours || failedToBegin(error)) ||
     // A rollback that fails tells that the connection is gone, whichever
     // connection the handler's error came from (a step's may break first).
     !rolledBack;

@@ -309,6 +309,8 @@ export class Execution {
   private abandoned = false;
   private lost = false;
   private settled = false;
+  /** The error of a step's own statement (its read or its save), if one failed. */
+  private stepFailure: unknown;
 
   constructor(
     private readonly executor: IdempotencyExecutor,
@@ -430,7 +432,12 @@ export class Execution {
       ? 'timeout'
       : lostBefore
         ? 'unavailable'
-        : classifyFailure(error, this.transaction, rolledBack);
+        : classifyFailure(
+            error,
+            this.transaction,
+            rolledBack,
+            error === this.stepFailure,
+          );
     if (kind === 'timeout') {
       this.executor.emit('timeout', this.attempt, { error });
     } else if (kind === 'unavailable') {
@@ -522,7 +529,9 @@ export class Execution {
         'Give every step a non-empty name, unique within the handler.',
       );
     }
-    const stored = await executor.store.readStep(lease, name);
+    const stored = await this.stepStatement(() =>
+      executor.store.readStep(lease, name),
+    );
     if (stored) {
       return stored.result as T;
     }
@@ -539,10 +548,27 @@ export class Execution {
     if (this.abandoned) {
       throw new IdempotencyUnavailableException(options.retryAfter);
     }
-    if (!(await executor.store.saveStep(lease, name, result, options.ttlMs))) {
+    const saved = await this.stepStatement(() =>
+      executor.store.saveStep(lease, name, result, options.ttlMs),
+    );
+    if (!saved) {
       throw new LeaseLostError(lease.key);
     }
     return (result ?? null) as T;
+  }
+
+  /**
+   * A step's own statement: its error, raised through the handler, is
+   * classified as the module's (a broken connection answers 503), not as the
+   * handler's own.
+   */
+  private async stepStatement<T>(statement: () => Promise<T>): Promise<T> {
+    try {
+      return await statement();
+    } catch (error) {
+      this.stepFailure = error;
+      throw error;
+    }
   }
 
   /** At the deadline: abandons the attempt and frees its key. */

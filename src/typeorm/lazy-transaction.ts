@@ -16,6 +16,23 @@ export class AbandonedTransactionError extends Error {
   }
 }
 
+/**
+ * Errors raised while beginning a handler's transaction (the pool's
+ * connection, START TRANSACTION): the module's statements, not the handler's.
+ */
+const beginFailures = new WeakSet<object>();
+
+/**
+ * @internal Whether `error` was raised while beginning a handler's
+ * transaction: a broken connection there is the database's failure, never
+ * the handler's.
+ */
+export function failedToBegin(error: unknown): boolean {
+  return (
+    typeof error === 'object' && error !== null && beginFailures.has(error)
+  );
+}
+
 type State = 'idle' | 'open' | 'ended' | 'abandoned';
 
 /** What TypeORM keeps of a transaction, as the module sets it. */
@@ -216,6 +233,11 @@ export class LazyTransaction {
       }
       this.state = 'open';
       return client;
+    } catch (error) {
+      if (typeof error === 'object' && error !== null) {
+        beginFailures.add(error);
+      }
+      throw error;
     } finally {
       this.opening = undefined;
     }
