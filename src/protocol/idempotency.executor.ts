@@ -423,7 +423,10 @@ export class Execution {
    */
   async fail(error: unknown, keepClaim = false): Promise<FailureKind> {
     if (this.settled) {
-      return 'handler';
+      // Abandoned at the deadline, the handler may fail before the deadline's
+      // own rejection (its statement cancelled, no place for a transaction):
+      // the answer is still the deadline's 503.
+      return this.abandoned ? 'timeout' : 'handler';
     }
     this.settled = true;
     const lostBefore = this.transaction.isLost;
