@@ -42,6 +42,8 @@ interface RunnerInternals {
   databaseConnection?: PoolClient;
   connect(): Promise<PoolClient>;
   startTransaction(isolationLevel?: unknown): Promise<void>;
+  /** Gives the connection back, or, with an error, has the pool close it. */
+  releasePostgresConnection(error?: Error): Promise<void>;
 }
 
 /** A pg client as the driver keeps it, for a cancel request. */
@@ -135,20 +137,31 @@ export class LazyTransaction {
       this.state = 'abandoned';
     }
     await opening?.catch(() => undefined);
+    let broken: Error | undefined;
     try {
       if (
         this.runner &&
         !this.runner.isReleased &&
         this.runner.isTransactionActive
       ) {
-        await this.runner.rollbackTransaction();
+        if (this.state === 'abandoned') {
+          // The runner refuses every statement of an abandoned transaction,
+          // TypeORM's own ROLLBACK too: sent on the driver's client.
+          const internals = this.runner as unknown as RunnerInternals;
+          await internals.databaseConnection!.query('ROLLBACK');
+          internals.isTransactionActive = false;
+          internals.transactionDepth = 0;
+        } else {
+          await this.runner.rollbackTransaction();
+        }
       }
       return true;
     } catch (error) {
       logger.warn(`Rollback failed: ${(error as Error).message}`);
+      broken = error as Error;
       return false;
     } finally {
-      await this.end(state);
+      await this.end(state, broken);
     }
   }
 
@@ -173,12 +186,24 @@ export class LazyTransaction {
     await this.rollback('abandoned');
   }
 
-  private async end(state: 'ended' | 'abandoned'): Promise<void> {
+  /**
+   * Gives the connection back; with `broken` (its rollback failed), the pool
+   * closes it instead of lending it again with a transaction maybe open.
+   */
+  private async end(
+    state: 'ended' | 'abandoned',
+    broken?: Error,
+  ): Promise<void> {
     if (this.state !== 'abandoned') {
       this.state = state;
     }
     if (this.runner && !this.runner.isReleased) {
-      await this.runner.release().catch((error: unknown) => {
+      const internals = this.runner as unknown as RunnerInternals;
+      await (
+        broken
+          ? internals.releasePostgresConnection(broken)
+          : this.runner.release()
+      ).catch((error: unknown) => {
         logger.warn(
           `Releasing a connection failed: ${(error as Error).message}`,
         );
