@@ -171,8 +171,9 @@ export class LazyTransaction {
    * of the handler fail.
    */
   async abandon(): Promise<void> {
-    this.state = 'abandoned';
+    // Read while the transaction is still open: `client` is undefined after.
     const client = this.client as unknown as DriverClient | undefined;
+    this.state = 'abandoned';
     if (client?.activeQuery) {
       try {
         const canceller = new client.constructor(client.connectionParameters);
