@@ -1,20 +1,25 @@
-import { startSample, type SampleProcess } from '../utils/sample-process.js';
+import {
+  startSample,
+  type SampleEntry,
+  type SampleProcess,
+} from '../utils/sample-process.js';
 import type { FakeGateway } from '../utils/fake-gateway.js';
 import type { TestDatabase } from '../utils/test-database.js';
 
 /**
- * Starts `count` instances of the sample app with the same environment. The
- * first runs the migrations (`migrationsRun`) alone: instances starting
- * together on a fresh database would race to create the same tables. The
- * others then start in parallel.
+ * Starts `count` instances of the sample app (or of `entry`) with the same
+ * environment. The first runs the migrations (`migrationsRun`) alone:
+ * instances starting together on a fresh database would race to create the
+ * same tables. The others then start in parallel.
  */
 export async function startInstances(
   count: number,
   env: Record<string, string>,
+  entry?: SampleEntry,
 ): Promise<SampleProcess[]> {
-  const first = await startSample(env);
+  const first = await startSample(env, entry);
   const others = await Promise.allSettled(
-    Array.from({ length: count - 1 }, () => startSample(env)),
+    Array.from({ length: count - 1 }, () => startSample(env, entry)),
   );
   const started = [
     first,
