@@ -1,7 +1,10 @@
 import { until, untilAdvisoryLocks } from '../utils/barrier.js';
-import { terminateBackend } from '../utils/presence.js';
 import { answer, UNAVAILABLE_ANSWER } from '../utils/problems.js';
-import { inTransaction, untilIdleInTransaction } from '../utils/sessions.js';
+import {
+  idleInTransaction,
+  terminateBackend,
+  untilIdleInTransaction,
+} from '../utils/sessions.js';
 import { holdInTransaction } from '../utils/test-database.js';
 import {
   PLATFORMS,
@@ -132,7 +135,7 @@ describe.each(PLATFORMS)(
       ]);
       // Nothing of the abandoned run is left on the server, and its key is
       // free at once.
-      expect(await inTransaction(target.db)).toEqual([]);
+      expect(await idleInTransaction(target.db)).toEqual([]);
       expect(await orders(body.reference)).toEqual([]);
       expect(await records([key])).toEqual([]);
 
@@ -188,8 +191,9 @@ describe.each(PLATFORMS)(
            WHERE locktype = 'advisory' AND NOT granted`,
         );
         expect(waiting).toBe(0);
-        expect(await inTransaction(target.db)).toEqual([
-          // The test's own lock holder only.
+        // No transaction of the app is left open: only the test's own, which
+        // holds the lock.
+        expect(await idleInTransaction(target.db)).toEqual([
           expect.any(Number),
         ]);
         expect(await orders(body.reference)).toEqual([]);

@@ -1,7 +1,10 @@
 import type { Pool } from 'pg';
 import { until } from '../utils/barrier.js';
 import { FakeGateway } from '../utils/fake-gateway.js';
-import { sessions, untilIdleInTransaction } from '../utils/sessions.js';
+import {
+  idleInTransaction,
+  untilIdleInTransaction,
+} from '../utils/sessions.js';
 import {
   PLATFORMS,
   send,
@@ -130,11 +133,7 @@ describe.each(PLATFORMS)(
       // holds neither.
       await gates.beforeFirstStatement.reached(REQUESTS);
       expect(await claimed(keys)).toBe(REQUESTS);
-      expect(
-        (await sessions(target.db)).filter((session) =>
-          session.state?.startsWith('idle in transaction'),
-        ),
-      ).toEqual([]);
+      expect(await idleInTransaction(target.db)).toEqual([]);
       expect(pool().waitingCount).toBe(0);
       gates.beforeFirstStatement.open();
       const statuses = await answers;

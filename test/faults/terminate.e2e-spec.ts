@@ -3,13 +3,14 @@ import type { SampleProcess } from '../utils/sample-process.js';
 import { startSample } from '../utils/sample-process.js';
 import { Barrier, until } from '../utils/barrier.js';
 import { FakeGateway } from '../utils/fake-gateway.js';
+import { inProgress, UNAVAILABLE } from '../utils/problems.js';
 import {
+  idleInTransaction,
   PRESENCE_APPLICATION_NAME,
+  sessions,
   terminateBackend,
   untilPresenceRestored,
-} from '../utils/presence.js';
-import { inProgress, UNAVAILABLE } from '../utils/problems.js';
-import { inTransaction, sessions } from '../utils/sessions.js';
+} from '../utils/sessions.js';
 import {
   createTestDatabase,
   holdInTransaction,
@@ -155,9 +156,9 @@ describe("the sample app when PostgreSQL ends a handler's connections", () => {
       instance: expect.any(String),
       leased: true,
     });
-    // No session of the app is inside a transaction: the handler holds
+    // No session of the app sits in a transaction: the handler holds
     // nothing while it waits.
-    expect(await inTransaction(db)).toEqual([]);
+    expect(await idleInTransaction(db)).toEqual([]);
 
     // PostgreSQL ends every session of the app: the idle connections of its
     // pool and its presence session.
