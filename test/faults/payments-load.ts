@@ -312,28 +312,6 @@ export async function expectDuplicatesRefusedThenReplayed(
   return counts;
 }
 
-/**
- * The several-instances scenario, unforced: `copies` duplicates of each of
- * `keys` new keys sent at once over `instances`, then
- * {@link expectExactlyOnce}.
- * @returns the counts, for the scenario to print.
- */
-export async function expectDuplicatesExecutedOnce(
-  db: TestDatabase,
-  gateway: FakeGateway,
-  instances: readonly SampleProcess[],
-  keys: readonly string[],
-  copies: number,
-): Promise<ExactlyOnceCounts> {
-  const answers = await sendDuplicates(
-    instances.map((instance) => instance.url),
-    keys,
-    copies,
-  );
-  expect(answers).toHaveLength(keys.length * copies);
-  return expectExactlyOnce(db, gateway, keys, answers, instances.length);
-}
-
 /** One compact line of counts, as the scenarios print them. */
 export function describeCounts(counts: ExactlyOnceCounts): string {
   return (
