@@ -157,7 +157,7 @@ export class IdempotencyExecutor
         this.emit('conflict', attempt, { status: 409 });
         throw new IdempotencyConflictException(
           key,
-          Math.min(options.retryAfter, Math.floor(outcome.leaseMs / 1000)),
+          Math.min(options.retryAfter, Math.ceil(outcome.leaseMs / 1000)),
         );
       }
       await this.waiters.wait(
