@@ -1,5 +1,5 @@
 import { until, untilAdvisoryLocks } from '../utils/barrier.js';
-import { answer, UNAVAILABLE_ANSWER } from '../utils/problems.js';
+import { answer, inProgress, UNAVAILABLE_ANSWER } from '../utils/problems.js';
 import {
   idleInTransaction,
   terminateBackend,
@@ -120,6 +120,18 @@ describe.each(PLATFORMS)(
       const late = answer(send(target, '/late/deadline', { key, body }));
       await held.reached(1);
       await untilIdleInTransaction(target.db, 1);
+      // A duplicate is refused meanwhile. Its claim's lease ends with its
+      // deadline, in less than a second: the retry is announced after 1 s,
+      // not at once.
+      expect(
+        await answer(send(target, '/late/deadline', { key, body })),
+      ).toEqual({
+        status: 409,
+        contentType: expect.stringMatching(/^application\/problem\+json/),
+        retryAfter: '1',
+        replayed: false,
+        body: inProgress(key),
+      });
       // The next request needs the only place, which the held one has.
       const nextAnswer = answer(send(target, '/late', next));
 
