@@ -105,7 +105,9 @@ export function classifyFailure(
   }
   if (
     error instanceof LeaseLostError ||
-    error instanceof TransactionSlotTimeoutError
+    error instanceof TransactionSlotTimeoutError ||
+    // No statement of the handler ran: the database refused its transaction.
+    failedToBegin(error)
   ) {
     return 'unavailable';
   }
@@ -117,7 +119,7 @@ export function classifyFailure(
     transaction?.isLost === true ||
     (code !== undefined &&
       (code.startsWith('08') || SESSION_ENDED_CODES.has(code))) ||
-    isConnectionError(error, ours || failedToBegin(error)) ||
+    isConnectionError(error, ours) ||
     // A rollback that fails tells that the connection is gone, whichever
     // connection the handler's error came from (a step's may break first).
     !rolledBack;

@@ -24,8 +24,8 @@ const beginFailures = new WeakSet<object>();
 
 /**
  * @internal Whether `error` was raised while beginning a handler's
- * transaction: a broken connection there is the database's failure, never
- * the handler's.
+ * transaction (no connection, a broken one, a refused START TRANSACTION):
+ * the database's failure, never the handler's.
  */
 export function failedToBegin(error: unknown): boolean {
   return (
