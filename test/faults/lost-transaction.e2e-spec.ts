@@ -1,7 +1,10 @@
+import pg from 'pg';
 import { until, untilAdvisoryLocks } from '../utils/barrier.js';
 import { answer, inProgress, UNAVAILABLE_ANSWER } from '../utils/problems.js';
 import {
   idleInTransaction,
+  PRESENCE_APPLICATION_NAME,
+  sessions,
   terminateBackend,
   untilIdleInTransaction,
 } from '../utils/sessions.js';
@@ -30,7 +33,9 @@ describe.each(PLATFORMS)(
         // Room for one transaction of the module: who gets it, and when, is
         // what the scenarios look at.
         typeorm: { poolSize: 2 },
-        idempotency: { gc: false },
+        // A claim whose release cannot reach the server frees its key when
+        // its lease runs out.
+        idempotency: { gc: false, lease: '2s' },
       });
     });
     afterAll(() => target?.close());
@@ -47,6 +52,18 @@ describe.each(PLATFORMS)(
         `SELECT key, status FROM idempotency_records WHERE key = ANY($1) ORDER BY key`,
         [keys],
       );
+    /** Runs `sql` on the server's `postgres` database. */
+    const onServer = async (sql: string) => {
+      const url = new URL(target.db.url);
+      url.pathname = '/postgres';
+      const client = new pg.Client({ connectionString: url.href });
+      await client.connect();
+      try {
+        await client.query(sql);
+      } finally {
+        await client.end();
+      }
+    };
     const created = (body: unknown) => ({
       status: 201,
       contentType: expect.stringMatching(/^application\/json/) as unknown,
@@ -226,6 +243,57 @@ describe.each(PLATFORMS)(
       } finally {
         await holder.release();
       }
+    });
+
+    it('gets 503 when its transaction cannot begin (the server refuses new connections): nothing written, its key free when its lease runs out, the retry executes once', async () => {
+      const pause = target.app.get(Pause);
+      const key = 'refused-1';
+      const body = { reference: 'refused' };
+      const database = new URL(target.db.url).pathname.slice(1);
+      const before = pause.holdBefore(body.reference);
+      const late = answer(send(target, '/late', { key, body }));
+      await before.reached(1);
+      // The handler, claimed and holding nothing, waits before its first
+      // statement while the database stops accepting connections and the
+      // app's pooled ones end (its presence session stays).
+      await onServer(`ALTER DATABASE "${database}" ALLOW_CONNECTIONS false`);
+      try {
+        for (const session of await sessions(target.db)) {
+          if (session.applicationName !== PRESENCE_APPLICATION_NAME) {
+            await terminateBackend(target.db, session.pid);
+          }
+        }
+        before.open();
+        expect(await late).toEqual(UNAVAILABLE_ANSWER);
+        expect(pause.late.get(body.reference)).toBe('error 55000');
+        // Its release could not reach the server either: the claim stays,
+        // until its lease runs out.
+        expect(await records([key])).toEqual([{ key, status: 'in_progress' }]);
+      } finally {
+        await onServer(`ALTER DATABASE "${database}" ALLOW_CONNECTIONS true`);
+      }
+      expect(await orders(body.reference)).toEqual([]);
+      await until(
+        async () =>
+          (
+            await target.db.query(
+              `SELECT 1 FROM idempotency_records
+               WHERE key = $1 AND lease_expires_at > now()`,
+              [key],
+            )
+          ).length === 0,
+        'the lease of the claim left behind to run out',
+      );
+      const retry = await answer(send(target, '/late', { key, body }));
+      expect(retry).toEqual(created({ run: 2 }));
+      expect(await orders(body.reference)).toEqual([
+        'run-2-first',
+        'run-2-second',
+      ]);
+      console.log(
+        `transaction refused (${platform}): client 503, first statement ${pause.late.get(body.reference)}, ` +
+          `claim left to its lease; retry ${retry.status}, orders ${(await orders(body.reference)).join(', ')}`,
+      );
     });
   },
 );

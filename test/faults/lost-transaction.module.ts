@@ -6,15 +6,17 @@ import { Order } from '../fixtures/order.entity.js';
 import { Barrier } from '../utils/barrier.js';
 
 /**
- * Where the test holds a run between its two writes: idle in its
- * transaction (at a barrier), or inside a statement (waiting for an advisory
- * lock that the test holds, {@link lockOf}); and what the late statements of
- * each held run did.
+ * Where the test holds a run: before its first statement, or between its two
+ * writes, idle in its transaction (at a barrier) or inside a statement
+ * (waiting for an advisory lock that the test holds, {@link lockOf}); and
+ * what the statements of each held run did after it was let go.
  */
 @Injectable()
 export class Pause {
   /** Runs of these references wait here, once, after their first write. */
   private readonly barriers = new Map<string, Barrier>();
+  /** Runs of these references wait here, once, before their first statement. */
+  private readonly before = new Map<string, Barrier>();
   /** Runs of these references wait for their advisory lock, once, after their first write. */
   private readonly blocked = new Set<string>();
   /** Runs per reference. */
@@ -31,6 +33,20 @@ export class Pause {
   hold(reference: string): Barrier {
     const barrier = new Barrier();
     this.barriers.set(reference, barrier);
+    return barrier;
+  }
+
+  /** Holds the next run of `reference` before its first statement. */
+  holdBefore(reference: string): Barrier {
+    const barrier = new Barrier();
+    this.before.set(reference, barrier);
+    return barrier;
+  }
+
+  /** The barrier of the next run of `reference` before its first statement (once). */
+  takeBefore(reference: string): Barrier | undefined {
+    const barrier = this.before.get(reference);
+    this.before.delete(reference);
     return barrier;
   }
 
@@ -100,7 +116,15 @@ export class LateController {
 
   private async writeTwice(reference: string) {
     const run = this.pause.run(reference);
-    await this.orders.insert({ reference, source: `run-${run}-first` });
+    const before = this.pause.takeBefore(reference);
+    if (before) {
+      await before.wait();
+      await this.record(reference, () =>
+        this.orders.insert({ reference, source: `run-${run}-first` }),
+      );
+    } else {
+      await this.orders.insert({ reference, source: `run-${run}-first` });
+    }
     const held = this.pause.take(reference);
     if (!held) {
       await this.orders.insert({ reference, source: `run-${run}-second` });
@@ -110,24 +134,32 @@ export class LateController {
     if (held !== 'lock') {
       await held.wait();
     }
-    try {
+    await this.record(reference, async () => {
       if (held === 'lock') {
         await this.orders.query('SELECT pg_advisory_xact_lock($1)', [
           lockOf(reference),
         ]);
       }
       await this.orders.insert({ reference, source: `run-${run}-second` });
+    });
+    return { run };
+  }
+
+  /** Runs the statements of a held run, and records what they did. */
+  private async record(reference: string, statements: () => Promise<unknown>) {
+    try {
+      await statements();
       this.pause.late.set(reference, 'written');
     } catch (error) {
-      const code = (error as { driverError?: { code?: string } }).driverError
-        ?.code;
+      const code =
+        (error as { driverError?: { code?: string }; code?: unknown })
+          .driverError?.code ?? (error as { code?: unknown }).code;
       this.pause.late.set(
         reference,
-        `${(error as Error).name}${code ? ` ${code}` : ''}`,
+        `${(error as Error).name}${typeof code === 'string' ? ` ${code}` : ''}`,
       );
       throw error;
     }
-    return { run };
   }
 }
 
