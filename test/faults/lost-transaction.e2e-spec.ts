@@ -22,7 +22,7 @@ import {
 } from './lost-transaction.module.js';
 
 describe.each(PLATFORMS)(
-  'a handler that loses its transaction while idle in it (%s)',
+  'a handler that loses its transaction (%s)',
   (platform) => {
     let target: TestApp;
 
