@@ -1,6 +1,7 @@
 import { HttpException } from '@nestjs/common';
 import {
   AbandonedTransactionError,
+  failedToBegin,
   type LazyTransaction,
 } from '../typeorm/lazy-transaction.js';
 import { TransactionSlotTimeoutError } from '../typeorm/transaction-gate.js';
@@ -104,7 +105,9 @@ export function classifyFailure(
   }
   if (
     error instanceof LeaseLostError ||
-    error instanceof TransactionSlotTimeoutError
+    error instanceof TransactionSlotTimeoutError ||
+    // No statement of the handler ran: the database refused its transaction.
+    failedToBegin(error)
   ) {
     return 'unavailable';
   }

@@ -163,7 +163,7 @@ export class IdempotencyExecutor
         this.emit('conflict', attempt, { status: 409 });
         throw new IdempotencyConflictException(
           key,
-          Math.min(options.retryAfter, Math.floor(outcome.leaseMs / 1000)),
+          Math.min(options.retryAfter, Math.ceil(outcome.leaseMs / 1000)),
         );
       }
       await this.waiters.wait(
@@ -315,6 +315,8 @@ export class Execution {
   private abandoned = false;
   private lost = false;
   private settled = false;
+  /** The error of a step's own statement (its read or its save), if one failed. */
+  private stepFailure: unknown;
 
   constructor(
     private readonly executor: IdempotencyExecutor,
@@ -441,7 +443,10 @@ export class Execution {
    */
   async fail(error: unknown, keepClaim = false): Promise<FailureKind> {
     if (this.settled) {
-      return 'handler';
+      // Abandoned at the deadline, the handler may fail before the deadline's
+      // own rejection (its statement cancelled, no place for a transaction):
+      // the answer is still the deadline's 503.
+      return this.abandoned ? 'timeout' : 'handler';
     }
     this.settled = true;
     const lostBefore = this.transaction.isLost;
@@ -450,7 +455,12 @@ export class Execution {
       ? 'timeout'
       : lostBefore
         ? 'unavailable'
-        : classifyFailure(error, this.transaction, rolledBack);
+        : classifyFailure(
+            error,
+            this.transaction,
+            rolledBack,
+            error === this.stepFailure,
+          );
     if (kind === 'timeout') {
       this.executor.emit('timeout', this.attempt, { error });
     } else if (kind === 'unavailable') {
@@ -542,7 +552,9 @@ export class Execution {
         'Give every step a non-empty name, unique within the handler.',
       );
     }
-    const stored = await executor.store.readStep(lease, name);
+    const stored = await this.stepStatement(() =>
+      executor.store.readStep(lease, name),
+    );
     if (stored) {
       return stored.result as T;
     }
@@ -559,10 +571,27 @@ export class Execution {
     if (this.abandoned) {
       throw new IdempotencyUnavailableException(options.retryAfter);
     }
-    if (!(await executor.store.saveStep(lease, name, result, options.ttlMs))) {
+    const saved = await this.stepStatement(() =>
+      executor.store.saveStep(lease, name, result, options.ttlMs),
+    );
+    if (!saved) {
       throw new LeaseLostError(lease.key);
     }
     return (result ?? null) as T;
+  }
+
+  /**
+   * A step's own statement: its error, raised through the handler, is
+   * classified as the module's (a broken connection answers 503), not as the
+   * handler's own.
+   */
+  private async stepStatement<T>(statement: () => Promise<T>): Promise<T> {
+    try {
+      return await statement();
+    } catch (error) {
+      this.stepFailure = error;
+      throw error;
+    }
   }
 
   /** At the deadline: abandons the attempt and frees its key. */

@@ -16,6 +16,23 @@ export class AbandonedTransactionError extends Error {
   }
 }
 
+/**
+ * Errors raised while beginning a handler's transaction (the pool's
+ * connection, START TRANSACTION): the module's statements, not the handler's.
+ */
+const beginFailures = new WeakSet<object>();
+
+/**
+ * @internal Whether `error` was raised while beginning a handler's
+ * transaction (no connection, a broken one, a refused START TRANSACTION):
+ * the database's failure, never the handler's.
+ */
+export function failedToBegin(error: unknown): boolean {
+  return (
+    typeof error === 'object' && error !== null && beginFailures.has(error)
+  );
+}
+
 type State = 'idle' | 'open' | 'ended' | 'abandoned';
 
 /** What TypeORM keeps of a transaction, as the module sets it. */
@@ -25,15 +42,54 @@ interface RunnerInternals {
   databaseConnection?: PoolClient;
   connect(): Promise<PoolClient>;
   startTransaction(isolationLevel?: unknown): Promise<void>;
+  /** Gives the connection back, or, with an error, has the pool close it. */
+  releasePostgresConnection(error?: Error): Promise<void>;
 }
 
 /** A pg client as the driver keeps it, for a cancel request. */
 interface DriverClient {
+  /** pg 8.20 and later; `activeQuery` before (deprecated since). */
+  _getActiveQuery?: () => unknown;
   activeQuery?: unknown;
-  connectionParameters?: unknown;
-  constructor: new (config: unknown) => {
-    cancel(client: unknown, query: unknown): void;
-  };
+  processID?: number;
+  secretKey?: number;
+  connectionParameters?: { host?: string; port?: number };
+  connection?: { constructor: new () => CancelConnection };
+}
+
+/** The driver's protocol connection, as a cancel request uses it. */
+interface CancelConnection {
+  connect(port: number | string, host?: string): void;
+  cancel(processID: number, secretKey: number): void;
+  on(event: 'connect' | 'error', listener: (error?: Error) => void): void;
+  end(): void;
+}
+
+/**
+ * Asks the server to cancel the statement that `client` runs, over a
+ * connection of its own (PostgreSQL's cancel request, as the driver sends
+ * it; PgBouncer forwards it to the right server connection).
+ */
+function cancelStatement(client: DriverClient): void {
+  const { host = 'localhost', port = 5432 } = client.connectionParameters ?? {};
+  const Connection = client.connection?.constructor;
+  if (!Connection || client.processID === undefined) {
+    return;
+  }
+  const connection = new Connection();
+  connection.on('error', (error) => {
+    logger.warn(
+      `Cancelling the statement of an abandoned request failed: ${error?.message ?? 'unknown error'}`,
+    );
+  });
+  connection.on('connect', () => {
+    connection.cancel(client.processID!, client.secretKey ?? 0);
+  });
+  if (host.startsWith('/')) {
+    connection.connect(`${host}/.s.PGSQL.${port}`);
+  } else {
+    connection.connect(port, host);
+  }
 }
 
 const logger = new Logger('Idempotency');
@@ -151,10 +207,12 @@ export class LazyTransaction {
     // Read while the transaction is still open: `client` is undefined after.
     const client = this.client as unknown as DriverClient | undefined;
     this.state = 'abandoned';
-    if (client?.activeQuery) {
+    const running = client?._getActiveQuery
+      ? client._getActiveQuery()
+      : client?.activeQuery;
+    if (client && running) {
       try {
-        const canceller = new client.constructor(client.connectionParameters);
-        canceller.cancel(client, client.activeQuery);
+        cancelStatement(client);
       } catch (error) {
         logger.warn(
           `Cancelling the statement of an abandoned request failed: ${(error as Error).message}`,
@@ -237,6 +295,11 @@ export class LazyTransaction {
       }
       this.state = 'open';
       return client;
+    } catch (error) {
+      if (typeof error === 'object' && error !== null) {
+        beginFailures.add(error);
+      }
+      throw error;
     } finally {
       this.opening = undefined;
     }

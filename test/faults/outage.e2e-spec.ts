@@ -1,6 +1,10 @@
 import pg from 'pg';
 import { startEmbeddedPostgres } from '../setup/embedded-postgres.js';
-import { startSample, type SampleProcess } from '../utils/sample-process.js';
+import {
+  startSample,
+  TUNED_SAMPLE,
+  type SampleProcess,
+} from '../utils/sample-process.js';
 import { until } from '../utils/barrier.js';
 import { FakeGateway } from '../utils/fake-gateway.js';
 import { holdInTransaction } from '../utils/test-database.js';
@@ -24,6 +28,11 @@ interface OutageCounts {
   transportErrors: number;
   /** The client saw a failure, yet the payment had committed. */
   inDoubt: number;
+  /**
+   * Failed attempts whose claim outlived them: its release could not reach
+   * the server, so the key waited for its lease to run out.
+   */
+  orphanedClaims: number;
   retriesExecuted: number;
   retriesReplayed: number;
   payments: number;
@@ -31,6 +40,12 @@ interface OutageCounts {
   /** Keys whose charge call reached the gateway more than once (one charge). */
   repeatedChargeCalls: number;
 }
+
+/**
+ * The instance's `lease`: a claim whose release failed while the server was
+ * down frees its key when it runs out.
+ */
+const LEASE_MS = 3_000;
 
 const isOk = (attempt: PaymentAttempt) =>
   attempt.outcome === 'answered' &&
@@ -60,7 +75,14 @@ describe('a database outage under a load of unique-key payments', () => {
     db.on('error', () => undefined);
     fake = await new FakeGateway().start();
     gateway = await new HoldingGateway(fake).start();
-    app = await startSample({ DATABASE_URL: dbUrl, GATEWAY_URL: gateway.url });
+    app = await startSample(
+      {
+        DATABASE_URL: dbUrl,
+        GATEWAY_URL: gateway.url,
+        SAMPLE_LEASE: `${LEASE_MS}ms`,
+      },
+      TUNED_SAMPLE,
+    );
   });
   afterAll(async () => {
     await app?.stop();
@@ -111,7 +133,7 @@ describe('a database outage under a load of unique-key payments', () => {
   // Fast: the server ends every session, and requests waiting in their own
   // transaction (for the payments table) get its error. Immediate: sessions
   // die without a word, and requests waiting on the connection of their step
-  // (for the steps table) see it break while their own looks alive.
+  // (for the steps table), before their transaction begins, see it break.
   it.each([
     { mode: 'fast', table: 'payments' },
     { mode: 'immediate', table: 'idempotency_steps' },
@@ -122,12 +144,18 @@ describe('a database outage under a load of unique-key payments', () => {
       const prefix = `${mode}-`;
       const chargesBefore = fake.chargeCount;
 
-      // One request sits idle in its transaction, its charge held at the
-      // gateway, while the server goes down and comes back.
+      // One request waits for the gateway, its charge held there, while the
+      // server goes down and comes back: its key claimed, it holds no
+      // connection and no transaction.
       const heldKey = `${prefix}held`;
       const heldCharge = gateway.hold(`${heldKey}:charge`);
       const held = postPayment(url, heldKey, 30_000);
       await heldCharge;
+      expect(
+        await query(`SELECT status FROM idempotency_records WHERE key = $1`, [
+          heldKey,
+        ]),
+      ).toEqual([{ status: 'in_progress' }]);
 
       const load = new PaymentLoad(url, prefix).start();
       await load.until(
@@ -179,6 +207,7 @@ describe('a database outage under a load of unique-key payments', () => {
         errors: {},
         transportErrors: 0,
         inDoubt: 0,
+        orphanedClaims: 0,
         retriesExecuted: 0,
         retriesReplayed: 0,
         payments: 0,
@@ -226,11 +255,44 @@ describe('a database outage under a load of unique-key payments', () => {
         }
       }
       counts.inDoubt = inDoubt.size;
-      // The outage was seen, and the request held in its transaction wrote
-      // nothing: not even once its connection was gone and the server back.
+      // The outage was seen; the request that waited for the gateway through
+      // it lost nothing: it held nothing on the server.
       expect(counts.errors[503]).toBeGreaterThan(0);
-      expect(heldAttempt.status).toBe(503);
-      expect(await paymentsOf(heldKey)).toEqual([]);
+      expect(heldAttempt.status).toBe(201);
+      expect(await paymentsOf(heldKey)).toEqual([
+        expect.objectContaining({ entries: 2 }),
+      ]);
+
+      // A failed attempt releases its claim; one whose release could not
+      // reach the server leaves it, leased for at most LEASE_MS, and never
+      // behind a success.
+      const orphans = await query<{ key: string; leased_ms: number }>(
+        `SELECT key,
+           (extract(epoch FROM lease_expires_at - now()) * 1000)::float8 AS leased_ms
+         FROM idempotency_records
+         WHERE status = 'in_progress' AND key = ANY($1) ORDER BY key`,
+        [attempts.map((attempt) => attempt.key)],
+      );
+      counts.orphanedClaims = orphans.length;
+      for (const orphan of orphans) {
+        const attempt = attempts.find((a) => a.key === orphan.key);
+        expect({ key: orphan.key, failed: attempt && !isOk(attempt) }).toEqual({
+          key: orphan.key,
+          failed: true,
+        });
+        expect(orphan.leased_ms).toBeLessThanOrEqual(LEASE_MS);
+      }
+      // Their keys are free once their leases have run out.
+      await until(
+        async () =>
+          (
+            await query(
+              `SELECT 1 FROM idempotency_records
+               WHERE status = 'in_progress' AND lease_expires_at > now()`,
+            )
+          ).length === 0,
+        'the leases of orphaned claims to run out',
+      );
 
       // Every key, retried with the same request once the server is back:
       // a success replays byte for byte; a failure executes now, once, or
@@ -300,7 +362,8 @@ describe('a database outage under a load of unique-key payments', () => {
         .join(', ');
       console.log(
         `${mode} shutdown: ${counts.requests} requests: ${counts.ok} × 2xx, ${errors || 'no 5xx'}, ` +
-          `${counts.transportErrors} transport errors, ${counts.inDoubt} commits in doubt; ` +
+          `${counts.transportErrors} transport errors, ${counts.inDoubt} commits in doubt, ` +
+          `${counts.orphanedClaims} claims left to their lease; ` +
           `retries: ${counts.retriesExecuted} executed, ${counts.retriesReplayed} replayed; ` +
           `${counts.payments} payments, ${counts.charges} gateway charges ` +
           `(${counts.repeatedChargeCalls} keys called the gateway again, charged once by their derived key)`,

@@ -1,20 +1,28 @@
-import { startSample, type SampleProcess } from '../utils/sample-process.js';
+import {
+  startSample,
+  type SampleEntry,
+  type SampleProcess,
+} from '../utils/sample-process.js';
+import { Barrier, until } from '../utils/barrier.js';
 import type { FakeGateway } from '../utils/fake-gateway.js';
+import { inProgress } from '../utils/problems.js';
 import type { TestDatabase } from '../utils/test-database.js';
+import type { HeldGateway } from './held-gateway.js';
 
 /**
- * Starts `count` instances of the sample app with the same environment. The
- * first runs the migrations (`migrationsRun`) alone: instances starting
- * together on a fresh database would race to create the same tables. The
- * others then start in parallel.
+ * Starts `count` instances of the sample app (or of `entry`) with the same
+ * environment. The first runs the migrations (`migrationsRun`) alone:
+ * instances starting together on a fresh database would race to create the
+ * same tables. The others then start in parallel.
  */
 export async function startInstances(
   count: number,
   env: Record<string, string>,
+  entry?: SampleEntry,
 ): Promise<SampleProcess[]> {
-  const first = await startSample(env);
+  const first = await startSample(env, entry);
   const others = await Promise.allSettled(
-    Array.from({ length: count - 1 }, () => startSample(env)),
+    Array.from({ length: count - 1 }, () => startSample(env, entry)),
   );
   const started = [
     first,
@@ -85,12 +93,18 @@ function sendDuplicates(
   urls: readonly string[],
   keys: readonly string[],
   copies: number,
+  onAnswer: (answer: PaymentAnswer) => void = () => undefined,
 ): Promise<PaymentAnswer[]> {
   const sent: Array<Promise<PaymentAnswer>> = [];
   for (let copy = 0; copy < copies; copy += 1) {
     keys.forEach((key, k) => {
       const instance = (k + copy) % urls.length;
-      sent.push(pay(urls[instance], key, instance));
+      sent.push(
+        pay(urls[instance], key, instance).then((answer) => {
+          onAnswer(answer);
+          return answer;
+        }),
+      );
     });
   }
   return Promise.all(sent);
@@ -219,24 +233,83 @@ export async function expectExactlyOnce(
 }
 
 /**
- * The several-instances scenario: `copies` duplicates of each of `keys` new
- * keys sent at once over `instances`, then {@link expectExactlyOnce}.
+ * The several-instances scenario, its race forced: `copies` duplicates of
+ * each of `keys` (new keys) sent at once over `instances`, while the gateway
+ * `held` holds every charge. For each key, exactly one request claims it and
+ * waits at the gateway; every other copy, on whichever instance, is refused at
+ * once with the exact 409. `whileHeld` then looks at what the held requests
+ * hold. Once the gateway lets the charges through, each key executes once
+ * (201); the same `copies` sent again are byte-identical replays. Then
+ * {@link expectExactlyOnce} over both waves.
  * @returns the counts, for the scenario to print.
  */
-export async function expectDuplicatesExecutedOnce(
+export async function expectDuplicatesRefusedThenReplayed(
   db: TestDatabase,
   gateway: FakeGateway,
+  held: HeldGateway,
   instances: readonly SampleProcess[],
   keys: readonly string[],
   copies: number,
+  whileHeld: () => Promise<void> = async () => undefined,
 ): Promise<ExactlyOnceCounts> {
-  const answers = await sendDuplicates(
-    instances.map((instance) => instance.url),
-    keys,
-    copies,
+  const urls = instances.map((instance) => instance.url);
+  held.barrier = new Barrier();
+  let answered = 0;
+  const first = sendDuplicates(urls, keys, copies, () => (answered += 1));
+  try {
+    await held.barrier.reached(keys.length);
+    const refused = keys.length * (copies - 1);
+    await until(
+      async () => answered === refused,
+      `${refused} duplicates to be answered while the first of each key runs`,
+    );
+    await whileHeld();
+  } finally {
+    held.barrier.open();
+  }
+  const firstWave = await first;
+  const executed = firstWave.filter((answer) => answer.status === 201);
+  expect(executed.map((answer) => answer.key).sort()).toEqual([...keys].sort());
+  expect(executed.filter((answer) => answer.replayed)).toEqual([]);
+  const refusals = firstWave.filter((answer) => answer.status !== 201);
+  expect(
+    refusals.map((answer) => ({
+      key: answer.key,
+      status: answer.status,
+      contentType: answer.contentType,
+      retryAfter: answer.retryAfter,
+      body: JSON.parse(answer.body.toString()) as unknown,
+    })),
+  ).toEqual(
+    refusals.map((answer) => ({
+      key: answer.key,
+      status: 409,
+      contentType: expect.stringMatching(/^application\/problem\+json/),
+      retryAfter: '1',
+      body: inProgress(answer.key),
+    })),
   );
-  expect(answers).toHaveLength(keys.length * copies);
-  return expectExactlyOnce(db, gateway, keys, answers, instances.length);
+  // Every instance refused duplicates of keys that another one runs.
+  expect(new Set(refusals.map((answer) => answer.instance)).size).toBe(
+    instances.length,
+  );
+
+  const secondWave = await sendDuplicates(urls, keys, copies);
+  expect(
+    secondWave.filter((answer) => answer.status !== 201 || !answer.replayed),
+  ).toEqual([]);
+  const counts = await expectExactlyOnce(
+    db,
+    gateway,
+    keys,
+    [...firstWave, ...secondWave],
+    instances.length,
+  );
+  expect({ conflicts: counts.conflicts, replayed: counts.replayed }).toEqual({
+    conflicts: keys.length * (copies - 1),
+    replayed: keys.length * copies,
+  });
+  return counts;
 }
 
 /** One compact line of counts, as the scenarios print them. */

@@ -49,6 +49,8 @@ export interface PgBouncer {
   output(): string;
   /** Server connections it holds to PostgreSQL now, per `SHOW POOLS`. */
   pools(): Promise<PoolRow[]>;
+  /** Its server connections to the database, per `SHOW SERVERS`. */
+  servers(): Promise<ServerRow[]>;
   /** Shuts it down and removes its files. */
   stop(): Promise<void>;
 }
@@ -63,6 +65,14 @@ export interface PoolRow {
   sv_idle: string;
   sv_used: string;
   pool_mode: string;
+}
+
+/** A row of PgBouncer's `SHOW SERVERS`: one connection to PostgreSQL. */
+export interface ServerRow {
+  database: string;
+  state: string;
+  /** The pid of its backend on the PostgreSQL server. */
+  remote_pid: string;
 }
 
 /** Options of {@link startPgBouncer}. */
@@ -187,6 +197,10 @@ export async function startPgBouncer(
     output: () => output,
     pools: async () =>
       (await query<PoolRow>(admin, 'SHOW POOLS')).filter(
+        (row) => row.database === database,
+      ),
+    servers: async () =>
+      (await query<ServerRow>(admin, 'SHOW SERVERS')).filter(
         (row) => row.database === database,
       ),
     stop,

@@ -1,8 +1,16 @@
 import { randomUUID } from 'node:crypto';
 import type { SampleProcess } from '../utils/sample-process.js';
 import { startSample } from '../utils/sample-process.js';
-import { Barrier, until, untilAdvisoryLocks } from '../utils/barrier.js';
+import { Barrier, until } from '../utils/barrier.js';
 import { FakeGateway } from '../utils/fake-gateway.js';
+import { inProgress, UNAVAILABLE } from '../utils/problems.js';
+import {
+  idleInTransaction,
+  PRESENCE_APPLICATION_NAME,
+  sessions,
+  terminateBackend,
+  untilPresenceRestored,
+} from '../utils/sessions.js';
 import {
   createTestDatabase,
   holdInTransaction,
@@ -16,7 +24,7 @@ import {
   type PaymentAnswer,
 } from './payments-load.js';
 
-describe("the sample app when PostgreSQL ends a handler's connection", () => {
+describe("the sample app when PostgreSQL ends a handler's connections", () => {
   let db: TestDatabase;
   let gateway: FakeGateway;
   let held: HeldGateway;
@@ -57,37 +65,46 @@ describe("the sample app when PostgreSQL ends a handler's connection", () => {
       [key],
     ),
   });
-  const terminate = async (pid: number) => {
-    expect(
-      await db.query('SELECT pg_terminate_backend($1) AS ended', [pid]),
-    ).toEqual([{ ended: true }]);
-    await until(
-      async () =>
-        (await countRows(db, 'SELECT 1 FROM pg_stat_activity WHERE pid = $1', [
-          pid,
-        ])) === 0,
-      `backend ${pid} to end`,
-    );
-  };
+  const problemOf = (answer: PaymentAnswer) => ({
+    status: answer.status,
+    contentType: answer.contentType,
+    retryAfter: answer.retryAfter,
+    body: JSON.parse(answer.body.toString()) as unknown,
+  });
+  const problem = (body: unknown) => ({
+    status: (body as { status: number }).status,
+    contentType: expect.stringMatching(
+      /^application\/problem\+json/,
+    ) as unknown,
+    retryAfter: '1',
+    body,
+  });
 
-  /**
-   * What the client got, what the database holds, and that a retry then
-   * executes once, reusing the charge of the failed attempt.
-   */
-  const expectCleanFailureAndRetry = async (
-    key: string,
-    failed: PaymentAnswer,
-    scenario: string,
-  ) => {
-    const problem = failed.body.toString();
-    let type: unknown = problem;
-    try {
-      type = (JSON.parse(problem) as { type?: unknown }).type;
-    } catch {
-      // Not JSON: printed as it came.
-    }
+  it('during a statement of the handler, after its first write: a clean 503, nothing written, the retry executes once', async () => {
+    held.barrier.open();
+    const key = 'terminate-in-statement';
+    // Holds the ledger table: the handler stops after its charge step and the
+    // INSERT of its payment, inside its transaction, in the INSERT of its
+    // ledger entries.
+    const holder = await holdInTransaction(
+      db.url,
+      'LOCK TABLE ledger_entries IN ACCESS EXCLUSIVE MODE',
+    );
+    const request = pay(app.url, key);
+    let pids: number[] = [];
+    await until(async () => {
+      pids = await lockWaiters(db, 'ledger_entries');
+      return pids.length === 1;
+    }, 'the handler to wait on the ledger table');
+    await terminateBackend(db, pids[0]);
+    await holder.release();
+    const failed = await request;
+
+    expect(problemOf(failed)).toEqual(problem(UNAVAILABLE));
     const after = await rowsOf(key);
-    // The charge step committed on a connection of its own: it survives.
+    // Its payment rolled back with its transaction, and its claim was
+    // released; the charge step committed on a connection of its own: it
+    // survives.
     expect(after).toEqual({
       payments: 0,
       ledgerEntries: 0,
@@ -112,55 +129,77 @@ describe("the sample app when PostgreSQL ends a handler's connection", () => {
     });
     expect(gateway.calls.get(`${key}:charge`)).toBe(1);
     console.log(
-      `terminate (${scenario}): client got ${failed.status} ${failed.contentType} ` +
-        `${String(type)} Retry-After ${failed.retryAfter}; ` +
-        `after it: ${after.payments} payments, ${after.records} records, ${after.steps} step; ` +
+      `terminate (in a statement, after a write): client got ${failed.status} ${failed.contentType} ` +
+        `Retry-After ${failed.retryAfter}; after it: ${after.payments} payments, ${after.records} records, ${after.steps} step; ` +
         `retry: ${retry.status}, ${done.payments} payment, gateway calls for the key ${gateway.calls.get(`${key}:charge`)}`,
     );
-    expect(failed.status).toBe(503);
-    expect(failed.contentType).toMatch(/^application\/problem\+json/);
-    expect(failed.retryAfter).toBe('1');
-    expect(JSON.parse(problem)).toMatchObject({
-      type: 'urn:idempotency:unavailable',
-      status: 503,
-    });
-  };
-
-  it('during a statement of the handler: a clean 503, nothing written, the retry executes once', async () => {
-    held.barrier.open();
-    const key = 'terminate-in-statement';
-    // Holds the payments table: the handler stops after its charge step, in
-    // the INSERT of the payment.
-    const holder = await holdInTransaction(
-      db.url,
-      'LOCK TABLE payments IN ACCESS EXCLUSIVE MODE',
-    );
-    const request = pay(app.url, key);
-    let pids: number[] = [];
-    await until(async () => {
-      pids = await lockWaiters(db, 'payments');
-      return pids.length === 1;
-    }, 'the handler to wait on the payments table');
-    await terminate(pids[0]);
-    await holder.release();
-    const failed = await request;
-    await untilAdvisoryLocks(db, 'held', 0);
-    await expectCleanFailureAndRetry(key, failed, 'in a statement');
   });
 
-  it('while the handler waits for the gateway, idle in its transaction: a clean 503, nothing written, the retry executes once', async () => {
+  it('while the handler waits for the gateway, holding no connection: every session of the app ended changes nothing, a duplicate gets 409, the request completes once', async () => {
     held.barrier = new Barrier();
-    const key = 'terminate-while-idle';
+    const key = 'terminate-while-waiting';
     const request = pay(app.url, key);
     await held.barrier.reached(1);
-    // The handler's transaction holds the advisory locks of its key.
-    const [{ pid }] = await db.query<{ pid: number }>(
-      `SELECT DISTINCT pid FROM pg_locks WHERE locktype = 'advisory' AND granted
-         AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
+    // The key is claimed by a committed row, leased to the instance.
+    const [claim] = await db.query<{
+      status: string;
+      instance: string;
+      leased: boolean;
+    }>(
+      `SELECT status, owner_instance::text AS instance,
+              lease_expires_at > now() AS leased
+       FROM idempotency_records WHERE key = $1`,
+      [key],
     );
-    await terminate(pid);
+    expect(claim).toEqual({
+      status: 'in_progress',
+      instance: expect.any(String),
+      leased: true,
+    });
+    // No session of the app sits in a transaction: the handler holds
+    // nothing while it waits.
+    expect(await idleInTransaction(db)).toEqual([]);
+
+    // PostgreSQL ends every session of the app: the idle connections of its
+    // pool and its presence session.
+    const ended = await sessions(db);
+    expect(
+      ended.filter((s) => s.applicationName === PRESENCE_APPLICATION_NAME),
+    ).toHaveLength(1);
+    for (const { pid } of ended) {
+      await terminateBackend(db, pid);
+    }
+    const presencePid = ended.find(
+      (s) => s.applicationName === PRESENCE_APPLICATION_NAME,
+    )!.pid;
+    // The instance re-establishes its presence by itself.
+    await untilPresenceRestored(db, claim.instance, presencePid);
+
+    // The claim outlived the sessions: a duplicate is refused.
+    const duplicate = await pay(app.url, key);
+    expect(problemOf(duplicate)).toEqual(problem(inProgress(key)));
+
     held.barrier.open();
-    const failed = await request;
-    await expectCleanFailureAndRetry(key, failed, 'idle in transaction');
+    const done = await request;
+    expect({ status: done.status, replayed: done.replayed }).toEqual({
+      status: 201,
+      replayed: false,
+    });
+    const rows = await rowsOf(key);
+    expect(rows).toEqual({
+      payments: 1,
+      ledgerEntries: 1,
+      records: 1,
+      steps: 0,
+    });
+    expect(gateway.calls.get(`${key}:charge`)).toBe(1);
+    const replay = await pay(app.url, key);
+    expect(replay.replayed).toBe(true);
+    expect(replay.body.equals(done.body)).toBe(true);
+    console.log(
+      `terminate (waiting for the gateway): ${ended.length} sessions of the app ended (pool and presence), ` +
+        `none in a transaction; duplicate ${duplicate.status}; request ${done.status}, ${rows.payments} payment, ` +
+        `gateway calls for the key ${gateway.calls.get(`${key}:charge`)}; replay byte-identical`,
+    );
   });
 });

@@ -30,6 +30,15 @@ export interface SampleProcess {
   ): Promise<{ code: number | null; signal: string | null }>;
 }
 
+/**
+ * The sample app under the module options the environment chooses
+ * (`SAMPLE_PRESENCE`, `SAMPLE_LEASE`, `SAMPLE_RETRY_AFTER`: see
+ * test/utils/tuned-sample.js).
+ */
+export const TUNED_SAMPLE: SampleEntry = {
+  entry: '../test/utils/tuned-sample.js',
+};
+
 /** Starts `node dist-sample/main.js` on port 0 and waits for its ready line (no sleeps). */
 export async function startSample(
   env: Record<string, string>,

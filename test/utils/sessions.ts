@@ -1,0 +1,174 @@
+import { until } from './barrier.js';
+
+/** The database helper these functions read the server's views through. */
+interface Reader {
+  query<T>(sql: string, params?: unknown[]): Promise<T[]>;
+}
+
+/** `application_name` of the session that holds an instance's presence lock. */
+export const PRESENCE_APPLICATION_NAME = 'idempotency-presence';
+
+/** A session of the database, as `pg_stat_activity` shows it. */
+export interface Session {
+  readonly pid: number;
+  readonly applicationName: string;
+  readonly state: string | null;
+}
+
+/**
+ * The sessions of the database of `db` other than the reader's own (and
+ * PostgreSQL's background processes), ordered by pid.
+ */
+export async function sessions(db: Reader): Promise<Session[]> {
+  const rows = await db.query<{
+    pid: number;
+    application_name: string;
+    state: string | null;
+  }>(
+    `SELECT pid, application_name, state FROM pg_stat_activity
+     WHERE datname = current_database() AND pid <> pg_backend_pid()
+       AND backend_type = 'client backend'
+     ORDER BY pid`,
+  );
+  return rows.map((row) => ({
+    pid: row.pid,
+    applicationName: row.application_name,
+    state: row.state,
+  }));
+}
+
+/**
+ * Pids of the sessions of the database of `db` (its own aside) that sit idle
+ * inside a transaction: a transaction held open between its statements, as a
+ * handler's is while it waits. The module's own statements (claims, steps,
+ * renewals) are single statements, never idle inside a transaction.
+ */
+export async function idleInTransaction(db: Reader): Promise<number[]> {
+  const rows = await db.query<{ pid: number }>(
+    `SELECT pid FROM pg_stat_activity
+     WHERE datname = current_database() AND pid <> pg_backend_pid()
+       AND state LIKE 'idle in transaction%'
+     ORDER BY pid`,
+  );
+  return rows.map((row) => row.pid);
+}
+
+/**
+ * Waits until exactly `count` sessions of the database of `db` (its own
+ * aside) sit idle inside a transaction, and returns their pids.
+ */
+export async function untilIdleInTransaction(
+  db: Reader,
+  count: number,
+): Promise<number[]> {
+  let pids: number[] = [];
+  await until(async () => {
+    pids = await idleInTransaction(db);
+    return pids.length === count;
+  }, `${count} session(s) idle in a transaction`);
+  return pids;
+}
+
+/** The session holding an instance's presence lock. */
+export interface PresenceBackend {
+  readonly pid: number;
+  readonly applicationName: string;
+  /** Whether its last statement was its LISTEN, done: it is fully set up. */
+  readonly listening: boolean;
+}
+
+/**
+ * The backend holding the presence lock of the instance whose id is
+ * `instance` (a row's `owner_instance`), with its `application_name`: the
+ * session advisory lock on `hashtextextended('idempotency:' || instance, 0)`,
+ * as `pg_locks` shows a bigint key (high and low 32 bits, `objsubid` 1).
+ */
+export async function presenceBackend(
+  db: Reader,
+  instance: string,
+): Promise<PresenceBackend | undefined> {
+  const rows = await db.query<{
+    pid: number;
+    application_name: string;
+    listening: boolean;
+  }>(
+    `WITH lock AS (SELECT hashtextextended('idempotency:' || $1::text, 0) AS id)
+     SELECT l.pid, a.application_name,
+            a.state = 'idle' AND a.query LIKE 'LISTEN %' AS listening
+     FROM pg_locks l
+     JOIN lock ON l.classid::int8 = (lock.id >> 32) & 4294967295
+              AND l.objid::int8 = lock.id & 4294967295
+     JOIN pg_stat_activity a ON a.pid = l.pid
+     WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted
+       AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
+    [instance],
+  );
+  return (
+    rows[0] && {
+      pid: rows[0].pid,
+      applicationName: rows[0].application_name,
+      listening: rows[0].listening,
+    }
+  );
+}
+
+/** Pids of the presence sessions connected to the database of `db`. */
+export async function presenceSessions(db: Reader): Promise<number[]> {
+  const rows = await db.query<{ pid: number }>(
+    `SELECT pid FROM pg_stat_activity
+     WHERE datname = current_database() AND application_name = $1
+     ORDER BY pid`,
+    [PRESENCE_APPLICATION_NAME],
+  );
+  return rows.map((row) => row.pid);
+}
+
+/** Ends the backend `pid` (`pg_terminate_backend`) and waits until it is gone. */
+export async function terminateBackend(db: Reader, pid: number): Promise<void> {
+  const [{ ended }] = await db.query<{ ended: boolean }>(
+    'SELECT pg_terminate_backend($1) AS ended',
+    [pid],
+  );
+  if (!ended) {
+    throw new Error(`Backend ${pid} could not be terminated`);
+  }
+  await until(
+    async () =>
+      (await db.query('SELECT 1 FROM pg_stat_activity WHERE pid = $1', [pid]))
+        .length === 0,
+    `backend ${pid} to end`,
+  );
+}
+
+/**
+ * Waits until the presence lock of `instance` is held by a presence session
+ * other than `previousPid` (its lost session), which has finished its
+ * LISTEN: the instance re-established its presence by itself. Returns the
+ * new session's pid.
+ */
+export async function untilPresenceRestored(
+  db: Reader,
+  instance: string,
+  previousPid: number,
+  timeoutMs = 20_000,
+): Promise<number> {
+  let pid = 0;
+  await until(
+    async () => {
+      const backend = await presenceBackend(db, instance);
+      if (
+        backend &&
+        backend.pid !== previousPid &&
+        backend.applicationName === PRESENCE_APPLICATION_NAME &&
+        backend.listening
+      ) {
+        pid = backend.pid;
+        return true;
+      }
+      return false;
+    },
+    `instance ${instance} to hold its presence lock again`,
+    timeoutMs,
+  );
+  return pid;
+}
