@@ -255,6 +255,13 @@ export class LazyTransaction {
   private createRunner(): QueryRunner {
     const runner = this.dataSource.createQueryRunner();
     const internals = runner as unknown as RunnerInternals;
+    // The runner says its transaction is open from the start, as TypeORM
+    // would see it had it begun eagerly: `save()` and query builders then
+    // write without a transaction (a savepoint) of their own, and the
+    // handler's own `manager.transaction()` becomes a savepoint. Its first
+    // statement begins it (see connect below).
+    internals.isTransactionActive = true;
+    internals.transactionDepth = 1;
     const connect = internals.connect.bind(runner);
     const startTransaction = internals.startTransaction.bind(runner);
     internals.connect = () => {
