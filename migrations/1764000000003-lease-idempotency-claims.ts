@@ -32,7 +32,8 @@ export class LeaseIdempotencyClaims1764000000003 implements MigrationInterface {
     // when its owner's instance holds no presence lock (the instance is gone).
     // The presence lock is tried shared: it still conflicts with the
     // instance's exclusive session lock, but two claims taking over keys of
-    // the same dead instance at once do not block each other.
+    // the same dead instance at once do not block each other. pg_locks is
+    // read only on that rare path, when the try succeeded.
     // Otherwise returns the row as it is, and marks it `waiting` for a
     // duplicate that waits for it (the owner then notifies on completion).
     await queryRunner.query(`
@@ -64,7 +65,16 @@ export class LeaseIdempotencyClaims1764000000003 implements MigrationInterface {
           WHERE CASE WHEN t.status <> 'in_progress' THEN t.expires_at <= now()
             ELSE t.lease_expires_at IS NULL OR t.lease_expires_at <= now()
               OR (t.owner_instance IS NOT NULL AND pg_try_advisory_xact_lock_shared(
-                hashtextextended('idempotency:' || t.owner_instance::text, 0)))
+                hashtextextended('idempotency:' || t.owner_instance::text, 0))
+                -- Behind a transaction pooler, this very server session may
+                -- be the one holding the presence lock (a lock is
+                -- re-entrant within its session): that instance is alive.
+                AND NOT EXISTS (
+                  SELECT 1 FROM pg_locks l
+                   WHERE l.locktype = 'advisory' AND l.pid = pg_backend_pid()
+                     AND l.mode = 'ExclusiveLock' AND l.granted AND l.objsubid = 1
+                     AND l.classid = ((hashtextextended('idempotency:' || t.owner_instance::text, 0) >> 32) & 4294967295)::oid
+                     AND l.objid = (hashtextextended('idempotency:' || t.owner_instance::text, 0) & 4294967295)::oid))
             END
           RETURNING true INTO acquired;
           IF acquired THEN
