@@ -2,7 +2,7 @@ import type { SampleEntry, SampleProcess } from '../utils/sample-process.js';
 import { startSample } from '../utils/sample-process.js';
 import { until } from '../utils/barrier.js';
 import { FakeGateway } from '../utils/fake-gateway.js';
-import { presenceBackend } from '../utils/presence.js';
+import { presenceBackend } from '../utils/sessions.js';
 import {
   createTestDatabase,
   holdInTransaction,
