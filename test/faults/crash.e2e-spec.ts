@@ -1,5 +1,8 @@
-import type { SampleEntry, SampleProcess } from '../utils/sample-process.js';
-import { startSample } from '../utils/sample-process.js';
+import {
+  startSample,
+  TUNED_SAMPLE,
+  type SampleProcess,
+} from '../utils/sample-process.js';
 import { until } from '../utils/barrier.js';
 import { FakeGateway } from '../utils/fake-gateway.js';
 import { presenceBackend } from '../utils/sessions.js';
@@ -22,8 +25,6 @@ const IN_FLIGHT = 20;
  * payments table, inside it); one more serves claims, steps and renewals.
  */
 const POOL_SIZE = IN_FLIGHT + 1;
-/** The sample app under the module options the environment chooses. */
-const TUNED: SampleEntry = { entry: '../test/faults/tuned-sample.js' };
 
 interface Crash {
   readonly db: TestDatabase;
@@ -259,8 +260,8 @@ describe('an instance without presence killed with requests inside the handler',
       // Longer than the lease: the lease left bounds the answer.
       SAMPLE_RETRY_AFTER: '60',
     };
-    victim = await startSample(env, TUNED);
-    survivor = startSample(env, TUNED);
+    victim = await startSample(env, TUNED_SAMPLE);
+    survivor = startSample(env, TUNED_SAMPLE);
     const keys = Array.from({ length: IN_FLIGHT }, (_, i) => `lease-${i}`);
     const crash = await crashWithRequestsInside(db, gateway, victim, keys);
     expect(crash.instance).toBeNull();
