@@ -1,8 +1,11 @@
-import type { SampleEntry, SampleProcess } from '../utils/sample-process.js';
-import { startSample } from '../utils/sample-process.js';
+import {
+  startSample,
+  TUNED_SAMPLE,
+  type SampleProcess,
+} from '../utils/sample-process.js';
 import { until } from '../utils/barrier.js';
 import { FakeGateway } from '../utils/fake-gateway.js';
-import { presenceBackend } from '../utils/presence.js';
+import { presenceBackend } from '../utils/sessions.js';
 import {
   createTestDatabase,
   holdInTransaction,
@@ -22,8 +25,42 @@ const IN_FLIGHT = 20;
  * payments table, inside it); one more serves claims, steps and renewals.
  */
 const POOL_SIZE = IN_FLIGHT + 1;
-/** The sample app under the module options the environment chooses. */
-const TUNED: SampleEntry = { entry: '../test/faults/tuned-sample.js' };
+
+let db: TestDatabase;
+let gateway: FakeGateway;
+/** The instance killed with requests inside its handler. */
+let victim: SampleProcess | undefined;
+/** Another instance, which takes the retries. */
+let survivor: Promise<SampleProcess> | undefined;
+
+// Each scenario has a database and a gateway of its own.
+beforeEach(async () => {
+  db = await createTestDatabase();
+  gateway = await new FakeGateway().start();
+});
+afterEach(async () => {
+  await victim?.stop();
+  await survivor?.then(
+    (instance) => instance.stop(),
+    () => undefined,
+  );
+  victim = survivor = undefined;
+  await gateway?.stop();
+  await db?.drop();
+});
+
+/**
+ * The environment of the victim and the survivor: the scenario's database
+ * and gateway, a pool of `POOL_SIZE` connections, and `extra`.
+ */
+function sampleEnv(extra: Record<string, string> = {}): Record<string, string> {
+  return {
+    DATABASE_URL: db.url,
+    GATEWAY_URL: gateway.url,
+    DATABASE_POOL_SIZE: String(POOL_SIZE),
+    ...extra,
+  };
+}
 
 interface Crash {
   readonly db: TestDatabase;
@@ -168,31 +205,8 @@ async function expectExecutedOnce(
 }
 
 describe('an instance of the sample app killed with requests inside the handler', () => {
-  let db: TestDatabase;
-  let gateway: FakeGateway;
-  let victim: SampleProcess | undefined;
-  let survivor: Promise<SampleProcess> | undefined;
-
-  beforeAll(async () => {
-    db = await createTestDatabase();
-    gateway = await new FakeGateway().start();
-  });
-  afterAll(async () => {
-    await victim?.stop();
-    await survivor?.then(
-      (instance) => instance.stop(),
-      () => undefined,
-    );
-    await gateway?.stop();
-    await db?.drop();
-  });
-
   it(`leaves no payment and no stuck key: its presence gone, each of the ${IN_FLIGHT} retries on another instance executes once, at once`, async () => {
-    const env = {
-      DATABASE_URL: db.url,
-      GATEWAY_URL: gateway.url,
-      DATABASE_POOL_SIZE: String(POOL_SIZE),
-    };
+    const env = sampleEnv();
     victim = await startSample(env);
     // Another instance takes the retries; it starts while the first is
     // killed (the first ran the migrations).
@@ -230,37 +244,16 @@ describe('an instance of the sample app killed with requests inside the handler'
 describe('an instance without presence killed with requests inside the handler', () => {
   /** Short, so that the dead claims run out within the test. */
   const LEASE_SECONDS = 6;
-  let db: TestDatabase;
-  let gateway: FakeGateway;
-  let victim: SampleProcess | undefined;
-  let survivor: Promise<SampleProcess> | undefined;
-
-  beforeAll(async () => {
-    db = await createTestDatabase();
-    gateway = await new FakeGateway().start();
-  });
-  afterAll(async () => {
-    await victim?.stop();
-    await survivor?.then(
-      (instance) => instance.stop(),
-      () => undefined,
-    );
-    await gateway?.stop();
-    await db?.drop();
-  });
 
   it(`keeps each key for what is left of its ${LEASE_SECONDS} s lease (409, Retry-After within it), then lets the retry execute once`, async () => {
-    const env = {
-      DATABASE_URL: db.url,
-      GATEWAY_URL: gateway.url,
-      DATABASE_POOL_SIZE: String(POOL_SIZE),
+    const env = sampleEnv({
       SAMPLE_PRESENCE: 'off',
       SAMPLE_LEASE: `${LEASE_SECONDS}s`,
       // Longer than the lease: the lease left bounds the answer.
       SAMPLE_RETRY_AFTER: '60',
-    };
-    victim = await startSample(env, TUNED);
-    survivor = startSample(env, TUNED);
+    });
+    victim = await startSample(env, TUNED_SAMPLE);
+    survivor = startSample(env, TUNED_SAMPLE);
     const keys = Array.from({ length: IN_FLIGHT }, (_, i) => `lease-${i}`);
     const crash = await crashWithRequestsInside(db, gateway, victim, keys);
     expect(crash.instance).toBeNull();

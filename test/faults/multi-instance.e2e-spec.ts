@@ -1,4 +1,5 @@
 import type { SampleProcess } from '../utils/sample-process.js';
+import { claimsInProgress } from '../utils/claims.js';
 import { FakeGateway } from '../utils/fake-gateway.js';
 import {
   idleInTransaction,
@@ -56,16 +57,7 @@ describe('four instances of the sample app on one database', () => {
       async () => {
         // One claim per key, each its own attempt's, leased, and owned by
         // an instance whose presence session holds its lock.
-        const claims = await db.query<{
-          key: string;
-          owner: string | null;
-          instance: string | null;
-          leased: boolean;
-        }>(
-          `SELECT key, owner::text AS owner, owner_instance::text AS instance,
-                  lease_expires_at > now() AS leased
-           FROM idempotency_records WHERE status = 'in_progress' ORDER BY key`,
-        );
+        const claims = await claimsInProgress(db);
         expect(claims.map((claim) => claim.key)).toEqual([...keys].sort());
         expect(claims.filter((claim) => !claim.leased)).toEqual([]);
         expect(new Set(claims.map((claim) => claim.owner)).size).toBe(KEYS);

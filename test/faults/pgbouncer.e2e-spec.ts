@@ -1,3 +1,4 @@
+import { claimsInProgress } from '../utils/claims.js';
 import { FakeGateway } from '../utils/fake-gateway.js';
 import { TUNED_SAMPLE, type SampleProcess } from '../utils/sample-process.js';
 import {
@@ -97,15 +98,7 @@ describeWithPgBouncer()(
           COPIES,
           async () => {
             // One claim per key, each its own attempt's, leased.
-            const claims = await db.query<{
-              owner: string;
-              instance: string | null;
-              leased: boolean;
-            }>(
-              `SELECT owner::text AS owner, owner_instance::text AS instance,
-                      lease_expires_at > now() AS leased
-               FROM idempotency_records WHERE status = 'in_progress'`,
-            );
+            const claims = await claimsInProgress(db);
             expect(claims).toHaveLength(KEYS);
             expect(claims.filter((claim) => !claim.leased)).toEqual([]);
             expect(new Set(claims.map((claim) => claim.owner)).size).toBe(KEYS);

@@ -1,10 +1,10 @@
-import type { Pool } from 'pg';
 import { until } from '../utils/barrier.js';
 import { FakeGateway } from '../utils/fake-gateway.js';
 import {
   idleInTransaction,
   untilIdleInTransaction,
 } from '../utils/sessions.js';
+import { poolOf } from '../utils/statement-counter.js';
 import {
   PLATFORMS,
   send,
@@ -43,8 +43,6 @@ describe.each(PLATFORMS)(
       await gateway?.stop();
     });
 
-    const pool = () =>
-      (target.dataSource.driver as unknown as { master: Pool }).master;
     const claimed = async (keys: string[]) =>
       (
         await target.db.query<{ claimed: number }>(
@@ -53,8 +51,17 @@ describe.each(PLATFORMS)(
           [keys],
         )
       )[0].claimed;
-    /** What the requests of `keys` left: orders, completed records, charges. */
-    const outcome = async (keys: string[]) => {
+    /**
+     * Waits for the answers to the requests of `keys` and checks that each
+     * completed once: a 201, one order charged through its step, one
+     * completed record, one gateway charge.
+     */
+    const expectEachCompletedOnce = async (
+      keys: string[],
+      answers: Promise<number[]>,
+    ) => {
+      const statuses = await answers;
+      expect(statuses).toEqual(keys.map(() => 201));
       const [{ orders, charged }] = await target.db.query<{
         orders: number;
         charged: number;
@@ -72,7 +79,14 @@ describe.each(PLATFORMS)(
       const charges = keys.filter(
         (key) => gateway.calls.get(`${key}:charge`) === 1,
       ).length;
-      return { orders, charged, records, charges };
+      const rows = { orders, charged, records, charges };
+      expect(rows).toEqual({
+        orders: keys.length,
+        charged: keys.length,
+        records: keys.length,
+        charges: keys.length,
+      });
+      return { statuses, rows };
     };
     const checkout = (path: string, keys: string[]) =>
       Promise.all(
@@ -108,16 +122,7 @@ describe.each(PLATFORMS)(
       ).toHaveLength(POOL_SIZE - 1);
       expect(gates.written).toBe(POOL_SIZE - 1);
       gates.beforeStep.open();
-      const statuses = await answers;
-
-      expect(statuses).toEqual(keys.map(() => 201));
-      const rows = await outcome(keys);
-      expect(rows).toEqual({
-        orders: REQUESTS,
-        charged: REQUESTS,
-        records: REQUESTS,
-        charges: REQUESTS,
-      });
+      const { statuses, rows } = await expectEachCompletedOnce(keys, answers);
       console.log(
         `full pool (${platform}, pool of ${POOL_SIZE}, handlers writing before their step): ${REQUESTS} concurrent new keys, ` +
           `${POOL_SIZE - 1} transactions open while held → ${statuses.filter((status) => status === 201).length} × 201, ` +
@@ -134,18 +139,9 @@ describe.each(PLATFORMS)(
       await gates.beforeFirstStatement.reached(REQUESTS);
       expect(await claimed(keys)).toBe(REQUESTS);
       expect(await idleInTransaction(target.db)).toEqual([]);
-      expect(pool().waitingCount).toBe(0);
+      expect(poolOf(target.dataSource).waitingCount).toBe(0);
       gates.beforeFirstStatement.open();
-      const statuses = await answers;
-
-      expect(statuses).toEqual(keys.map(() => 201));
-      const rows = await outcome(keys);
-      expect(rows).toEqual({
-        orders: REQUESTS,
-        charged: REQUESTS,
-        records: REQUESTS,
-        charges: REQUESTS,
-      });
+      const { statuses, rows } = await expectEachCompletedOnce(keys, answers);
       console.log(
         `full pool (${platform}, pool of ${POOL_SIZE}, handlers waiting before their first statement): ` +
           `${REQUESTS} inside at once, none in a transaction → ${statuses.filter((status) => status === 201).length} × 201, ` +

@@ -5,7 +5,7 @@ import {
   PRESENCE_APPLICATION_NAME,
   terminateBackend,
   untilPresenceRestored,
-} from '../utils/presence.js';
+} from '../utils/sessions.js';
 import { TcpGate } from '../utils/tcp-gate.js';
 import {
   PLATFORMS,

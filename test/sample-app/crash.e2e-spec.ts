@@ -1,6 +1,6 @@
 import { FakeGateway } from '../utils/fake-gateway.js';
 import { until } from '../utils/barrier.js';
-import { presenceBackend } from '../utils/presence.js';
+import { presenceBackend } from '../utils/sessions.js';
 import {
   createTestDatabase,
   holdInTransaction,

@@ -7,6 +7,7 @@ import {
   type ClaimRequest,
 } from '../../src/index.js';
 import { until } from './barrier.js';
+import type { TestDatabase } from './test-database.js';
 
 /** What the claims of an application answered, as they answer. */
 export interface ClaimWatch {
@@ -100,4 +101,24 @@ export async function takeOver(
   } finally {
     await client.end();
   }
+}
+
+/** A key held by a running attempt, as its record shows it. */
+export interface ClaimInProgress {
+  readonly key: string;
+  /** The attempt holding it (`owner`). */
+  readonly owner: string;
+  /** The instance the attempt runs on (`owner_instance`), if it has a presence. */
+  readonly instance: string | null;
+  /** Whether its lease runs yet. */
+  readonly leased: boolean;
+}
+
+/** The records in progress of the database of `db`, ordered by key. */
+export function claimsInProgress(db: TestDatabase): Promise<ClaimInProgress[]> {
+  return db.query<ClaimInProgress>(
+    `SELECT key, owner::text AS owner, owner_instance::text AS instance,
+            lease_expires_at > now() AS leased
+     FROM idempotency_records WHERE status = 'in_progress' ORDER BY key`,
+  );
 }
