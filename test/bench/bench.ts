@@ -113,7 +113,7 @@ import { startEmbeddedPostgres } from '../setup/embedded-postgres.js';
 import {
   startSample,
   type SampleProcess,
-} from '../sample-app/sample-process.js';
+} from '../utils/sample-process.js';
 import { postmasterOf, processCpuMs, serverCpuMs } from './cpu-time.js';
 import { median, runLoad, type LoadResult } from './load.js';
 import {
