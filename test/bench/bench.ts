@@ -110,10 +110,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import pg from 'pg';
 import { startEmbeddedPostgres } from '../setup/embedded-postgres.js';
-import {
-  startSample,
-  type SampleProcess,
-} from '../utils/sample-process.js';
+import { startSample, type SampleProcess } from '../utils/sample-process.js';
 import { postmasterOf, processCpuMs, serverCpuMs } from './cpu-time.js';
 import { median, runLoad, type LoadResult } from './load.js';
 import {
