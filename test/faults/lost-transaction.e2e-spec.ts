@@ -265,7 +265,11 @@ describe.each(PLATFORMS)(
         }
         before.open();
         expect(await late).toEqual(UNAVAILABLE_ANSWER);
-        expect(pause.late.get(body.reference)).toBe('error 55000');
+        // Refused (55000), or, when the pool hands out an idle connection
+        // whose termination it has not noticed yet, terminated (57P01).
+        expect(['error 55000', 'error 57P01']).toContain(
+          pause.late.get(body.reference),
+        );
         // Its release could not reach the server either: the claim stays,
         // until its lease runs out.
         expect(await records([key])).toEqual([{ key, status: 'in_progress' }]);
