@@ -47,7 +47,7 @@ describeRabbit(
       await db?.drop();
     });
 
-    /** Runs `node dist-sample/consumer.js` on this test's queue. */
+    /** Runs the sample consumer (`node dist-sample/consumer.js`) on this test's queue. */
     const startConsumer = async (env: Record<string, string> = {}) => {
       const consumer = await startSample(
         {
@@ -58,7 +58,12 @@ describeRabbit(
           ...env,
         },
         {
-          entry: 'consumer.js',
+          // The sample has no fault hook: a consumer that kills itself after
+          // a commit is a test-only entry around the sample's modules.
+          entry:
+            env.SAMPLE_KILL_AFTER_COMMIT === undefined
+              ? 'consumer.js'
+              : '../test/utils/killing-consumer.js',
           ready: /Payments consumer listening on queue (\S+)/,
         },
       );
