@@ -30,6 +30,11 @@ function message(problem: string, solution: string): string {
   return `${problem}\nPotential solutions:\n- ${solution}`;
 }
 
+/** The message of the error that `resolveModuleOptions(options)` throws. */
+function refusal(options: IdempotencyModuleOptions): string {
+  return configurationError(() => resolveModuleOptions(options)).message;
+}
+
 /** Options the type system refuses, as a JavaScript caller may give them. */
 function untyped(options: Record<string, unknown>): IdempotencyModuleOptions {
   return options as IdempotencyModuleOptions;
@@ -183,9 +188,7 @@ describe('resolveModuleOptions', () => {
   ])(
     'refuses an invalid duration for %s, naming the option',
     (option, options, shown) => {
-      expect(
-        configurationError(() => resolveModuleOptions(options)).message,
-      ).toBe(
+      expect(refusal(options)).toBe(
         message(
           `Invalid duration for "${option}": ${shown}.`,
           "Give a positive number of milliseconds or a string such as '500ms', '30s', '15m', '24h' or '7d'.",
@@ -244,9 +247,7 @@ describe('resolveModuleOptions', () => {
       ['Clé', '"Clé"'],
       ['Key\n', '"Key\\n"'],
     ])('refuses the header name %p', (headerName, shown) => {
-      expect(
-        configurationError(() => resolveModuleOptions({ headerName })).message,
-      ).toBe(
+      expect(refusal({ headerName })).toBe(
         message(
           `Invalid "headerName": ${shown}.`,
           "Give an HTTP header name such as 'Idempotency-Key'.",
@@ -267,10 +268,7 @@ describe('resolveModuleOptions', () => {
       ['Wait', '"Wait"'],
       [null, 'null'],
     ])('refuses %p', (concurrency, shown) => {
-      expect(
-        configurationError(() => resolveModuleOptions(untyped({ concurrency })))
-          .message,
-      ).toBe(
+      expect(refusal(untyped({ concurrency }))).toBe(
         message(`Invalid "concurrency": ${shown}.`, "Use 'reject' or 'wait'."),
       );
     });
@@ -288,10 +286,7 @@ describe('resolveModuleOptions', () => {
       [Infinity, 'null'],
       ['1', '"1"'],
     ])('refuses %p', (retryAfter, shown) => {
-      expect(
-        configurationError(() => resolveModuleOptions(untyped({ retryAfter })))
-          .message,
-      ).toBe(
+      expect(refusal(untyped({ retryAfter }))).toBe(
         message(
           `Invalid "retryAfter": ${shown}.`,
           'Give a whole number of seconds (0 or more).',
@@ -321,10 +316,7 @@ describe('resolveModuleOptions', () => {
       [{ minLength: 300 }, '{"minLength":300,"maxLength":255}'],
       [{ maxLength: Number.NaN }, '{"minLength":1,"maxLength":null}'],
     ])('refuses the lengths %p', (keyValidation, shown) => {
-      expect(
-        configurationError(() => resolveModuleOptions({ keyValidation }))
-          .message,
-      ).toBe(
+      expect(refusal({ keyValidation })).toBe(
         message(
           `Invalid "keyValidation": ${shown}.`,
           'Give whole numbers with 1 <= minLength <= maxLength <= 1024.',
@@ -337,11 +329,7 @@ describe('resolveModuleOptions', () => {
       [null, 'null'],
       [{}, '{}'],
     ])('refuses the pattern %p, which is no RegExp', (pattern, shown) => {
-      expect(
-        configurationError(() =>
-          resolveModuleOptions(untyped({ keyValidation: { pattern } })),
-        ).message,
-      ).toBe(
+      expect(refusal(untyped({ keyValidation: { pattern } }))).toBe(
         message(`Invalid "keyValidation.pattern": ${shown}.`, 'Give a RegExp.'),
       );
     });
@@ -358,10 +346,7 @@ describe('resolveModuleOptions', () => {
         '{"include":["amount"],"exclude":{"sentAt":true}}',
       ],
     ])('refuses %p', (fingerprint, shown) => {
-      expect(
-        configurationError(() => resolveModuleOptions(untyped({ fingerprint })))
-          .message,
-      ).toBe(
+      expect(refusal(untyped({ fingerprint }))).toBe(
         message(
           `Invalid "fingerprint": ${shown}.`,
           'Give { include?: string[], exclude?: string[] } or a function.',
@@ -376,11 +361,7 @@ describe('resolveModuleOptions', () => {
       [1.5, '1.5'],
       ['1mb', '"1mb"'],
     ])('refuses %p', (maxResponseSize, shown) => {
-      expect(
-        configurationError(() =>
-          resolveModuleOptions(untyped({ maxResponseSize })),
-        ).message,
-      ).toBe(
+      expect(refusal(untyped({ maxResponseSize }))).toBe(
         message(
           `Invalid "maxResponseSize": ${shown}.`,
           'Give a whole number of bytes.',
@@ -447,13 +428,7 @@ describe('resolveModuleOptions', () => {
           ['X-Kept', '"X-Kept"'],
           [['X-Kept', 1], '["X-Kept",1]'],
         ] as const) {
-          expect(
-            configurationError(() =>
-              resolveModuleOptions(
-                untyped({ replayHeaders: { [list]: names } }),
-              ),
-            ).message,
-          ).toBe(
+          expect(refusal(untyped({ replayHeaders: { [list]: names } }))).toBe(
             message(
               `Invalid "replayHeaders.${list}": ${shown}.`,
               'Give an array of header names.',
@@ -502,11 +477,7 @@ describe('resolveModuleOptions', () => {
       [2.5, '2.5'],
       ['100', '"100"'],
     ])('refuses the batch size %p', (batchSize, shown) => {
-      expect(
-        configurationError(() =>
-          resolveModuleOptions(untyped({ gc: { batchSize } })),
-        ).message,
-      ).toBe(
+      expect(refusal(untyped({ gc: { batchSize } }))).toBe(
         message(
           `Invalid "gc.batchSize": ${shown}.`,
           'Give a whole number of rows, 1 or more.',
@@ -519,11 +490,7 @@ describe('resolveModuleOptions', () => {
       ['   ', '"   "'],
       [5, '5'],
     ])('refuses the cron expression %p', (cron, shown) => {
-      expect(
-        configurationError(() =>
-          resolveModuleOptions(untyped({ gc: { cron } })),
-        ).message,
-      ).toBe(
+      expect(refusal(untyped({ gc: { cron } }))).toBe(
         message(
           `Invalid "gc.cron": ${shown}.`,
           "Give a cron expression such as '0 * * * *'.",

@@ -1,10 +1,7 @@
 import { HttpException } from '@nestjs/common';
-import {
-  AbandonedTransactionError,
-  failedToBegin,
-  type LazyTransaction,
-} from '../typeorm/lazy-transaction.js';
+import { AbandonedTransactionError } from '../typeorm/lazy-transaction.js';
 import { TransactionSlotTimeoutError } from '../typeorm/transaction-gate.js';
+import { isOwnStatementError } from './own-statement.js';
 
 /** SQLSTATE of a statement cancelled: by the module at the deadline, or by an administrator. */
 const QUERY_CANCELED = '57014';
@@ -60,14 +57,13 @@ export function sqlState(error: unknown): string | undefined {
 }
 
 /**
- * Whether a query failed because its connection broke: a socket error, or the
- * driver's "Connection terminated", neither of which carries a SQLSTATE.
- * Only database errors count (TypeORM's `driverError`, or the driver's own
- * errors of the module's statements): the handler's own HTTP clients may
- * fail with the same codes.
+ * Whether a query of the handler failed because its connection broke: a
+ * socket error, or the driver's "Connection terminated", neither of which
+ * carries a SQLSTATE. Only TypeORM's query errors (`driverError`) count: the
+ * handler's own HTTP clients may fail with the same codes.
  */
-function isConnectionError(error: unknown, ours: boolean): boolean {
-  if (!ours && !(error as { driverError?: unknown })?.driverError) {
+function isConnectionError(error: unknown): boolean {
+  if (!(error as { driverError?: unknown })?.driverError) {
     return false;
   }
   const { code, message } = driverError(error);
@@ -87,15 +83,16 @@ export type FailureKind =
   | 'unavailable';
 
 /**
- * @internal Classifies the error of a handler (or of the module's own
- * statements, `ours`): whether nothing was written and the client may retry
- * (503), and why.
+ * @internal Classifies the error of a handler: whether nothing was written
+ * and the client may retry (503), and why.
+ * @param transaction what became of the handler's transaction: `lost`, its
+ * connection broke while the handler ran; `rolledBack`, its rollback went
+ * through (one that failed tells that the connection is gone, whichever
+ * connection the handler's error came from).
  */
 export function classifyFailure(
   error: unknown,
-  transaction: LazyTransaction | undefined,
-  rolledBack: boolean,
-  ours = false,
+  transaction: { readonly lost: boolean; readonly rolledBack: boolean },
 ): FailureKind {
   if (
     error instanceof AbandonedTransactionError ||
@@ -104,24 +101,24 @@ export function classifyFailure(
     return 'timeout';
   }
   if (
+    transaction.lost ||
     error instanceof LeaseLostError ||
     error instanceof TransactionSlotTimeoutError ||
-    // No statement of the handler ran: the database refused its transaction.
-    failedToBegin(error)
+    // The database failed a statement of the module's own (the begin of
+    // the transaction, a step's read or save), not the handler.
+    isOwnStatementError(error)
   ) {
     return 'unavailable';
   }
+  // The handler's own HTTP answers are kept.
   if (error instanceof HttpException) {
     return 'handler';
   }
   const code = sqlState(error);
-  const lost =
-    transaction?.isLost === true ||
+  return !transaction.rolledBack ||
     (code !== undefined &&
       (code.startsWith('08') || SESSION_ENDED_CODES.has(code))) ||
-    isConnectionError(error, ours) ||
-    // A rollback that fails tells that the connection is gone, whichever
-    // connection the handler's error came from (a step's may break first).
-    !rolledBack;
-  return lost ? 'unavailable' : 'handler';
+    isConnectionError(error)
+    ? 'unavailable'
+    : 'handler';
 }

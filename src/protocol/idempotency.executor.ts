@@ -30,6 +30,7 @@ import {
   type StoredRecord,
   type StoredResponse,
 } from './idempotency-store.interface.js';
+import { ownStatement } from './own-statement.js';
 import {
   classifyFailure,
   LeaseLostError,
@@ -315,8 +316,6 @@ export class Execution {
   private abandoned = false;
   private lost = false;
   private settled = false;
-  /** The error of a step's own statement (its read or its save), if one failed. */
-  private stepFailure: unknown;
 
   constructor(
     private readonly executor: IdempotencyExecutor,
@@ -381,11 +380,6 @@ export class Execution {
     throw new IdempotencyUnavailableException(this.options.retryAfter);
   }
 
-  /** Whether the attempt was abandoned at its deadline. */
-  get isAbandoned(): boolean {
-    return this.abandoned;
-  }
-
   /**
    * Writes the response into the record in the handler's transaction, fenced
    * by the owner, and commits; then wakes the key's waiters.
@@ -420,16 +414,7 @@ export class Execution {
       executor.emit(lost ? 'lease-lost' : 'failed', attempt, { error });
       throw new IdempotencyUnavailableException(options.retryAfter);
     }
-    this.finished();
-    if (lease && waiting) {
-      // After the commit, and only for a key that has a waiter: NOTIFY
-      // serialises the commits of every transaction that sends one.
-      executor.store.notify([lease]).catch((error: unknown) => {
-        executor.logger.warn(
-          `Notifying the waiters of a key failed (they poll): ${(error as Error).message}`,
-        );
-      });
-    }
+    this.finished(waiting);
     executor.emit('executed', attempt, {
       status: completion?.response.status,
     });
@@ -449,18 +434,11 @@ export class Execution {
       return this.abandoned ? 'timeout' : 'handler';
     }
     this.settled = true;
-    const lostBefore = this.transaction.isLost;
+    const lost = this.transaction.isLost;
     const rolledBack = await this.transaction.rollback();
     const kind = this.abandoned
       ? 'timeout'
-      : lostBefore
-        ? 'unavailable'
-        : classifyFailure(
-            error,
-            this.transaction,
-            rolledBack,
-            error === this.stepFailure,
-          );
+      : classifyFailure(error, { lost, rolledBack });
     if (kind === 'timeout') {
       this.executor.emit('timeout', this.attempt, { error });
     } else if (kind === 'unavailable') {
@@ -492,10 +470,7 @@ export class Execution {
         undefined,
       );
       if (write.fenced) {
-        this.finished();
-        if (write.waiting) {
-          await executor.store.notify([lease]);
-        }
+        this.finished(write.waiting);
         executor.emit('stored-error', attempt, { status: response.status });
         return;
       }
@@ -514,17 +489,17 @@ export class Execution {
     if (!lease || !executor.running.has(this)) {
       return;
     }
-    this.finished();
+    // Out of the running set first: a second release finds it gone.
+    executor.running.delete(this);
+    let waiting = false;
     try {
-      const write = await executor.store.release(lease);
-      if (write.waiting) {
-        await executor.store.notify([lease]);
-      }
+      ({ waiting } = await executor.store.release(lease));
     } catch (error) {
       executor.logger.warn(
         `Releasing key ${JSON.stringify(lease.key)} failed: the next attempt claims it when its lease runs out (${(error as Error).message})`,
       );
     }
+    this.finished(waiting);
   }
 
   /** Called when a renewal found the claim taken over. */
@@ -552,7 +527,7 @@ export class Execution {
         'Give every step a non-empty name, unique within the handler.',
       );
     }
-    const stored = await this.stepStatement(() =>
+    const stored = await ownStatement(() =>
       executor.store.readStep(lease, name),
     );
     if (stored) {
@@ -571,27 +546,13 @@ export class Execution {
     if (this.abandoned) {
       throw new IdempotencyUnavailableException(options.retryAfter);
     }
-    const saved = await this.stepStatement(() =>
+    const saved = await ownStatement(() =>
       executor.store.saveStep(lease, name, result, options.ttlMs),
     );
     if (!saved) {
       throw new LeaseLostError(lease.key);
     }
     return (result ?? null) as T;
-  }
-
-  /**
-   * A step's own statement: its error, raised through the handler, is
-   * classified as the module's (a broken connection answers 503), not as the
-   * handler's own.
-   */
-  private async stepStatement<T>(statement: () => Promise<T>): Promise<T> {
-    try {
-      return await statement();
-    } catch (error) {
-      this.stepFailure = error;
-      throw error;
-    }
   }
 
   /** At the deadline: abandons the attempt and frees its key. */
@@ -610,10 +571,26 @@ export class Execution {
     await this.release();
   }
 
-  private finished(): void {
-    this.executor.running.delete(this);
-    if (this.lease) {
-      this.executor.waiters.wake(this.lease.scope, this.lease.key);
+  /**
+   * The claim ended (completed, stored or released): wakes the key's waiters
+   * in this process, and, when `waiting` tells that one waits elsewhere, on
+   * the other instances. NOTIFY serialises the commits of every transaction
+   * that sends one: it goes after the commit, in a statement of its own, and
+   * only for a key that has a waiter.
+   */
+  private finished(waiting = false): void {
+    const { executor, lease } = this;
+    executor.running.delete(this);
+    if (!lease) {
+      return;
+    }
+    executor.waiters.wake(lease.scope, lease.key);
+    if (waiting) {
+      executor.store.notify([lease]).catch((error: unknown) => {
+        executor.logger.warn(
+          `Notifying the waiters of a key failed (they poll): ${(error as Error).message}`,
+        );
+      });
     }
   }
 }

@@ -28,6 +28,7 @@ export class IdempotencyDataSource
   implements OnModuleInit, OnApplicationShutdown
 {
   private source: DataSource | undefined;
+  private driverPool: Pool | undefined;
   private unbind?: () => void;
   private transactionGate = new TransactionGate(Infinity);
 
@@ -53,13 +54,8 @@ export class IdempotencyDataSource
 
   /** The pool of the DataSource's driver (pg), for the module's statements. */
   get pool(): Pool {
-    const pool = (this.resolve().driver as unknown as { master?: Pool }).master;
-    if (!pool) {
-      throw new Error(
-        'The DataSource of the idempotency module is not initialized',
-      );
-    }
-    return pool;
+    this.resolve();
+    return this.driverPool!;
   }
 
   /** The transactions of handlers open now, and how many may be. */
@@ -91,12 +87,18 @@ export class IdempotencyDataSource
       );
     }
     assertPostgresDataSource(dataSource);
-    const poolSize = (
-      dataSource.driver as { master?: { options?: { max?: unknown } } }
-    ).master?.options?.max;
+    const pool = (dataSource.driver as unknown as { master?: Pool }).master;
+    if (!pool) {
+      throw new IdempotencyConfigurationError(
+        'The DataSource of the idempotency module is not initialized.',
+        'Let TypeOrmModule initialize it (the default), or call `dataSource.initialize()` before the application starts.',
+      );
+    }
+    const poolSize = (pool as { options?: { max?: unknown } }).options?.max;
     if (typeof poolSize === 'number' && poolSize > 1) {
       this.transactionGate = new TransactionGate(poolSize - 1);
     }
+    this.driverPool = pool;
     this.unbind = bindAmbientTransaction(dataSource);
     this.source = dataSource;
     return dataSource;

@@ -1,6 +1,7 @@
 import { Logger } from '@nestjs/common';
 import type { PoolClient } from 'pg';
 import type { DataSource, EntityManager, QueryRunner } from 'typeorm';
+import { ownStatement } from '../protocol/own-statement.js';
 import type { TransactionGate } from './transaction-gate.js';
 
 /**
@@ -14,23 +15,6 @@ export class AbandonedTransactionError extends Error {
     );
     this.name = 'AbandonedTransactionError';
   }
-}
-
-/**
- * Errors raised while beginning a handler's transaction (the pool's
- * connection, START TRANSACTION): the module's statements, not the handler's.
- */
-const beginFailures = new WeakSet<object>();
-
-/**
- * @internal Whether `error` was raised while beginning a handler's
- * transaction (no connection, a broken one, a refused START TRANSACTION):
- * the database's failure, never the handler's.
- */
-export function failedToBegin(error: unknown): boolean {
-  return (
-    typeof error === 'object' && error !== null && beginFailures.has(error)
-  );
 }
 
 type State = 'idle' | 'open' | 'ended' | 'abandoned';
@@ -235,10 +219,7 @@ export class LazyTransaction {
       this.state = state;
     }
     if (this.runner && !this.runner.isReleased) {
-      const runner = this.runner as unknown as {
-        releasePostgresConnection(error?: Error): Promise<void>;
-      };
-      await runner
+      await (this.runner as unknown as RunnerInternals)
         .releasePostgresConnection(failure)
         .catch((error: unknown) => {
           logger.warn(
@@ -283,30 +264,29 @@ export class LazyTransaction {
     return runner;
   }
 
+  /**
+   * Takes a place in the module's share of the pool, the connection, and
+   * begins the transaction: statements of the module's own (their errors
+   * are the database's, not the handler's).
+   */
   private async open(connect: () => Promise<PoolClient>): Promise<PoolClient> {
     try {
-      await this.gate.acquire(this.deadline - Date.now());
-      this.holdsPlace = true;
-      if (this.state !== 'idle') {
-        throw new AbandonedTransactionError();
-      }
-      const client = await connect();
-      // Sent on the driver's client: TypeORM's own START TRANSACTION would
-      // ask for the connection again, which is what is being opened.
-      await client.query('START TRANSACTION');
-      const internals = this.runner as unknown as RunnerInternals;
-      internals.isTransactionActive = true;
-      internals.transactionDepth = 1;
-      if (this.state !== 'idle') {
-        throw new AbandonedTransactionError();
-      }
-      this.state = 'open';
-      return client;
-    } catch (error) {
-      if (typeof error === 'object' && error !== null) {
-        beginFailures.add(error);
-      }
-      throw error;
+      return await ownStatement(async () => {
+        await this.gate.acquire(this.deadline - Date.now());
+        this.holdsPlace = true;
+        if (this.state !== 'idle') {
+          throw new AbandonedTransactionError();
+        }
+        const client = await connect();
+        // Sent on the driver's client: TypeORM's own START TRANSACTION would
+        // ask for the connection again, which is what is being opened.
+        await client.query('START TRANSACTION');
+        if (this.state !== 'idle') {
+          throw new AbandonedTransactionError();
+        }
+        this.state = 'open';
+        return client;
+      });
     } finally {
       this.opening = undefined;
     }

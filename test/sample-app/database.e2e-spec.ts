@@ -81,6 +81,9 @@ describe('the embedded PostgreSQL of the sample app, started while one runs', ()
     expect(await answers()).toBe(true);
   });
 
+  // Only root can start the server as another user (`postgres`), whose
+  // access to the directory this test takes away; as any other user the
+  // server runs as that user, and the situation cannot arise.
   const asRoot = process.getuid?.() === 0;
   (asRoot ? it : it.skip)(
     'as root, refuses a data directory the postgres user cannot reach, before creating anything',

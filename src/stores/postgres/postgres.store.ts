@@ -225,16 +225,10 @@ export class PostgresIdempotencyStore
       completion.ttlMs,
     ];
     // Without a transaction of the handler, the statement is one of its own.
-    const client = transaction?.client;
-    const { rows } = client
-      ? await client.query<{ finished: boolean; waiting: boolean }>(
-          FINISH,
-          values,
-        )
-      : await this.pool.query<{ finished: boolean; waiting: boolean }>(
-          FINISH,
-          values,
-        );
+    const { rows } = await (transaction?.client ?? this.pool).query<{
+      finished: boolean;
+      waiting: boolean;
+    }>(FINISH, values);
     return { fenced: rows[0].finished, waiting: rows[0].waiting };
   }
 
