@@ -22,6 +22,7 @@ import { IdempotencyCollector } from './idempotency.collector.js';
 import { IdempotencyEvents } from './idempotency.events.js';
 import { IdempotencyService } from './idempotency.service.js';
 import { IdempotencyMessages } from './messages/idempotency.messages.js';
+import { idempotencyOpenApi } from './openapi/idempotency-openapi.js';
 
 /**
  * Makes handlers decorated with `@Idempotent()` idempotent, on the
@@ -58,6 +59,7 @@ import { IdempotencyMessages } from './messages/idempotency.messages.js';
     IdempotencyService,
     IdempotencyMessages,
     IdempotencyExplorer,
+    idempotencyOpenApi,
     IdempotencyCollector,
     IdempotencyContext,
     { provide: APP_INTERCEPTOR, useClass: IdempotencyInterceptor },

@@ -56,6 +56,7 @@ describe('resolveModuleOptions', () => {
       headerField: 'idempotency-key',
       leaseMs: 15_000,
       presence: true,
+      openApi: true,
       ttlMs: 86_400_000,
       concurrency: 'reject',
       waitTimeoutMs: 10_000,
@@ -116,6 +117,7 @@ describe('resolveModuleOptions', () => {
       gc: false,
       lease: '3s',
       presence: { url: 'postgres://direct/db' },
+      openApi: false,
     });
     expect(resolved).toEqual({
       gc: undefined,
@@ -125,6 +127,7 @@ describe('resolveModuleOptions', () => {
       headerField: 'x-request-key',
       leaseMs: 3_000,
       presence: { url: 'postgres://direct/db' },
+      openApi: false,
       ttlMs: 3_600_000,
       concurrency: 'wait',
       waitTimeoutMs: 2500,
@@ -226,6 +229,12 @@ describe('resolveModuleOptions', () => {
         ).toThrow(/Invalid "presence".*Give true, false or \{ url: string \}/s);
       },
     );
+  });
+
+  it.each([['yes'], [1], ['false']])('refuses openApi: %p', (openApi) => {
+    expect(() =>
+      resolveModuleOptions({ openApi } as unknown as { openApi: boolean }),
+    ).toThrow(/Invalid "openApi".*Give true or false/s);
   });
 
   describe('headerName', () => {

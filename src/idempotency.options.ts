@@ -69,6 +69,7 @@ export interface ResolvedIdempotencyOptions extends ResolvedRouteOptions {
   readonly headerField: string;
   readonly leaseMs: number;
   readonly presence: false | true | { readonly url: string };
+  readonly openApi: boolean;
 }
 
 const globalScope: IdempotencyScopeResolver = (_context: ExecutionContext) =>
@@ -90,6 +91,7 @@ const DEFAULTS = {
   maxResponseSize: 1_048_576,
   lease: '15s',
   presence: true,
+  openApi: true,
 } as const satisfies IdempotencyModuleOptions;
 
 const storeClientErrors: IdempotencyErrorPolicy = (status) =>
@@ -246,6 +248,10 @@ export function resolveModuleOptions(
   ) {
     invalid('presence', presence, 'Give true, false or { url: string }.');
   }
+  const openApi = options.openApi ?? DEFAULTS.openApi;
+  if (typeof openApi !== 'boolean') {
+    invalid('openApi', openApi, 'Give true or false.');
+  }
   const leaseMs = toMilliseconds(options.lease ?? DEFAULTS.lease, 'lease');
   if (leaseMs < 300) {
     invalid(
@@ -258,6 +264,7 @@ export function resolveModuleOptions(
     gc: resolveGcOptions(options.gc),
     leaseMs,
     presence,
+    openApi,
     onEvent: options.onEvent,
     dataSource: options.dataSource,
     headerName,

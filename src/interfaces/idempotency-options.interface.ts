@@ -310,4 +310,13 @@ export interface IdempotencyModuleOptions extends IdempotentOptions {
    * @default true
    */
   presence?: boolean | { url: string };
+  /**
+   * Whether decorated HTTP routes are documented in the OpenAPI document of
+   * `@nestjs/swagger`, when that package is installed: the key header
+   * (required or not, its length and pattern) and the module's 400, 409,
+   * 422 and 503 problem responses, next to the route's own responses.
+   * Without `@nestjs/swagger` nothing is loaded either way.
+   * @default true
+   */
+  openApi?: boolean;
 }

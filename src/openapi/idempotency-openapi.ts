@@ -1,0 +1,333 @@
+import type { FactoryProvider } from '@nestjs/common';
+import {
+  HTTP_CODE_METADATA,
+  METHOD_METADATA,
+  PATH_METADATA,
+} from '@nestjs/common/constants.js';
+import { RequestMethod } from '@nestjs/common/enums/request-method.enum.js';
+import { DiscoveryService, MetadataScanner } from '@nestjs/core';
+import { IDEMPOTENCY_RESOLVED_OPTIONS } from '../idempotency.tokens.js';
+import type {
+  ResolvedIdempotencyOptions,
+  ResolvedRouteOptions,
+} from '../idempotency.options.js';
+import { IdempotencyRoutes } from '../idempotency.routes.js';
+import { IDEMPOTENT_REPLAYED_HEADER } from '../idempotency.constants.js';
+
+/** What the module uses of `@nestjs/swagger`. */
+interface Swagger {
+  DECORATORS: {
+    API_PARAMETERS: string;
+    API_HEADERS: string;
+    API_RESPONSE: string;
+  };
+  ApiHeader(options: Record<string, unknown>): MethodDecorator;
+}
+
+/** A response as `@ApiResponse()` stores it, by status. */
+type ResponseEntry = { description?: string } & Record<string, unknown>;
+
+/** A header parameter as `@ApiHeader()` stores it. */
+interface Parameter {
+  name?: string;
+  in?: string;
+}
+
+/**
+ * The static of a class compiled with the `@nestjs/swagger` CLI plugin:
+ * the metadata the plugin inferred for each method (its response type).
+ */
+const PLUGIN_METADATA_FACTORY = '_OPENAPI_METADATA_FACTORY';
+
+/** The body of every answer of the module (`IdempotencyProblem`). */
+const PROBLEM_SCHEMA = {
+  type: 'object',
+  required: ['type', 'title', 'status', 'detail'],
+  properties: {
+    type: {
+      type: 'string',
+      description: 'URI of the kind of problem',
+      example: 'urn:idempotency:request-in-progress',
+    },
+    title: { type: 'string', description: 'Summary of the kind of problem' },
+    status: { type: 'integer', description: 'The HTTP status code' },
+    detail: { type: 'string', description: 'What happened, for the client' },
+    key: { type: 'string', description: 'The idempotency key of the request' },
+  },
+};
+
+const RETRY_AFTER = {
+  'Retry-After': {
+    description: 'Seconds to wait before retrying with the same key',
+    schema: { type: 'integer', minimum: 0 },
+  },
+};
+
+function problem(description: string, retry = false): ResponseEntry {
+  return {
+    description,
+    content: { 'application/problem+json': { schema: PROBLEM_SCHEMA } },
+    ...(retry ? { headers: RETRY_AFTER } : {}),
+  };
+}
+
+/** The module's own answers on a decorated route, by status. */
+function moduleResponses(
+  options: ResolvedRouteOptions,
+  headerName: string,
+): Record<string, ResponseEntry> {
+  const from = options.key ? 'The idempotency key' : `The ${headerName} header`;
+  return {
+    400: problem(
+      `${from} is ${options.required ? 'missing or ' : ''}malformed (\`urn:idempotency:${options.required ? 'missing-key` or `urn:idempotency:' : ''}invalid-key\`). Nothing ran.`,
+    ),
+    409: problem(
+      `A request with the same key is still running (\`urn:idempotency:request-in-progress\`). Nothing ran: retry with the same key after \`Retry-After\` seconds.`,
+      true,
+    ),
+    422: problem(
+      `The key was used for another request (\`urn:idempotency:key-reused\`), or the response of its request cannot be replayed (\`urn:idempotency:not-replayable\`). Nothing ran.`,
+    ),
+    503: problem(
+      `The idempotency record could not be claimed or committed, or the request ran past its deadline (\`urn:idempotency:unavailable\`). Nothing of it committed: retry with the same key after \`Retry-After\` seconds.`,
+      true,
+    ),
+  };
+}
+
+/** The header parameter of the key, as `@ApiHeader()` takes it. */
+function keyHeader(
+  options: ResolvedRouteOptions,
+  headerName: string,
+): Record<string, unknown> {
+  const { minLength, maxLength, pattern } = options.keyValidation;
+  return {
+    name: headerName,
+    required: options.required,
+    description: `Unique key of this operation, such as a UUID, as a token or a quoted string (RFC 8941). A retry with the same key and the same request gets the first response again, with \`${IDEMPOTENT_REPLAYED_HEADER}: true\`, and never runs twice.${options.required ? '' : ' Without it, the request runs without idempotency.'}`,
+    schema: { type: 'string', minLength, maxLength, pattern: pattern.source },
+    example: '8e03978e-40d5-43e8-bc93-6894a57f9324',
+  };
+}
+
+/** The status Nest answers a handler with, as `@nestjs/swagger` infers it. */
+function defaultStatus(handler: object): number {
+  const code = Reflect.getMetadata(HTTP_CODE_METADATA, handler) as
+    number | undefined;
+  if (code !== undefined) {
+    return code;
+  }
+  return Reflect.getMetadata(METHOD_METADATA, handler) === RequestMethod.POST
+    ? 201
+    : 200;
+}
+
+/**
+ * The responses the route documents before the module adds its own: its
+ * `@ApiResponse()`s; without any, the response the CLI plugin inferred, or
+ * the one `@nestjs/swagger` would document by default (its status, without
+ * content), unless its controller documents that status. Once the module
+ * adds responses to a route, `@nestjs/swagger` no longer infers these.
+ */
+function ownResponses(
+  swagger: Swagger,
+  controller: Type,
+  method: string,
+  handler: object,
+): Record<string, ResponseEntry> {
+  const own = Reflect.getMetadata(swagger.DECORATORS.API_RESPONSE, handler) as
+    Record<string, ResponseEntry> | undefined;
+  if (own) {
+    return { ...own };
+  }
+  const factory = (controller as unknown as Record<string, unknown>)[
+    PLUGIN_METADATA_FACTORY
+  ];
+  const inferred =
+    typeof factory === 'function'
+      ? (factory as () => Record<string, Record<string, unknown>>)()[method]
+      : undefined;
+  // The plugin's summary, tags and deprecation are not responses.
+  const response: Record<string, unknown> = { ...inferred };
+  const status = response.status as number | undefined;
+  for (const name of ['summary', 'deprecated', 'tags', 'status']) {
+    delete response[name];
+  }
+  const code = (status as number | undefined) ?? defaultStatus(handler);
+  const inherited = Reflect.getMetadata(
+    swagger.DECORATORS.API_RESPONSE,
+    controller,
+  ) as Record<string, ResponseEntry> | undefined;
+  if (Object.keys(response).length === 0 && inherited?.[code]) {
+    return {};
+  }
+  return { [code]: { description: '', ...response } };
+}
+
+/**
+ * Documents one decorated route: the key header (unless the route takes its
+ * key elsewhere, or documents the header itself) and the module's answers.
+ * A status the route (or its controller) documents already keeps its own
+ * entry, with the module's case added to its description.
+ */
+function documentRoute(
+  swagger: Swagger,
+  controller: Type,
+  method: string,
+  options: ResolvedRouteOptions,
+  headerName: string,
+): void {
+  const prototype = controller.prototype as Record<string, object>;
+  const handler = prototype[method];
+  const { DECORATORS } = swagger;
+  if (!documented.has(handler)) {
+    documented.set(handler, {
+      parameters: Reflect.getMetadata(DECORATORS.API_PARAMETERS, handler),
+      responses: Reflect.getMetadata(DECORATORS.API_RESPONSE, handler),
+      keys: DECORATORS,
+    });
+  }
+  if (!options.key) {
+    const parameters = [
+      ...((Reflect.getMetadata(DECORATORS.API_PARAMETERS, handler) ??
+        []) as Parameter[]),
+      ...((Reflect.getMetadata(DECORATORS.API_HEADERS, controller) ??
+        []) as Parameter[]),
+    ];
+    const documented = parameters.some(
+      (parameter) =>
+        parameter.in === 'header' &&
+        parameter.name?.toLowerCase() === headerName.toLowerCase(),
+    );
+    if (!documented) {
+      swagger.ApiHeader(keyHeader(options, headerName))(
+        prototype,
+        method,
+        Object.getOwnPropertyDescriptor(prototype, method)!,
+      );
+    }
+  }
+  const inherited = (Reflect.getMetadata(DECORATORS.API_RESPONSE, controller) ??
+    {}) as Record<string, ResponseEntry>;
+  const responses = ownResponses(swagger, controller, method, handler);
+  for (const [status, entry] of Object.entries(
+    moduleResponses(options, headerName),
+  )) {
+    const theirs = responses[status] ?? inherited[status];
+    responses[status] = theirs
+      ? {
+          ...theirs,
+          description: [theirs.description, entry.description]
+            .filter(Boolean)
+            .join('\n\n'),
+        }
+      : entry;
+  }
+  Reflect.defineMetadata(DECORATORS.API_RESPONSE, responses, handler);
+}
+
+/** A class of the application. */
+type Type = abstract new (...args: never[]) => unknown;
+
+/**
+ * The OpenAPI metadata of each handler the module documented, as the
+ * application declared it. The metadata lives on the class: another
+ * application of the same classes in the process (tests create many) starts
+ * again from it instead of documenting the module's part twice.
+ */
+const documented = new Map<
+  object,
+  { parameters: unknown; responses: unknown; keys: Swagger['DECORATORS'] }
+>();
+
+/** Puts back the metadata of every handler the module documented. */
+function restoreDeclared(): void {
+  for (const [handler, { parameters, responses, keys }] of documented) {
+    for (const [key, value] of [
+      [keys.API_PARAMETERS, parameters],
+      [keys.API_RESPONSE, responses],
+    ] as const) {
+      if (value === undefined) {
+        Reflect.deleteMetadata(key, handler);
+      } else {
+        Reflect.defineMetadata(key, value, handler);
+      }
+    }
+  }
+}
+
+/**
+ * `@nestjs/swagger`, or `undefined` when the application does not have it.
+ */
+async function loadSwagger(): Promise<Swagger | undefined> {
+  try {
+    return (await import('@nestjs/swagger')) as unknown as Swagger;
+  } catch (error) {
+    if ((error as { code?: string }).code === 'ERR_MODULE_NOT_FOUND') {
+      return undefined;
+    }
+    throw error;
+  }
+}
+
+/**
+ * @internal Adds the module's part to the OpenAPI document of every
+ * decorated HTTP route, when `@nestjs/swagger` is installed. It runs while
+ * the application is created (a provider's factory), before
+ * `SwaggerModule.createDocument()` reads the routes: the lifecycle hooks run
+ * later, at `listen()` or `init()`.
+ */
+export const IDEMPOTENCY_OPENAPI = Symbol('IDEMPOTENCY_OPENAPI');
+
+/** @internal The provider of {@link IDEMPOTENCY_OPENAPI}: whether it documented. */
+export const idempotencyOpenApi: FactoryProvider<Promise<boolean>> = {
+  provide: IDEMPOTENCY_OPENAPI,
+  inject: [
+    DiscoveryService,
+    MetadataScanner,
+    IdempotencyRoutes,
+    IDEMPOTENCY_RESOLVED_OPTIONS,
+  ],
+  useFactory: async (
+    discovery: DiscoveryService,
+    scanner: MetadataScanner,
+    routes: IdempotencyRoutes,
+    options: ResolvedIdempotencyOptions,
+  ): Promise<boolean> => {
+    restoreDeclared();
+    const swagger = options.openApi ? await loadSwagger() : undefined;
+    if (!swagger) {
+      return false;
+    }
+    for (const wrapper of discovery.getControllers()) {
+      const controller = wrapper.metatype as Type | null;
+      if (!controller?.prototype) {
+        continue;
+      }
+      const prototype = controller.prototype as Record<string, () => unknown>;
+      for (const method of scanner.getAllMethodNames(prototype)) {
+        const handler = prototype[method];
+        if (Reflect.getMetadata(PATH_METADATA, handler) === undefined) {
+          continue;
+        }
+        let route;
+        try {
+          route = routes.get(controller, handler);
+        } catch {
+          // Invalid options: the explorer refuses them, naming the route.
+          continue;
+        }
+        if (route) {
+          documentRoute(
+            swagger,
+            controller,
+            method,
+            route.options,
+            options.headerName,
+          );
+        }
+      }
+    }
+    return true;
+  },
+};
