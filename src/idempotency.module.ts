@@ -22,6 +22,7 @@ import { IdempotencyCollector } from './idempotency.collector.js';
 import { IdempotencyEvents } from './idempotency.events.js';
 import { IdempotencyService } from './idempotency.service.js';
 import { IdempotencyMessages } from './messages/idempotency.messages.js';
+import { IdempotencyGraphql } from './graphql/idempotency.graphql.js';
 
 /**
  * Makes handlers decorated with `@Idempotent()` idempotent, on the
@@ -57,6 +58,7 @@ import { IdempotencyMessages } from './messages/idempotency.messages.js';
     IdempotencyExecutor,
     IdempotencyService,
     IdempotencyMessages,
+    IdempotencyGraphql,
     IdempotencyExplorer,
     IdempotencyCollector,
     IdempotencyContext,
