@@ -107,7 +107,8 @@ function isStream(value: unknown): boolean {
  * by the handler's first statement), stores the response in that
  * transaction, and replays it for duplicates. The sequence itself belongs to
  * the module's executor: this class only turns an HTTP request into an
- * attempt and the outcome back into a response. Other handlers pass through
+ * attempt and the outcome back into a response (messages and GraphQL
+ * mutations go to adapters of their own). Other handlers pass through
  * untouched.
  *
  * Subclass it and override the `protected` hooks to change how the key, the

@@ -312,6 +312,39 @@ describe.each(SERVERS)('GraphQL mutations (%s on %s)', (driver, platform) => {
     expect(await rows(reference)).toBe(1);
   });
 
+  it("the resolver's writes and its record commit together, in one transaction", async () => {
+    const reference = `${driver}-${platform}-held`;
+    const answer = inFlight(
+      graphql(
+        `mutation { placeOrderHeld(reference: "${reference}") { id reference } }`,
+        { key: 'held-1' },
+      ),
+    );
+    await gate.barrier.reached(1);
+    // Written, not committed: the row is not visible, the key only claimed,
+    // and one session (the resolver's) sits inside a transaction.
+    expect(await rows(reference)).toBe(0);
+    expect(await records('held-1%')).toEqual([
+      expect.objectContaining({
+        key: 'held-1#placeOrderHeld',
+        status: 'in_progress',
+      }),
+    ]);
+    expect(await idleInTransaction(target.db)).toHaveLength(1);
+    gate.barrier.open();
+    expect((await answer).body.data).toEqual({
+      placeOrderHeld: { id: expect.any(Number), reference },
+    });
+    expect(await rows(reference)).toBe(1);
+    expect(await records('held-1%')).toEqual([
+      expect.objectContaining({
+        key: 'held-1#placeOrderHeld',
+        status: 'completed',
+      }),
+    ]);
+    expect(await idleInTransaction(target.db)).toEqual([]);
+  });
+
   it('a mutation that writes then throws keeps no row and no record: the retry runs again', async () => {
     const reference = `${driver}-${platform}-failing`;
     const document = `mutation { placeOrderFailing(reference: "${reference}") { id reference } }`;

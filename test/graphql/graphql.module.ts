@@ -43,7 +43,7 @@ export class PlacedOrder {
 /** What the resolvers did, and where they wait: set by each test. */
 @Injectable()
 export class Gate {
-  /** Where `placeOrderGated` and `placeOrderWaited` wait, before any statement. */
+  /** Where the resolvers that say so wait. */
   barrier = new Barrier();
   /** How many times each resolver ran. */
   runs: Record<string, number> = {};
@@ -89,7 +89,19 @@ export class OrdersResolver {
     return this.write(reference);
   }
 
-  /** The same, where a duplicate waits for the first to finish. */
+  /** Writes, then waits at the barrier before it returns. */
+  @Mutation(() => PlacedOrder)
+  @Idempotent()
+  async placeOrderHeld(
+    @Args('reference', { type: () => String }) reference: string,
+  ): Promise<PlacedOrder> {
+    this.gate.ran('placeOrderHeld');
+    const order = await this.write(reference);
+    await this.gate.barrier.wait();
+    return order;
+  }
+
+  /** Waits like `placeOrderGated`; a duplicate waits for it to finish. */
   @Mutation(() => PlacedOrder)
   @Idempotent({ concurrency: 'wait' })
   async placeOrderWaited(
