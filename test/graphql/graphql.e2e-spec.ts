@@ -79,11 +79,12 @@ describe.each(SERVERS)('GraphQL mutations (%s on %s)', (driver, platform) => {
 
   async function graphql(
     query: string,
-    init: { key?: string; headers?: Record<string, string> } = {},
+    init: { key?: string; variables?: Record<string, unknown> } = {},
   ): Promise<GraphqlAnswer> {
+    const { key, variables } = init;
     const response = await send(target, '/graphql', {
-      ...init,
-      body: { query },
+      key,
+      body: { query, variables },
     });
     return {
       status: response.status,
@@ -189,6 +190,29 @@ describe.each(SERVERS)('GraphQL mutations (%s on %s)', (driver, platform) => {
         path: 'Mutation.placeOrderByReference',
       },
     ]);
+  });
+
+  it('the arguments count, not how the document spells them: variables and argument order replay', async () => {
+    const reference = `${driver}-${platform}-spelling`;
+    const first = await graphql(
+      `mutation { placeOrder(reference: "${reference}", note: "n") { id reference note } }`,
+      { key: 'spelling-1' },
+    );
+    const withVariables = await graphql(
+      `
+        mutation Place($note: String, $reference: String!) {
+          placeOrder(note: $note, reference: $reference) {
+            id
+            reference
+            note
+          }
+        }
+      `,
+      { key: 'spelling-1', variables: { note: 'n', reference } },
+    );
+    expect(withVariables).toEqual(first);
+    expect(gate.runs).toEqual({ placeOrder: 1 });
+    expect(await rows(reference)).toBe(1);
   });
 
   it('the same key with other arguments is refused with IDEMPOTENCY_KEY_REUSED (422) and does not run', async () => {
