@@ -23,8 +23,8 @@ type Type = abstract new (...args: never[]) => unknown;
 /**
  * @internal Checks every method that carries `@Idempotent()` at bootstrap.
  * The module acts only on the HTTP route handlers and message handlers of
- * controllers: anywhere else the decorator would do nothing, so the
- * application refuses to start. A handler's options must be valid, and it
+ * controllers and on GraphQL mutations: anywhere else the decorator would do
+ * nothing, so the application refuses to start. A handler's options must be valid, and it
  * must not send its response itself (`@Res()` or `@Next()` without
  * `passthrough`), since such a response cannot be stored.
  */
@@ -56,10 +56,12 @@ export class IdempotencyExplorer implements OnModuleInit {
           continue;
         }
         const kind = handlerKind(handler, inController);
-        handlers += kind === 'method' ? 0 : 1;
         // The class decorator is meant for the handlers of the class, not
-        // for the helper methods beside them.
-        const options = own ?? (kind === 'method' ? undefined : classOptions);
+        // for the helper methods beside them; on a resolver, for its
+        // mutations, not for its queries and field resolvers.
+        const classWide = kind !== 'method' && kind !== 'graphql';
+        handlers += classWide ? 1 : 0;
+        const options = own ?? (classWide ? classOptions : undefined);
         const unsupported = unsupportedHandler(kind);
         if (options && unsupported) {
           ignored.push(`${type.name}.${method} (${unsupported})`);
@@ -68,12 +70,14 @@ export class IdempotencyExplorer implements OnModuleInit {
         }
       }
       if (classOptions && handlers === 0) {
-        ignored.push(`class ${type.name} (no route or message handler)`);
+        ignored.push(
+          `class ${type.name} (no route, message or mutation handler)`,
+        );
       }
     }
     if (ignored.length > 0) {
       throw new IdempotencyConfigurationError(
-        `@Idempotent() has no effect on ${ignored.join(', ')}: the module makes idempotent only the HTTP route handlers and the message handlers (@MessagePattern(), @EventPattern()) of controllers, so a duplicate would run again.`,
+        `@Idempotent() has no effect on ${ignored.join(', ')}: the module makes idempotent only the HTTP route handlers and the message handlers (@MessagePattern(), @EventPattern()) of controllers, and GraphQL mutations (@Mutation()), so a duplicate would run again.`,
         'Use IdempotencyService.run() instead: inject IdempotencyService and wrap the work in run({ scope, key }, fn), which runs fn at most once per key, in a transaction with its writes, and returns the stored result to duplicates.',
         'Or move the operation to a route handler or a message handler of a controller.',
         'Or remove @Idempotent() from there.',

@@ -12,8 +12,10 @@ import { PATH_METADATA } from '@nestjs/common/constants.js';
 export const HANDLER_METADATA = {
   /** `@MessagePattern()` / `@EventPattern()`: the handler's patterns. */
   messagePattern: 'microservices:pattern',
-  /** `@Query()`, `@Mutation()`, `@Subscription()`. */
+  /** `@Query()`, `@Mutation()`, `@Subscription()`: `'Query'`, `'Mutation'`, ... */
   graphqlResolver: 'graphql:resolver_type',
+  /** The schema name of a resolver method, when its decorator names it. */
+  graphqlName: 'graphql:resolver_name',
   /** `@ResolveField()`. */
   graphqlField: 'graphql:resolve_property',
   /** `@ResolveReference()` (federation). */
@@ -26,14 +28,25 @@ export const HANDLER_METADATA = {
 
 /**
  * @internal What a method is to Nest, as far as the module can tell:
- * `route` and `message` are the handlers the module makes idempotent.
+ * `route`, `message` and `mutation` are the handlers the module makes
+ * idempotent; `graphql` is any other resolver method (query, subscription,
+ * field or reference resolver).
  */
 export type HandlerKind =
-  'route' | 'message' | 'graphql' | 'websocket' | 'scheduled' | 'method';
+  | 'route'
+  | 'message'
+  | 'mutation'
+  | 'graphql'
+  | 'websocket'
+  | 'scheduled'
+  | 'method';
+
+/** The kinds of handler the module makes idempotent. */
+type SupportedKind = 'route' | 'message' | 'mutation';
 
 /** How the configuration error names each kind the module cannot act on. */
-const UNSUPPORTED: Record<Exclude<HandlerKind, 'route' | 'message'>, string> = {
-  graphql: 'a GraphQL resolver method',
+const UNSUPPORTED: Record<Exclude<HandlerKind, SupportedKind>, string> = {
+  graphql: 'a GraphQL query, subscription or field resolver',
   websocket: 'a WebSocket gateway message handler',
   scheduled: 'a scheduled job',
   method: 'not a route or message handler',
@@ -58,11 +71,17 @@ export function handlerKind(
   if (inController && has(HANDLER_METADATA.messagePattern, handler)) {
     return 'message';
   }
-  if (
-    has(HANDLER_METADATA.graphqlResolver, handler) ||
+  const graphqlField =
     has(HANDLER_METADATA.graphqlField, handler) ||
-    has(HANDLER_METADATA.graphqlReference, handler)
-  ) {
+    has(HANDLER_METADATA.graphqlReference, handler);
+  const resolverType: unknown = Reflect.getMetadata(
+    HANDLER_METADATA.graphqlResolver,
+    handler,
+  );
+  if (resolverType === 'Mutation' && !graphqlField) {
+    return 'mutation';
+  }
+  if (resolverType !== undefined || graphqlField) {
     return 'graphql';
   }
   if (has(HANDLER_METADATA.websocketMessage, handler)) {
@@ -76,5 +95,7 @@ export function handlerKind(
  * `undefined` for a handler it makes idempotent.
  */
 export function unsupportedHandler(kind: HandlerKind): string | undefined {
-  return kind === 'route' || kind === 'message' ? undefined : UNSUPPORTED[kind];
+  return kind === 'route' || kind === 'message' || kind === 'mutation'
+    ? undefined
+    : UNSUPPORTED[kind];
 }

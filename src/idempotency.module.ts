@@ -23,6 +23,7 @@ import { IdempotencyEvents } from './idempotency.events.js';
 import { IdempotencyService } from './idempotency.service.js';
 import { IdempotencyMessages } from './messages/idempotency.messages.js';
 import { idempotencyOpenApi } from './openapi/idempotency-openapi.js';
+import { IdempotencyGraphql } from './graphql/idempotency.graphql.js';
 
 /**
  * Makes handlers decorated with `@Idempotent()` idempotent, on the
@@ -58,6 +59,7 @@ import { idempotencyOpenApi } from './openapi/idempotency-openapi.js';
     IdempotencyExecutor,
     IdempotencyService,
     IdempotencyMessages,
+    IdempotencyGraphql,
     IdempotencyExplorer,
     idempotencyOpenApi,
     IdempotencyCollector,

@@ -2,7 +2,7 @@ import { Inject, Injectable } from '@nestjs/common';
 import { PATH_METADATA } from '@nestjs/common/constants.js';
 import { Reflector } from '@nestjs/core';
 import { IDEMPOTENT_METADATA } from './idempotency.constants.js';
-import { HANDLER_METADATA } from './idempotency.handlers.js';
+import { HANDLER_METADATA, handlerKind } from './idempotency.handlers.js';
 import { IDEMPOTENCY_RESOLVED_OPTIONS } from './idempotency.tokens.js';
 import {
   resolveRouteOptions,
@@ -14,7 +14,10 @@ import type { IdempotentOptions } from './interfaces/idempotency-options.interfa
 /** @internal What the module knows of a decorated handler, resolved once. */
 export interface DecoratedRoute {
   readonly options: ResolvedRouteOptions;
-  /** Route template, e.g. `/payments/:id`. */
+  /**
+   * Route template, e.g. `/payments/:id`; for a GraphQL mutation, its type
+   * and schema name, e.g. `Mutation.placeOrder`.
+   */
   readonly path: string;
   /** Message pattern, for microservice handlers. */
   readonly pattern: string;
@@ -27,6 +30,19 @@ function joinPaths(...parts: unknown[]): string {
     .map((part) => part.replace(/^\/+|\/+$/g, ''))
     .filter((part) => part.length > 0);
   return `/${segments.join('/')}`;
+}
+
+/** The route template of a handler, or `Mutation.<name>` of a mutation. */
+function routePath(controller: object, handler: object): string {
+  if (handlerKind(handler, true) === 'mutation') {
+    const name = Reflect.getMetadata(HANDLER_METADATA.graphqlName, handler) as
+      string | undefined;
+    return `Mutation.${name ?? (handler as () => unknown).name}`;
+  }
+  return joinPaths(
+    Reflect.getMetadata(PATH_METADATA, controller),
+    Reflect.getMetadata(PATH_METADATA, handler),
+  );
 }
 
 /**
@@ -46,7 +62,8 @@ export class IdempotencyRoutes {
 
   /**
    * The route of `handler` of `controller`, or `null` when it is not
-   * decorated. Handlers the explorer did not see (registered later) are
+   * decorated (a resolver class's decorator applies to its mutations
+   * only). Handlers the explorer did not see (registered later) are
    * resolved on their first request.
    * @throws IdempotencyConfigurationError for invalid route options.
    */
@@ -56,9 +73,13 @@ export class IdempotencyRoutes {
   ): DecoratedRoute | null {
     let route = this.routes.get(handler);
     if (route === undefined) {
-      const options = this.reflector.getAllAndOverride<
-        IdempotentOptions | undefined
-      >(IDEMPOTENT_METADATA, [handler, controller]);
+      const options =
+        handlerKind(handler, true) === 'graphql'
+          ? undefined
+          : this.reflector.getAllAndOverride<IdempotentOptions | undefined>(
+              IDEMPOTENT_METADATA,
+              [handler, controller],
+            );
       const patterns = Reflect.getMetadata(
         HANDLER_METADATA.messagePattern,
         handler,
@@ -67,10 +88,7 @@ export class IdempotencyRoutes {
       route = options
         ? {
             options: resolveRouteOptions(this.options, options),
-            path: joinPaths(
-              Reflect.getMetadata(PATH_METADATA, controller),
-              Reflect.getMetadata(PATH_METADATA, handler),
-            ),
+            path: routePath(controller, handler),
             pattern:
               typeof pattern === 'string' ? pattern : JSON.stringify(pattern),
           }

@@ -11,9 +11,11 @@ import type { IdempotentOptions } from './interfaces/idempotency-options.interfa
  * replayed and never runs the handler again.
  *
  * It works on the HTTP route handlers (`@Get()`, `@Post()`, ...) and the
- * message handlers (`@MessagePattern()`, `@EventPattern()`) of controllers.
- * On a controller class it applies to those handlers, not to its other
- * methods. Anywhere else (a GraphQL resolver, a WebSocket gateway, a queue
+ * message handlers (`@MessagePattern()`, `@EventPattern()`) of controllers,
+ * and on GraphQL mutations (`@Mutation()`). On a controller class it applies
+ * to those handlers, not to its other methods; on a resolver class, to its
+ * mutations. Anywhere else (a GraphQL query, subscription or field
+ * resolver, a WebSocket gateway, a queue
  * processor, a scheduled job, any other provider method) it would do
  * nothing, so the application refuses to start with an
  * `IdempotencyConfigurationError` naming the method: there, inject

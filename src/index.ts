@@ -56,6 +56,7 @@ export { IdempotencyKeyReusedException } from './exceptions/idempotency-key-reus
 export { IdempotencyUnavailableException } from './exceptions/idempotency-unavailable.exception.js';
 export { IdempotencyNotReplayableException } from './exceptions/idempotency-not-replayable.exception.js';
 export { IdempotencyConfigurationError } from './exceptions/idempotency-configuration.error.js';
+export { IDEMPOTENCY_GRAPHQL_CODES } from './graphql/graphql-refusals.js';
 export {
   CreateIdempotencyRecords1764000000000,
   CreateIdempotencySteps1764000000001,

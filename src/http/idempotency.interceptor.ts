@@ -32,6 +32,7 @@ import {
   type DecoratedRoute,
 } from '../idempotency.routes.js';
 import { IdempotencyMessages } from '../messages/idempotency.messages.js';
+import { IdempotencyGraphql } from '../graphql/idempotency.graphql.js';
 import {
   legacyFingerprint,
   resolveFingerprint,
@@ -106,7 +107,8 @@ function isStream(value: unknown): boolean {
  * by the handler's first statement), stores the response in that
  * transaction, and replays it for duplicates. The sequence itself belongs to
  * the module's executor: this class only turns an HTTP request into an
- * attempt and the outcome back into a response. Other handlers pass through
+ * attempt and the outcome back into a response (messages and GraphQL
+ * mutations go to adapters of their own). Other handlers pass through
  * untouched.
  *
  * Subclass it and override the `protected` hooks to change how the key, the
@@ -121,13 +123,14 @@ export class IdempotencyInterceptor implements NestInterceptor {
     private readonly adapterHost: HttpAdapterHost,
     private readonly executor: IdempotencyExecutor,
     private readonly messages: IdempotencyMessages,
+    private readonly graphql: IdempotencyGraphql,
     @Inject(IDEMPOTENCY_RESOLVED_OPTIONS)
     private readonly options: ResolvedIdempotencyOptions,
   ) {}
 
   intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
-    const type = context.getType();
-    if (type !== 'http' && type !== 'rpc') {
+    const type = context.getType<string>();
+    if (type !== 'http' && type !== 'rpc' && type !== 'graphql') {
       return next.handle();
     }
     const route = this.routes.get(
@@ -140,7 +143,9 @@ export class IdempotencyInterceptor implements NestInterceptor {
     return defer(() =>
       type === 'http'
         ? this.execute(context, next, route)
-        : this.messages.execute(context, next, route.options, route.pattern),
+        : type === 'graphql'
+          ? this.graphql.execute(context, next, route)
+          : this.messages.execute(context, next, route.options, route.pattern),
     );
   }
 

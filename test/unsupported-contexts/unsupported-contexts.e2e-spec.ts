@@ -38,7 +38,7 @@ describe('@Idempotent() where the module does nothing', () => {
   });
 
   it('a GraphQL app without the decorator starts and answers a mutation', async () => {
-    target = await startTestApp({ imports: [graphqlModule(false)] });
+    target = await startTestApp({ imports: [graphqlModule()] });
     const answer = await send(target, '/graphql', {
       body: {
         query: 'mutation { placeOrder(reference: "gql-1") { reference } }',
@@ -56,9 +56,24 @@ describe('@Idempotent() where the module does nothing', () => {
 
   it.each<[string, TestAppOptions, string]>([
     [
-      'a GraphQL mutation',
-      { imports: [graphqlModule(true)] },
-      'OrdersResolver.placeOrder (a GraphQL resolver method)',
+      'a GraphQL query',
+      { imports: [graphqlModule('query')] },
+      'OrdersResolver.orderCount (a GraphQL query, subscription or field resolver)',
+    ],
+    [
+      'a GraphQL subscription',
+      { imports: [graphqlModule('subscription')] },
+      'OrdersResolver.orderPlaced (a GraphQL query, subscription or field resolver)',
+    ],
+    [
+      'a GraphQL field resolver',
+      { imports: [graphqlModule('field')] },
+      'OrdersResolver.label (a GraphQL query, subscription or field resolver)',
+    ],
+    [
+      'a GraphQL resolver class without mutations',
+      { imports: [graphqlModule('class')] },
+      'class OrdersResolver (no route, message or mutation handler)',
     ],
     [
       'a WebSocket gateway message handler',
@@ -76,7 +91,7 @@ describe('@Idempotent() where the module does nothing', () => {
     [
       'a provider class without handlers',
       { providers: [OrdersArchiver] },
-      'class OrdersArchiver (no route or message handler)',
+      'class OrdersArchiver (no route, message or mutation handler)',
     ],
     [
       'a scheduled job',

@@ -7,8 +7,11 @@ import {
   Int,
   Mutation,
   ObjectType,
+  Parent,
   Query,
+  ResolveField,
   Resolver,
+  Subscription,
 } from '@nestjs/graphql';
 import { Cron } from '@nestjs/schedule';
 import {
@@ -32,25 +35,53 @@ export class OrderModel {
 }
 
 /**
- * A code-first GraphQL API (Apollo driver) whose `placeOrder` mutation writes
- * an order; `idempotent` puts `@Idempotent()` on the mutation.
+ * Where `graphqlModule` puts `@Idempotent()`: on a query, a subscription, a
+ * field resolver, or on the resolver class (which then has no mutation).
  */
-export function graphqlModule(idempotent: boolean) {
-  const mutation = idempotent ? Idempotent() : () => undefined;
+export type GraphqlDecoration = 'query' | 'subscription' | 'field' | 'class';
+
+/**
+ * A code-first GraphQL API (Apollo driver) whose `placeOrder` mutation writes
+ * an order; `decorated` says where it carries `@Idempotent()`, if anywhere.
+ */
+export function graphqlModule(decorated?: GraphqlDecoration) {
+  const on = (where: GraphqlDecoration) =>
+    decorated === where ? Idempotent() : () => undefined;
 
   @Resolver(() => OrderModel)
+  @on('class')
   class OrdersResolver {
     constructor(
       @InjectRepository(Order) private readonly orders: Repository<Order>,
     ) {}
 
     @Query(() => Int)
+    @on('query')
     orderCount(): Promise<number> {
       return this.orders.count();
     }
 
+    @Subscription(() => OrderModel)
+    @on('subscription')
+    orderPlaced(): AsyncIterator<OrderModel> {
+      return [][Symbol.iterator]() as unknown as AsyncIterator<OrderModel>;
+    }
+
+    @ResolveField(() => String)
+    @on('field')
+    label(@Parent() order: OrderModel): string {
+      return `#${order.id} ${order.reference}`;
+    }
+  }
+
+  /** The mutation, in a resolver of its own unless the class is decorated. */
+  @Resolver(() => OrderModel)
+  class PlaceOrderResolver {
+    constructor(
+      @InjectRepository(Order) private readonly orders: Repository<Order>,
+    ) {}
+
     @Mutation(() => OrderModel)
-    @mutation
     placeOrder(
       @Args('reference', { type: () => String }) reference: string,
     ): Promise<OrderModel> {
@@ -66,7 +97,7 @@ export function graphqlModule(idempotent: boolean) {
       }),
       TypeOrmModule.forFeature([Order]),
     ],
-    providers: [OrdersResolver],
+    providers: [OrdersResolver, PlaceOrderResolver],
   })
   class OrdersGraphqlModule {}
   return OrdersGraphqlModule;

@@ -1,0 +1,57 @@
+import { IdempotencyHttpException } from '../exceptions/idempotency-http.exception.js';
+
+/**
+ * The `extensions.code` of each refusal of the module to a GraphQL mutation,
+ * by the problem type it stands for. Stable: clients may branch on them.
+ *
+ * - `IDEMPOTENCY_KEY_MISSING` (status 400): the mutation requires an
+ *   `Idempotency-Key` header and the request carries none.
+ * - `IDEMPOTENCY_KEY_INVALID` (400): the key is malformed, empty, too long
+ *   or repeated.
+ * - `IDEMPOTENCY_CONFLICT` (409, with `retryAfter`): the same mutation with
+ *   the same key is still running.
+ * - `IDEMPOTENCY_KEY_REUSED` (422): the key was used for another mutation or
+ *   other arguments.
+ * - `IDEMPOTENCY_NOT_REPLAYABLE` (422): the mutation ran, and its result was
+ *   too large to store (`maxResponseSize`).
+ * - `IDEMPOTENCY_UNAVAILABLE` (503, with `retryAfter`): nothing took effect
+ *   (the database was unreachable, the transaction timed out or could not
+ *   commit); retry with the same key.
+ */
+export const IDEMPOTENCY_GRAPHQL_CODES = {
+  'urn:idempotency:missing-key': 'IDEMPOTENCY_KEY_MISSING',
+  'urn:idempotency:invalid-key': 'IDEMPOTENCY_KEY_INVALID',
+  'urn:idempotency:request-in-progress': 'IDEMPOTENCY_CONFLICT',
+  'urn:idempotency:key-reused': 'IDEMPOTENCY_KEY_REUSED',
+  'urn:idempotency:not-replayable': 'IDEMPOTENCY_NOT_REPLAYABLE',
+  'urn:idempotency:unavailable': 'IDEMPOTENCY_UNAVAILABLE',
+} as const;
+
+/**
+ * @internal One of the module's refusals as the `GraphQLError` a mutation
+ * answers with: its detail as the message, and as `extensions` the `code`,
+ * the HTTP `status` REST would answer with, `retryAfter` (seconds) where
+ * REST sends `Retry-After`, and the problem details (`type`, `title`,
+ * `detail`, `key`). Other errors are returned as they are.
+ */
+export async function toGraphqlError(error: unknown): Promise<unknown> {
+  if (!(error instanceof IdempotencyHttpException)) {
+    return error;
+  }
+  // Loaded here only: the peer of every GraphQL driver, needed by no other
+  // application.
+  const { GraphQLError } = await import('graphql');
+  const { status, ...problem } = error.getProblem();
+  const retryAfter = error.headers['Retry-After'];
+  return new GraphQLError(problem.detail, {
+    extensions: {
+      code:
+        IDEMPOTENCY_GRAPHQL_CODES[
+          problem.type as keyof typeof IDEMPOTENCY_GRAPHQL_CODES
+        ] ?? 'IDEMPOTENCY_ERROR',
+      status,
+      ...(retryAfter === undefined ? {} : { retryAfter: Number(retryAfter) }),
+      ...problem,
+    },
+  });
+}

@@ -1,0 +1,274 @@
+import {
+  Inject,
+  Injectable,
+  type CallHandler,
+  type ExecutionContext,
+} from '@nestjs/common';
+import type { IncomingMessage } from 'node:http';
+import { lastValueFrom } from 'rxjs';
+import { IDEMPOTENCY_RESOLVED_OPTIONS } from '../idempotency.tokens.js';
+import type {
+  ResolvedIdempotencyOptions,
+  ResolvedRouteOptions,
+} from '../idempotency.options.js';
+import type { DecoratedRoute } from '../idempotency.routes.js';
+import { IdempotencyKeyInvalidException } from '../exceptions/idempotency-key-invalid.exception.js';
+import { IdempotencyKeyMissingException } from '../exceptions/idempotency-key-missing.exception.js';
+import { IdempotencyUnavailableException } from '../exceptions/idempotency-unavailable.exception.js';
+import { readKeyHeader, validKey } from '../http/idempotency-key.js';
+import {
+  resolveFingerprint,
+  resolveScope,
+  type Attempt,
+} from '../protocol/attempt.js';
+import {
+  IdempotencyExecutor,
+  type Beginning,
+  type Execution,
+} from '../protocol/idempotency.executor.js';
+import type {
+  Completion,
+  StoredRecord,
+} from '../protocol/idempotency-store.interface.js';
+import { toGraphqlError } from './graphql-refusals.js';
+import { errorStatus, restoreError, storeError } from './stored-error.js';
+
+/** The method a mutation's record and events carry. */
+const MUTATION_METHOD = 'MUTATION';
+
+/** What the module reads of a resolver's `info` argument. */
+interface ResolveInfo {
+  readonly path?: ResponsePath;
+}
+
+interface ResponsePath {
+  readonly key: string | number;
+  readonly prev: ResponsePath | undefined;
+}
+
+/**
+ * What the module reads of the GraphQL context: the HTTP request, which
+ * `@nestjs/apollo` (Express and Fastify) and `@nestjs/mercurius` put in
+ * `req`; Mercurius also has it as `reply.request`.
+ */
+interface GraphqlContext {
+  readonly req?: HttpRequest;
+  readonly reply?: { readonly request?: HttpRequest };
+}
+
+/** An Express request, or a Fastify request with the Node.js one as `raw`. */
+type HttpRequest = IncomingMessage & { readonly raw?: IncomingMessage };
+
+/**
+ * Where a field's result goes in the response (its alias, else its name):
+ * `placeOrder`, or `first` for `first: placeOrder(...)`.
+ */
+function responsePath(info: ResolveInfo | undefined): string {
+  const keys: Array<string | number> = [];
+  for (let path = info?.path; path; path = path.prev) {
+    keys.unshift(path.key);
+  }
+  return keys.join('.');
+}
+
+/**
+ * The arguments as JSON has them: a custom scalar's value (a `Date`) by its
+ * `toJSON()`, as the client sent it, rather than as an object without keys.
+ */
+function jsonArguments(args: unknown): unknown {
+  const text = JSON.stringify(args ?? {}, (_, value: unknown) =>
+    typeof value === 'bigint' ? value.toString() : value,
+  );
+  return JSON.parse(text) as unknown;
+}
+
+/**
+ * @internal `@Idempotent()` on GraphQL `@Mutation()` resolvers: the key
+ * comes from the HTTP request's key header, and each field of a document
+ * keeps a record of its own, under `<key>#<alias or field name>`, so that a
+ * document with several decorated mutations runs each once and replays each
+ * from its own record. The resolver runs in the shared transaction, its
+ * result (as JSON) commits with its writes, and a duplicate gets that result
+ * without running it. The module's refusals become `GraphQLError`s with the
+ * problem details in `extensions`.
+ */
+@Injectable()
+export class IdempotencyGraphql {
+  constructor(
+    private readonly executor: IdempotencyExecutor,
+    @Inject(IDEMPOTENCY_RESOLVED_OPTIONS)
+    private readonly options: ResolvedIdempotencyOptions,
+  ) {}
+
+  async execute(
+    context: ExecutionContext,
+    next: CallHandler,
+    route: DecoratedRoute,
+  ): Promise<unknown> {
+    const started = Date.now();
+    const { options } = route;
+    const [, args, graphqlContext, info] =
+      context.getArgs<
+        [unknown, unknown, GraphqlContext | undefined, ResolveInfo | undefined]
+      >();
+    let attempt: Attempt;
+    let beginning: Beginning;
+    try {
+      const key = await this.resolveKey(context, graphqlContext, options);
+      if (key === undefined && options.required) {
+        throw new IdempotencyKeyMissingException(this.options.headerName);
+      }
+      attempt = {
+        started,
+        scope: await resolveScope(context, options),
+        key: key === undefined ? undefined : `${key}#${responsePath(info)}`,
+        method: MUTATION_METHOD,
+        path: route.path,
+        fingerprint:
+          key === undefined
+            ? ''
+            : await resolveFingerprint(context, options, {
+                method: MUTATION_METHOD,
+                route: route.path,
+                params: {},
+                query: [],
+                body: jsonArguments(args),
+              }),
+      };
+      beginning = await this.executor.begin(attempt, options);
+    } catch (error) {
+      throw await toGraphqlError(error);
+    }
+    if ('replay' in beginning) {
+      return this.replay(beginning.replay, attempt);
+    }
+    return this.run(beginning.execution, next);
+  }
+
+  /**
+   * The key of a mutation: the `key` option's resolver, else the HTTP
+   * request's key header; `undefined` when it has none (a mutation over a
+   * WebSocket has no headers).
+   */
+  private async resolveKey(
+    context: ExecutionContext,
+    graphqlContext: GraphqlContext | undefined,
+    options: ResolvedRouteOptions,
+  ): Promise<string | undefined> {
+    const { headerName, headerField } = this.options;
+    let key: unknown;
+    if (options.key) {
+      key = await options.key(context);
+    } else {
+      const request = graphqlContext?.req ?? graphqlContext?.reply?.request;
+      const raw = request?.raw ?? request;
+      const reading =
+        raw?.headers === undefined
+          ? undefined
+          : readKeyHeader(raw, headerField);
+      if (reading && 'problem' in reading) {
+        throw new IdempotencyKeyInvalidException(headerName, reading.problem);
+      }
+      key = reading?.key;
+    }
+    return key === undefined
+      ? undefined
+      : validKey(key, options.keyValidation, headerName);
+  }
+
+  /** Runs the resolver, and completes with its result or fails. */
+  private async run(execution: Execution, next: CallHandler): Promise<unknown> {
+    const { options } = execution;
+    let result: unknown;
+    let body: Buffer;
+    try {
+      result = await execution.run(() =>
+        lastValueFrom(next.handle(), { defaultValue: undefined }),
+      );
+      const json = result === undefined ? undefined : JSON.stringify(result);
+      body = json === undefined ? Buffer.alloc(0) : Buffer.from(json);
+    } catch (error) {
+      throw await this.failed(execution, error);
+    }
+    let completion: Completion | undefined;
+    if (execution.lease) {
+      if (body.length > options.maxResponseSize) {
+        this.executor.logger.warn(
+          `Result of ${execution.attempt.path} (${body.length} bytes) exceeds maxResponseSize (${options.maxResponseSize}): key ${JSON.stringify(execution.lease.key)} is not replayable`,
+        );
+      }
+      completion =
+        body.length <= options.maxResponseSize
+          ? {
+              status: 'completed',
+              response: {
+                status: 200,
+                headers: { 'content-type': 'application/json' },
+                body,
+              },
+              ttlMs: options.ttlMs,
+            }
+          : {
+              status: 'not_replayable',
+              response: { status: 200 },
+              ttlMs: options.ttlMs,
+            };
+    }
+    try {
+      await execution.complete(completion);
+    } catch (error) {
+      throw await toGraphqlError(error);
+    }
+    return result;
+  }
+
+  /**
+   * Ends an execution whose resolver threw: stores its error by the error
+   * policy (or releases the key), and returns what the client gets.
+   */
+  private async failed(execution: Execution, error: unknown): Promise<unknown> {
+    const { options } = execution;
+    const policy = options.storeErrors;
+    const storing = policy !== undefined && execution.lease !== undefined;
+    const kind = await execution.fail(error, storing);
+    if (kind !== 'handler') {
+      return toGraphqlError(
+        new IdempotencyUnavailableException(options.retryAfter),
+      );
+    }
+    if (storing) {
+      const status = errorStatus(error);
+      const stored = policy(status, error) ? storeError(error, status) : null;
+      if (stored && stored.body.length <= options.maxResponseSize) {
+        await execution.storeError(stored);
+      } else {
+        await execution.release();
+      }
+    }
+    return toGraphqlError(error);
+  }
+
+  /**
+   * The answer to a duplicate of a finished mutation: its stored result, its
+   * stored error thrown again, or a refusal.
+   */
+  private async replay(
+    record: StoredRecord,
+    attempt: Attempt,
+  ): Promise<unknown> {
+    if (
+      record.status === 'failed' &&
+      this.executor.sameRequest(record, attempt)
+    ) {
+      this.executor.emit('replayed', attempt, {
+        status: record.response.status,
+      });
+      throw restoreError(record.response);
+    }
+    try {
+      return this.executor.storedResult(attempt, record);
+    } catch (error) {
+      throw await toGraphqlError(error);
+    }
+  }
+}

@@ -1,0 +1,242 @@
+import {
+  BadRequestException,
+  Injectable,
+  Module,
+  type DynamicModule,
+} from '@nestjs/common';
+import { ApolloDriver, type ApolloDriverConfig } from '@nestjs/apollo';
+import {
+  Args,
+  Field,
+  GqlExecutionContext,
+  GraphQLModule,
+  Int,
+  Mutation,
+  ObjectType,
+  Query,
+  Resolver,
+} from '@nestjs/graphql';
+import type { MercuriusDriverConfig } from '@nestjs/mercurius';
+import { InjectRepository, TypeOrmModule } from '@nestjs/typeorm';
+import { GraphQLError } from 'graphql';
+import type { Repository } from 'typeorm';
+import { Idempotent } from '../../src/index.js';
+import { Order } from '../fixtures/order.entity.js';
+import { Barrier } from '../utils/barrier.js';
+
+/** The GraphQL servers the module is tested with. */
+export type GraphqlDriver = 'apollo' | 'mercurius';
+
+/** An order as the GraphQL API shows it. */
+@ObjectType('PlacedOrder')
+export class PlacedOrder {
+  @Field(() => Int)
+  id!: number;
+
+  @Field(() => String)
+  reference!: string;
+
+  @Field(() => String, { nullable: true })
+  note?: string;
+}
+
+/** What the resolvers did, and where they wait: set by each test. */
+@Injectable()
+export class Gate {
+  /** Where the resolvers that say so wait. */
+  barrier = new Barrier();
+  /** How many times each resolver ran. */
+  runs: Record<string, number> = {};
+  /** How many of the next runs of `placeOrderFailing` fail after writing. */
+  failures = 0;
+
+  ran(name: string): void {
+    this.runs[name] = (this.runs[name] ?? 0) + 1;
+  }
+}
+
+/** Mutations decorated one by one, each with the options it tests. */
+@Resolver(() => PlacedOrder)
+export class OrdersResolver {
+  constructor(
+    @InjectRepository(Order) private readonly orders: Repository<Order>,
+    private readonly gate: Gate,
+  ) {}
+
+  private async write(reference: string, note?: string): Promise<PlacedOrder> {
+    const order = await this.orders.save(this.orders.create({ reference }));
+    return { id: order.id, reference: order.reference, note };
+  }
+
+  @Mutation(() => PlacedOrder)
+  @Idempotent()
+  placeOrder(
+    @Args('reference', { type: () => String }) reference: string,
+    @Args('note', { type: () => String, nullable: true }) note?: string,
+  ): Promise<PlacedOrder> {
+    this.gate.ran('placeOrder');
+    return this.write(reference, note);
+  }
+
+  /** Waits at the barrier (a gateway call) before its first statement. */
+  @Mutation(() => PlacedOrder)
+  @Idempotent()
+  async placeOrderGated(
+    @Args('reference', { type: () => String }) reference: string,
+  ): Promise<PlacedOrder> {
+    this.gate.ran('placeOrderGated');
+    await this.gate.barrier.wait();
+    return this.write(reference);
+  }
+
+  /** Writes, then waits at the barrier before it returns. */
+  @Mutation(() => PlacedOrder)
+  @Idempotent()
+  async placeOrderHeld(
+    @Args('reference', { type: () => String }) reference: string,
+  ): Promise<PlacedOrder> {
+    this.gate.ran('placeOrderHeld');
+    const order = await this.write(reference);
+    await this.gate.barrier.wait();
+    return order;
+  }
+
+  /** Waits like `placeOrderGated`; a duplicate waits for it to finish. */
+  @Mutation(() => PlacedOrder)
+  @Idempotent({ concurrency: 'wait' })
+  async placeOrderWaited(
+    @Args('reference', { type: () => String }) reference: string,
+  ): Promise<PlacedOrder> {
+    this.gate.ran('placeOrderWaited');
+    await this.gate.barrier.wait();
+    return this.write(reference);
+  }
+
+  /** Writes, then fails while `gate.failures` says so. */
+  @Mutation(() => PlacedOrder)
+  @Idempotent()
+  async placeOrderFailing(
+    @Args('reference', { type: () => String }) reference: string,
+  ): Promise<PlacedOrder> {
+    this.gate.ran('placeOrderFailing');
+    const order = await this.write(reference);
+    if (this.gate.failures > 0) {
+      this.gate.failures -= 1;
+      throw new Error('The warehouse is closed');
+    }
+    return order;
+  }
+
+  /**
+   * Writes, then refuses the order: with a 4xx the error policy stores (an
+   * `HttpException`, or for `sold-out` a `GraphQLError` whose
+   * `extensions.http.status` is 409), or for `crash` with a plain error, a
+   * 500 it does not store.
+   */
+  @Mutation(() => PlacedOrder)
+  @Idempotent({ storeErrors: true })
+  async placeOrderRefused(
+    @Args('reference', { type: () => String }) reference: string,
+  ): Promise<PlacedOrder> {
+    this.gate.ran('placeOrderRefused');
+    await this.write(reference);
+    if (reference === 'crash') {
+      throw new Error('The stock service crashed');
+    }
+    if (reference.endsWith('sold-out')) {
+      throw new GraphQLError(`Sold out: ${reference}`, {
+        extensions: { code: 'SOLD_OUT', http: { status: 409 }, retry: false },
+      });
+    }
+    throw new BadRequestException(`Out of stock: ${reference}`);
+  }
+
+  /** Runs past its deadline: the client gets the module's 503. */
+  @Mutation(() => PlacedOrder)
+  @Idempotent({ transactionTimeout: '300ms' })
+  async placeOrderLate(
+    @Args('reference', { type: () => String }) reference: string,
+  ): Promise<PlacedOrder> {
+    this.gate.ran('placeOrderLate');
+    await this.gate.barrier.wait();
+    return this.write(reference);
+  }
+
+  /** Keyed by an argument of the mutation instead of the header. */
+  @Mutation(() => PlacedOrder)
+  @Idempotent({
+    key: (context) =>
+      GqlExecutionContext.create(context).getArgs<{ reference: string }>()
+        .reference,
+  })
+  placeOrderByReference(
+    @Args('reference', { type: () => String }) reference: string,
+  ): Promise<PlacedOrder> {
+    this.gate.ran('placeOrderByReference');
+    return this.write(reference);
+  }
+}
+
+/**
+ * A resolver decorated as a whole: its mutation is idempotent, its query
+ * (which needs no key) is left alone.
+ */
+@Resolver()
+@Idempotent()
+export class CatalogResolver {
+  constructor(
+    @InjectRepository(Order) private readonly orders: Repository<Order>,
+    private readonly gate: Gate,
+  ) {}
+
+  @Query(() => Int)
+  orderCount(): Promise<number> {
+    return this.orders.count();
+  }
+
+  @Mutation(() => Int)
+  async restock(
+    @Args('reference', { type: () => String }) reference: string,
+  ): Promise<number> {
+    this.gate.ran('restock');
+    const order = await this.orders.save(
+      this.orders.create({ reference, source: 'restock' }),
+    );
+    return order.id;
+  }
+}
+
+/**
+ * The GraphQL server of `driver`, code first. Mercurius is loaded only when
+ * used: it needs Node.js 22 under Jest (see the spec).
+ */
+async function graphqlServer(driver: GraphqlDriver): Promise<DynamicModule> {
+  if (driver === 'apollo') {
+    return GraphQLModule.forRoot<ApolloDriverConfig>({
+      driver: ApolloDriver,
+      autoSchemaFile: true,
+      graphiql: false,
+      // Errors are compared whole: without the stack of each throw.
+      includeStacktraceInErrorResponses: false,
+    });
+  }
+  const { MercuriusDriver } = await import('@nestjs/mercurius');
+  return GraphQLModule.forRoot<MercuriusDriverConfig>({
+    driver: MercuriusDriver,
+    autoSchemaFile: true,
+    graphiql: false,
+  });
+}
+
+/** The test's GraphQL API on `driver`. */
+export async function graphqlTestModule(
+  driver: GraphqlDriver,
+): Promise<DynamicModule> {
+  @Module({})
+  class GraphqlTestModule {}
+  return {
+    module: GraphqlTestModule,
+    imports: [await graphqlServer(driver), TypeOrmModule.forFeature([Order])],
+    providers: [Gate, OrdersResolver, CatalogResolver],
+  };
+}
