@@ -56,6 +56,7 @@ describe('resolveModuleOptions', () => {
       headerField: 'idempotency-key',
       leaseMs: 15_000,
       presence: true,
+      telemetry: { keys: 'hash' },
       ttlMs: 86_400_000,
       concurrency: 'reject',
       waitTimeoutMs: 10_000,
@@ -116,6 +117,7 @@ describe('resolveModuleOptions', () => {
       gc: false,
       lease: '3s',
       presence: { url: 'postgres://direct/db' },
+      telemetry: { keys: 'raw' },
     });
     expect(resolved).toEqual({
       gc: undefined,
@@ -125,6 +127,7 @@ describe('resolveModuleOptions', () => {
       headerField: 'x-request-key',
       leaseMs: 3_000,
       presence: { url: 'postgres://direct/db' },
+      telemetry: { keys: 'raw' },
       ttlMs: 3_600_000,
       concurrency: 'wait',
       waitTimeoutMs: 2500,
@@ -226,6 +229,41 @@ describe('resolveModuleOptions', () => {
         ).toThrow(/Invalid "presence".*Give true, false or \{ url: string \}/s);
       },
     );
+  });
+
+  describe('telemetry', () => {
+    it('takes true, false or the way spans carry keys', () => {
+      expect(resolveModuleOptions({ telemetry: true }).telemetry).toEqual({
+        keys: 'hash',
+      });
+      expect(resolveModuleOptions({ telemetry: {} }).telemetry).toEqual({
+        keys: 'hash',
+      });
+      expect(resolveModuleOptions({ telemetry: false }).telemetry).toBe(false);
+      for (const keys of ['hash', 'raw', 'none'] as const) {
+        expect(resolveModuleOptions({ telemetry: { keys } }).telemetry).toEqual(
+          { keys },
+        );
+      }
+    });
+
+    it.each([['on'], [1], [null]])('refuses %p', (telemetry) => {
+      expect(refusal(untyped({ telemetry }))).toBe(
+        message(
+          `Invalid "telemetry": ${JSON.stringify(telemetry)}.`,
+          "Give true, false or { keys: 'hash' }.",
+        ),
+      );
+    });
+
+    it('refuses keys it does not know', () => {
+      expect(refusal(untyped({ telemetry: { keys: 'plain' } }))).toBe(
+        message(
+          'Invalid "telemetry.keys": "plain".',
+          "Use 'hash', 'raw' or 'none'.",
+        ),
+      );
+    });
   });
 
   describe('headerName', () => {
