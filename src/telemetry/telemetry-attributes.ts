@@ -7,6 +7,8 @@ export type TelemetryAttributes = Record<string, string>;
 
 /** @internal Names of the module's spans. */
 export const SPAN_NAMES = {
+  /** The parent of the others when no span is active (no instrumentation). */
+  attempt: 'idempotency.attempt',
   claim: 'idempotency.claim',
   handler: 'idempotency.handler',
   commit: 'idempotency.commit',

@@ -61,6 +61,8 @@ export type OpenTelemetryApi = Pick<
 interface AttemptState {
   /** The context the attempt came in: its spans are children of its span. */
   readonly parent: Context;
+  /** The span the module opened as their parent, when none was active. */
+  readonly root?: Span;
   /** The attributes of its spans, made when a span first records. */
   attributes?: TelemetryAttributes;
   claim?: Span;
@@ -132,10 +134,22 @@ export class TelemetryRecorder {
     attempt: Attempt,
     fn: () => Promise<T>,
   ): Promise<T> {
+    const { context, trace } = this.api;
+    const active = context.active();
+    // Without a span to be children of (no instrumentation, a job), the
+    // attempt's spans get one, so that they make one trace.
+    const root = trace.getSpan(active)
+      ? undefined
+      : this.tracer.startSpan(SPAN_NAMES.attempt, {}, active);
     const state: AttemptState = {
-      parent: this.api.context.active(),
+      parent: root ? trace.setSpan(active, root) : active,
+      root,
       handlerFailed: false,
     };
+    if (root?.isRecording()) {
+      state.attributes = spanAttributes(attempt, this.keys);
+      root.setAttributes(state.attributes);
+    }
     this.states.set(attempt, state);
     if (attempt.key === undefined) {
       return fn();
@@ -270,7 +284,11 @@ export class TelemetryRecorder {
     const parent = this.api.trace.getSpan(state.parent);
     if (parent?.isRecording()) {
       parent.setAttribute(ATTRIBUTES.outcome, outcome);
+      if (failure && parent === state.root) {
+        this.fail(parent, error, outcome);
+      }
     }
+    state.root?.end();
     this.requests.add(1, attributes);
     this.requestDuration.record(
       Math.max(0, Date.now() - attempt.started) / 1000,

@@ -386,6 +386,36 @@ describe.each(PLATFORMS)('OpenTelemetry (%s)', (platform) => {
     });
   });
 
+  it('gives the spans of a run called outside any span a root span of their own, which carries the outcome', async () => {
+    const service = target.app.get(IdempotencyService);
+    const key = `otel-nightly-${platform}`;
+    secrets.push(key);
+    await service.run({ key, name: 'nightly' }, async (manager) => {
+      await manager.insert(Order, { reference: key });
+    });
+    const roots = spans
+      .getFinishedSpans()
+      .filter(
+        (span) =>
+          span.name === 'idempotency.attempt' &&
+          span.attributes['idempotency.key.hash'] === hash(key),
+      );
+    expect(roots).toHaveLength(1);
+    const [root] = roots;
+    expect(root.parentSpanContext).toBeUndefined();
+    expect(root.attributes).toEqual({
+      'idempotency.operation.type': 'run',
+      'idempotency.operation.name': 'nightly',
+      'idempotency.key.hash': hash(key),
+      'idempotency.outcome': 'executed',
+    });
+    expect(Object.keys(childrenOf(root)).sort()).toEqual([
+      CLAIM,
+      COMMIT,
+      HANDLER,
+    ]);
+  });
+
   it('puts no key and no scope in metric attributes, and only a hash of the key in spans', async () => {
     const { resourceMetrics } = await reader.collect();
     const ours = resourceMetrics.scopeMetrics
