@@ -8,7 +8,10 @@ import {
   type OPTIONS_TYPE,
 } from './idempotency.module-definition.js';
 import { IDEMPOTENCY_RESOLVED_OPTIONS } from './idempotency.tokens.js';
-import { resolveModuleOptions } from './idempotency.options.js';
+import {
+  resolveModuleOptions,
+  type ResolvedIdempotencyOptions,
+} from './idempotency.options.js';
 import type { IdempotencyModuleOptions } from './interfaces/idempotency-options.interface.js';
 import { IdempotencyContext } from './idempotency.context.js';
 import { IdempotencyInterceptor } from './http/idempotency.interceptor.js';
@@ -24,6 +27,7 @@ import { IdempotencyService } from './idempotency.service.js';
 import { IdempotencyMessages } from './messages/idempotency.messages.js';
 import { idempotencyOpenApi } from './openapi/idempotency-openapi.js';
 import { IdempotencyGraphql } from './graphql/idempotency.graphql.js';
+import { IdempotencyTelemetry } from './telemetry/idempotency.telemetry.js';
 
 /**
  * Makes handlers decorated with `@Idempotent()` idempotent, on the
@@ -56,6 +60,12 @@ import { IdempotencyGraphql } from './graphql/idempotency.graphql.js';
     PostgresIdempotencyStore,
     { provide: IdempotencyStore, useExisting: PostgresIdempotencyStore },
     IdempotencyEvents,
+    {
+      provide: IdempotencyTelemetry,
+      useFactory: (options: ResolvedIdempotencyOptions) =>
+        IdempotencyTelemetry.load(options),
+      inject: [IDEMPOTENCY_RESOLVED_OPTIONS],
+    },
     IdempotencyExecutor,
     IdempotencyService,
     IdempotencyMessages,

@@ -57,6 +57,7 @@ describe('resolveModuleOptions', () => {
       leaseMs: 15_000,
       presence: true,
       openApi: true,
+      telemetry: { keys: 'hash' },
       ttlMs: 86_400_000,
       concurrency: 'reject',
       waitTimeoutMs: 10_000,
@@ -118,6 +119,7 @@ describe('resolveModuleOptions', () => {
       lease: '3s',
       presence: { url: 'postgres://direct/db' },
       openApi: false,
+      telemetry: { keys: 'raw' },
     });
     expect(resolved).toEqual({
       gc: undefined,
@@ -128,6 +130,7 @@ describe('resolveModuleOptions', () => {
       leaseMs: 3_000,
       presence: { url: 'postgres://direct/db' },
       openApi: false,
+      telemetry: { keys: 'raw' },
       ttlMs: 3_600_000,
       concurrency: 'wait',
       waitTimeoutMs: 2500,
@@ -235,6 +238,41 @@ describe('resolveModuleOptions', () => {
     expect(() =>
       resolveModuleOptions({ openApi } as unknown as { openApi: boolean }),
     ).toThrow(/Invalid "openApi".*Give true or false/s);
+  });
+
+  describe('telemetry', () => {
+    it('takes true, false or the way spans carry keys', () => {
+      expect(resolveModuleOptions({ telemetry: true }).telemetry).toEqual({
+        keys: 'hash',
+      });
+      expect(resolveModuleOptions({ telemetry: {} }).telemetry).toEqual({
+        keys: 'hash',
+      });
+      expect(resolveModuleOptions({ telemetry: false }).telemetry).toBe(false);
+      for (const keys of ['hash', 'raw', 'none'] as const) {
+        expect(resolveModuleOptions({ telemetry: { keys } }).telemetry).toEqual(
+          { keys },
+        );
+      }
+    });
+
+    it.each([['on'], [1], [null]])('refuses %p', (telemetry) => {
+      expect(refusal(untyped({ telemetry }))).toBe(
+        message(
+          `Invalid "telemetry": ${JSON.stringify(telemetry)}.`,
+          "Give true, false or { keys: 'hash' }.",
+        ),
+      );
+    });
+
+    it('refuses keys it does not know', () => {
+      expect(refusal(untyped({ telemetry: { keys: 'plain' } }))).toBe(
+        message(
+          'Invalid "telemetry.keys": "plain".',
+          "Use 'hash', 'raw' or 'none'.",
+        ),
+      );
+    });
   });
 
   describe('headerName', () => {

@@ -13,6 +13,8 @@ import type {
   IdempotencyKeyResolver,
   IdempotencyModuleOptions,
   IdempotencyScopeResolver,
+  IdempotencyTelemetryKeys,
+  IdempotencyTelemetryOptions,
   IdempotentOptions,
 } from './interfaces/idempotency-options.interface.js';
 import { IdempotencyConfigurationError } from './exceptions/idempotency-configuration.error.js';
@@ -70,6 +72,13 @@ export interface ResolvedIdempotencyOptions extends ResolvedRouteOptions {
   readonly leaseMs: number;
   readonly presence: false | true | { readonly url: string };
   readonly openApi: boolean;
+  /** `false` when disabled. */
+  readonly telemetry: false | ResolvedTelemetryOptions;
+}
+
+/** @internal Telemetry options, with every default applied. */
+export interface ResolvedTelemetryOptions {
+  readonly keys: IdempotencyTelemetryKeys;
 }
 
 const globalScope: IdempotencyScopeResolver = (_context: ExecutionContext) =>
@@ -265,6 +274,7 @@ export function resolveModuleOptions(
     leaseMs,
     presence,
     openApi,
+    telemetry: resolveTelemetryOptions(options.telemetry),
     onEvent: options.onEvent,
     dataSource: options.dataSource,
     headerName,
@@ -289,6 +299,33 @@ export function resolveModuleOptions(
     acknowledge: false,
   };
   return resolveRouteOptions(base, options);
+}
+
+const TELEMETRY_KEYS: readonly IdempotencyTelemetryKeys[] = [
+  'hash',
+  'raw',
+  'none',
+];
+
+function resolveTelemetryOptions(
+  telemetry: boolean | IdempotencyTelemetryOptions | undefined,
+): false | ResolvedTelemetryOptions {
+  if (telemetry === false) {
+    return false;
+  }
+  if (
+    telemetry !== undefined &&
+    telemetry !== true &&
+    (typeof telemetry !== 'object' || telemetry === null)
+  ) {
+    invalid('telemetry', telemetry, "Give true, false or { keys: 'hash' }.");
+  }
+  const keys =
+    (typeof telemetry === 'object' ? telemetry.keys : undefined) ?? 'hash';
+  if (!TELEMETRY_KEYS.includes(keys)) {
+    invalid('telemetry.keys', keys, "Use 'hash', 'raw' or 'none'.");
+  }
+  return { keys };
 }
 
 function resolveGcOptions(

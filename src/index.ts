@@ -39,6 +39,8 @@ export type {
   IdempotencyReplayHeaders,
   IdempotencyModuleOptions,
   IdempotencyScopeResolver,
+  IdempotencyTelemetryKeys,
+  IdempotencyTelemetryOptions,
   IdempotentOptions,
 } from './interfaces/idempotency-options.interface.js';
 export type {

@@ -257,6 +257,31 @@ export interface IdempotencyGcOptions {
 }
 
 /**
+ * How spans carry the key of a request (never metrics, whose attributes are
+ * the outcome and the route only):
+ * - `'hash'`: `idempotency.key.hash`, the first 16 hex digits of the
+ *   sha256 of the key; enough to find every attempt of one key, without the
+ *   key itself (a guessable key, such as `invoice:42`, can be guessed back);
+ * - `'raw'`: `idempotency.key` and `idempotency.scope` as they are (the scope
+ *   may be a user or tenant id);
+ * - `'none'`: neither.
+ */
+export type IdempotencyTelemetryKeys = 'hash' | 'raw' | 'none';
+
+/**
+ * OpenTelemetry spans and metrics of the module (see the README's
+ * OpenTelemetry section). They are recorded through `@opentelemetry/api`,
+ * an optional peer dependency, with the providers the application registered.
+ */
+export interface IdempotencyTelemetryOptions {
+  /**
+   * How spans carry the idempotency key.
+   * @default 'hash'
+   */
+  keys?: IdempotencyTelemetryKeys;
+}
+
+/**
  * Module-wide options of `IdempotencyModule.forRoot()` / `forRootAsync()`.
  */
 export interface IdempotencyModuleOptions extends IdempotentOptions {
@@ -319,4 +344,13 @@ export interface IdempotencyModuleOptions extends IdempotentOptions {
    * @default true
    */
   openApi?: boolean;
+  /**
+   * OpenTelemetry spans (claim, handler, commit) and metrics (outcomes,
+   * durations), when `@opentelemetry/api` is installed: the module loads it
+   * once at startup, and records through the tracer and meter providers the
+   * application registered (none registered: the API's no-ops). Without the
+   * package, or with `false`, nothing is loaded and nothing recorded.
+   * @default true (`{ keys: 'hash' }`)
+   */
+  telemetry?: boolean | IdempotencyTelemetryOptions;
 }

@@ -12,6 +12,7 @@ import type {
   ResolvedRouteOptions,
 } from '../idempotency.options.js';
 import { IdempotencyEvents } from '../idempotency.events.js';
+import { IdempotencyTelemetry } from '../telemetry/idempotency.telemetry.js';
 import type { IdempotencyEventType } from '../interfaces/idempotency-event.interface.js';
 import { IdempotencyConfigurationError } from '../exceptions/idempotency-configuration.error.js';
 import { IdempotencyConflictException } from '../exceptions/idempotency-conflict.exception.js';
@@ -74,6 +75,7 @@ export class IdempotencyExecutor
     private readonly events: IdempotencyEvents,
     @Inject(IDEMPOTENCY_RESOLVED_OPTIONS)
     readonly options: ResolvedIdempotencyOptions,
+    readonly telemetry: IdempotencyTelemetry,
   ) {}
 
   onModuleInit(): void {
@@ -100,7 +102,12 @@ export class IdempotencyExecutor
    * @throws IdempotencyKeyReusedException while another request runs.
    * @throws IdempotencyUnavailableException when the store is unreachable.
    */
-  async begin(
+  begin(attempt: Attempt, options: ResolvedRouteOptions): Promise<Beginning> {
+    return this.telemetry.claim(attempt, () => this.claim(attempt, options));
+  }
+
+  /** The sequence of `begin()`: claims the key, or waits and claims again. */
+  private async claim(
     attempt: Attempt,
     options: ResolvedRouteOptions,
   ): Promise<Beginning> {
@@ -260,6 +267,7 @@ export class IdempotencyExecutor
     attempt: Attempt,
     extra: { status?: number; error?: unknown } = {},
   ): void {
+    this.telemetry.event(attempt, type, extra.error);
     this.events.emit({
       type,
       scope: attempt.scope,
@@ -360,7 +368,7 @@ export class Execution {
             key: this.attempt.key,
             step: (name, step) => this.step(name, step),
           },
-          fn,
+          this.executor.telemetry.handler(this.attempt, fn),
         ),
         deadline,
       ]);
@@ -393,6 +401,7 @@ export class Execution {
       throw new IdempotencyUnavailableException(options.retryAfter);
     }
     this.settled = true;
+    executor.telemetry.committing(attempt);
     let waiting = false;
     try {
       if (lease && completion) {
@@ -439,6 +448,7 @@ export class Execution {
     const kind = this.abandoned
       ? 'timeout'
       : classifyFailure(error, { lost, rolledBack });
+    this.executor.telemetry.failed(this.attempt, kind);
     if (kind === 'timeout') {
       this.executor.emit('timeout', this.attempt, { error });
     } else if (kind === 'unavailable') {
@@ -486,6 +496,7 @@ export class Execution {
   /** Gives the claim up, so that the next attempt runs at once. Never throws. */
   async release(): Promise<void> {
     const { executor, lease } = this;
+    executor.telemetry.released(this.attempt);
     if (!lease || !executor.running.has(this)) {
       return;
     }

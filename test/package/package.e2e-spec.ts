@@ -1,21 +1,19 @@
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
-import { existsSync } from 'node:fs';
 import {
   copyFile,
   mkdir,
   mkdtemp,
-  readdir,
   readFile,
   rm,
-  stat,
   writeFile,
 } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join, relative, sep } from 'node:path';
+import { join, relative } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { promisify } from 'node:util';
+import { assertBuilt, librarySources } from '../utils/library-build.js';
 import {
   createTestDatabase,
   type TestDatabase,
@@ -87,42 +85,6 @@ async function npm(args: string[], cwd: string): Promise<string> {
       `npm ${args.join(' ')} failed in ${cwd}:\n${stderr || stdout || String(error)}`,
       { cause: error },
     );
-  }
-}
-
-/** TypeScript sources of the library, relative to the repository root. */
-async function librarySources(): Promise<string[]> {
-  const sources: string[] = [];
-  for (const dir of ['src', 'migrations']) {
-    const entries = await readdir(join(root, dir), { recursive: true });
-    for (const entry of entries) {
-      if (
-        entry.endsWith('.ts') &&
-        !entry.endsWith('.d.ts') &&
-        !entry.endsWith('.spec.ts')
-      ) {
-        sources.push(join(dir, entry).split(sep).join('/'));
-      }
-    }
-  }
-  return sources;
-}
-
-/** Fails unless `npm run build` compiled every current source into dist/. */
-async function assertBuilt(): Promise<void> {
-  if (!existsSync(join(root, 'dist/src/index.js'))) {
-    throw new Error(
-      'dist/src/index.js is missing: run `npm run build` before this test (`npm test` does).',
-    );
-  }
-  for (const source of await librarySources()) {
-    const compiled = join(root, 'dist', source.replace(/\.ts$/, '.js'));
-    const built = existsSync(compiled) ? (await stat(compiled)).mtimeMs : 0;
-    if (built < (await stat(join(root, source))).mtimeMs) {
-      throw new Error(
-        `dist/ is older than ${source}: run \`npm run build\` before this test.`,
-      );
-    }
   }
 }
 

@@ -1,0 +1,107 @@
+import { Logger } from '@nestjs/common';
+import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
+import type { IdempotencyEventType } from '../interfaces/idempotency-event.interface.js';
+import type { Attempt } from '../protocol/attempt.js';
+import type { FailureKind } from '../protocol/failures.js';
+import type {
+  OpenTelemetryApi,
+  TelemetryRecorder,
+} from './telemetry-recorder.js';
+
+/** The optional peer the module records through. */
+const OPENTELEMETRY_API = '@opentelemetry/api';
+
+/** Events that end an attempt (the others are of the collector). */
+function isAttemptOutcome(
+  type: IdempotencyEventType,
+): type is Exclude<IdempotencyEventType, 'gc' | 'abandoned'> {
+  return type !== 'gc' && type !== 'abandoned';
+}
+
+/**
+ * @internal OpenTelemetry spans and metrics of the request sequence, called by
+ * the executor around the claim, the handler and the commit, and with every
+ * outcome. Without `@opentelemetry/api` (or with `telemetry: false`) every
+ * method is a no-op that loads and allocates nothing.
+ */
+export class IdempotencyTelemetry {
+  private constructor(private readonly recorder?: TelemetryRecorder) {}
+
+  /**
+   * Loads `@opentelemetry/api` if the option allows and it is installed, once,
+   * at startup.
+   */
+  static async load(
+    options: ResolvedIdempotencyOptions,
+  ): Promise<IdempotencyTelemetry> {
+    if (!options.telemetry) {
+      return new IdempotencyTelemetry();
+    }
+    let api: OpenTelemetryApi;
+    try {
+      api = await import('@opentelemetry/api');
+    } catch (error) {
+      const logger = new Logger('Idempotency');
+      if (isNotFound(error)) {
+        logger.debug(
+          `${OPENTELEMETRY_API} is not installed: no spans nor metrics are recorded`,
+        );
+      } else {
+        logger.warn(
+          `${OPENTELEMETRY_API} could not be loaded, no spans nor metrics are recorded: ${(error as Error).message}`,
+        );
+      }
+      return new IdempotencyTelemetry();
+    }
+    const { TelemetryRecorder } = await import('./telemetry-recorder.js');
+    return new IdempotencyTelemetry(
+      new TelemetryRecorder(api, options.telemetry.keys),
+    );
+  }
+
+  /** Runs `fn`, the claim of an attempt's key, in its span. */
+  claim<T extends object>(attempt: Attempt, fn: () => Promise<T>): Promise<T> {
+    return this.recorder ? this.recorder.claim(attempt, fn) : fn();
+  }
+
+  /** `fn`, an attempt's handler, to run in its span. */
+  handler<T>(attempt: Attempt, fn: () => Promise<T>): () => Promise<T> {
+    const { recorder } = this;
+    return recorder ? () => recorder.handler(attempt, fn) : fn;
+  }
+
+  /** The completion of an attempt begins. */
+  committing(attempt: Attempt): void {
+    this.recorder?.committing(attempt);
+  }
+
+  /** An attempt's handler or transaction failed, as `kind` tells. */
+  failed(attempt: Attempt, kind: FailureKind): void {
+    this.recorder?.failed(attempt, kind === 'handler');
+  }
+
+  /** An attempt's claim was released (or it had none). */
+  released(attempt: Attempt): void {
+    this.recorder?.released(attempt);
+  }
+
+  /** An event of an attempt: the first that ends it is its outcome. */
+  event(attempt: Attempt, type: IdempotencyEventType, error?: unknown): void {
+    if (this.recorder && isAttemptOutcome(type)) {
+      this.recorder.ended(attempt, type, error);
+    }
+  }
+}
+
+/** Whether `import()` failed because the package is not installed. */
+function isNotFound(error: unknown): boolean {
+  const { code, message } = (error ?? {}) as {
+    code?: unknown;
+    message?: unknown;
+  };
+  return (
+    (code === 'ERR_MODULE_NOT_FOUND' || code === 'MODULE_NOT_FOUND') &&
+    typeof message === 'string' &&
+    message.includes(OPENTELEMETRY_API)
+  );
+}

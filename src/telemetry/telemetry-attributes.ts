@@ -1,0 +1,97 @@
+import { createHash } from 'node:crypto';
+import type { IdempotencyTelemetryKeys } from '../interfaces/idempotency-options.interface.js';
+import type { Attempt } from '../protocol/attempt.js';
+
+/** @internal Attributes of a span or a data point, as OpenTelemetry takes them. */
+export type TelemetryAttributes = Record<string, string>;
+
+/** @internal Names of the module's spans. */
+export const SPAN_NAMES = {
+  /** The parent of the others when no span is active (no instrumentation). */
+  attempt: 'idempotency.attempt',
+  claim: 'idempotency.claim',
+  handler: 'idempotency.handler',
+  commit: 'idempotency.commit',
+  replay: 'idempotency.replay',
+} as const;
+
+/** @internal Names of the module's instruments. */
+export const METRIC_NAMES = {
+  requests: 'idempotency.requests',
+  requestDuration: 'idempotency.request.duration',
+  claimDuration: 'idempotency.claim.duration',
+  commitDuration: 'idempotency.commit.duration',
+} as const;
+
+/** @internal Names of the module's attributes. */
+export const ATTRIBUTES = {
+  outcome: 'idempotency.outcome',
+  claimResult: 'idempotency.claim.result',
+  httpMethod: 'http.request.method',
+  httpRoute: 'http.route',
+  operationType: 'idempotency.operation.type',
+  operationName: 'idempotency.operation.name',
+  keyHash: 'idempotency.key.hash',
+  key: 'idempotency.key',
+  scope: 'idempotency.scope',
+} as const;
+
+/** The methods of HTTP (RFC 9110 and PATCH): an attempt of an HTTP request. */
+const HTTP_METHODS = new Set([
+  'GET',
+  'HEAD',
+  'POST',
+  'PUT',
+  'DELETE',
+  'CONNECT',
+  'OPTIONS',
+  'TRACE',
+  'PATCH',
+]);
+
+/**
+ * @internal What an attempt is, in low-cardinality attributes (those of
+ * metrics): the method and route template of an HTTP request; otherwise the
+ * kind (`message`, `run`) and the pattern or run name.
+ */
+export function routeAttributes(attempt: Attempt): TelemetryAttributes {
+  return HTTP_METHODS.has(attempt.method)
+    ? {
+        [ATTRIBUTES.httpMethod]: attempt.method,
+        [ATTRIBUTES.httpRoute]: attempt.path,
+      }
+    : {
+        [ATTRIBUTES.operationType]: attempt.method.toLowerCase(),
+        [ATTRIBUTES.operationName]: attempt.path,
+      };
+}
+
+/**
+ * @internal The attributes of an attempt's spans: its route, and its key as
+ * `keys` says (a keyless attempt has none).
+ */
+export function spanAttributes(
+  attempt: Attempt,
+  keys: IdempotencyTelemetryKeys,
+): TelemetryAttributes {
+  const attributes = routeAttributes(attempt);
+  if (attempt.key === undefined || keys === 'none') {
+    return attributes;
+  }
+  if (keys === 'raw') {
+    return {
+      ...attributes,
+      [ATTRIBUTES.key]: attempt.key,
+      [ATTRIBUTES.scope]: attempt.scope,
+    };
+  }
+  return { ...attributes, [ATTRIBUTES.keyHash]: keyHash(attempt.key) };
+}
+
+/**
+ * @internal The first 16 hex digits of the sha256 of a key, as
+ * `echo -n "$KEY" | sha256sum | cut -c1-16` prints them.
+ */
+export function keyHash(key: string): string {
+  return createHash('sha256').update(key, 'utf8').digest('hex').slice(0, 16);
+}

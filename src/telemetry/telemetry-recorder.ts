@@ -1,0 +1,330 @@
+import { performance } from 'node:perf_hooks';
+// Types only: the package itself is loaded by IdempotencyTelemetry, when present.
+import type * as OpenTelemetry from '@opentelemetry/api';
+import type {
+  Context,
+  Counter,
+  Exception,
+  Histogram,
+  Span,
+  Tracer,
+} from '@opentelemetry/api';
+import type { IdempotencyTelemetryKeys } from '../interfaces/idempotency-options.interface.js';
+import type { IdempotencyEventType } from '../interfaces/idempotency-event.interface.js';
+import type { Attempt } from '../protocol/attempt.js';
+import {
+  ATTRIBUTES,
+  METRIC_NAMES,
+  SPAN_NAMES,
+  routeAttributes,
+  spanAttributes,
+  type TelemetryAttributes,
+} from './telemetry-attributes.js';
+
+/**
+ * @internal How an attempt ended: the event that ended it, or `error` when
+ * its handler threw (or answered with a 5xx) and nothing was stored.
+ */
+export type AttemptOutcome =
+  Exclude<IdempotencyEventType, 'gc' | 'abandoned'> | 'error';
+
+/** Name of the module's tracer and meter (the instrumentation scope). */
+const SCOPE = 'nestjs-idempotency';
+
+/** Outcomes of an attempt that failed: their spans get the error status. */
+const FAILURES = new Set<AttemptOutcome>([
+  'failed',
+  'timeout',
+  'lease-lost',
+  'error',
+]);
+
+/** Outcomes decided on a finished record: a replay or a refusal of it. */
+const REPLAY_OUTCOMES = new Set<string>([
+  'replayed',
+  'mismatch',
+  'not-replayable',
+]);
+
+/** Those of `http.server.request.duration`, in seconds. */
+const DURATION_BUCKETS = [
+  0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10,
+];
+
+/** @internal The parts of `@opentelemetry/api` the module uses. */
+export type OpenTelemetryApi = Pick<
+  typeof OpenTelemetry,
+  'context' | 'metrics' | 'trace' | 'SpanStatusCode'
+>;
+
+/** What is recorded of one attempt while it runs. */
+interface AttemptState {
+  /** The context the attempt came in: its spans are children of its span. */
+  readonly parent: Context;
+  /** The span the module opened as their parent, when none was active. */
+  readonly root?: Span;
+  /** The attributes of its spans, made when a span first records. */
+  attributes?: TelemetryAttributes;
+  claim?: Span;
+  /** When the claim ended (`performance.now()`), for a replay's span. */
+  claimEnded?: number;
+  claimResult?: string;
+  handler?: Span;
+  commit?: Span;
+  commitStarted?: number;
+  /** The handler failed, and the claim may yet store its error response. */
+  handlerFailed: boolean;
+  outcome?: AttemptOutcome;
+}
+
+/**
+ * @internal The spans and metrics of the module, through the OpenTelemetry
+ * API it is given (never imported by this file). One instance per
+ * application, made by `IdempotencyTelemetry` once the API is loaded.
+ */
+export class TelemetryRecorder {
+  private readonly states = new WeakMap<Attempt, AttemptState>();
+  private readonly tracer: Tracer;
+  private readonly requests: Counter;
+  private readonly requestDuration: Histogram;
+  private readonly claimDuration: Histogram;
+  private readonly commitDuration: Histogram;
+
+  constructor(
+    private readonly api: OpenTelemetryApi,
+    private readonly keys: IdempotencyTelemetryKeys,
+  ) {
+    this.tracer = api.trace.getTracer(SCOPE);
+    const meter = api.metrics.getMeter(SCOPE);
+    const seconds = (description: string) => ({
+      description,
+      unit: 's',
+      advice: { explicitBucketBoundaries: DURATION_BUCKETS },
+    });
+    this.requests = meter.createCounter(METRIC_NAMES.requests, {
+      description:
+        'Requests, messages and runs on idempotent handlers, by outcome.',
+      unit: '{request}',
+    });
+    this.requestDuration = meter.createHistogram(
+      METRIC_NAMES.requestDuration,
+      seconds(
+        'Duration of idempotent requests, from their arrival to their outcome.',
+      ),
+    );
+    this.claimDuration = meter.createHistogram(
+      METRIC_NAMES.claimDuration,
+      seconds(
+        'Duration of claims of idempotency keys, waits for a duplicate included.',
+      ),
+    );
+    this.commitDuration = meter.createHistogram(
+      METRIC_NAMES.commitDuration,
+      seconds(
+        'Duration of completions: the fenced write of the record and the commit.',
+      ),
+    );
+  }
+
+  /**
+   * Claims the key of an attempt (`fn`) in the `idempotency.claim` span, a
+   * child of the span active now, as the attempt's later spans will be.
+   */
+  async claim<T extends object>(
+    attempt: Attempt,
+    fn: () => Promise<T>,
+  ): Promise<T> {
+    const { context, trace } = this.api;
+    const active = context.active();
+    // Without a span to be children of (no instrumentation, a job), the
+    // attempt's spans get one, so that they make one trace.
+    const root = trace.getSpan(active)
+      ? undefined
+      : this.tracer.startSpan(SPAN_NAMES.attempt, {}, active);
+    const state: AttemptState = {
+      parent: root ? trace.setSpan(active, root) : active,
+      root,
+      handlerFailed: false,
+    };
+    if (root?.isRecording()) {
+      state.attributes = spanAttributes(attempt, this.keys);
+      root.setAttributes(state.attributes);
+    }
+    this.states.set(attempt, state);
+    if (attempt.key === undefined) {
+      return fn();
+    }
+    const span = this.startSpan(SPAN_NAMES.claim, attempt, state);
+    state.claim = span;
+    const started = performance.now();
+    try {
+      const beginning = await fn();
+      state.claimResult = 'replay' in beginning ? 'finished' : 'claimed';
+      return beginning;
+    } catch (error) {
+      state.claimResult = state.outcome ?? 'failed';
+      if (state.outcome === undefined) {
+        this.fail(span, error);
+      }
+      throw error;
+    } finally {
+      state.claimEnded = performance.now();
+      state.claim = undefined;
+      span.setAttribute(ATTRIBUTES.claimResult, state.claimResult!);
+      span.end(state.claimEnded);
+      this.claimDuration.record((state.claimEnded - started) / 1000, {
+        ...routeAttributes(attempt),
+        [ATTRIBUTES.claimResult]: state.claimResult!,
+      });
+    }
+  }
+
+  /**
+   * `fn`, the handler of an attempt, in the `idempotency.handler` span,
+   * active while it runs: the spans of its own work are its children.
+   */
+  handler<T>(attempt: Attempt, fn: () => Promise<T>): Promise<T> {
+    const state = this.states.get(attempt);
+    if (!state) {
+      return fn();
+    }
+    const span = this.startSpan(SPAN_NAMES.handler, attempt, state);
+    state.handler = span;
+    const { context, trace } = this.api;
+    return context.with(trace.setSpan(state.parent, span), async () => {
+      try {
+        return await fn();
+      } catch (error) {
+        if (state.handler === span) {
+          this.fail(span, error);
+        }
+        throw error;
+      } finally {
+        // Unless the attempt already ended it (abandoned at its deadline).
+        if (state.handler === span) {
+          state.handler = undefined;
+          span.end();
+        }
+      }
+    });
+  }
+
+  /** The completion of an attempt begins: its `idempotency.commit` span. */
+  committing(attempt: Attempt): void {
+    const state = this.states.get(attempt);
+    if (!state || state.outcome !== undefined) {
+      return;
+    }
+    state.commit = this.startSpan(SPAN_NAMES.commit, attempt, state);
+    state.commitStarted = performance.now();
+  }
+
+  /**
+   * The handler of an attempt failed (`handlerError`), or the attempt failed
+   * otherwise: a handler's failure is the attempt's outcome (`error`) once
+   * its claim is released, unless its error response is stored.
+   */
+  failed(attempt: Attempt, handlerError: boolean): void {
+    const state = this.states.get(attempt);
+    if (state && handlerError) {
+      state.handlerFailed = true;
+    }
+  }
+
+  /** The claim of an attempt was released (or it had none). */
+  released(attempt: Attempt): void {
+    const state = this.states.get(attempt);
+    if (state?.handlerFailed && state.outcome === undefined) {
+      this.ended(attempt, 'error');
+    }
+  }
+
+  /**
+   * An attempt ended with `outcome` (its first one counts): recorded on the
+   * spans still open, on the span the attempt came in, and in the metrics.
+   */
+  ended(attempt: Attempt, outcome: AttemptOutcome, error?: unknown): void {
+    const state = this.states.get(attempt);
+    if (!state || state.outcome !== undefined) {
+      return;
+    }
+    state.outcome = outcome;
+    const failure = FAILURES.has(outcome);
+    if (REPLAY_OUTCOMES.has(outcome) && state.claimResult === 'finished') {
+      const replay = this.startSpan(SPAN_NAMES.replay, attempt, state, {
+        startTime: state.claimEnded,
+      });
+      replay.setAttribute(ATTRIBUTES.outcome, outcome);
+      replay.end(performance.now());
+    }
+    for (const span of [state.claim, state.handler, state.commit]) {
+      if (span) {
+        span.setAttribute(ATTRIBUTES.outcome, outcome);
+        if (failure) {
+          this.fail(span, error, outcome);
+        }
+      }
+    }
+    // A handler still running was abandoned: its span ends with the attempt.
+    state.handler?.end();
+    state.handler = undefined;
+    const attributes = {
+      ...routeAttributes(attempt),
+      [ATTRIBUTES.outcome]: outcome,
+    };
+    if (state.commit) {
+      const ended = performance.now();
+      state.commit.end(ended);
+      state.commit = undefined;
+      this.commitDuration.record(
+        (ended - state.commitStarted!) / 1000,
+        attributes,
+      );
+    }
+    const parent = this.api.trace.getSpan(state.parent);
+    if (parent?.isRecording()) {
+      parent.setAttribute(ATTRIBUTES.outcome, outcome);
+      if (failure && parent === state.root) {
+        this.fail(parent, error, outcome);
+      }
+    }
+    state.root?.end();
+    this.requests.add(1, attributes);
+    this.requestDuration.record(
+      Math.max(0, Date.now() - attempt.started) / 1000,
+      attributes,
+    );
+  }
+
+  private startSpan(
+    name: string,
+    attempt: Attempt,
+    state: AttemptState,
+    options: { startTime?: number } = {},
+  ): Span {
+    const span = this.tracer.startSpan(name, options, state.parent);
+    // Attributes (a hash of the key) are made only for a span that records.
+    if (span.isRecording()) {
+      state.attributes ??= spanAttributes(attempt, this.keys);
+      span.setAttributes(state.attributes);
+    }
+    return span;
+  }
+
+  /** Marks a span as failed, with the error behind it when there is one. */
+  private fail(span: Span, error: unknown, outcome?: AttemptOutcome): void {
+    if (error !== undefined) {
+      span.recordException(exception(error));
+    }
+    span.setStatus({
+      code: this.api.SpanStatusCode.ERROR,
+      message:
+        error instanceof Error ? error.message : (outcome ?? String(error)),
+    });
+  }
+}
+
+/** An error as `recordException` takes it. */
+function exception(error: unknown): Exception {
+  return error instanceof Error ? error : String(error);
+}

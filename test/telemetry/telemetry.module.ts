@@ -1,0 +1,78 @@
+import {
+  Body,
+  Controller,
+  HttpException,
+  Injectable,
+  Module,
+  Post,
+} from '@nestjs/common';
+import { InjectRepository, TypeOrmModule } from '@nestjs/typeorm';
+import { trace } from '@opentelemetry/api';
+import { randomUUID } from 'node:crypto';
+import type { Repository } from 'typeorm';
+import { Idempotent } from '../../src/index.js';
+import { Order } from '../fixtures/order.entity.js';
+import { Barrier } from '../utils/barrier.js';
+
+/** The barrier the `held` route waits at. */
+@Injectable()
+export class Gate {
+  barrier = new Barrier();
+}
+
+interface Payload {
+  reference: string;
+}
+
+/** One route per outcome whose spans and metrics the spec reads. */
+@Controller('telemetry')
+export class TelemetryController {
+  constructor(
+    private readonly gate: Gate,
+    @InjectRepository(Order) private readonly orders: Repository<Order>,
+  ) {}
+
+  /**
+   * Executed once, replayed after. Its insert is a span of its own, which
+   * must be a child of the handler's.
+   */
+  @Post('orders')
+  @Idempotent()
+  create(@Body() body: Payload) {
+    return trace
+      .getTracer('test-app')
+      .startActiveSpan('orders.insert', async (span) => {
+        try {
+          await this.orders.insert({ reference: body.reference });
+        } finally {
+          span.end();
+        }
+        // Another on every execution: a replay returns this very one.
+        return { reference: body.reference, receipt: randomUUID() };
+      });
+  }
+
+  /** Still executing while the spec sends a duplicate: a conflict. */
+  @Post('held')
+  @Idempotent()
+  async held(@Body() body: Payload) {
+    await this.orders.insert({ reference: body.reference });
+    await this.gate.barrier.wait();
+    return { reference: body.reference };
+  }
+
+  /** Writes, then fails: the writes roll back and nothing is stored. */
+  @Post('declined')
+  @Idempotent()
+  async declined(@Body() body: Payload): Promise<never> {
+    await this.orders.insert({ reference: body.reference });
+    throw new HttpException('card declined', 402);
+  }
+}
+
+@Module({
+  imports: [TypeOrmModule.forFeature([Order])],
+  controllers: [TelemetryController],
+  providers: [Gate],
+})
+export class TelemetryTestModule {}
