@@ -324,7 +324,10 @@ export class Execution {
     readonly lease: Lease | undefined,
   ) {
     this.deadline = attempt.started + options.transactionTimeoutMs;
-    this.transaction = executor.source.transaction(this.deadline);
+    this.transaction = executor.source.transaction(
+      this.deadline,
+      options.isolationLevel,
+    );
   }
 
   /**
@@ -360,7 +363,7 @@ export class Execution {
             key: this.attempt.key,
             step: (name, step) => this.step(name, step),
           },
-          fn,
+          () => this.executor.source.join(this.transaction, fn),
         ),
         deadline,
       ]);
@@ -408,7 +411,7 @@ export class Execution {
       }
       await this.transaction.commit();
     } catch (error) {
-      await this.transaction.rollback();
+      await this.transaction.rollback('ended', error);
       await this.release();
       const lost = error instanceof LeaseLostError;
       executor.emit(lost ? 'lease-lost' : 'failed', attempt, { error });
@@ -435,7 +438,7 @@ export class Execution {
     }
     this.settled = true;
     const lost = this.transaction.isLost;
-    const rolledBack = await this.transaction.rollback();
+    const rolledBack = await this.transaction.rollback('ended', error);
     const kind = this.abandoned
       ? 'timeout'
       : classifyFailure(error, { lost, rolledBack });
