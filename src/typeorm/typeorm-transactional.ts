@@ -112,11 +112,15 @@ export async function joinTypeormTransactional(
     join<T>(lazy: LazyTransaction, fn: () => Promise<T>): Promise<T> {
       const context = library.getTransactionalContext();
       const hook = commitHook(lazy, library.getTransactionalOptions());
-      return context.run(() => {
-        library.setEntityManagerByDataSourceName(context, name, lazy.manager);
-        library.setHookInContext(context, hook);
-        return fn();
-      });
+      // Its AsyncLocalStorage driver gives the outermost run() a context
+      // that keeps nothing; a run() inside it keeps what is set.
+      return context.run(() =>
+        context.run(() => {
+          library.setEntityManagerByDataSourceName(context, name, lazy.manager);
+          library.setHookInContext(context, hook);
+          return fn();
+        }),
+      );
     },
   };
   return {
