@@ -1,7 +1,10 @@
 import { Injectable } from '@nestjs/common';
 import type { EntityManager } from 'typeorm';
 import { ambientTransactions } from './typeorm/ambient-transaction.js';
+import { IdempotencyDataSource } from './typeorm/idempotency-data-source.js';
+import { outsideHandlerTransaction } from './typeorm/transaction-participants.js';
 import { IdempotencyConfigurationError } from './exceptions/idempotency-configuration.error.js';
+import type { IdempotencyIsolationLevel } from './interfaces/idempotency-options.interface.js';
 
 /**
  * Explicit access to the transaction of the decorated handler being executed.
@@ -18,6 +21,8 @@ import { IdempotencyConfigurationError } from './exceptions/idempotency-configur
  */
 @Injectable()
 export class IdempotencyContext {
+  constructor(private readonly source: IdempotencyDataSource) {}
+
   /** Whether the current code runs inside a decorated handler's transaction. */
   get isActive(): boolean {
     return ambientTransactions.getStore() !== undefined;
@@ -87,6 +92,79 @@ export class IdempotencyContext {
   deriveKey(name: string): string {
     const tx = this.current();
     return `${this.requireKey(tx.key, 'deriveKey')}:${name}`;
+  }
+
+  /**
+   * Runs `fn` once the handler's transaction and its idempotency record have
+   * committed: for side effects that must not happen for writes that roll
+   * back (an e-mail, an event on a broker). `fn` does not run when the
+   * transaction rolls back (the handler threw, its lease was lost, it was
+   * abandoned at its deadline), nor for a duplicate (a replay never runs the
+   * handler).
+   *
+   * Callbacks run one after the other, in the order they were added, after
+   * the COMMIT and without delaying the response (which the module sends
+   * once the commit returned): the client may get its answer before or
+   * while they run. What they throw is logged and changes nothing of the
+   * request. They run outside of the handler's transaction. A crash after
+   * the commit loses them: for effects that must happen, write an outbox
+   * row in the handler's transaction instead.
+   *
+   * @throws IdempotencyConfigurationError outside a decorated handler, or
+   * once its transaction has ended.
+   * @example
+   * await this.payments.save(payment);
+   * this.idempotency.afterCommit(() => this.mailer.sendReceipt(payment));
+   */
+  afterCommit(fn: () => unknown): void {
+    if (typeof fn !== 'function') {
+      throw new IdempotencyConfigurationError(
+        `IdempotencyContext.afterCommit() takes a function, not ${JSON.stringify(fn)}.`,
+      );
+    }
+    this.current().transaction.onEnd((outcome) =>
+      outcome.committed ? fn() : undefined,
+    );
+  }
+
+  /**
+   * Runs `fn` in a transaction of its own, on another connection of the
+   * pool, that commits when `fn` resolves (or rolls back when it throws),
+   * whatever becomes of the handler's transaction afterwards: for an audit
+   * row that must survive the handler's failure. Inside `fn`, the
+   * application's repositories and DataSource behave as outside of a
+   * decorated handler: write through the `manager` it is given.
+   *
+   * It takes a second connection of the pool while the handler may hold
+   * one: keep it short, never nest one in another, and never write in it
+   * rows the handler's transaction wrote (it would wait for the handler's
+   * locks until the deadline). Outside a decorated handler it is
+   * `dataSource.transaction()`.
+   *
+   * @param isolationLevel of the new transaction; by default, the
+   * DataSource's `isolationLevel` option, else the server's default.
+   * @example
+   * await this.idempotency.newTransaction((manager) =>
+   *   manager.insert(AuditEntry, { action: 'payment.attempted', key: this.idempotency.key }),
+   * );
+   */
+  newTransaction<T>(fn: (manager: EntityManager) => Promise<T>): Promise<T>;
+  newTransaction<T>(
+    isolationLevel: IdempotencyIsolationLevel,
+    fn: (manager: EntityManager) => Promise<T>,
+  ): Promise<T>;
+  newTransaction<T>(
+    levelOrFn:
+      IdempotencyIsolationLevel | ((manager: EntityManager) => Promise<T>),
+    fn?: (manager: EntityManager) => Promise<T>,
+  ): Promise<T> {
+    const dataSource =
+      ambientTransactions.getStore()?.dataSource ?? this.source.dataSource;
+    return outsideHandlerTransaction(() =>
+      typeof levelOrFn === 'function'
+        ? dataSource.transaction(levelOrFn)
+        : dataSource.transaction(levelOrFn, fn!),
+    );
   }
 
   private requireKey(key: string | undefined, method: string): string {

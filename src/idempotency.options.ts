@@ -10,6 +10,7 @@ import type {
   IdempotencyFingerprintFields,
   IdempotencyFingerprintFunction,
   IdempotencyGcOptions,
+  IdempotencyIsolationLevel,
   IdempotencyKeyResolver,
   IdempotencyModuleOptions,
   IdempotencyScopeResolver,
@@ -38,6 +39,8 @@ export interface ResolvedRouteOptions {
   readonly replayAllow: ReadonlySet<string> | undefined;
   readonly replayDeny: ReadonlySet<string>;
   readonly acknowledge: boolean;
+  /** `undefined`: the DataSource's or the server's default. */
+  readonly isolationLevel: IdempotencyIsolationLevel | undefined;
 }
 
 /** @internal */
@@ -102,6 +105,22 @@ const DEFAULTS = {
   presence: true,
   openApi: true,
 } as const satisfies IdempotencyModuleOptions;
+
+/** The levels `START TRANSACTION ISOLATION LEVEL` takes. */
+const ISOLATION_LEVELS: ReadonlySet<unknown> =
+  new Set<IdempotencyIsolationLevel>([
+    'READ UNCOMMITTED',
+    'READ COMMITTED',
+    'REPEATABLE READ',
+    'SERIALIZABLE',
+  ]);
+
+/** @internal Whether `value` is an isolation level PostgreSQL takes. */
+export function isIsolationLevel(
+  value: unknown,
+): value is IdempotencyIsolationLevel {
+  return ISOLATION_LEVELS.has(value);
+}
 
 const storeClientErrors: IdempotencyErrorPolicy = (status) =>
   status >= 400 && status < 500;
@@ -193,6 +212,16 @@ export function resolveRouteOptions<T extends ResolvedRouteOptions>(
       'Give a whole number of bytes.',
     );
   }
+  if (
+    options.isolationLevel !== undefined &&
+    !isIsolationLevel(options.isolationLevel)
+  ) {
+    invalid(
+      'isolationLevel',
+      options.isolationLevel,
+      "Give 'READ UNCOMMITTED', 'READ COMMITTED', 'REPEATABLE READ' or 'SERIALIZABLE'.",
+    );
+  }
   const { storeErrors } = options;
   return {
     ...base,
@@ -231,6 +260,7 @@ export function resolveRouteOptions<T extends ResolvedRouteOptions>(
       lowerCaseSet(options.replayHeaders?.deny, 'replayHeaders.deny') ??
       base.replayDeny,
     acknowledge: options.acknowledge ?? base.acknowledge,
+    isolationLevel: options.isolationLevel ?? base.isolationLevel,
   };
 }
 
@@ -297,6 +327,7 @@ export function resolveModuleOptions(
     replayAllow: undefined,
     replayDeny: new Set(),
     acknowledge: false,
+    isolationLevel: undefined,
   };
   return resolveRouteOptions(base, options);
 }

@@ -59,6 +59,7 @@ export class IdempotencyService {
       concurrency: options.concurrency,
       waitTimeout: options.waitTimeout,
       transactionTimeout: options.transactionTimeout,
+      isolationLevel: options.isolationLevel,
     });
     const attempt: Attempt = {
       started: Date.now(),

@@ -34,6 +34,7 @@ export type {
   IdempotencyFingerprintFields,
   IdempotencyFingerprintFunction,
   IdempotencyGcOptions,
+  IdempotencyIsolationLevel,
   IdempotencyKeyResolver,
   IdempotencyKeyValidation,
   IdempotencyReplayHeaders,

@@ -17,6 +17,13 @@ export type IdempotencyDuration = number | string;
 export type IdempotencyConcurrencyMode = 'reject' | 'wait';
 
 /**
+ * An isolation level of PostgreSQL, as `START TRANSACTION ISOLATION LEVEL`
+ * takes it (PostgreSQL runs `'READ UNCOMMITTED'` as `'READ COMMITTED'`).
+ */
+export type IdempotencyIsolationLevel =
+  'READ UNCOMMITTED' | 'READ COMMITTED' | 'REPEATABLE READ' | 'SERIALIZABLE';
+
+/**
  * Resolves the scope of a request: keys are unique per scope, and a record is
  * never visible to a request of another scope. Typically the authenticated
  * user or tenant.
@@ -225,6 +232,20 @@ export interface IdempotentOptions {
    * @default false
    */
   acknowledge?: boolean;
+  /**
+   * Isolation level of the handler's transaction, which the module begins
+   * with `START TRANSACTION ISOLATION LEVEL ...` at the handler's first
+   * statement. A transaction the handler's code joins (a savepoint,
+   * `@Transactional()` of a transaction library) runs at this level: one
+   * that asks for another level is refused or ignored (see the README,
+   * "Transaction libraries and commit hooks"). Under `'SERIALIZABLE'` or
+   * `'REPEATABLE READ'`, a serialization failure or a deadlock is answered
+   * `503` with `Retry-After`: nothing was written, and the retry runs again.
+   * @default the DataSource's `isolationLevel` option, else the server's
+   * default (`default_transaction_isolation`, `'READ COMMITTED'` unless
+   * configured)
+   */
+  isolationLevel?: IdempotencyIsolationLevel;
 }
 
 /**

@@ -1,6 +1,7 @@
 import type {
   IdempotencyConcurrencyMode,
   IdempotencyDuration,
+  IdempotencyIsolationLevel,
 } from './idempotency-options.interface.js';
 
 /**
@@ -35,4 +36,6 @@ export interface IdempotencyRunOptions {
   waitTimeout?: IdempotencyDuration;
   /** Upper bound on the run's transaction. @default module `transactionTimeout` */
   transactionTimeout?: IdempotencyDuration;
+  /** Isolation level of the run's transaction. @default module `isolationLevel` */
+  isolationLevel?: IdempotencyIsolationLevel;
 }

@@ -19,6 +19,12 @@ const SESSION_ENDED_CODES = new Set([
   '25P03',
   '25P04',
 ]);
+/**
+ * SQLSTATEs of a transaction that PostgreSQL rolled back for the sake of a
+ * concurrent one: a serialization failure (REPEATABLE READ, SERIALIZABLE)
+ * or a deadlock. Nothing was written; the same request retried may succeed.
+ */
+const CONCURRENCY_CODES = new Set(['40001', '40P01']);
 /** Errors of a socket to the server, as Node.js names them. */
 const SOCKET_ERRORS = new Set([
   'ECONNREFUSED',
@@ -117,7 +123,9 @@ export function classifyFailure(
   const code = sqlState(error);
   return !transaction.rolledBack ||
     (code !== undefined &&
-      (code.startsWith('08') || SESSION_ENDED_CODES.has(code))) ||
+      (code.startsWith('08') ||
+        SESSION_ENDED_CODES.has(code) ||
+        CONCURRENCY_CODES.has(code))) ||
     isConnectionError(error)
     ? 'unavailable'
     : 'handler';

@@ -332,7 +332,10 @@ export class Execution {
     readonly lease: Lease | undefined,
   ) {
     this.deadline = attempt.started + options.transactionTimeoutMs;
-    this.transaction = executor.source.transaction(this.deadline);
+    this.transaction = executor.source.transaction(
+      this.deadline,
+      options.isolationLevel,
+    );
   }
 
   /**
@@ -368,7 +371,9 @@ export class Execution {
             key: this.attempt.key,
             step: (name, step) => this.step(name, step),
           },
-          this.executor.telemetry.handler(this.attempt, fn),
+          this.executor.telemetry.handler(this.attempt, () =>
+            this.executor.source.join(this.transaction, fn),
+          ),
         ),
         deadline,
       ]);
@@ -417,7 +422,7 @@ export class Execution {
       }
       await this.transaction.commit();
     } catch (error) {
-      await this.transaction.rollback();
+      await this.transaction.rollback('ended', error);
       await this.release();
       const lost = error instanceof LeaseLostError;
       executor.emit(lost ? 'lease-lost' : 'failed', attempt, { error });
@@ -444,7 +449,7 @@ export class Execution {
     }
     this.settled = true;
     const lost = this.transaction.isLost;
-    const rolledBack = await this.transaction.rollback();
+    const rolledBack = await this.transaction.rollback('ended', error);
     const kind = this.abandoned
       ? 'timeout'
       : classifyFailure(error, { lost, rolledBack });

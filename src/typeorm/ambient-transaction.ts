@@ -81,6 +81,14 @@ export function bindAmbientTransaction(dataSource: DataSource): () => void {
     };
   }
   const source = dataSource as unknown as Record<string, AnyFunction>;
+  // Another library may have set its own (typeorm-transactional does): it
+  // is wrapped, and given back as it was.
+  const own = (name: string) =>
+    Object.prototype.hasOwnProperty.call(source, name)
+      ? source[name]
+      : undefined;
+  const ownQuery = own('query');
+  const ownCreateQueryBuilder = own('createQueryBuilder');
   const originalQuery = source.query;
   const originalCreateQueryBuilder = source.createQueryBuilder;
   source.query = function (this: unknown, ...args: unknown[]) {
@@ -103,7 +111,19 @@ export function bindAmbientTransaction(dataSource: DataSource): () => void {
     for (const name of names) {
       delete manager[name];
     }
-    delete source.query;
-    delete source.createQueryBuilder;
+    restore(source, 'query', ownQuery);
+    restore(source, 'createQueryBuilder', ownCreateQueryBuilder);
   };
+}
+
+function restore(
+  target: Record<string, AnyFunction>,
+  name: string,
+  own: AnyFunction | undefined,
+): void {
+  if (own) {
+    target[name] = own;
+  } else {
+    delete target[name];
+  }
 }

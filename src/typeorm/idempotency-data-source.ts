@@ -1,6 +1,7 @@
 import {
   Inject,
   Injectable,
+  type OnApplicationBootstrap,
   type OnApplicationShutdown,
   type OnModuleInit,
 } from '@nestjs/common';
@@ -9,28 +10,44 @@ import { getDataSourceToken } from '@nestjs/typeorm';
 import type { Pool } from 'pg';
 import { DataSource } from 'typeorm';
 import { IDEMPOTENCY_RESOLVED_OPTIONS } from '../idempotency.tokens.js';
-import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
+import {
+  isIsolationLevel,
+  type ResolvedIdempotencyOptions,
+} from '../idempotency.options.js';
+import type { IdempotencyIsolationLevel } from '../interfaces/idempotency-options.interface.js';
 import { IdempotencyConfigurationError } from '../exceptions/idempotency-configuration.error.js';
 import { assertPostgresDataSource } from '../stores/postgres/postgres-data-source.js';
 import { bindAmbientTransaction } from './ambient-transaction.js';
 import { LazyTransaction } from './lazy-transaction.js';
 import { TransactionGate } from './transaction-gate.js';
+import {
+  transactionParticipants,
+  type TransactionParticipant,
+} from './transaction-participants.js';
+import {
+  joinTypeormTransactional,
+  typeormTransactionalName,
+} from './typeorm-transactional.js';
 
 /**
  * @internal The module's side of TypeORM: the application's DataSource (the
  * default one, or the one named by the `dataSource` option), whose manager,
  * repositories and `query()` are bound to the ambient transaction of the
- * decorated handler running, and the share of its pool that handler
- * transactions may hold.
+ * decorated handler running, the share of its pool that handler
+ * transactions may hold, and the transaction libraries that join them.
  */
 @Injectable()
 export class IdempotencyDataSource
-  implements OnModuleInit, OnApplicationShutdown
+  implements OnModuleInit, OnApplicationBootstrap, OnApplicationShutdown
 {
   private source: DataSource | undefined;
   private driverPool: Pool | undefined;
   private unbind?: () => void;
   private transactionGate = new TransactionGate(Infinity);
+  /** The DataSource's `isolationLevel` option, the default of handlers. */
+  private defaultLevel: IdempotencyIsolationLevel | undefined;
+  /** typeorm-transactional, once it is seen to manage the DataSource. */
+  private typeormTransactional: Promise<TransactionParticipant> | undefined;
 
   constructor(
     private readonly moduleRef: ModuleRef,
@@ -40,6 +57,12 @@ export class IdempotencyDataSource
 
   onModuleInit(): void {
     this.resolve();
+  }
+
+  async onApplicationBootstrap(): Promise<void> {
+    // Loaded before the first request, so that a setup it refuses stops
+    // the application.
+    await this.typeormTransactionalParticipant();
   }
 
   onApplicationShutdown(): void {
@@ -63,9 +86,82 @@ export class IdempotencyDataSource
     return this.transactionGate;
   }
 
-  /** A transaction for a handler, begun by its first statement. */
-  transaction(deadline: number): LazyTransaction {
-    return new LazyTransaction(this.resolve(), this.transactionGate, deadline);
+  /**
+   * A transaction for a handler, begun by its first statement at
+   * `isolationLevel` (by default, the DataSource's `isolationLevel` option,
+   * else the server's default).
+   */
+  transaction(
+    deadline: number,
+    isolationLevel?: IdempotencyIsolationLevel,
+  ): LazyTransaction {
+    return new LazyTransaction(
+      this.resolve(),
+      this.transactionGate,
+      deadline,
+      isolationLevel ?? this.defaultLevel,
+    );
+  }
+
+  /**
+   * Runs a handler, `fn`, with the transaction libraries in use on the
+   * DataSource seeing `transaction` as their current transaction.
+   */
+  join<T>(transaction: LazyTransaction, fn: () => Promise<T>): Promise<T> {
+    const dataSource = this.resolve();
+    const participants = transactionParticipants(dataSource);
+    if (
+      participants.length === 0 &&
+      !this.typeormTransactional &&
+      typeormTransactionalName(dataSource) === undefined
+    ) {
+      return fn();
+    }
+    return this.joinAll(participants, transaction, fn);
+  }
+
+  private async joinAll<T>(
+    joining: readonly TransactionParticipant[],
+    transaction: LazyTransaction,
+    fn: () => Promise<T>,
+  ): Promise<T> {
+    const participants = [...joining];
+    const typeormTransactional = await this.typeormTransactionalParticipant();
+    if (typeormTransactional) {
+      participants.push(typeormTransactional);
+    }
+    return participants.reduceRight<() => Promise<T>>(
+      (next, participant) => () => participant.join(transaction, next),
+      fn,
+    )();
+  }
+
+  /**
+   * typeorm-transactional's participant, when it manages the DataSource
+   * (`addTransactionalDataSource()`, at bootstrap or later).
+   */
+  private async typeormTransactionalParticipant(): Promise<
+    TransactionParticipant | undefined
+  > {
+    const dataSource = this.resolve();
+    if (!this.typeormTransactional) {
+      const name = typeormTransactionalName(dataSource);
+      if (name === undefined) {
+        return undefined;
+      }
+      this.typeormTransactional = joinTypeormTransactional(
+        dataSource,
+        name,
+      ).then(({ participant, undo }) => {
+        const unbind = this.unbind;
+        this.unbind = () => {
+          undo();
+          unbind?.();
+        };
+        return participant;
+      });
+    }
+    return this.typeormTransactional;
   }
 
   private resolve(): DataSource {
@@ -95,6 +191,14 @@ export class IdempotencyDataSource
       );
     }
     const poolSize = (pool as { options?: { max?: unknown } }).options?.max;
+    const level = dataSource.options.isolationLevel;
+    if (level !== undefined && !isIsolationLevel(level)) {
+      throw new IdempotencyConfigurationError(
+        `The DataSource's isolationLevel ${JSON.stringify(level)} is not one of PostgreSQL's.`,
+        "Give 'READ UNCOMMITTED', 'READ COMMITTED', 'REPEATABLE READ' or 'SERIALIZABLE'.",
+      );
+    }
+    this.defaultLevel = level;
     if (typeof poolSize === 'number' && poolSize > 1) {
       this.transactionGate = new TransactionGate(poolSize - 1);
     }

@@ -1,8 +1,14 @@
 import { Logger } from '@nestjs/common';
 import type { PoolClient } from 'pg';
 import type { DataSource, EntityManager, QueryRunner } from 'typeorm';
+import { IdempotencyConfigurationError } from '../exceptions/idempotency-configuration.error.js';
+import type { IdempotencyIsolationLevel } from '../interfaces/idempotency-options.interface.js';
 import { ownStatement } from '../protocol/own-statement.js';
 import type { TransactionGate } from './transaction-gate.js';
+import {
+  TransactionHooks,
+  type TransactionListener,
+} from './transaction-hooks.js';
 
 /**
  * @internal Raised by a statement of a handler that the module abandoned (its
@@ -92,12 +98,20 @@ export class LazyTransaction {
   private state: State = 'idle';
   private opening: Promise<PoolClient> | undefined;
   private holdsPlace = false;
+  private readonly hooks = new TransactionHooks();
+  /** The level the transaction runs at, once read from the server. */
+  private serverLevel: string | undefined;
 
   constructor(
     private readonly dataSource: DataSource,
     private readonly gate: TransactionGate,
     /** When the request's time is up (epoch ms): no place is awaited past it. */
     private readonly deadline: number,
+    /**
+     * The level it begins with; `undefined`: the server's default (the
+     * DataSource's `isolationLevel` option is applied by the caller).
+     */
+    readonly isolationLevel?: IdempotencyIsolationLevel,
   ) {}
 
   /** The transaction's connection, once it has begun. */
@@ -134,8 +148,17 @@ export class LazyTransaction {
   }
 
   /**
+   * Adds what runs once the transaction has ended, committed or rolled
+   * back (see {@link TransactionHooks}).
+   * @throws IdempotencyConfigurationError once it has ended.
+   */
+  onEnd(listener: TransactionListener): void {
+    this.hooks.add(listener);
+  }
+
+  /**
    * Commits what the handler wrote, if it wrote anything, and gives the
-   * connection back.
+   * connection back; then runs the hooks of a commit.
    */
   async commit(): Promise<void> {
     try {
@@ -145,14 +168,19 @@ export class LazyTransaction {
     } finally {
       await this.end('ended');
     }
+    this.hooks.end({ committed: true });
   }
 
   /**
-   * Rolls back and gives the connection back. Never throws: a connection
-   * that broke has rolled back on the server already.
+   * Rolls back and gives the connection back; then runs the hooks of a
+   * rollback, with `error`, what made it roll back. Never throws: a
+   * connection that broke has rolled back on the server already.
    * @returns false when the rollback failed: the transaction was lost.
    */
-  async rollback(state: 'ended' | 'abandoned' = 'ended'): Promise<boolean> {
+  async rollback(
+    state: 'ended' | 'abandoned' = 'ended',
+    error?: unknown,
+  ): Promise<boolean> {
     const opening = this.opening;
     if (state === 'abandoned') {
       this.state = 'abandoned';
@@ -179,6 +207,7 @@ export class LazyTransaction {
       return false;
     } finally {
       await this.end(state, failure);
+      this.hooks.end({ committed: false, error });
     }
   }
 
@@ -203,7 +232,7 @@ export class LazyTransaction {
         );
       }
     }
-    await this.rollback('abandoned');
+    await this.rollback('abandoned', new AbandonedTransactionError());
   }
 
   /**
@@ -261,7 +290,46 @@ export class LazyTransaction {
       await internals.connect();
       return startTransaction(isolationLevel);
     };
+    // ...which cannot run at another isolation level: refused before it
+    // begins (a failed begin would roll the whole transaction back).
+    const manager = runner.manager;
+    const transaction = manager.transaction.bind(manager) as (
+      ...args: unknown[]
+    ) => Promise<unknown>;
+    manager.transaction = (async (...args: unknown[]) => {
+      if (typeof args[0] === 'string') {
+        await this.joinAt(args[0], internals);
+      }
+      return transaction(...args);
+    }) as EntityManager['transaction'];
     return runner;
+  }
+
+  /**
+   * Checks that a savepoint asking for isolation level `level` runs at it:
+   * the transaction's own level, or, when the server's default applies,
+   * the one the server reports.
+   * @throws IdempotencyConfigurationError for another level.
+   */
+  private async joinAt(level: string, runner: RunnerInternals): Promise<void> {
+    let current: string | undefined = this.isolationLevel;
+    if (current === undefined) {
+      this.serverLevel ??= await ownStatement(async () => {
+        const client = await runner.connect();
+        const { rows } = await client.query<{ transaction_isolation: string }>(
+          'SHOW transaction_isolation',
+        );
+        return rows[0].transaction_isolation.toUpperCase();
+      });
+      current = this.serverLevel;
+    }
+    if (current !== level.toUpperCase()) {
+      throw new IdempotencyConfigurationError(
+        `A transaction inside an @Idempotent() handler asked for isolation level ${level}, but it joins the handler's transaction (as a savepoint), which runs at ${current}: a savepoint cannot change it.`,
+        `Set the level of the handler's transaction: @Idempotent({ isolationLevel: '${level}' }) on the route, or in the module's options.`,
+        `Or run the work in a transaction of its own: IdempotencyContext.newTransaction('${level}', fn).`,
+      );
+    }
   }
 
   /**
@@ -280,7 +348,11 @@ export class LazyTransaction {
         const client = await connect();
         // Sent on the driver's client: TypeORM's own START TRANSACTION would
         // ask for the connection again, which is what is being opened.
-        await client.query('START TRANSACTION');
+        await client.query(
+          this.isolationLevel
+            ? `START TRANSACTION ISOLATION LEVEL ${this.isolationLevel}`
+            : 'START TRANSACTION',
+        );
         if (this.state !== 'idle') {
           throw new AbandonedTransactionError();
         }

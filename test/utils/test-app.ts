@@ -8,7 +8,11 @@ import {
   type NestFastifyApplication,
 } from '@nestjs/platform-fastify';
 import { Test } from '@nestjs/testing';
-import { TypeOrmModule, type TypeOrmModuleOptions } from '@nestjs/typeorm';
+import {
+  TypeOrmModule,
+  type TypeOrmDataSourceFactory,
+  type TypeOrmModuleOptions,
+} from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import { IdempotencyModule, idempotencyMigrations } from '../../src/index.js';
@@ -42,6 +46,8 @@ export interface TestAppOptions extends ModuleMetadata {
   idempotency?: IdempotencyModuleOptions | false;
   /** Overrides of the TypeORM options. */
   typeorm?: Partial<TypeOrmModuleOptions>;
+  /** Creates the DataSource from its options (`forRootAsync`'s `dataSourceFactory`). */
+  dataSourceFactory?: TypeOrmDataSourceFactory;
   /** The HTTP platform; Express unless told. */
   platform?: Platform;
   /** Prepares the application before it starts, e.g. sets its WebSocket adapter. */
@@ -62,6 +68,7 @@ export async function startTestApp(options: TestAppOptions): Promise<TestApp> {
   const {
     idempotency = {},
     typeorm,
+    dataSourceFactory,
     platform = 'express',
     configure,
     database,
@@ -71,19 +78,25 @@ export async function startTestApp(options: TestAppOptions): Promise<TestApp> {
   const db = database ?? (await createTestDatabase());
   const dropDatabase = () => (database ? Promise.resolve() : db.drop());
   try {
+    const typeormOptions = {
+      type: 'postgres',
+      url: db.url,
+      entities: [Order],
+      migrations: [...idempotencyMigrations, CreateOrders1764000000001],
+      migrationsRun: true,
+      synchronize: false,
+      logging: false,
+      ...typeorm,
+    } as TypeOrmModuleOptions;
     const moduleRef = await Test.createTestingModule({
       ...metadata,
       imports: [
-        TypeOrmModule.forRoot({
-          type: 'postgres',
-          url: db.url,
-          entities: [Order],
-          migrations: [...idempotencyMigrations, CreateOrders1764000000001],
-          migrationsRun: true,
-          synchronize: false,
-          logging: false,
-          ...typeorm,
-        } as TypeOrmModuleOptions),
+        dataSourceFactory
+          ? TypeOrmModule.forRootAsync({
+              useFactory: () => typeormOptions,
+              dataSourceFactory,
+            })
+          : TypeOrmModule.forRoot(typeormOptions),
         ...(idempotency === false
           ? []
           : [IdempotencyModule.forRoot(idempotency)]),

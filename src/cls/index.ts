@@ -1,0 +1,4 @@
+export {
+  IdempotencyTransactionalAdapter,
+  type IdempotencyTransactionalAdapterOptions,
+} from './idempotency-transactional.adapter.js';
