@@ -22,6 +22,8 @@ import { IdempotencyCollector } from './idempotency.collector.js';
 import { IdempotencyEvents } from './idempotency.events.js';
 import { IdempotencyService } from './idempotency.service.js';
 import { IdempotencyMessages } from './messages/idempotency.messages.js';
+import { IdempotencyJobs } from './bullmq/idempotency.jobs.js';
+import { IdempotencyProcessors } from './bullmq/idempotency.processors.js';
 
 /**
  * Makes handlers decorated with `@Idempotent()` idempotent, on the
@@ -57,6 +59,8 @@ import { IdempotencyMessages } from './messages/idempotency.messages.js';
     IdempotencyExecutor,
     IdempotencyService,
     IdempotencyMessages,
+    IdempotencyJobs,
+    IdempotencyProcessors,
     IdempotencyExplorer,
     IdempotencyCollector,
     IdempotencyContext,
