@@ -25,7 +25,7 @@ import { IdempotencyExecutor } from '../protocol/idempotency.executor.js';
  * What `ExecutionContext.getType()` says inside the `key`, `scope` and
  * `fingerprint` resolvers of a BullMQ processor.
  */
-export const BULLMQ_CONTEXT_TYPE = 'bullmq';
+const BULLMQ_CONTEXT_TYPE = 'bullmq';
 
 /**
  * @internal The fields of a BullMQ `Job` the module reads. Typed here rather
