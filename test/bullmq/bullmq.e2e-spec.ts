@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
+import { createRequire } from 'node:module';
 import { BullModule, type WorkerHost } from '@nestjs/bullmq';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import {
@@ -33,6 +34,15 @@ import {
   type OrderResult,
 } from './bullmq.module.js';
 
+// BullMQ 6 connects through ioredis only when it is installed: without it,
+// its workers retry forever instead of failing.
+try {
+  createRequire(import.meta.url).resolve('ioredis');
+} catch {
+  throw new Error(
+    'The BullMQ tests need the ioredis package (a peer of bullmq 6): add it to devDependencies.',
+  );
+}
 const describeRedis = await describeWithBroker('Redis', REDIS.host, REDIS.port);
 
 /** A BullMQ prefix of this test file's own: its queues are nobody else's. */
