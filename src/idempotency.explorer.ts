@@ -23,8 +23,9 @@ type Type = abstract new (...args: never[]) => unknown;
 /**
  * @internal Checks every method that carries `@Idempotent()` at bootstrap.
  * The module acts only on the HTTP route handlers and message handlers of
- * controllers and on GraphQL mutations: anywhere else the decorator would do
- * nothing, so the application refuses to start. A handler's options must be valid, and it
+ * controllers, on GraphQL mutations and on the `process` method of BullMQ
+ * processors: anywhere else the decorator would do nothing, so the
+ * application refuses to start. A handler's options must be valid, and it
  * must not send its response itself (`@Res()` or `@Next()` without
  * `passthrough`), since such a response cannot be stored.
  */
@@ -55,7 +56,7 @@ export class IdempotencyExplorer implements OnModuleInit {
         if (!own && !classOptions) {
           continue;
         }
-        const kind = handlerKind(handler, inController);
+        const kind = handlerKind(handler, inController, type);
         // The class decorator is meant for the handlers of the class, not
         // for the helper methods beside them; on a resolver, for its
         // mutations, not for its queries and field resolvers.
@@ -77,7 +78,7 @@ export class IdempotencyExplorer implements OnModuleInit {
     }
     if (ignored.length > 0) {
       throw new IdempotencyConfigurationError(
-        `@Idempotent() has no effect on ${ignored.join(', ')}: the module makes idempotent only the HTTP route handlers and the message handlers (@MessagePattern(), @EventPattern()) of controllers, and GraphQL mutations (@Mutation()), so a duplicate would run again.`,
+        `@Idempotent() has no effect on ${ignored.join(', ')}: the module makes idempotent only the HTTP route handlers and the message handlers (@MessagePattern(), @EventPattern()) of controllers, GraphQL mutations (@Mutation()) and the process() method of BullMQ processors, so a duplicate would run again.`,
         'Use IdempotencyService.run() instead: inject IdempotencyService and wrap the work in run({ scope, key }, fn), which runs fn at most once per key, in a transaction with its writes, and returns the stored result to duplicates.',
         'Or move the operation to a route handler or a message handler of a controller.',
         'Or remove @Idempotent() from there.',

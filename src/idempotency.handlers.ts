@@ -7,7 +7,8 @@ import { PATH_METADATA } from '@nestjs/common/constants.js';
  * (`PATTERN_METADATA` of @nestjs/microservices 12, `RESOLVER_TYPE_METADATA`,
  * `RESOLVER_PROPERTY_METADATA` and `RESOLVER_REFERENCE_METADATA` of
  * @nestjs/graphql 14, `MESSAGE_MAPPING_METADATA` of @nestjs/websockets 12,
- * `SCHEDULER_TYPE` of @nestjs/schedule 12, which does not export it).
+ * `SCHEDULER_TYPE` of @nestjs/schedule 12, which does not export it,
+ * `PROCESSOR_METADATA` of @nestjs/bullmq 12).
  */
 export const HANDLER_METADATA = {
   /** `@MessagePattern()` / `@EventPattern()`: the handler's patterns. */
@@ -24,28 +25,40 @@ export const HANDLER_METADATA = {
   websocketMessage: 'websockets:message_mapping',
   /** `@Cron()`, `@Interval()`, `@Timeout()`. */
   scheduledJob: 'SCHEDULER_TYPE',
+  /** `@Processor()` of @nestjs/bullmq, on the class. */
+  bullmqProcessor: 'bullmq:processor_metadata',
 } as const;
 
 /**
  * @internal What a method is to Nest, as far as the module can tell:
- * `route`, `message` and `mutation` are the handlers the module makes
- * idempotent; `graphql` is any other resolver method (query, subscription,
- * field or reference resolver).
+ * `route`, `message`, `mutation` and `processor` (the `process` method of a
+ * BullMQ processor) are the handlers the module makes idempotent; `graphql`
+ * is any other resolver method (query, subscription, field or reference
+ * resolver).
  */
 export type HandlerKind =
   | 'route'
   | 'message'
   | 'mutation'
+  | 'processor'
   | 'graphql'
   | 'websocket'
   | 'scheduled'
   | 'method';
 
 /** The kinds of handler the module makes idempotent. */
-type SupportedKind = 'route' | 'message' | 'mutation';
+const SUPPORTED = new Set<HandlerKind>([
+  'route',
+  'message',
+  'mutation',
+  'processor',
+]);
 
 /** How the configuration error names each kind the module cannot act on. */
-const UNSUPPORTED: Record<Exclude<HandlerKind, SupportedKind>, string> = {
+const UNSUPPORTED: Record<
+  Exclude<HandlerKind, 'route' | 'message' | 'mutation' | 'processor'>,
+  string
+> = {
   graphql: 'a GraphQL query, subscription or field resolver',
   websocket: 'a WebSocket gateway message handler',
   scheduled: 'a scheduled job',
@@ -58,12 +71,13 @@ function has(key: string, handler: object): boolean {
 
 /**
  * @internal The kind of `handler`, a method of a controller (`inController`)
- * or of a provider. Nest routes HTTP requests and messages to the methods of
- * controllers only.
+ * or of a provider (of class `type`). Nest routes HTTP requests and messages
+ * to the methods of controllers only.
  */
 export function handlerKind(
   handler: object,
   inController: boolean,
+  type?: object,
 ): HandlerKind {
   if (inController && has(PATH_METADATA, handler)) {
     return 'route';
@@ -84,6 +98,15 @@ export function handlerKind(
   if (resolverType !== undefined || graphqlField) {
     return 'graphql';
   }
+  if (
+    !inController &&
+    type !== undefined &&
+    has(HANDLER_METADATA.bullmqProcessor, type) &&
+    (type as { prototype?: { process?: unknown } }).prototype?.process ===
+      handler
+  ) {
+    return 'processor';
+  }
   if (has(HANDLER_METADATA.websocketMessage, handler)) {
     return 'websocket';
   }
@@ -95,7 +118,7 @@ export function handlerKind(
  * `undefined` for a handler it makes idempotent.
  */
 export function unsupportedHandler(kind: HandlerKind): string | undefined {
-  return kind === 'route' || kind === 'message' || kind === 'mutation'
+  return SUPPORTED.has(kind)
     ? undefined
-    : UNSUPPORTED[kind];
+    : UNSUPPORTED[kind as keyof typeof UNSUPPORTED];
 }

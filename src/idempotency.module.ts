@@ -28,6 +28,8 @@ import { IdempotencyMessages } from './messages/idempotency.messages.js';
 import { idempotencyOpenApi } from './openapi/idempotency-openapi.js';
 import { IdempotencyGraphql } from './graphql/idempotency.graphql.js';
 import { IdempotencyTelemetry } from './telemetry/idempotency.telemetry.js';
+import { IdempotencyJobs } from './bullmq/idempotency.jobs.js';
+import { IdempotencyProcessors } from './bullmq/idempotency.processors.js';
 
 /**
  * Makes handlers decorated with `@Idempotent()` idempotent, on the
@@ -70,6 +72,8 @@ import { IdempotencyTelemetry } from './telemetry/idempotency.telemetry.js';
     IdempotencyService,
     IdempotencyMessages,
     IdempotencyGraphql,
+    IdempotencyJobs,
+    IdempotencyProcessors,
     IdempotencyExplorer,
     idempotencyOpenApi,
     IdempotencyCollector,

@@ -160,8 +160,10 @@ export interface IdempotentOptions {
    */
   transactionTimeout?: IdempotencyDuration;
   /**
-   * Scope resolver; keys are unique per scope.
-   * @default a single global scope (`'global'`)
+   * Scope resolver; keys are unique per scope. A BullMQ processor takes only
+   * its own (see the README).
+   * @default a single global scope (`'global'`); for a BullMQ job, one per
+   * queue (`'bullmq:<queueName>'`)
    */
   scope?: IdempotencyScopeResolver;
   /**
@@ -180,7 +182,10 @@ export interface IdempotentOptions {
   retryAfter?: number;
   /**
    * Derives the key from the request instead of the `Idempotency-Key` header.
-   * @default the header named by `headerName`
+   * A BullMQ processor takes only its own: its resolver gets a context whose
+   * `getArgByIndex(0)` is the `Job`.
+   * @default the header named by `headerName`; for a BullMQ job,
+   * `<queueName>:<jobId>`
    */
   key?: IdempotencyKeyResolver;
   /**
@@ -192,7 +197,8 @@ export interface IdempotentOptions {
    * What makes two requests with the same key "the same request": fields of
    * the body and query parameters to include or exclude, or a function of
    * your own. For a message: its pattern, the subject (topic, channel) it
-   * came on, and its data.
+   * came on, and its data. For a BullMQ job: its queue, its name and its
+   * data (a processor takes only its own `fingerprint` option).
    * @default sha256 of the method, the route template, the path parameters,
    * the query (parameter order aside) and the canonical body
    */

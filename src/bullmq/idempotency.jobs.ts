@@ -1,0 +1,178 @@
+import { HttpStatus, Inject, Injectable } from '@nestjs/common';
+import { Reflector } from '@nestjs/core';
+import { ExecutionContextHost } from '@nestjs/core/helpers/execution-context-host.js';
+import { IDEMPOTENT_METADATA } from '../idempotency.constants.js';
+import { IDEMPOTENCY_RESOLVED_OPTIONS } from '../idempotency.tokens.js';
+import {
+  resolveRouteOptions,
+  type ResolvedIdempotencyOptions,
+  type ResolvedRouteOptions,
+} from '../idempotency.options.js';
+import type {
+  IdempotencyScopeResolver,
+  IdempotentOptions,
+} from '../interfaces/idempotency-options.interface.js';
+import { IdempotencyHttpException } from '../exceptions/idempotency-http.exception.js';
+import { validKey } from '../http/idempotency-key.js';
+import {
+  resolveFingerprint,
+  resolveScope,
+  type Attempt,
+} from '../protocol/attempt.js';
+import { IdempotencyExecutor } from '../protocol/idempotency.executor.js';
+
+/**
+ * What `ExecutionContext.getType()` says inside the `key`, `scope` and
+ * `fingerprint` resolvers of a BullMQ processor.
+ */
+const BULLMQ_CONTEXT_TYPE = 'bullmq';
+
+/**
+ * @internal The fields of a BullMQ `Job` the module reads. Typed here rather
+ * than imported: `bullmq` is an optional peer dependency.
+ */
+export interface QueueJob {
+  readonly id?: string;
+  readonly name: string;
+  readonly queueName: string;
+  readonly data: unknown;
+}
+
+/** @internal A `process(job, token?)` method of a processor. */
+export type ProcessMethod = (
+  this: object,
+  job: QueueJob,
+  token?: string,
+) => Promise<unknown>;
+
+/** @internal A decorated processor class and its `process` method. */
+export interface DecoratedProcessor {
+  readonly type: abstract new (...args: never[]) => unknown;
+  /** The method as it carries the metadata (the module's wrapper). */
+  readonly handler: ProcessMethod;
+}
+
+/** The scope of a job by default: one per queue. */
+const queueScope: IdempotencyScopeResolver = (context) =>
+  `bullmq:${context.getArgByIndex<QueueJob>(0).queueName}`;
+
+/**
+ * Refusals that a retry of the same job can only meet again (400, 422):
+ * BullMQ fails such a job at once (`UnrecoverableError`) instead of retrying
+ * it. A 409 (a duplicate running) and a 503 (the database unreachable, a
+ * deadline passed) are thrown as they are, and BullMQ retries the job by its
+ * `attempts` and `backoff`.
+ */
+async function toJobError(error: unknown): Promise<unknown> {
+  if (
+    !(error instanceof IdempotencyHttpException) ||
+    error.getStatus() === HttpStatus.CONFLICT ||
+    error.getStatus() >= 500
+  ) {
+    return error;
+  }
+  const problem = error.getProblem();
+  // Loaded here only: applications without BullMQ do not need it.
+  const { UnrecoverableError } = await import('bullmq');
+  const unrecoverable = new UnrecoverableError(
+    `${problem.title}: ${problem.detail}`,
+  );
+  unrecoverable.cause = error;
+  return unrecoverable;
+}
+
+/**
+ * @internal `@Idempotent()` on the `process(job, token?)` method of a
+ * `@nestjs/bullmq` processor: the same shared transaction as for HTTP; the
+ * processor's return value is stored with its writes, and a duplicate job
+ * (the same queue and job id by default) gets it back without running.
+ */
+@Injectable()
+export class IdempotencyJobs {
+  /** The options of each processor class, resolved on its first job. */
+  private readonly processors = new WeakMap<object, ResolvedRouteOptions>();
+
+  constructor(
+    private readonly executor: IdempotencyExecutor,
+    private readonly reflector: Reflector,
+    @Inject(IDEMPOTENCY_RESOLVED_OPTIONS)
+    private readonly moduleOptions: ResolvedIdempotencyOptions,
+  ) {}
+
+  /**
+   * Processes `job` once per key: the stored result for a duplicate, else
+   * `run`'s, in a transaction that commits the record with its writes.
+   */
+  async execute(
+    processor: DecoratedProcessor,
+    job: QueueJob,
+    token: string | undefined,
+    run: () => Promise<unknown>,
+  ): Promise<unknown> {
+    const options = this.options(processor);
+    const context = new ExecutionContextHost(
+      [job, token],
+      processor.type as never,
+      processor.handler,
+    );
+    context.setType(BULLMQ_CONTEXT_TYPE);
+    let attempt: Attempt;
+    try {
+      const key: unknown = options.key
+        ? await options.key(context)
+        : `${job.queueName}:${job.id}`;
+      attempt = {
+        started: Date.now(),
+        scope: await resolveScope(context, options),
+        key:
+          key === undefined && !options.required
+            ? undefined
+            : validKey(key, options.keyValidation, 'key'),
+        method: 'JOB',
+        path: job.queueName,
+        fingerprint:
+          key === undefined
+            ? ''
+            : await resolveFingerprint(context, options, {
+                method: 'JOB',
+                route: job.queueName,
+                params: { name: job.name },
+                query: [],
+                body: job.data,
+              }),
+      };
+    } catch (error) {
+      throw await toJobError(error);
+    }
+    try {
+      const { result } = await this.executor.execute(attempt, options, run);
+      return result;
+    } catch (error) {
+      throw await toJobError(error);
+    }
+  }
+
+  /**
+   * The processor's options over the module's, with the defaults of a job:
+   * the module-wide `key`, `scope` and `fingerprint` describe HTTP requests
+   * and messages, so a processor takes only its own `@Idempotent()`'s.
+   */
+  private options(processor: DecoratedProcessor): ResolvedRouteOptions {
+    let options = this.processors.get(processor.type);
+    if (!options) {
+      const own =
+        this.reflector.getAllAndOverride<IdempotentOptions | undefined>(
+          IDEMPOTENT_METADATA,
+          [processor.handler, processor.type],
+        ) ?? {};
+      options = {
+        ...resolveRouteOptions(this.moduleOptions, own),
+        key: own.key,
+        scope: own.scope ?? queueScope,
+        fingerprint: own.fingerprint ?? {},
+      };
+      this.processors.set(processor.type, options);
+    }
+    return options;
+  }
+}

@@ -1,0 +1,521 @@
+import { randomUUID } from 'node:crypto';
+import { once } from 'node:events';
+import { createRequire } from 'node:module';
+import { BullModule, type WorkerHost } from '@nestjs/bullmq';
+import { TypeOrmModule } from '@nestjs/typeorm';
+import {
+  Queue,
+  QueueEvents,
+  UnrecoverableError,
+  type Job,
+  type JobsOptions,
+} from 'bullmq';
+import {
+  IdempotencyConflictException,
+  IdempotencyModule,
+  IdempotencyUnavailableException,
+  type IdempotencyEvent,
+} from '../../src/index.js';
+import { Order } from '../fixtures/order.entity.js';
+import { Barrier, untilWaiting } from '../utils/barrier.js';
+import { describeWithBroker } from '../utils/broker.js';
+import { startSample, type SampleProcess } from '../utils/sample-process.js';
+import { startTestApp, type TestApp } from '../utils/test-app.js';
+import {
+  gates,
+  MisdecoratedProcessor,
+  OrdersProcessor,
+  ParcelsProcessor,
+  QUEUES,
+  REDIS,
+  RejectingProcessor,
+  WaitingProcessor,
+  type OrderJob,
+  type OrderResult,
+} from './bullmq.module.js';
+
+// BullMQ 6 connects through ioredis only when it is installed: without it,
+// its workers retry forever instead of failing.
+try {
+  createRequire(import.meta.url).resolve('ioredis');
+} catch {
+  throw new Error(
+    'The BullMQ tests need the ioredis package (a peer of bullmq 6): add it to devDependencies.',
+  );
+}
+const describeRedis = await describeWithBroker('Redis', REDIS.host, REDIS.port);
+
+/** A BullMQ prefix of this test file's own: its queues are nobody else's. */
+const PREFIX = `idempotency-test-${randomUUID().slice(0, 8)}`;
+const connection = { ...REDIS };
+
+/** A queue of the suite, and the events its jobs finish with. */
+interface TestQueue {
+  readonly queue: Queue<OrderJob>;
+  readonly events: QueueEvents;
+}
+
+async function openQueue(name: string): Promise<TestQueue> {
+  const queue = new Queue<OrderJob>(name, { connection, prefix: PREFIX });
+  const events = new QueueEvents(name, { connection, prefix: PREFIX });
+  await Promise.all([queue.waitUntilReady(), events.waitUntilReady()]);
+  return { queue, events };
+}
+
+async function closeQueue({ queue, events }: TestQueue): Promise<void> {
+  await queue.obliterate({ force: true });
+  await Promise.all([queue.close(), events.close()]);
+}
+
+describeRedis('@Idempotent() on BullMQ processors', () => {
+  let target: TestApp;
+  const queues = new Map<string, TestQueue>();
+  const events: IdempotencyEvent[] = [];
+
+  beforeAll(async () => {
+    target = await startTestApp({
+      imports: [
+        BullModule.forRoot({ connection, prefix: PREFIX }),
+        BullModule.registerQueue(
+          ...Object.values(QUEUES).map((name) => ({ name })),
+        ),
+        TypeOrmModule.forFeature([Order]),
+      ],
+      providers: [
+        OrdersProcessor,
+        ParcelsProcessor,
+        RejectingProcessor,
+        WaitingProcessor,
+      ],
+      idempotency: { onEvent: (event) => events.push(event) },
+    });
+    for (const name of Object.values(QUEUES)) {
+      queues.set(name, await openQueue(name));
+    }
+  });
+  afterAll(async () => {
+    await Promise.all([...queues.values()].map(closeQueue));
+    await target?.close();
+  });
+
+  /** Adds a job and waits until it completed (its result) or failed (throws). */
+  async function processed(
+    queueName: string,
+    data: OrderJob,
+    options: JobsOptions = {},
+    name = 'order',
+  ): Promise<{ job: Job<OrderJob>; result: OrderResult }> {
+    const { queue, events: jobEvents } = queues.get(queueName)!;
+    const job = await queue.add(name, data, options);
+    const result = (await job.waitUntilFinished(jobEvents)) as OrderResult;
+    return { job, result };
+  }
+
+  /** The job as Redis now has it. */
+  async function reread(queueName: string, id: string): Promise<Job> {
+    return (await queues.get(queueName)!.queue.getJob(id))!;
+  }
+
+  const orders = async (reference: string) =>
+    target.db.query<{ id: number; source: string }>(
+      'SELECT id, source FROM orders WHERE reference = $1 ORDER BY id',
+      [reference],
+    );
+  const records = async (key: string) =>
+    target.db.query<{
+      scope: string;
+      status: string;
+      method: string;
+      path: string;
+      body: string | null;
+    }>(
+      `SELECT scope, status, method, path, convert_from(response_body, 'UTF8') AS body
+       FROM idempotency_records WHERE key = $1 ORDER BY scope`,
+      [key],
+    );
+
+  /** The next failed attempt of a processor's worker (retried or not). */
+  function nextFailure(processor: WorkerHost): Promise<[Job, Error]> {
+    return new Promise((resolve) =>
+      processor.worker.once('failed', (job, error) => resolve([job!, error])),
+    );
+  }
+
+  it('runs a job once, commits its row with the record of key <queue>:<jobId>, and gives a job re-added with that id the stored result without running', async () => {
+    const { result } = await processed(
+      QUEUES.orders,
+      { reference: 'once-1' },
+      { jobId: 'once-1' },
+    );
+    const [order] = await orders('once-1');
+    expect(result).toEqual({ id: order.id, reference: 'once-1', attempt: 1 });
+    expect(await records(`${QUEUES.orders}:once-1`)).toEqual([
+      {
+        scope: `bullmq:${QUEUES.orders}`,
+        status: 'completed',
+        method: 'JOB',
+        path: QUEUES.orders,
+        body: JSON.stringify(result),
+      },
+    ]);
+
+    // BullMQ refuses a job id it still holds: the producer's retry after
+    // the first was removed (or after removeOnComplete) is the duplicate.
+    await (await reread(QUEUES.orders, 'once-1')).remove();
+    const again = await processed(
+      QUEUES.orders,
+      { reference: 'once-1' },
+      { jobId: 'once-1' },
+    );
+    expect(again.result).toEqual(result);
+    expect(await orders('once-1')).toHaveLength(1);
+    expect(
+      events.filter((event) => event.key === `${QUEUES.orders}:once-1`),
+    ).toEqual([
+      expect.objectContaining({ type: 'executed', method: 'JOB' }),
+      expect.objectContaining({ type: 'replayed', method: 'JOB' }),
+    ]);
+  });
+
+  it("keys a job without a jobId by BullMQ's own id", async () => {
+    const { job, result } = await processed(QUEUES.orders, {
+      reference: 'auto-id-1',
+    });
+    expect(job.id).toMatch(/^\d+$/);
+    expect(await records(`${QUEUES.orders}:${job.id}`)).toEqual([
+      expect.objectContaining({
+        scope: `bullmq:${QUEUES.orders}`,
+        body: JSON.stringify(result),
+      }),
+    ]);
+  });
+
+  it('scopes keys per queue: the same job id on two queues runs on each, and each replays its own result', async () => {
+    const first = await Promise.all(
+      [QUEUES.orders, QUEUES.parcels].map((queue) =>
+        processed(queue, { reference: 'both-1' }, { jobId: 'both-1' }),
+      ),
+    );
+    const rows = await orders('both-1');
+    expect(rows.map((row) => row.source).sort()).toEqual(
+      [QUEUES.orders, QUEUES.parcels].sort(),
+    );
+    expect(first.map(({ result }) => result.id).sort()).toEqual(
+      rows.map((row) => row.id).sort(),
+    );
+    expect(await records(`${QUEUES.orders}:both-1`)).toEqual([
+      expect.objectContaining({ scope: `bullmq:${QUEUES.orders}` }),
+    ]);
+    expect(await records(`${QUEUES.parcels}:both-1`)).toEqual([
+      expect.objectContaining({ scope: `bullmq:${QUEUES.parcels}` }),
+    ]);
+
+    for (const [index, queue] of [QUEUES.orders, QUEUES.parcels].entries()) {
+      await (await reread(queue, 'both-1')).remove();
+      const again = await processed(
+        queue,
+        { reference: 'both-1' },
+        { jobId: 'both-1' },
+      );
+      expect(again.result).toEqual(first[index].result);
+    }
+    expect(await orders('both-1')).toHaveLength(2);
+  });
+
+  it.each<[string, Partial<OrderJob>, string]>([
+    ['other data', { orderId: 'another' }, 'order'],
+    ['another job name', {}, 'refund'],
+  ])(
+    'fails a job whose id was used with %s at once, without retries (UnrecoverableError), and runs nothing',
+    async (_, data, name) => {
+      const jobId = `reused-${name}`;
+      const { result } = await processed(
+        QUEUES.orders,
+        { reference: jobId },
+        { jobId },
+      );
+      await (await reread(QUEUES.orders, jobId)).remove();
+      const failure = nextFailure(target.app.get(OrdersProcessor));
+      await expect(
+        processed(
+          QUEUES.orders,
+          { reference: jobId, ...data },
+          { jobId, attempts: 3 },
+          name,
+        ),
+      ).rejects.toThrow(
+        'Idempotency key reused: This idempotency key was already used for a different request.',
+      );
+      const [, error] = await failure;
+      expect(error).toBeInstanceOf(UnrecoverableError);
+      const job = await reread(QUEUES.orders, jobId);
+      expect(await job.getState()).toBe('failed');
+      expect(job.attemptsMade).toBe(1);
+      expect(await orders(jobId)).toEqual([
+        expect.objectContaining({ id: result.id }),
+      ]);
+    },
+  );
+
+  it("rolls back a job that wrote then threw and frees its key: BullMQ's retry runs it again, and its row exists once", async () => {
+    const { job, result } = await processed(
+      QUEUES.orders,
+      { reference: 'retry-1', failFirst: true },
+      { jobId: 'retry-1', attempts: 2 },
+    );
+    const rows = await orders('retry-1');
+    expect(rows).toHaveLength(1);
+    expect(result).toEqual({
+      id: rows[0].id,
+      reference: 'retry-1',
+      attempt: 2,
+    });
+    expect((await reread(QUEUES.orders, job.id!)).attemptsMade).toBe(2);
+    expect(await records(`${QUEUES.orders}:retry-1`)).toEqual([
+      expect.objectContaining({
+        status: 'completed',
+        body: JSON.stringify(result),
+      }),
+    ]);
+  });
+
+  it("runs two concurrent jobs with one key once ('reject'): the duplicate fails with 409, and its retry gets the stored result", async () => {
+    gates.hold = new Barrier();
+    const { queue, events: jobEvents } = queues.get(QUEUES.rejecting)!;
+    const first = await queue.add(
+      'order',
+      { reference: 'reject-1', orderId: 'o-reject', hold: true },
+      { jobId: 'reject-a' },
+    );
+    await gates.hold.reached(1);
+    const failure = nextFailure(target.app.get(RejectingProcessor));
+    // A backoff the test cuts short (promote): the retry comes after the first.
+    const duplicate = await queue.add(
+      'order',
+      { reference: 'reject-1', orderId: 'o-reject', hold: true },
+      {
+        jobId: 'reject-b',
+        attempts: 2,
+        backoff: { type: 'fixed', delay: 600_000 },
+      },
+    );
+    const [failed, error] = await failure;
+    expect(failed.id).toBe('reject-b');
+    expect(error).toBeInstanceOf(IdempotencyConflictException);
+    expect(await duplicate.getState()).toBe('delayed');
+
+    gates.hold.open();
+    const result = (await first.waitUntilFinished(jobEvents)) as OrderResult;
+    await duplicate.promote();
+    expect(await duplicate.waitUntilFinished(jobEvents)).toEqual(result);
+    const rows = await orders('reject-1');
+    expect(rows).toHaveLength(1);
+    expect(result.id).toBe(rows[0].id);
+    expect((await reread(QUEUES.rejecting, 'reject-b')).attemptsMade).toBe(2);
+    expect(await records('o-reject')).toEqual([
+      expect.objectContaining({ scope: 'order-ids', status: 'completed' }),
+    ]);
+  });
+
+  it("runs two concurrent jobs with one key once ('wait'): the duplicate waits and completes with the first one's result", async () => {
+    gates.hold = new Barrier();
+    const { queue, events: jobEvents } = queues.get(QUEUES.waiting)!;
+    const data = { reference: 'wait-1', orderId: 'o-wait', hold: true };
+    const first = await queue.add('order', data, { jobId: 'wait-a' });
+    await gates.hold.reached(1);
+    const duplicate = await queue.add('order', data, { jobId: 'wait-b' });
+    await untilWaiting(target.db, 'o-wait');
+    gates.hold.open();
+    const results = await Promise.all(
+      [first, duplicate].map((job) => job.waitUntilFinished(jobEvents)),
+    );
+    const rows = await orders('wait-1');
+    expect(rows).toHaveLength(1);
+    expect(results).toEqual([
+      { id: rows[0].id, reference: 'wait-1', attempt: 1 },
+      { id: rows[0].id, reference: 'wait-1', attempt: 1 },
+    ]);
+    expect(
+      events
+        .filter((event) => event.key === 'o-wait')
+        .map((event) => event.type),
+    ).toEqual(['executed', 'replayed']);
+  });
+
+  it('fails a job with 503 while the database refuses the claim, and BullMQ retries it', async () => {
+    const failure = nextFailure(target.app.get(OrdersProcessor));
+    const acquire =
+      'idempotency_acquire(text,text,text,text,text,uuid,uuid,float8,float8,boolean)';
+    await target.db.query(
+      `ALTER FUNCTION ${acquire} RENAME TO idempotency_acquire_away`,
+    );
+    let job: Job<OrderJob>;
+    try {
+      job = await queues.get(QUEUES.orders)!.queue.add(
+        'order',
+        { reference: 'outage-1' },
+        {
+          jobId: 'outage-1',
+          attempts: 2,
+          backoff: { type: 'fixed', delay: 600_000 },
+        },
+      );
+      const [failed, error] = await failure;
+      expect(failed.id).toBe('outage-1');
+      expect(error).toBeInstanceOf(IdempotencyUnavailableException);
+    } finally {
+      await target.db.query(
+        `ALTER FUNCTION ${acquire.replace('idempotency_acquire', 'idempotency_acquire_away')} RENAME TO idempotency_acquire`,
+      );
+    }
+    expect(await job.getState()).toBe('delayed');
+    expect(await orders('outage-1')).toHaveLength(0);
+    expect(await records(`${QUEUES.orders}:outage-1`)).toHaveLength(0);
+
+    await job.promote();
+    const result = (await job.waitUntilFinished(
+      queues.get(QUEUES.orders)!.events,
+    )) as OrderResult;
+    const rows = await orders('outage-1');
+    expect(rows).toHaveLength(1);
+    expect(result).toEqual({
+      id: rows[0].id,
+      reference: 'outage-1',
+      attempt: 2,
+    });
+  });
+
+  it('works whatever the order of the imports, for a second application in the same process too', async () => {
+    // @nestjs/bullmq imported first: its workers exist before the module's
+    // onModuleInit. Another prefix: this application's queue is its own.
+    const prefix = `${PREFIX}-first`;
+    const second = await startTestApp({
+      idempotency: false,
+      imports: [
+        BullModule.forRoot({ connection, prefix }),
+        BullModule.registerQueue({ name: QUEUES.orders }),
+        IdempotencyModule.forRoot(),
+        TypeOrmModule.forFeature([Order]),
+      ],
+      providers: [OrdersProcessor],
+    });
+    const queue = new Queue<OrderJob>(QUEUES.orders, { connection, prefix });
+    const queueEvents = new QueueEvents(QUEUES.orders, { connection, prefix });
+    try {
+      await queueEvents.waitUntilReady();
+      const results: unknown[] = [];
+      for (let i = 0; i < 2; i += 1) {
+        const job = await queue.add(
+          'order',
+          { reference: 'order-1' },
+          { jobId: 'order-1' },
+        );
+        results.push(await job.waitUntilFinished(queueEvents));
+        await job.remove();
+      }
+      const rows = await second.db.query<{ id: number }>(
+        `SELECT id FROM orders WHERE reference = 'order-1'`,
+      );
+      expect(rows).toHaveLength(1);
+      expect(results).toEqual([
+        { id: rows[0].id, reference: 'order-1', attempt: 1 },
+        { id: rows[0].id, reference: 'order-1', attempt: 1 },
+      ]);
+      // The first application's instance of the class still runs its own.
+      expect(await orders('order-1')).toHaveLength(0);
+      const { result } = await processed(
+        QUEUES.orders,
+        { reference: 'order-1' },
+        { jobId: 'order-1' },
+      );
+      expect(await orders('order-1')).toEqual([
+        { id: result.id, source: QUEUES.orders },
+      ]);
+    } finally {
+      await queue.obliterate({ force: true });
+      await Promise.all([queue.close(), queueEvents.close()]);
+      await second.close();
+    }
+  });
+
+  it('refuses to start with @Idempotent() on another method of a processor', async () => {
+    await expect(
+      startTestApp({
+        imports: [
+          BullModule.forRoot({ connection, prefix: `${PREFIX}-refused` }),
+          BullModule.registerQueue({ name: QUEUES.orders }),
+        ],
+        providers: [MisdecoratedProcessor],
+      }),
+    ).rejects.toThrow(
+      '@Idempotent() has no effect on MisdecoratedProcessor.charge (not a route or message handler)',
+    );
+  });
+
+  describe('a job redelivered after its worker process was killed', () => {
+    const CHARGES = 'idempotency-charges';
+    const workers = new Set<SampleProcess>();
+    let charges: TestQueue;
+
+    beforeAll(async () => {
+      charges = await openQueue(CHARGES);
+    });
+    afterAll(async () => {
+      await Promise.all([...workers].map((worker) => worker.stop()));
+      await closeQueue(charges);
+    });
+
+    const startWorker = async (env: Record<string, string> = {}) => {
+      const worker = await startSample(
+        {
+          DATABASE_URL: target.db.url,
+          BULLMQ_QUEUE: CHARGES,
+          BULLMQ_PREFIX: PREFIX,
+          ...env,
+        },
+        {
+          entry: '../test/utils/bullmq-worker.js',
+          ready: /BullMQ worker (\d+) ready/,
+        },
+      );
+      workers.add(worker);
+      return worker;
+    };
+
+    it('does not run again when BullMQ hands the stalled job to another worker: the job completes with the stored result', async () => {
+      const killed = await startWorker({
+        BULLMQ_KILL_AFTER_COMMIT: `${CHARGES}:charge-1`,
+      });
+      const stalled = once(charges.events, 'stalled');
+      const job = await charges.queue.add(
+        'charge',
+        { reference: 'charge-1' },
+        { jobId: 'charge-1' },
+      );
+      expect(await killed.exited()).toEqual({ code: null, signal: 'SIGKILL' });
+      const rows = await orders('charge-1');
+      expect(rows).toHaveLength(1);
+      const stored = {
+        id: rows[0].id,
+        reference: 'charge-1',
+        pid: Number(killed.url),
+      };
+      expect(await records(`${CHARGES}:charge-1`)).toEqual([
+        expect.objectContaining({
+          status: 'completed',
+          body: JSON.stringify(stored),
+        }),
+      ]);
+      expect(await job.getState()).toBe('active');
+
+      const rescuer = await startWorker();
+      expect(await job.waitUntilFinished(charges.events)).toEqual(stored);
+      expect(await stalled).toEqual([
+        expect.objectContaining({ jobId: 'charge-1' }),
+        expect.any(String),
+      ]);
+      expect(await orders('charge-1')).toHaveLength(1);
+      expect(Number(rescuer.url)).not.toBe(stored.pid);
+    });
+  });
+});
