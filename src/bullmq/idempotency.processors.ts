@@ -37,7 +37,10 @@ function providedClass(wrapper: InstanceWrapper): Type | undefined {
     !wrapper.metatype || wrapper.inject
       ? (wrapper.instance as object | undefined)?.constructor
       : wrapper.metatype;
-  return typeof type === 'function' ? (type as Type) : undefined;
+  // An arrow function (some libraries' factories) has no prototype.
+  return typeof type === 'function' && type.prototype !== undefined
+    ? (type as Type)
+    : undefined;
 }
 
 /**
