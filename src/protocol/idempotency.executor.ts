@@ -205,15 +205,18 @@ export class IdempotencyExecutor
     }
     const { execution } = beginning;
     let result: T;
+    let json: string | undefined;
     try {
       result = await execution.run(() => fn(execution.transaction));
+      // A result JSON cannot hold (a BigInt, a cycle) is the handler's
+      // error: nothing commits, and the key is free for the retry.
+      json = result === undefined ? undefined : JSON.stringify(result);
     } catch (error) {
       const kind = await execution.fail(error);
       throw kind === 'handler'
         ? error
         : new IdempotencyUnavailableException(options.retryAfter);
     }
-    const json = result === undefined ? undefined : JSON.stringify(result);
     await execution.complete({
       status: 'completed',
       response: {

@@ -89,6 +89,26 @@ describe('IdempotencyService.run()', () => {
     expect(await rows('job-2')).toBe(1);
   });
 
+  it('stores nothing for a result that is not JSON: the caller gets the error, the writes roll back, the key is free at once', async () => {
+    let runs = 0;
+    const job = () =>
+      idempotency.run({ key: 'job-bigint' }, async () => {
+        runs += 1;
+        await orders.insert({ reference: 'job-bigint' });
+        return runs === 1 ? { total: 1n } : { total: '1' };
+      });
+    await expect(job()).rejects.toThrow(TypeError);
+    expect(await rows('job-bigint')).toBe(0);
+    expect(
+      await target.db.query(
+        `SELECT 1 FROM ${IDEMPOTENCY_TABLE_NAME} WHERE key = 'job-bigint'`,
+      ),
+    ).toEqual([]);
+    expect(await job()).toEqual({ total: '1' });
+    expect(runs).toBe(2);
+    expect(await rows('job-bigint')).toBe(1);
+  });
+
   it('refuses a concurrent duplicate (reject) and waits for it (wait)', async () => {
     const barrier = new Barrier();
     let runs = 0;
