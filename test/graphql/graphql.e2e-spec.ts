@@ -1,4 +1,5 @@
 import { Barrier, untilWaiting } from '../utils/barrier.js';
+import { describeWithRequireEsm } from '../utils/jest-esm.js';
 import { busyConnections } from '../utils/statement-counter.js';
 import { idleInTransaction } from '../utils/sessions.js';
 import {
@@ -19,19 +20,6 @@ const SERVERS: Array<[GraphqlDriver, Platform]> = [
   ['apollo', 'fastify'],
   ['mercurius', 'fastify'],
 ];
-
-/**
- * Mercurius loads an ES module with `require()` (content-disposition, through
- * @fastify/static), which Jest's module loader does only on the Node.js
- * versions the package supports (22.13 and later; see `engines`). Below them
- * (Node.js 20, end of life) its suite skips, saying why.
- */
-const REQUIRE_ESM = Number(process.versions.node.split('.')[0]) >= 22;
-if (!REQUIRE_ESM) {
-  console.warn(
-    `Skipping the GraphQL tests on Mercurius: Node.js ${process.versions.node} is below the supported versions, and Mercurius needs require() of ES modules under Jest`,
-  );
-}
 
 interface GraphqlAnswer {
   readonly status: number;
@@ -71,9 +59,8 @@ function refusal(
   };
 }
 
-describe.each(
-  SERVERS.filter(([driver]) => driver !== 'mercurius' || REQUIRE_ESM),
-)('GraphQL mutations (%s on %s)', (driver, platform) => {
+/** The suite of one GraphQL server on one HTTP platform. */
+function graphqlMutations(driver: GraphqlDriver, platform: Platform): void {
   let target: TestApp;
   let gate: Gate;
 
@@ -544,4 +531,15 @@ describe.each(
     expect(gate.runs).toEqual({ restock: 1 });
     expect(await rows(reference)).toBe(1);
   });
-});
+}
+
+describe.each(SERVERS.filter(([driver]) => driver === 'apollo'))(
+  'GraphQL mutations (%s on %s)',
+  graphqlMutations,
+);
+
+// Mercurius loads an ES module with require() (content-disposition, through
+// @fastify/static), which Jest does only on newer Node.js versions.
+describeWithRequireEsm('GraphQL on Mercurius').each(
+  SERVERS.filter(([driver]) => driver === 'mercurius'),
+)('GraphQL mutations (%s on %s)', graphqlMutations);

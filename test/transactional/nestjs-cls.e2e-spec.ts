@@ -5,21 +5,14 @@ import {
   startTestApp,
   type TestApp,
 } from '../utils/test-app.js';
+import { describeWithRequireEsm } from '../utils/jest-esm.js';
 import type { AccountsService, ClsSight } from './nestjs-cls.module.js';
 
 /**
- * nestjs-cls is CommonJS and requires @nestjs/common 12, an ES module: Jest
- * runs that only on Node.js 24.9 or later (require(esm) in its VM); an
- * application runs it on every supported Node.js.
+ * nestjs-cls is CommonJS and requires @nestjs/common 12, an ES module (see
+ * `describeWithRequireEsm`).
  */
-const [major, minor] = process.versions.node.split('.').map(Number);
-const describeCls =
-  major > 24 || (major === 24 && minor >= 9) ? describe : describe.skip;
-if (describeCls === describe.skip) {
-  console.warn(
-    `Skipping the @nestjs-cls/transactional tests: Jest on Node.js ${process.versions.node} cannot require() ES modules (it needs 24.9 or later)`,
-  );
-}
+const describeCls = describeWithRequireEsm('@nestjs-cls/transactional');
 
 /**
  * The test module, loaded once @nestjs/common is: Jest refuses a require()
