@@ -84,6 +84,65 @@ export function describeStoreConformance(
       expect(await store.claim(attempt('free'))).toEqual({ state: 'claimed' });
     });
 
+    it('gives a key to exactly one of many attempts claiming it at once', async () => {
+      const outcomes = await Promise.all(
+        Array.from({ length: 20 }, () => store.claim(attempt('race'))),
+      );
+      expect(outcomes.filter((o) => o.state === 'claimed')).toHaveLength(1);
+      expect(outcomes.filter((o) => o.state === 'in_progress')).toHaveLength(
+        19,
+      );
+    });
+
+    it('keeps scopes apart: the same key is another record in another scope', async () => {
+      const first = attempt('shared');
+      const other = attempt('shared', { scope: `${scope}:other` });
+      expect(await store.claim(first)).toEqual({ state: 'claimed' });
+      expect(await store.claim(other)).toEqual({ state: 'claimed' });
+      await store.complete(leaseOf(first), completion, undefined);
+      expect(
+        await store.claim(attempt('shared', { scope: `${scope}:other` })),
+      ).toMatchObject({ state: 'in_progress' });
+      expect(await store.release(leaseOf(other))).toMatchObject({
+        fenced: true,
+      });
+      expect(await store.claim(attempt('shared'))).toMatchObject({
+        state: 'finished',
+      });
+    });
+
+    it('takes keys and scopes of any characters, each its own record', async () => {
+      // Characters that mean something to some store: quotes, glob and
+      // pattern characters, separators, hash-tag braces, escapes, spaces,
+      // control characters and characters beyond ASCII.
+      const keys = [
+        'k',
+        'k*',
+        'k?',
+        '[k]',
+        "k'; DROP TABLE x; --",
+        'k"\\',
+        'k%_',
+        '{k}',
+        'k:k#k',
+        'k k\n\t\u0001',
+        'kλ💳',
+      ];
+      const weird = `${scope}:{*}'"\\%`;
+      for (const key of keys) {
+        expect(await store.claim(attempt(key, { scope: weird }))).toEqual({
+          state: 'claimed',
+        });
+      }
+      const claim = attempt("k'; DROP TABLE x; --", { scope: weird });
+      expect(await store.claim(claim)).toMatchObject({
+        state: 'in_progress',
+      });
+      for (const key of keys) {
+        expect(await store.claim(attempt(key))).toEqual({ state: 'claimed' });
+      }
+    });
+
     it('reports a claimed key in progress to another attempt, with its fingerprint and the lease left', async () => {
       const first = attempt('busy');
       expect(await store.claim(first)).toEqual({ state: 'claimed' });
