@@ -17,6 +17,10 @@ export {
   type StoredRecord,
   type StoredResponse,
 } from './protocol/idempotency-store.interface.js';
+export {
+  DynamoDbIdempotencyStore,
+  type DynamoDbIdempotencyStoreOptions,
+} from './stores/dynamodb/index.js';
 export type { IdempotencyRunOptions } from './interfaces/idempotency-run-options.interface.js';
 export {
   DEFAULT_SCOPE,

@@ -1,0 +1,341 @@
+import { randomUUID } from 'node:crypto';
+import {
+  DynamoDBClient,
+  GetItemCommand,
+  ScanCommand,
+} from '@aws-sdk/client-dynamodb';
+import { DynamoDbIdempotencyStore } from '../../src/index.js';
+import type { ClaimRequest } from '../../src/protocol/idempotency-store.interface.js';
+import { partitionKey } from '../../src/stores/dynamodb/dynamodb-item.js';
+import {
+  dynaliteFeatures,
+  startDynalite,
+  type LocalDynamoDb,
+} from '../utils/dynalite.js';
+import { describeStoreConformance } from './conformance.js';
+
+const HOUR_MS = 3_600_000;
+
+describeStoreConformance('DynamoDB', async () => {
+  const dynamo = await startDynalite();
+  const client = dynamo.client();
+  await DynamoDbIdempotencyStore.createTable(client, { timeToLive: false });
+  return {
+    store: new DynamoDbIdempotencyStore(client),
+    close: () => dynamo.close(),
+  };
+});
+
+/** The commands a client sends: name and input. */
+function recordCommands(client: DynamoDBClient) {
+  const sent: Array<{ name: string; input: Record<string, unknown> }> = [];
+  client.middlewareStack.add(
+    (next, context) => (args) => {
+      sent.push({
+        name: context.commandName as string,
+        input: args.input as Record<string, unknown>,
+      });
+      return next(args);
+    },
+    { step: 'initialize', name: 'recordCommands' },
+  );
+  return sent;
+}
+
+describe('the DynamoDB store', () => {
+  const tableName = 'idempotency_store_spec';
+  let dynamo: LocalDynamoDb;
+  let client: DynamoDBClient;
+  let store: DynamoDbIdempotencyStore;
+  let sent: ReturnType<typeof recordCommands>;
+
+  beforeAll(async () => {
+    dynamo = await startDynalite();
+    client = dynamo.client();
+    await DynamoDbIdempotencyStore.createTable(client, {
+      tableName,
+      timeToLive: false,
+    });
+    store = new DynamoDbIdempotencyStore(client, { tableName });
+    sent = recordCommands(client);
+  });
+  afterAll(() => dynamo?.close());
+  beforeEach(() => {
+    sent.length = 0;
+    dynaliteFeatures.returnItemOnConditionFailure = true;
+  });
+
+  const attempt = (key: string, scope = 'dynamo'): ClaimRequest => ({
+    scope,
+    key,
+    owner: randomUUID(),
+    fingerprint: 'fp',
+    method: 'POST',
+    path: '/dynamo',
+    leaseMs: 60_000,
+    ttlMs: HOUR_MS,
+    wait: false,
+  });
+  const completion = {
+    status: 'completed',
+    response: { status: 200, headers: {}, body: Buffer.from('ok') },
+    ttlMs: HOUR_MS,
+  } as const;
+  const itemOf = async (scope: string, key: string) =>
+    (
+      await client.send(
+        new GetItemCommand({
+          TableName: tableName,
+          Key: { pk: { S: partitionKey(scope, key) } },
+          ConsistentRead: true,
+        }),
+      )
+    ).Item;
+
+  it("completes outside the handler's transaction and has no notifications", () => {
+    expect(store.completesInTransaction).toBe(false);
+    expect(store.watching).toBe(false);
+  });
+
+  it('refuses a claim in one request: the refusal carries the record', async () => {
+    const first = attempt('one-request');
+    await store.claim(first);
+    await store.complete(first, completion, undefined);
+    sent.length = 0;
+    expect(await store.claim(attempt('one-request'))).toMatchObject({
+      state: 'finished',
+      record: { status: 'completed', response: { status: 200 } },
+    });
+    expect(sent.map((command) => command.name)).toEqual(['UpdateItemCommand']);
+    expect(sent[0].input).toMatchObject({
+      ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
+    });
+
+    sent.length = 0;
+    const busy = attempt('one-request-busy');
+    await store.claim(busy);
+    sent.length = 0;
+    expect(await store.claim(attempt('one-request-busy'))).toMatchObject({
+      state: 'in_progress',
+      fingerprint: 'fp',
+    });
+    expect(sent).toHaveLength(1);
+  });
+
+  it('reads the record with a consistent read when the server does not return it with the refusal', async () => {
+    dynaliteFeatures.returnItemOnConditionFailure = false;
+    const first = attempt('fallback');
+    await store.claim(first);
+    sent.length = 0;
+    expect(await store.claim(attempt('fallback'))).toMatchObject({
+      state: 'in_progress',
+      fingerprint: 'fp',
+    });
+    expect(sent.map((command) => command.name)).toEqual([
+      'UpdateItemCommand',
+      'GetItemCommand',
+    ]);
+    expect(sent[1].input).toMatchObject({ ConsistentRead: true });
+  });
+
+  it('reads steps and collects with consistent reads', async () => {
+    const claim = attempt('consistent');
+    await store.claim(claim);
+    await store.saveStep(claim, 'charge', 1, HOUR_MS);
+    sent.length = 0;
+    expect(await store.readStep(claim, 'charge')).toEqual({ result: 1 });
+    await store.collect(10, () => undefined);
+    const reads = sent.filter((command) =>
+      ['GetItemCommand', 'ScanCommand', 'QueryCommand'].includes(command.name),
+    );
+    expect(reads.map((command) => command.name)).toEqual([
+      'GetItemCommand',
+      'ScanCommand',
+    ]);
+    for (const read of reads) {
+      expect(read.input).toMatchObject({ ConsistentRead: true });
+    }
+  });
+
+  it('sets the TTL attribute of a finished record to its expiry in epoch seconds, and none on a claim', async () => {
+    const claim = attempt('ttl');
+    await store.claim(claim);
+    expect((await itemOf('dynamo', 'ttl'))?.ttl).toBeUndefined();
+    const before = Date.now();
+    await store.complete(claim, completion, undefined);
+    const after = Date.now();
+    const item = await itemOf('dynamo', 'ttl');
+    const ttl = Number(item?.ttl?.N);
+    const expiresAt = Number(item?.expires_at?.N);
+    expect(expiresAt).toBeGreaterThanOrEqual(before + HOUR_MS);
+    expect(expiresAt).toBeLessThanOrEqual(after + HOUR_MS);
+    expect(ttl).toBe(Math.ceil(expiresAt / 1000));
+  });
+
+  it('claims an item whose own expiry passed while DynamoDB has not deleted it yet', async () => {
+    const claim = attempt('expired-present');
+    await store.claim(claim);
+    await store.complete(claim, { ...completion, ttlMs: 0 }, undefined);
+    // Still there: TTL deletes late (and only on epoch seconds past).
+    expect((await itemOf('dynamo', 'expired-present'))?.status).toEqual({
+      S: 'completed',
+    });
+    const next = attempt('expired-present');
+    expect(await store.claim(next)).toEqual({ state: 'claimed' });
+    expect(await itemOf('dynamo', 'expired-present')).toMatchObject({
+      status: { S: 'in_progress' },
+      owner: { S: next.owner },
+    });
+    expect((await itemOf('dynamo', 'expired-present'))?.response_body).toBe(
+      undefined,
+    );
+  });
+
+  it('keeps keys and scopes apart whatever their characters: no separator to forge', async () => {
+    // A naive "scope:key" join would make these two one record.
+    const a = attempt('b:c', 'a');
+    const b = attempt('c', 'a:b');
+    expect(await store.claim(a)).toEqual({ state: 'claimed' });
+    expect(await store.claim(b)).toEqual({ state: 'claimed' });
+    const long = attempt('k'.repeat(10_000), 'λ'.repeat(1_000));
+    expect(await store.claim(long)).toEqual({ state: 'claimed' });
+    expect(await itemOf(long.scope, long.key)).toMatchObject({
+      scope: { S: long.scope },
+      key: { S: long.key },
+    });
+    // The key's characters never reach an expression: steps of any name too.
+    const step = "x'] OR #owner <> :owner; steps.#y";
+    expect(await store.saveStep(a, step, { ok: true }, HOUR_MS)).toBe(true);
+    expect(await store.readStep(a, step)).toEqual({ result: { ok: true } });
+    expect(await store.readStep(b, step)).toBeUndefined();
+  });
+
+  it('records a response too large for an item as not replayable, keeping its status', async () => {
+    const claim = attempt('huge');
+    await store.claim(claim);
+    sent.length = 0;
+    const body = Buffer.alloc(500 * 1024, 1);
+    expect(
+      await store.complete(
+        claim,
+        { ...completion, response: { status: 201, headers: {}, body } },
+        undefined,
+      ),
+    ).toEqual({ fenced: true, waiting: false });
+    // Never sent: the size is known before the write.
+    expect(sent).toHaveLength(1);
+    expect(sent[0].input).not.toHaveProperty([
+      'ExpressionAttributeValues',
+      ':body',
+    ]);
+    expect(await store.claim(attempt('huge'))).toEqual({
+      state: 'finished',
+      record: {
+        status: 'not_replayable',
+        fingerprint: 'fp',
+        response: { status: 201, headers: {}, body: Buffer.alloc(0) },
+      },
+    });
+  });
+
+  it('stores a response just under the limit byte for byte', async () => {
+    const claim = attempt('large');
+    await store.claim(claim);
+    const body = Buffer.alloc(390 * 1024, 7);
+    await store.complete(
+      claim,
+      { ...completion, response: { status: 200, headers: {}, body } },
+      undefined,
+    );
+    const outcome = await store.claim(attempt('large'));
+    expect(outcome).toMatchObject({ state: 'finished' });
+    const { record } = outcome as {
+      record: { status: string; response: { body: Buffer } };
+    };
+    expect(record.status).toBe('completed');
+    expect(record.response.body.equals(body)).toBe(true);
+  });
+
+  it('refuses a step result too large for an item with a clear error, before writing', async () => {
+    const claim = attempt('huge-step');
+    await store.claim(claim);
+    sent.length = 0;
+    await expect(
+      store.saveStep(claim, 'report', 'x'.repeat(500 * 1024), HOUR_MS),
+    ).rejects.toThrow(
+      /The result of step "report" \(512002 bytes of JSON\) does not fit in DynamoDB's item of 400 KB/,
+    );
+    expect(sent).toHaveLength(0);
+    expect(await store.readStep(claim, 'report')).toBeUndefined();
+  });
+
+  it('refuses steps that together overflow the item with the same error, and keeps the others', async () => {
+    const claim = attempt('many-steps');
+    await store.claim(claim);
+    const part = 'y'.repeat(150 * 1024);
+    expect(await store.saveStep(claim, 'one', part, HOUR_MS)).toBe(true);
+    expect(await store.saveStep(claim, 'two', part, HOUR_MS)).toBe(true);
+    await expect(store.saveStep(claim, 'three', part, HOUR_MS)).rejects.toThrow(
+      /The result of step "three" .* does not fit in DynamoDB's item of 400 KB/,
+    );
+    expect(await store.readStep(claim, 'one')).toEqual({ result: part });
+    expect(await store.readStep(claim, 'three')).toBeUndefined();
+  });
+
+  it('keeps a released claim with steps for the next attempt, and deletes one without', async () => {
+    const bare = attempt('release-bare');
+    await store.claim(bare);
+    await store.release(bare);
+    expect(await itemOf('dynamo', 'release-bare')).toBeUndefined();
+
+    const stepped = attempt('release-steps');
+    await store.claim(stepped);
+    await store.saveStep(stepped, 'charge', 'ch_1', HOUR_MS);
+    expect(await store.release(stepped)).toEqual({
+      fenced: true,
+      waiting: false,
+    });
+    const item = await itemOf('dynamo', 'release-steps');
+    expect(item?.owner).toBeUndefined();
+    expect(item?.lease_expires_at).toEqual({ N: '0' });
+    expect(await store.renew([{ ...stepped, durationMs: HOUR_MS }])).toEqual(
+      new Set(),
+    );
+  });
+
+  it('scans the whole table across collections, a page per call, deleting at most a batch per call', async () => {
+    const paged = new DynamoDbIdempotencyStore(client, {
+      tableName,
+      scanPageSize: 2,
+    });
+    const scope = `paged-${randomUUID()}`;
+    for (const key of ['a', 'b', 'c', 'd', 'e']) {
+      const claim = attempt(key, scope);
+      await paged.claim(claim);
+      await paged.complete(claim, { ...completion, ttlMs: 0 }, undefined);
+    }
+    let calls = 0;
+    let result = { removed: 0, more: true };
+    let removed = 0;
+    const batches: number[] = [];
+    while (result.more && calls < 1_000) {
+      result = await paged.collect(1, () => undefined);
+      batches.push(result.removed);
+      removed += result.removed;
+      calls += 1;
+    }
+    expect(Math.max(...batches)).toBe(1);
+    expect(calls).toBeGreaterThan(1);
+    expect(removed).toBeGreaterThanOrEqual(5);
+    const { Items: left } = await client.send(
+      new ScanCommand({
+        TableName: tableName,
+        ConsistentRead: true,
+        FilterExpression: '#scope = :scope',
+        ExpressionAttributeNames: { '#scope': 'scope' },
+        ExpressionAttributeValues: { ':scope': { S: scope } },
+      }),
+    );
+    expect(left).toEqual([]);
+  });
+});
