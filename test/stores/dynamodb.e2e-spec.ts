@@ -1,10 +1,14 @@
 import { randomUUID } from 'node:crypto';
+import { readdir, readFile } from 'node:fs/promises';
 import {
   DynamoDBClient,
   GetItemCommand,
   ScanCommand,
 } from '@aws-sdk/client-dynamodb';
-import { DynamoDbIdempotencyStore } from '../../src/index.js';
+import {
+  DynamoDbIdempotencyStore,
+  IdempotencyConfigurationError,
+} from '../../src/index.js';
 import type { ClaimRequest } from '../../src/protocol/idempotency-store.interface.js';
 import { partitionKey } from '../../src/stores/dynamodb/dynamodb-item.js';
 import {
@@ -95,6 +99,37 @@ describe('the DynamoDB store', () => {
   it("completes outside the handler's transaction and has no notifications", () => {
     expect(store.completesInTransaction).toBe(false);
     expect(store.watching).toBe(false);
+  });
+
+  it('refuses a table name or a page size DynamoDB would not take, saying what to do', () => {
+    for (const options of [
+      { tableName: 'ab' },
+      { tableName: 'records; DROP' },
+      { scanPageSize: 0 },
+      { scanPageSize: 1.5 },
+    ]) {
+      expect(() => new DynamoDbIdempotencyStore(client, options)).toThrow(
+        IdempotencyConfigurationError,
+      );
+    }
+    expect(
+      () => new DynamoDbIdempotencyStore(client, { tableName: 'x' }),
+    ).toThrow(/Potential solutions:\n- Use 3 to 255 letters/);
+  });
+
+  it('loads the AWS SDK only when the store is used: no static import in its sources', async () => {
+    const folder = new URL('../../src/stores/dynamodb/', import.meta.url);
+    const sources = (await readdir(folder)).filter((file) =>
+      file.endsWith('.ts'),
+    );
+    expect(sources.length).toBeGreaterThan(3);
+    for (const file of sources) {
+      const text = await readFile(new URL(file, folder), 'utf8');
+      expect({
+        file,
+        imports: text.match(/^import (?!type )[^;]*'@aws-sdk\/[^']+';/gm),
+      }).toEqual({ file, imports: null });
+    }
   });
 
   it('refuses a claim in one request: the refusal carries the record', async () => {
@@ -203,6 +238,9 @@ describe('the DynamoDB store', () => {
       scope: { S: long.scope },
       key: { S: long.key },
     });
+    // Strings that UTF-8 would make one (lone surrogates) stay two records.
+    expect(await store.claim(attempt('\ud800'))).toEqual({ state: 'claimed' });
+    expect(await store.claim(attempt('\ufffd'))).toEqual({ state: 'claimed' });
     // The key's characters never reach an expression: steps of any name too.
     const step = "x'] OR #owner <> :owner; steps.#y";
     expect(await store.saveStep(a, step, { ok: true }, HOUR_MS)).toBe(true);

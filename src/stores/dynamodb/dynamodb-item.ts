@@ -13,16 +13,17 @@ export const DYNAMODB_ITEM_LIMIT_BYTES = 400 * 1024;
 
 /**
  * The partition key of a (scope, key) record: the SHA-256 digest of the
- * scope's length in bytes, the scope and the key. Unambiguous for any
- * characters (no separator to escape), and of a fixed length whatever the
- * length of the key (DynamoDB limits a partition key to 2048 bytes).
+ * scope's length, the scope and the key, as UTF-16 code units (so that two
+ * different strings, lone surrogates included, never share a record).
+ * Unambiguous for any characters (no separator to escape or forge), and of a
+ * fixed length whatever the key's (DynamoDB limits a partition key to 2048
+ * bytes); the scope and the key are kept as attributes of the item.
  */
 export function partitionKey(scope: string, key: string): string {
-  const scopeBytes = Buffer.from(scope, 'utf8');
   return createHash('sha256')
-    .update(`${scopeBytes.length}:`)
-    .update(scopeBytes)
-    .update(key, 'utf8')
+    .update(`${scope.length}:`)
+    .update(Buffer.from(scope, 'utf16le'))
+    .update(Buffer.from(key, 'utf16le'))
     .digest('base64url');
 }
 

@@ -13,6 +13,7 @@ import {
   DEFAULT_DYNAMODB_TABLE_NAME,
   type DynamoDbIdempotencyStoreOptions,
   type ResolvedDynamoDbStoreOptions,
+  resolveDynamoDbStoreOptions,
 } from './dynamodb-store.options.js';
 import {
   isConditionFailure,
@@ -61,7 +62,8 @@ const IN_PROGRESS = str('in_progress');
  * claim reads the record that holds the key in the same round trip), a
  * renewal, a step, and a completion that clears the steps in the same write.
  * Expiry is decided from the item's own timestamps (ms), with the
- * application's clock: DynamoDB's TTL (attribute `ttl`, epoch seconds, set on
+ * application's clock (keep the instances' clocks in sync: a skew lengthens
+ * or shortens leases by as much): DynamoDB's TTL (attribute `ttl`, epoch seconds, set on
  * finished records) only deletes them, up to days late. A claim in progress
  * has no TTL: the collector hands its steps over before deleting it.
  *
@@ -95,10 +97,7 @@ export class DynamoDbIdempotencyStore implements IdempotencyStore {
     private readonly client: DynamoDBClient,
     options: DynamoDbIdempotencyStoreOptions = {},
   ) {
-    this.options = {
-      tableName: options.tableName ?? DEFAULT_DYNAMODB_TABLE_NAME,
-      scanPageSize: options.scanPageSize ?? 100,
-    };
+    this.options = resolveDynamoDbStoreOptions(options);
   }
 
   /**
