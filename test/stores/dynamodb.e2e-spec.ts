@@ -341,6 +341,49 @@ describe('the DynamoDB store', () => {
     );
   });
 
+  it('deletes nothing of a key claimed again between the Scan and the deletion', async () => {
+    // A collector whose Scan is followed, before its deletions, by a claim.
+    const collecting = dynamo.client();
+    const collector = new DynamoDbIdempotencyStore(collecting, { tableName });
+    const scope = `interleaved-${randomUUID()}`;
+    const abandoned = { ...attempt('abandoned', scope), leaseMs: 0, ttlMs: 0 };
+    const retry = attempt('abandoned', scope);
+    let interleaved = false;
+    collecting.middlewareStack.add(
+      (next, context) => async (args) => {
+        const output = await next(args);
+        if (context.commandName === 'ScanCommand' && !interleaved) {
+          interleaved = true;
+          expect(await store.claim(retry)).toEqual({ state: 'claimed' });
+        }
+        return output;
+      },
+      { step: 'initialize', name: 'claimAfterScan' },
+    );
+    await store.claim(abandoned);
+    expect(await store.saveStep(abandoned, 'charge', 'ch_1', 0)).toBe(true);
+
+    const reported: string[] = [];
+    let removed = 0;
+    for (let more = true; more;) {
+      const result = await collector.collect(100, (key) => {
+        if (key.scope === scope) {
+          reported.push(key.key);
+        }
+      });
+      removed += result.removed;
+      more = result.more;
+    }
+    expect(interleaved).toBe(true);
+    // Handed over (at least once), but the retry keeps its record and steps.
+    expect(reported).toEqual(['abandoned']);
+    expect(await itemOf(scope, 'abandoned')).toMatchObject({
+      owner: { S: retry.owner },
+      steps: { M: { charge: expect.any(Object) } },
+    });
+    expect(removed).toBe(0);
+  });
+
   it('scans the whole table across collections, a page per call, deleting at most a batch per call', async () => {
     const paged = new DynamoDbIdempotencyStore(client, {
       tableName,
