@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { readdir, readFile } from 'node:fs/promises';
 import {
+  DescribeTableCommand,
   DynamoDBClient,
   GetItemCommand,
   ScanCommand,
@@ -130,6 +131,40 @@ describe('the DynamoDB store', () => {
         imports: text.match(/^import (?!type )[^;]*'@aws-sdk\/[^']+';/gm),
       }).toEqual({ file, imports: null });
     }
+  });
+
+  it('creates its table (partition key pk), keeps one that exists, and enables TTL on attribute ttl', async () => {
+    const provisioning = dynamo.client();
+    const commands = recordCommands(provisioning);
+    const name = 'idempotency_provisioned';
+    // dynalite has no UpdateTimeToLive: what matters is the request sent.
+    await DynamoDbIdempotencyStore.createTable(provisioning, {
+      tableName: name,
+    }).catch(() => undefined);
+    expect(
+      commands.find((command) => command.name === 'UpdateTimeToLiveCommand')
+        ?.input,
+    ).toEqual({
+      TableName: name,
+      TimeToLiveSpecification: { AttributeName: 'ttl', Enabled: true },
+    });
+    await DynamoDbIdempotencyStore.createTable(provisioning, {
+      tableName: name,
+      timeToLive: false,
+    });
+    const { Table: table } = await provisioning.send(
+      new DescribeTableCommand({ TableName: name }),
+    );
+    expect(table).toMatchObject({
+      TableStatus: 'ACTIVE',
+      KeySchema: [{ AttributeName: 'pk', KeyType: 'HASH' }],
+    });
+    const provisioned = new DynamoDbIdempotencyStore(provisioning, {
+      tableName: name,
+    });
+    expect(await provisioned.claim(attempt('provisioned'))).toEqual({
+      state: 'claimed',
+    });
   });
 
   it('refuses a claim in one request: the refusal carries the record', async () => {
