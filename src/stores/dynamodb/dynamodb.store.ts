@@ -118,14 +118,22 @@ export class DynamoDbIdempotencyStore implements IdempotencyStore {
     });
   }
 
+  /** Keeps no listener: DynamoDB tells nothing of other instances' writes. */
   watch(): void {
     // No notifications to listen to: waiters poll.
   }
 
+  /** Does nothing: duplicates that wait poll for the record. */
   async notify(): Promise<void> {
     // No notifications to send.
   }
 
+  /**
+   * One conditional UpdateItem: claims a free key, a finished record past its
+   * expiry, or a claim past its lease (keeping its steps); otherwise the
+   * refusal returns the item that holds the key. A duplicate that waits marks
+   * the claim `waiting` with a second, conditional write.
+   */
   async claim(request: ClaimRequest): Promise<ClaimOutcome> {
     const sdk = await loadDynamoDbSdk();
     for (let attempt = 1; ; attempt += 1) {
@@ -237,6 +245,7 @@ export class DynamoDbIdempotencyStore implements IdempotencyStore {
     };
   }
 
+  /** One conditional UpdateItem per lease, sent together. */
   async renew(leases: readonly Renewal[]): Promise<ReadonlySet<string>> {
     const sdk = await loadDynamoDbSdk();
     const held = await Promise.all(
@@ -261,7 +270,12 @@ export class DynamoDbIdempotencyStore implements IdempotencyStore {
     return new Set(held.filter((owner) => owner !== undefined));
   }
 
-  /** Writes the response right after the handler: no transaction to join. */
+  /**
+   * Writes the response, clears the steps and sets the TTL attribute in one
+   * conditional UpdateItem fenced by the owner, right after the handler (no
+   * transaction to join). A response too large for the item is recorded as
+   * not replayable.
+   */
   async complete(
     lease: Lease,
     completion: Completion,
@@ -324,6 +338,10 @@ export class DynamoDbIdempotencyStore implements IdempotencyStore {
     }
   }
 
+  /**
+   * Deletes the claim's item when it has no steps; otherwise keeps them for
+   * the next attempt, with no owner and its lease run out (a second write).
+   */
   async release(lease: Lease): Promise<FencedWrite> {
     const sdk = await loadDynamoDbSdk();
     const values = {
@@ -361,6 +379,7 @@ export class DynamoDbIdempotencyStore implements IdempotencyStore {
       : { fenced: false, waiting: false };
   }
 
+  /** A step's result, read strongly consistent; none past its expiry. */
   async readStep(
     lease: Lease,
     step: string,
@@ -381,6 +400,10 @@ export class DynamoDbIdempotencyStore implements IdempotencyStore {
       : undefined;
   }
 
+  /**
+   * Writes the result into the claim's item (`steps`), fenced by the owner.
+   * @throws RangeError when the item would exceed DynamoDB's 400 KB.
+   */
   async saveStep(
     lease: Lease,
     step: string,
