@@ -63,9 +63,11 @@ const IN_PROGRESS = str('in_progress');
  * renewal, a step, and a completion that clears the steps in the same write.
  * Expiry is decided from the item's own timestamps (ms), with the
  * application's clock (keep the instances' clocks in sync: a skew lengthens
- * or shortens leases by as much): DynamoDB's TTL (attribute `ttl`, epoch seconds, set on
- * finished records) only deletes them, up to days late. A claim in progress
- * has no TTL: the collector hands its steps over before deleting it.
+ * or shortens leases by as much): DynamoDB's TTL (attribute `ttl`, epoch
+ * seconds, set on finished records) only deletes them, up to days late. A
+ * claim in progress has no TTL (a renewal may outlive any TTL set at the
+ * claim, and TTL would delete the steps unseen): the collector
+ * (`IdempotencyCollector`) hands its steps over, then deletes it.
  *
  * DynamoDB has no notifications: `watching` is false and `notify()` does
  * nothing; duplicates that wait poll for the record.
