@@ -67,3 +67,7 @@ export {
   LeaseIdempotencyClaims1764000000003,
   idempotencyMigrations,
 } from '../migrations/index.js';
+export {
+  MemoryIdempotencyStore,
+  type MemoryIdempotencyStoreOptions,
+} from './stores/memory/memory.store.js';
