@@ -112,6 +112,10 @@ export class IdempotencyContext {
    * the commit loses them: for effects that must happen, write an outbox
    * row in the handler's transaction instead.
    *
+   * With a store other than PostgreSQL there is no transaction: `fn` runs
+   * once the store has completed the record, and not when the handler
+   * failed.
+   *
    * @throws IdempotencyConfigurationError outside a decorated handler, or
    * once its transaction has ended.
    * @example
