@@ -1,9 +1,10 @@
-import { Injectable } from '@nestjs/common';
+import { Injectable, Optional } from '@nestjs/common';
 import type { EntityManager } from 'typeorm';
 import { ambientTransactions } from './typeorm/ambient-transaction.js';
 import { IdempotencyDataSource } from './typeorm/idempotency-data-source.js';
 import { outsideHandlerTransaction } from './typeorm/transaction-participants.js';
 import { IdempotencyConfigurationError } from './exceptions/idempotency-configuration.error.js';
+import { noTransactionError } from './protocol/store-transaction.js';
 import type { IdempotencyIsolationLevel } from './interfaces/idempotency-options.interface.js';
 
 /**
@@ -21,7 +22,7 @@ import type { IdempotencyIsolationLevel } from './interfaces/idempotency-options
  */
 @Injectable()
 export class IdempotencyContext {
-  constructor(private readonly source: IdempotencyDataSource) {}
+  constructor(@Optional() private readonly source?: IdempotencyDataSource) {}
 
   /** Whether the current code runs inside a decorated handler's transaction. */
   get isActive(): boolean {
@@ -30,7 +31,8 @@ export class IdempotencyContext {
 
   /**
    * The `EntityManager` of the current handler's transaction.
-   * @throws IdempotencyConfigurationError outside a decorated handler.
+   * @throws IdempotencyConfigurationError outside a decorated handler, or
+   * with a store other than PostgreSQL (the handler has no transaction).
    */
   get manager(): EntityManager {
     return this.current().transaction.manager;
@@ -110,6 +112,10 @@ export class IdempotencyContext {
    * the commit loses them: for effects that must happen, write an outbox
    * row in the handler's transaction instead.
    *
+   * With a store other than PostgreSQL there is no transaction: `fn` runs
+   * once the store has completed the record, and not when the handler
+   * failed.
+   *
    * @throws IdempotencyConfigurationError outside a decorated handler, or
    * once its transaction has ended.
    * @example
@@ -159,7 +165,10 @@ export class IdempotencyContext {
     fn?: (manager: EntityManager) => Promise<T>,
   ): Promise<T> {
     const dataSource =
-      ambientTransactions.getStore()?.dataSource ?? this.source.dataSource;
+      ambientTransactions.getStore()?.dataSource ?? this.source?.dataSource;
+    if (!dataSource) {
+      throw noTransactionError('IdempotencyContext.newTransaction()');
+    }
     return outsideHandlerTransaction(() =>
       typeof levelOrFn === 'function'
         ? dataSource.transaction(levelOrFn)

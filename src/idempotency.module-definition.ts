@@ -1,5 +1,7 @@
 import { ConfigurableModuleBuilder } from '@nestjs/common';
 import type { IdempotencyModuleOptions } from './interfaces/idempotency-options.interface.js';
+import type { IdempotencyStoreExtras } from './interfaces/idempotency-store-option.interface.js';
+import { withStore } from './stores/store.providers.js';
 
 /** @internal */
 export const {
@@ -12,4 +14,8 @@ export const {
 })
   .setClassMethodName('forRoot')
   .setFactoryMethodName('createIdempotencyOptions')
+  .setExtras<IdempotencyStoreExtras>(
+    { store: undefined },
+    (definition, extras) => withStore(definition, extras.store),
+  )
   .build();

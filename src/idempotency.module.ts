@@ -15,10 +15,7 @@ import {
 import type { IdempotencyModuleOptions } from './interfaces/idempotency-options.interface.js';
 import { IdempotencyContext } from './idempotency.context.js';
 import { IdempotencyInterceptor } from './http/idempotency.interceptor.js';
-import { IdempotencyStore } from './protocol/idempotency-store.interface.js';
 import { IdempotencyExecutor } from './protocol/idempotency.executor.js';
-import { PostgresIdempotencyStore } from './stores/postgres/postgres.store.js';
-import { IdempotencyDataSource } from './typeorm/idempotency-data-source.js';
 import { IdempotencyExplorer } from './idempotency.explorer.js';
 import { IdempotencyRoutes } from './idempotency.routes.js';
 import { IdempotencyCollector } from './idempotency.collector.js';
@@ -33,7 +30,8 @@ import { IdempotencyProcessors } from './bullmq/idempotency.processors.js';
 
 /**
  * Makes handlers decorated with `@Idempotent()` idempotent, on the
- * application's TypeORM PostgreSQL DataSource. Import it once, in the root
+ * application's TypeORM PostgreSQL DataSource, or on the store given as
+ * `store` (see `IdempotencyStoreOption`). Import it once, in the root
  * module; it is global.
  *
  * @example
@@ -57,10 +55,9 @@ import { IdempotencyProcessors } from './bullmq/idempotency.processors.js';
         resolveModuleOptions(options),
       inject: [IDEMPOTENCY_MODULE_OPTIONS],
     },
-    IdempotencyDataSource,
+    // The store's providers are added by forRoot()/forRootAsync() (their
+    // `store` option, or the PostgreSQL store).
     IdempotencyRoutes,
-    PostgresIdempotencyStore,
-    { provide: IdempotencyStore, useExisting: PostgresIdempotencyStore },
     IdempotencyEvents,
     {
       provide: IdempotencyTelemetry,
@@ -85,7 +82,8 @@ import { IdempotencyProcessors } from './bullmq/idempotency.processors.js';
 export class IdempotencyModule extends ConfigurableModuleClass {
   /**
    * Registers the module with static options.
-   * @param options module-wide options; every field has a default.
+   * @param options module-wide options, and the `store` (by default, the
+   * PostgreSQL store on the TypeORM DataSource); every field has a default.
    */
   static forRoot(options: typeof OPTIONS_TYPE = {}): DynamicModule {
     return super.forRoot(options);
@@ -94,7 +92,9 @@ export class IdempotencyModule extends ConfigurableModuleClass {
   /**
    * Registers the module with options from a factory, a class or an existing
    * provider: `{ imports, inject, useFactory }`, `{ useClass }` (a class with
-   * `createIdempotencyOptions()`) or `{ useExisting }`.
+   * `createIdempotencyOptions()`) or `{ useExisting }`; and the `store`
+   * beside them (by default, the PostgreSQL store on the TypeORM
+   * DataSource).
    */
   static forRootAsync(options: typeof ASYNC_OPTIONS_TYPE): DynamicModule {
     return super.forRootAsync(options);

@@ -10,6 +10,10 @@ import { validKey } from './http/idempotency-key.js';
 import type { IdempotencyRunOptions } from './interfaces/idempotency-run-options.interface.js';
 import type { Attempt } from './protocol/attempt.js';
 import { IdempotencyExecutor } from './protocol/idempotency.executor.js';
+import {
+  missingManager,
+  StoreTransaction,
+} from './protocol/store-transaction.js';
 
 /** Fingerprint of runs that give none: every run with the key is the same. */
 const ANY_RUN = '-';
@@ -39,7 +43,9 @@ export class IdempotencyService {
    * Runs `fn` at most once per (scope, key), with the guarantees of
    * `@Idempotent()`: `fn` runs in a transaction that the application's
    * repositories share (and that `manager` is), and its result is stored in
-   * the same transaction. A duplicate gets the stored result without running
+   * the same transaction. (With a store other than PostgreSQL, `fn` runs in
+   * no transaction: using `manager` throws an IdempotencyConfigurationError,
+   * and the result is stored right after `fn` returns.) A duplicate gets the stored result without running
    * `fn`; a concurrent duplicate waits or is rejected per `concurrency`.
    *
    * The result must be a JSON value (it is returned as JSON to duplicates).
@@ -72,7 +78,12 @@ export class IdempotencyService {
     const { result } = await this.executor.execute(
       attempt,
       route,
-      async (transaction) => fn(transaction.manager),
+      async (transaction) =>
+        fn(
+          transaction instanceof StoreTransaction
+            ? missingManager
+            : transaction.manager,
+        ),
     );
     return result;
   }

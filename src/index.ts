@@ -71,3 +71,12 @@ export {
   LeaseIdempotencyClaims1764000000003,
   idempotencyMigrations,
 } from '../migrations/index.js';
+export type {
+  IdempotencyStoreExtras,
+  IdempotencyStoreOption,
+} from './interfaces/idempotency-store-option.interface.js';
+export {
+  MemoryIdempotencyStore,
+  type MemoryIdempotencyStoreOptions,
+} from './stores/memory/memory.store.js';
+export { IdempotencyTestingModule } from './stores/memory/idempotency-testing.module.js';

@@ -2,6 +2,7 @@ import {
   Inject,
   Injectable,
   Logger,
+  Optional,
   type OnApplicationShutdown,
   type OnModuleInit,
 } from '@nestjs/common';
@@ -22,7 +23,12 @@ import { IdempotencyUnavailableException } from '../exceptions/idempotency-unava
 import { isLegacyFingerprint } from '../http/request-fingerprint.js';
 import { IdempotencyDataSource } from '../typeorm/idempotency-data-source.js';
 import type { LazyTransaction } from '../typeorm/lazy-transaction.js';
-import { ambientTransactions } from '../typeorm/ambient-transaction.js';
+import {
+  ambientTransactions,
+  type HandlerRequest,
+} from '../typeorm/ambient-transaction.js';
+import { isIdempotencyStore } from '../stores/store.providers.js';
+import { StoreTransaction } from './store-transaction.js';
 import type { Attempt } from './attempt.js';
 import {
   IdempotencyStore,
@@ -71,14 +77,40 @@ export class IdempotencyExecutor
 
   constructor(
     @Inject(IdempotencyStore) readonly store: IdempotencyStore,
-    readonly source: IdempotencyDataSource,
     private readonly events: IdempotencyEvents,
     @Inject(IDEMPOTENCY_RESOLVED_OPTIONS)
     readonly options: ResolvedIdempotencyOptions,
     readonly telemetry: IdempotencyTelemetry,
+    /** The TypeORM side: with the PostgreSQL store only. */
+    @Optional() readonly source?: IdempotencyDataSource,
   ) {}
 
+  /**
+   * Whether handlers run in a transaction of the application's DataSource
+   * that the store completes in (the PostgreSQL store), or in none.
+   */
+  get inTransaction(): boolean {
+    return this.source !== undefined && this.store.completesInTransaction;
+  }
+
   onModuleInit(): void {
+    if (!isIdempotencyStore(this.store)) {
+      throw new IdempotencyConfigurationError(
+        'The `store` of IdempotencyModule did not provide an idempotency store: it lacks some of the methods of the IdempotencyStore interface.',
+        'Return an IdempotencyStore (a MemoryIdempotencyStore, a Redis or DynamoDB store) from the `useFactory` of `store`, or point `useExisting` at one.',
+      );
+    }
+    if (this.store.completesInTransaction && !this.source) {
+      throw new IdempotencyConfigurationError(
+        "The `store` of IdempotencyModule completes in the handler's transaction, which only the built-in PostgreSQL store can.",
+        'Omit `store` to use the PostgreSQL store on the TypeORM DataSource.',
+        'Or give a store that completes after the handler (`completesInTransaction: false`).',
+      );
+    }
+    this.watchStore();
+  }
+
+  private watchStore(): void {
     this.store.watch((scope, key) =>
       scope === undefined || key === undefined
         ? this.waiters.wakeAll()
@@ -194,7 +226,7 @@ export class IdempotencyExecutor
   async execute<T>(
     attempt: Attempt,
     options: ResolvedRouteOptions,
-    fn: (transaction: LazyTransaction) => Promise<T>,
+    fn: (transaction: LazyTransaction | StoreTransaction) => Promise<T>,
   ): Promise<{ readonly result: T; readonly replayed: boolean }> {
     const beginning = await this.begin(attempt, options);
     if ('replay' in beginning) {
@@ -322,7 +354,11 @@ export class IdempotencyExecutor
  * abandoned.
  */
 export class Execution {
-  readonly transaction: LazyTransaction;
+  /**
+   * The handler's lazy transaction on the DataSource (PostgreSQL store), or
+   * none: only the hooks that run after the completion (other stores).
+   */
+  readonly transaction: LazyTransaction | StoreTransaction;
   readonly deadline: number;
   private abandoned = false;
   private lost = false;
@@ -335,10 +371,10 @@ export class Execution {
     readonly lease: Lease | undefined,
   ) {
     this.deadline = attempt.started + options.transactionTimeoutMs;
-    this.transaction = executor.source.transaction(
-      this.deadline,
-      options.isolationLevel,
-    );
+    this.transaction =
+      executor.source && executor.inTransaction
+        ? executor.source.transaction(this.deadline, options.isolationLevel)
+        : new StoreTransaction();
   }
 
   /**
@@ -365,19 +401,29 @@ export class Execution {
     });
     let result: T | undefined;
     try {
+      const request: HandlerRequest = {
+        scope: this.attempt.scope,
+        key: this.attempt.key,
+        step: (name, step) => this.step(name, step),
+      };
+      const { source, telemetry } = this.executor;
+      const { transaction } = this;
       result = await Promise.race([
-        ambientTransactions.run(
-          {
-            dataSource: this.executor.source.dataSource,
-            transaction: this.transaction,
-            scope: this.attempt.scope,
-            key: this.attempt.key,
-            step: (name, step) => this.step(name, step),
-          },
-          this.executor.telemetry.handler(this.attempt, () =>
-            this.executor.source.join(this.transaction, fn),
-          ),
-        ),
+        transaction instanceof StoreTransaction || !source
+          ? ambientTransactions.run(
+              {
+                ...request,
+                dataSource: undefined,
+                transaction: transaction as StoreTransaction,
+              },
+              telemetry.handler(this.attempt, fn),
+            )
+          : ambientTransactions.run(
+              { ...request, dataSource: source.dataSource, transaction },
+              telemetry.handler(this.attempt, () =>
+                source.join(transaction, fn),
+              ),
+            ),
         deadline,
       ]);
     } catch (error) {
@@ -413,10 +459,14 @@ export class Execution {
     let waiting = false;
     try {
       if (lease && completion) {
+        // A store outside of the database completes on its own, after the
+        // handler: a crash before this line lets a retry run it again.
         const write = await executor.store.complete(
           lease,
           completion,
-          this.transaction,
+          this.transaction instanceof StoreTransaction
+            ? undefined
+            : this.transaction,
         );
         if (!write.fenced) {
           throw new LeaseLostError(lease.key);

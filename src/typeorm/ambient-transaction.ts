@@ -1,14 +1,25 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import type { DataSource } from 'typeorm';
 import type { LazyTransaction } from './lazy-transaction.js';
+import type { StoreTransaction } from '../protocol/store-transaction.js';
 
 /**
  * @internal What the code of a decorated handler runs with: its lazy
  * transaction, and what identifies its request.
  */
-export interface AmbientTransaction {
-  readonly dataSource: DataSource;
-  readonly transaction: LazyTransaction;
+export type AmbientTransaction =
+  | (HandlerRequest & {
+      readonly dataSource: DataSource;
+      readonly transaction: LazyTransaction;
+    })
+  | (HandlerRequest & {
+      /** A store outside of the application's database: no DataSource. */
+      readonly dataSource: undefined;
+      readonly transaction: StoreTransaction;
+    });
+
+/** @internal What identifies the request of a decorated handler. */
+export interface HandlerRequest {
   readonly scope: string;
   readonly key: string | undefined;
   /** Runs a recovery point of the request (see `IdempotencyContext.step`). */

@@ -6,9 +6,8 @@ import {
   type OnModuleInit,
 } from '@nestjs/common';
 import { ModuleRef } from '@nestjs/core';
-import { getDataSourceToken } from '@nestjs/typeorm';
 import type { Pool } from 'pg';
-import { DataSource } from 'typeorm';
+import type { DataSource } from 'typeorm';
 import { IDEMPOTENCY_RESOLVED_OPTIONS } from '../idempotency.tokens.js';
 import {
   isIsolationLevel,
@@ -24,6 +23,7 @@ import {
   transactionParticipants,
   type TransactionParticipant,
 } from './transaction-participants.js';
+import { TYPEORM_RUNTIME, type TypeormRuntime } from './typeorm-runtime.js';
 import {
   joinTypeormTransactional,
   typeormTransactionalName,
@@ -53,6 +53,7 @@ export class IdempotencyDataSource
     private readonly moduleRef: ModuleRef,
     @Inject(IDEMPOTENCY_RESOLVED_OPTIONS)
     private readonly options: ResolvedIdempotencyOptions,
+    @Inject(TYPEORM_RUNTIME) private readonly typeorm: TypeormRuntime,
   ) {}
 
   onModuleInit(): void {
@@ -168,14 +169,14 @@ export class IdempotencyDataSource
     if (this.source) {
       return this.source;
     }
-    const token = getDataSourceToken(this.options.dataSource);
+    const token = this.typeorm.getDataSourceToken(this.options.dataSource);
     let dataSource: unknown;
     try {
       dataSource = this.moduleRef.get(token, { strict: false });
     } catch {
       dataSource = undefined;
     }
-    if (!(dataSource instanceof DataSource)) {
+    if (!(dataSource instanceof this.typeorm.DataSource)) {
       throw new IdempotencyConfigurationError(
         `IdempotencyModule found no TypeORM DataSource${this.options.dataSource ? ` named "${this.options.dataSource}"` : ''}.`,
         'Import TypeOrmModule.forRoot() (or forRootAsync()) in the application module.',

@@ -243,6 +243,17 @@ describe('the published package', () => {
     expect(dependencies.filter((name) => PEERS.includes(name))).toEqual([]);
   });
 
+  it('makes TypeORM, @nestjs/typeorm and pg optional peers: only the PostgreSQL store loads them', async () => {
+    const manifest = JSON.parse(
+      (await run('tar', ['-xzOf', tarball, 'package/package.json'])).stdout,
+    ) as {
+      peerDependenciesMeta?: Record<string, { optional?: boolean }>;
+    };
+    for (const name of ['typeorm', '@nestjs/typeorm', 'pg']) {
+      expect(manifest.peerDependenciesMeta?.[name]).toEqual({ optional: true });
+    }
+  });
+
   describe('installed in an application outside the repository', () => {
     let appDir: string;
     let db: TestDatabase | undefined;

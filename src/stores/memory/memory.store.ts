@@ -1,0 +1,318 @@
+import { IdempotencyConfigurationError } from '../../exceptions/idempotency-configuration.error.js';
+import type {
+  AbandonedKey,
+  ClaimOutcome,
+  ClaimRequest,
+  Completion,
+  FencedWrite,
+  IdempotencyStore,
+  Lease,
+  RecordStatus,
+  Renewal,
+  StoredResponse,
+} from '../../protocol/idempotency-store.interface.js';
+
+/** Options of the {@link MemoryIdempotencyStore}. */
+export interface MemoryIdempotencyStoreOptions {
+  /**
+   * Lets the store start when `NODE_ENV` is `'production'`. An in-memory
+   * store keeps nothing across restarts and sees nothing of other
+   * instances: duplicates on another instance, or after a restart, run
+   * again. Set it only for a single instance that accepts that.
+   * @default false
+   */
+  readonly allowInProduction?: boolean;
+}
+
+interface MemoryRecord {
+  readonly fingerprint: string;
+  status: RecordStatus | 'in_progress';
+  readonly owner: string;
+  /** Epoch ms; `undefined` once finished. */
+  leaseExpiresAt: number | undefined;
+  /** Epoch ms after which the record may be taken over or collected. */
+  expiresAt: number;
+  waiting: boolean;
+  response: StoredResponse | undefined;
+  responseStatus: number | undefined;
+}
+
+interface MemoryStep {
+  /** The result as JSON, as a database would keep it: a copy, never shared. */
+  readonly json: string;
+  readonly expiresAt: number;
+}
+
+const NOTHING_WRITTEN: FencedWrite = { fenced: false, waiting: false };
+
+/** One key of a (scope, key) pair, whatever characters either holds. */
+function idOf(scope: string, key: string): string {
+  return JSON.stringify([scope, key]);
+}
+
+function copyResponse(response: StoredResponse): StoredResponse {
+  return {
+    status: response.status,
+    headers: JSON.parse(JSON.stringify(response.headers)) as Record<
+      string,
+      string | string[]
+    >,
+    body: Buffer.from(response.body),
+  };
+}
+
+/**
+ * The claim protocol in the memory of one process: for development, and for
+ * the tests of applications (see `IdempotencyTestingModule`). It keeps the
+ * semantics of the other stores (leases and their takeover, the owner's
+ * fence on every write, expiry, recovery points, waiters woken at once) but
+ * nothing survives a restart and no other process sees its records.
+ *
+ * Like every store but PostgreSQL's, it completes right after the handler,
+ * not in a transaction of the handler: the module then opens no database
+ * transaction, and needs neither TypeORM nor pg.
+ *
+ * @throws IdempotencyConfigurationError when constructed with `NODE_ENV`
+ * set to `'production'`, unless `allowInProduction` is set.
+ * @example
+ * IdempotencyModule.forRoot({ store: new MemoryIdempotencyStore() })
+ */
+export class MemoryIdempotencyStore implements IdempotencyStore<unknown> {
+  /** Completes after the handler, outside of any database transaction. */
+  readonly completesInTransaction = false;
+  /** Completions reach every module sharing this store at once. */
+  readonly watching = true;
+  private readonly records = new Map<string, MemoryRecord>();
+  private readonly steps = new Map<string, Map<string, MemoryStep>>();
+  private readonly watchers: Array<(scope?: string, key?: string) => void> = [];
+
+  constructor(options: MemoryIdempotencyStoreOptions = {}) {
+    if (process.env.NODE_ENV === 'production' && !options.allowInProduction) {
+      throw new IdempotencyConfigurationError(
+        'MemoryIdempotencyStore keeps its records in the memory of one process, and NODE_ENV is "production".',
+        'Use a store shared by every instance and kept across restarts (the default PostgreSQL store, or the Redis or DynamoDB one).',
+        'Pass `new MemoryIdempotencyStore({ allowInProduction: true })` for a single instance whose duplicates may run again after a restart.',
+      );
+    }
+  }
+
+  /** How many records it holds (finished, in progress or expired). */
+  get size(): number {
+    return this.records.size;
+  }
+
+  /** Forgets every record and step: between the tests of an application. */
+  clear(): void {
+    this.records.clear();
+    this.steps.clear();
+  }
+
+  async claim(request: ClaimRequest): Promise<ClaimOutcome> {
+    const now = Date.now();
+    const id = idOf(request.scope, request.key);
+    const record = this.records.get(id);
+    if (!record || this.takeable(record, now)) {
+      this.records.set(id, {
+        fingerprint: request.fingerprint,
+        status: 'in_progress',
+        owner: request.owner,
+        leaseExpiresAt: now + request.leaseMs,
+        expiresAt: now + Math.max(request.ttlMs, request.leaseMs),
+        waiting: false,
+        response: undefined,
+        responseStatus: undefined,
+      });
+      return { state: 'claimed' };
+    }
+    if (record.status !== 'in_progress') {
+      return {
+        state: 'finished',
+        record: {
+          status: record.status,
+          fingerprint: record.fingerprint,
+          response: record.response
+            ? copyResponse(record.response)
+            : {
+                status: record.responseStatus ?? 0,
+                headers: {},
+                body: Buffer.alloc(0),
+              },
+        },
+      };
+    }
+    if (request.wait && record.fingerprint === request.fingerprint) {
+      record.waiting = true;
+    }
+    return {
+      state: 'in_progress',
+      fingerprint: record.fingerprint,
+      leaseMs: Math.max(0, (record.leaseExpiresAt ?? now) - now),
+    };
+  }
+
+  async renew(leases: readonly Renewal[]): Promise<ReadonlySet<string>> {
+    const now = Date.now();
+    const held = new Set<string>();
+    for (const lease of leases) {
+      const record = this.owned(lease);
+      if (record) {
+        record.leaseExpiresAt = now + lease.durationMs;
+        held.add(lease.owner);
+      }
+    }
+    return held;
+  }
+
+  async complete(
+    lease: Lease,
+    completion: Completion,
+    _transaction?: unknown,
+  ): Promise<FencedWrite> {
+    const record = this.owned(lease);
+    if (!record) {
+      return NOTHING_WRITTEN;
+    }
+    const { response } = completion;
+    record.status = completion.status;
+    record.response = 'body' in response ? copyResponse(response) : undefined;
+    record.responseStatus = response.status;
+    record.leaseExpiresAt = undefined;
+    record.expiresAt = Date.now() + completion.ttlMs;
+    this.steps.delete(idOf(lease.scope, lease.key));
+    return { fenced: true, waiting: record.waiting };
+  }
+
+  async release(lease: Lease): Promise<FencedWrite> {
+    const record = this.owned(lease);
+    if (!record) {
+      return NOTHING_WRITTEN;
+    }
+    this.records.delete(idOf(lease.scope, lease.key));
+    return { fenced: true, waiting: record.waiting };
+  }
+
+  async notify(leases: readonly Lease[]): Promise<void> {
+    for (const lease of leases) {
+      for (const watcher of this.watchers) {
+        watcher(lease.scope, lease.key);
+      }
+    }
+  }
+
+  watch(listener: (scope?: string, key?: string) => void): void {
+    this.watchers.push(listener);
+  }
+
+  async readStep(
+    lease: Lease,
+    step: string,
+  ): Promise<{ readonly result: unknown } | undefined> {
+    const stored = this.steps.get(idOf(lease.scope, lease.key))?.get(step);
+    return stored && stored.expiresAt > Date.now()
+      ? { result: JSON.parse(stored.json) as unknown }
+      : undefined;
+  }
+
+  async saveStep(
+    lease: Lease,
+    step: string,
+    result: unknown,
+    ttlMs: number,
+  ): Promise<boolean> {
+    if (!this.owned(lease)) {
+      return false;
+    }
+    // Serialised first: a result JSON cannot hold fails before any write.
+    const json = JSON.stringify(result ?? null);
+    const id = idOf(lease.scope, lease.key);
+    let steps = this.steps.get(id);
+    if (!steps) {
+      steps = new Map();
+      this.steps.set(id, steps);
+    }
+    steps.set(step, { json, expiresAt: Date.now() + ttlMs });
+    return true;
+  }
+
+  async collect(
+    batchSize: number,
+    abandoned: (key: AbandonedKey) => void,
+  ): Promise<{ readonly removed: number; readonly more: boolean }> {
+    const now = Date.now();
+    let removed = 0;
+    for (const [id, record] of this.records) {
+      if (removed >= batchSize) {
+        return { removed, more: true };
+      }
+      if (
+        record.expiresAt <= now &&
+        (record.status !== 'in_progress' ||
+          (record.leaseExpiresAt ?? now) <= now)
+      ) {
+        this.records.delete(id);
+        removed += 1;
+      }
+    }
+    if (removed >= batchSize) {
+      return { removed, more: true };
+    }
+    // Expired steps are those of requests that never completed. Every key
+    // is reported before anything of it is deleted: a report that throws
+    // leaves them all for the next collection.
+    const due: Array<{ id: string; key: AbandonedKey; names: string[] }> = [];
+    let rows = 0;
+    for (const [id, steps] of this.steps) {
+      if (rows >= batchSize - removed) {
+        break;
+      }
+      const names = [...steps]
+        .filter(([, step]) => step.expiresAt <= now)
+        .map(([name]) => name);
+      if (names.length > 0) {
+        const [scope, key] = JSON.parse(id) as [string, string];
+        due.push({
+          id,
+          names,
+          key: {
+            scope,
+            key,
+            steps: names.map((name) => ({
+              step: name,
+              result: JSON.parse(steps.get(name)!.json) as unknown,
+            })),
+          },
+        });
+        rows += names.length;
+      }
+    }
+    for (const { key } of due) {
+      abandoned(key);
+    }
+    for (const { id, names } of due) {
+      const steps = this.steps.get(id)!;
+      for (const name of names) {
+        steps.delete(name);
+      }
+      if (steps.size === 0) {
+        this.steps.delete(id);
+      }
+    }
+    removed += rows;
+    return { removed, more: removed >= batchSize };
+  }
+
+  /** Whether a claim may take the record over: expired, or its lease is. */
+  private takeable(record: MemoryRecord, now: number): boolean {
+    return record.status === 'in_progress'
+      ? (record.leaseExpiresAt ?? now) <= now
+      : record.expiresAt <= now;
+  }
+
+  /** The record, while `lease` owns its claim. */
+  private owned(lease: Lease): MemoryRecord | undefined {
+    const record = this.records.get(idOf(lease.scope, lease.key));
+    return record?.status === 'in_progress' && record.owner === lease.owner
+      ? record
+      : undefined;
+  }
+}

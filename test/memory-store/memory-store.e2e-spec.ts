@@ -1,0 +1,228 @@
+import { randomUUID } from 'node:crypto';
+import {
+  DEFAULT_SCOPE,
+  IdempotencyConfigurationError,
+  IdempotencyService,
+  MemoryIdempotencyStore,
+  type ClaimOutcome,
+  type ClaimRequest,
+} from '../../src/index.js';
+import { Barrier } from '../utils/barrier.js';
+import { startStoreApp, type StoreApp } from '../utils/store-app.js';
+import { Effects, MemoryStoreController } from './memory-store.module.js';
+
+/** A memory store that tells the test about every claim it answers. */
+class ObservedStore extends MemoryIdempotencyStore {
+  onClaim: (outcome: ClaimOutcome) => void = () => undefined;
+
+  override async claim(request: ClaimRequest): Promise<ClaimOutcome> {
+    const outcome = await super.claim(request);
+    this.onClaim(outcome);
+    return outcome;
+  }
+}
+
+describe.each(['express', 'fastify'] as const)(
+  'the module on the in-memory store, without TypeORM (%s)',
+  (platform) => {
+    let target: StoreApp;
+    let store: ObservedStore;
+    let effects: Effects;
+
+    beforeAll(async () => {
+      store = new ObservedStore();
+      target = await startStoreApp({
+        store,
+        platform,
+        controllers: [MemoryStoreController],
+        providers: [Effects],
+      });
+      effects = target.app.get(Effects);
+    });
+    afterAll(() => target?.close());
+    beforeEach(() => {
+      effects.orders = 0;
+      effects.charges = 0;
+      effects.failures = 0;
+      effects.barrier = undefined;
+      effects.committed.length = 0;
+      store.onClaim = () => undefined;
+      effects.probe = () => Promise.resolve('-');
+    });
+
+    const post = (path: string, key: string | undefined, body: unknown) =>
+      fetch(`${target.url}${path}`, {
+        method: 'POST',
+        headers: {
+          'Content-Type': 'application/json',
+          ...(key === undefined ? {} : { 'Idempotency-Key': key }),
+        },
+        body: JSON.stringify(body),
+      });
+
+    it('executes a request once and replays its duplicate byte for byte; afterCommit runs after the completion', async () => {
+      const key = randomUUID();
+      const committed = effects.expectAfterCommit();
+      // The record as another attempt finds it when afterCommit runs.
+      effects.probe = async (scope, probed) =>
+        (
+          await store.claim({
+            scope,
+            key: probed,
+            owner: randomUUID(),
+            fingerprint: '-',
+            method: 'POST',
+            path: '/probe',
+            leaseMs: 1_000,
+            ttlMs: 1_000,
+            wait: false,
+          })
+        ).state;
+      const first = await post('/orders', key, { reference: 'r-1' });
+      const firstBody = Buffer.from(await first.arrayBuffer());
+      expect(first.status).toBe(201);
+      expect(first.headers.get('idempotent-replayed')).toBeNull();
+      await committed;
+      expect(effects.committed).toEqual([`${DEFAULT_SCOPE}:r-1:finished`]);
+
+      const second = await post('/orders', key, { reference: 'r-1' });
+      const secondBody = Buffer.from(await second.arrayBuffer());
+      expect(second.status).toBe(201);
+      expect(second.headers.get('idempotent-replayed')).toBe('true');
+      expect(second.headers.get('x-order-source')).toBe('memory');
+      expect(second.headers.get('content-type')).toBe(
+        first.headers.get('content-type'),
+      );
+      expect(secondBody.equals(firstBody)).toBe(true);
+      expect(JSON.parse(secondBody.toString())).toEqual({
+        order: 1,
+        reference: 'r-1',
+        note: 'é\u2028<>',
+      });
+      expect(effects.orders).toBe(1);
+      expect(effects.committed).toEqual([`${DEFAULT_SCOPE}:r-1:finished`]);
+    });
+
+    it('answers a concurrent duplicate 409 while the first runs, then replays', async () => {
+      const key = randomUUID();
+      effects.barrier = new Barrier();
+      const first = post('/orders', key, { reference: 'r-2' });
+      await effects.barrier.reached(1);
+      const duplicate = await post('/orders', key, { reference: 'r-2' });
+      expect(duplicate.status).toBe(409);
+      expect(duplicate.headers.get('retry-after')).not.toBeNull();
+      effects.barrier.open();
+      expect((await first).status).toBe(201);
+      expect(effects.orders).toBe(1);
+      const replay = await post('/orders', key, { reference: 'r-2' });
+      expect(replay.headers.get('idempotent-replayed')).toBe('true');
+    });
+
+    it('wakes a waiting duplicate in process when the first completes', async () => {
+      const key = randomUUID();
+      effects.barrier = new Barrier();
+      const first = post('/waited', key, { reference: 'w-1' });
+      await effects.barrier.reached(1);
+      const waiting = new Promise<void>((resolve) => {
+        store.onClaim = (outcome) => {
+          if (outcome.state === 'in_progress') {
+            resolve();
+          }
+        };
+      });
+      const duplicate = post('/waited', key, { reference: 'w-1' });
+      await waiting;
+      effects.barrier.open();
+      const [a, b] = await Promise.all([first, duplicate]);
+      expect([a.status, b.status]).toEqual([201, 201]);
+      expect(b.headers.get('idempotent-replayed')).toBe('true');
+      expect(await b.json()).toEqual({ reference: 'w-1', order: 1 });
+      expect(effects.orders).toBe(1);
+    });
+
+    it('answers 422 to the same key with another payload, without running the handler', async () => {
+      const key = randomUUID();
+      expect((await post('/orders', key, { reference: 'a' })).status).toBe(201);
+      const other = await post('/orders', key, { reference: 'b' });
+      expect(other.status).toBe(422);
+      expect(other.headers.get('content-type')).toContain(
+        'application/problem+json',
+      );
+      expect(effects.orders).toBe(1);
+    });
+
+    it('answers 400 to a request without a key, without running the handler or writing a record', async () => {
+      const size = store.size;
+      const response = await post('/orders', undefined, { reference: 'x' });
+      expect(response.status).toBe(400);
+      expect(response.headers.get('content-type')).toContain(
+        'application/problem+json',
+      );
+      expect(effects.orders).toBe(0);
+      expect(store.size).toBe(size);
+    });
+
+    it('frees the key of a handler that failed: the retry runs, and only its afterCommit runs', async () => {
+      const key = randomUUID();
+      const failed = await post('/flaky', key, { reference: 'f' });
+      expect(failed.status).toBe(500);
+      const retry = await post('/flaky', key, { reference: 'f' });
+      expect(retry.status).toBe(201);
+      expect(await retry.json()).toEqual({ attempt: 2 });
+      const replay = await post('/flaky', key, { reference: 'f' });
+      expect(replay.headers.get('idempotent-replayed')).toBe('true');
+      expect(effects.failures).toBe(2);
+      // The afterCommit of the failed attempt never runs; the retry's does.
+      await new Promise((resolve) => setImmediate(resolve));
+      expect(effects.committed).toEqual(['flaky:f']);
+    });
+
+    it('resumes after the last completed step: a retry does not charge again', async () => {
+      const key = randomUUID();
+      const failed = await post('/steps', key, { fail: true });
+      expect(failed.status).toBe(500);
+      const retry = await post('/steps', key, { fail: true });
+      expect(retry.status).toBe(201);
+      expect(await retry.json()).toEqual({
+        charge: { id: 'ch_1', key: `${key}:charge` },
+      });
+      expect(effects.charges).toBe(1);
+    });
+
+    it("refuses the handler's transaction with a clear configuration error: there is none", async () => {
+      const response = await post('/transactions', randomUUID(), {});
+      expect(response.status).toBe(200);
+      const { refusals, active } = (await response.json()) as {
+        refusals: string[];
+        active: boolean;
+      };
+      expect(active).toBe(true);
+      expect(refusals).toEqual([
+        'manager: true IdempotencyContext.manager needs the PostgreSQL store: the idempotency store of this application completes outside of any database transaction.',
+        'newTransaction: true',
+      ]);
+    });
+
+    it('runs IdempotencyService.run() once per key, and refuses its manager', async () => {
+      const service = target.app.get(IdempotencyService);
+      const key = randomUUID();
+      let runs = 0;
+      const work = () => {
+        runs += 1;
+        return { runs };
+      };
+      expect(await service.run({ key }, work)).toEqual({ runs: 1 });
+      expect(await service.run({ key }, work)).toEqual({ runs: 1 });
+      expect(runs).toBe(1);
+      await expect(
+        service.run({ key: randomUUID() }, (manager) => manager.find('x')),
+      ).rejects.toThrow(IdempotencyConfigurationError);
+      // That run failed: its key is free again.
+      const failedKey = randomUUID();
+      await expect(
+        service.run({ key: failedKey }, (manager) => manager.query('x')),
+      ).rejects.toThrow(/needs the PostgreSQL store/);
+      expect(await service.run({ key: failedKey }, work)).toEqual({ runs: 2 });
+    });
+  },
+);

@@ -1,0 +1,123 @@
+import {
+  Body,
+  Controller,
+  Header,
+  HttpCode,
+  Injectable,
+  Post,
+} from '@nestjs/common';
+import {
+  IdempotencyConfigurationError,
+  IdempotencyContext,
+  Idempotent,
+} from '../../src/index.js';
+import { Barrier } from '../utils/barrier.js';
+
+/** What the handlers did, for the tests to assert. */
+@Injectable()
+export class Effects {
+  orders = 0;
+  charges = 0;
+  failures = 0;
+  /** Set by a test: the next order handler waits at it. */
+  barrier: Barrier | undefined;
+  /** What the afterCommit() callbacks saw, in order. */
+  readonly committed: string[] = [];
+  /** Resolves when the next afterCommit() callback ran. */
+  afterCommit: Promise<void> = Promise.resolve();
+  onAfterCommit: () => void = () => undefined;
+  /** What an afterCommit() callback reports of the store's record. */
+  probe: (scope: string, key: string) => Promise<string> = () =>
+    Promise.resolve('-');
+
+  expectAfterCommit(): Promise<void> {
+    this.afterCommit = new Promise((resolve) => {
+      this.onAfterCommit = resolve;
+    });
+    return this.afterCommit;
+  }
+}
+
+@Controller()
+export class MemoryStoreController {
+  constructor(
+    private readonly effects: Effects,
+    private readonly idempotency: IdempotencyContext,
+  ) {}
+
+  @Post('orders')
+  @Idempotent()
+  @Header('X-Order-Source', 'memory')
+  async create(@Body() body: { reference: string }) {
+    this.effects.orders += 1;
+    const order = this.effects.orders;
+    await this.effects.barrier?.wait();
+    const { scope, key } = this.idempotency;
+    this.idempotency.afterCommit(async () => {
+      const seen = await this.effects.probe(scope, key!);
+      this.effects.committed.push(`${scope}:${body.reference}:${seen}`);
+      this.effects.onAfterCommit();
+    });
+    // Bytes a re-serialisation would change: spacing, key order, escapes.
+    return { order, reference: body.reference, note: 'é\u2028<>' };
+  }
+
+  @Post('waited')
+  @Idempotent({ concurrency: 'wait', waitTimeout: '10s' })
+  async waited(@Body() body: { reference: string }) {
+    this.effects.orders += 1;
+    await this.effects.barrier?.wait();
+    return { reference: body.reference, order: this.effects.orders };
+  }
+
+  @Post('flaky')
+  @Idempotent()
+  flaky(@Body() body: { reference: string }) {
+    this.effects.failures += 1;
+    this.idempotency.afterCommit(() => {
+      this.effects.committed.push(`flaky:${body.reference}`);
+    });
+    if (this.effects.failures === 1) {
+      throw new Error('the first attempt fails');
+    }
+    return { attempt: this.effects.failures };
+  }
+
+  @Post('steps')
+  @Idempotent()
+  async steps(@Body() body: { fail: boolean }) {
+    const charge = await this.idempotency.step('charge', () => {
+      this.effects.charges += 1;
+      return {
+        id: `ch_${this.effects.charges}`,
+        key: this.idempotency.deriveKey('charge'),
+      };
+    });
+    if (body.fail && this.effects.failures++ === 0) {
+      throw new Error('failed after the charge');
+    }
+    return { charge };
+  }
+
+  @Post('transactions')
+  @Idempotent()
+  @HttpCode(200)
+  async transactions() {
+    const refusals: string[] = [];
+    try {
+      void this.idempotency.manager;
+    } catch (error) {
+      refusals.push(
+        `manager: ${error instanceof IdempotencyConfigurationError} ${(error as Error).message.split('\n')[0]}`,
+      );
+    }
+    try {
+      await this.idempotency.newTransaction(() => Promise.resolve());
+    } catch (error) {
+      refusals.push(
+        `newTransaction: ${error instanceof IdempotencyConfigurationError}`,
+      );
+    }
+    return { refusals, active: this.idempotency.isActive };
+  }
+}
