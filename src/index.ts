@@ -67,3 +67,6 @@ export {
   LeaseIdempotencyClaims1764000000003,
   idempotencyMigrations,
 } from '../migrations/index.js';
+/** The store on Redis 7 or Valkey (ioredis); see {@link RedisIdempotencyStore}. */
+export { RedisIdempotencyStore } from './stores/redis/redis.store.js';
+export type { RedisIdempotencyStoreOptions } from './stores/redis/redis-store.options.js';
