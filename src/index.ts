@@ -80,3 +80,6 @@ export {
   type MemoryIdempotencyStoreOptions,
 } from './stores/memory/memory.store.js';
 export { IdempotencyTestingModule } from './stores/memory/idempotency-testing.module.js';
+/** The store on Redis 7 or Valkey (ioredis); see {@link RedisIdempotencyStore}. */
+export { RedisIdempotencyStore } from './stores/redis/redis.store.js';
+export type { RedisIdempotencyStoreOptions } from './stores/redis/redis-store.options.js';

@@ -1,0 +1,45 @@
+import { createHash } from 'node:crypto';
+
+/** Length of a record's id: a SHA-256 digest in base64url. */
+export const RECORD_ID_LENGTH = 43;
+
+/**
+ * @internal The names of a store's keys. Every key of one (scope, key) sits
+ * in one hash slot: its hash tag is the record's id, a digest of scope and
+ * key, so that user bytes never reach the braces (nor split a key name), two
+ * distinct pairs never share a record, and a script touching the record and
+ * its steps is valid on a Redis Cluster.
+ */
+export class RedisKeys {
+  /** The index of steps by expiry (member: `<id>:<step>`), for collection. */
+  readonly stepsIndex: string;
+  /** The pub/sub channel of completions that duplicates wait for. */
+  readonly channel: string;
+
+  constructor(readonly prefix: string) {
+    this.stepsIndex = `${prefix}steps-due`;
+    this.channel = `${prefix}completions`;
+  }
+
+  /** The identity of (scope, key) as stored: JSON, lossless for any string. */
+  static identity(scope: string, key: string): string {
+    return JSON.stringify([scope, key]);
+  }
+
+  /** The record's id: the digest of its identity. */
+  static id(scope: string, key: string): string {
+    return createHash('sha256')
+      .update(RedisKeys.identity(scope, key))
+      .digest('base64url');
+  }
+
+  /** The hash of the record. */
+  record(id: string): string {
+    return `${this.prefix}{${id}}:record`;
+  }
+
+  /** The hash of the record's steps (field `s:<step>`, plus `id`). */
+  steps(id: string): string {
+    return `${this.prefix}{${id}}:steps`;
+  }
+}

@@ -1,0 +1,72 @@
+import { IdempotencyConfigurationError } from '../../exceptions/idempotency-configuration.error.js';
+
+/** Options of the {@link RedisIdempotencyStore}. */
+export interface RedisIdempotencyStoreOptions {
+  /**
+   * Prefix of every key the store writes and of its pub/sub channel, so that
+   * it shares a database with anything else. Must not contain `{` or `}`
+   * (the store puts its own hash tag after it).
+   * @default 'idempotency:'
+   */
+  readonly prefix?: string;
+  /**
+   * Largest response the store keeps (body bytes plus the JSON of the
+   * headers); a larger one is refused with an
+   * `IdempotencyConfigurationError`. Protects Redis, which holds every
+   * value in memory and blocks while it copies one. Keep the module's
+   * `maxResponseSize` (1 MiB by default: a larger body is not stored) below
+   * it.
+   * @default 8388608 (8 MiB)
+   */
+  readonly maxResponseBytes?: number;
+  /**
+   * How long Redis keeps the recovery points of a request after they expire,
+   * so that the collector can hand them over (`IdempotencyCollector`, the
+   * `abandoned` callback) before deleting them. Without a collection in that
+   * time, Redis deletes them unreported.
+   * @default 3600000 (1 hour)
+   */
+  readonly abandonedStepsGraceMs?: number;
+}
+
+/** @internal The options with their defaults. */
+export type ResolvedRedisStoreOptions = Required<RedisIdempotencyStoreOptions>;
+
+/** @internal Defaults of {@link RedisIdempotencyStoreOptions}. */
+export const REDIS_STORE_DEFAULTS: ResolvedRedisStoreOptions = {
+  prefix: 'idempotency:',
+  maxResponseBytes: 8 * 1024 * 1024,
+  abandonedStepsGraceMs: 3_600_000,
+};
+
+function count(name: string, value: unknown): void {
+  if (!(Number.isSafeInteger(value) && (value as number) >= 0)) {
+    throw new IdempotencyConfigurationError(
+      `Invalid "${name}" of the Redis store: ${String(value)}.`,
+      `Set "${name}" to a whole number of at least 0, or leave it out for the default (${String(REDIS_STORE_DEFAULTS[name as keyof ResolvedRedisStoreOptions])}).`,
+    );
+  }
+}
+
+/** @internal Merges the defaults in, refusing an invalid option. */
+export function resolveRedisStoreOptions(
+  options: RedisIdempotencyStoreOptions = {},
+): ResolvedRedisStoreOptions {
+  const resolved = {
+    prefix: options.prefix ?? REDIS_STORE_DEFAULTS.prefix,
+    maxResponseBytes:
+      options.maxResponseBytes ?? REDIS_STORE_DEFAULTS.maxResponseBytes,
+    abandonedStepsGraceMs:
+      options.abandonedStepsGraceMs ??
+      REDIS_STORE_DEFAULTS.abandonedStepsGraceMs,
+  };
+  if (typeof resolved.prefix !== 'string' || /[{}]/.test(resolved.prefix)) {
+    throw new IdempotencyConfigurationError(
+      `Invalid "prefix" of the Redis store: ${JSON.stringify(resolved.prefix)}.`,
+      'Use a prefix without "{" and "}": the store adds a hash tag of its own after it, so that the keys of a record share a slot of a Redis Cluster.',
+    );
+  }
+  count('maxResponseBytes', resolved.maxResponseBytes);
+  count('abandonedStepsGraceMs', resolved.abandonedStepsGraceMs);
+  return resolved;
+}

@@ -1,0 +1,489 @@
+import { Logger, type OnApplicationShutdown } from '@nestjs/common';
+import type { RedisOptions } from 'ioredis';
+import { IdempotencyConfigurationError } from '../../exceptions/idempotency-configuration.error.js';
+import type {
+  AbandonedKey,
+  ClaimOutcome,
+  ClaimRequest,
+  Completion,
+  FencedWrite,
+  IdempotencyStore,
+  Lease,
+  RecordStatus,
+  Renewal,
+} from '../../protocol/idempotency-store.interface.js';
+import { RECORD_ID_LENGTH, RedisKeys } from './redis-keys.js';
+import {
+  resolveRedisStoreOptions,
+  type RedisIdempotencyStoreOptions,
+  type ResolvedRedisStoreOptions,
+} from './redis-store.options.js';
+import {
+  CLAIM,
+  COMPLETE,
+  DROP_STEPS,
+  READ_STEP,
+  RELEASE,
+  RENEW,
+  SAVE_STEP,
+  UNINDEX,
+  runScript,
+  runScriptBuffer,
+  type RedisClient,
+} from './redis.scripts.js';
+
+/** A claim's reply, bulk strings as Buffers. */
+type ClaimReply = [0 | 1, ...Array<Buffer | number>];
+
+/** A step's stored value: its expiry (ms since the epoch), a space, its JSON. */
+function stepValue(expiresAt: number, result: unknown): string {
+  return `${expiresAt} ${JSON.stringify(result ?? null)}`;
+}
+
+function parseStep(value: string): {
+  readonly expiresAt: number;
+  readonly result: unknown;
+} {
+  const at = value.indexOf(' ');
+  return {
+    expiresAt: Number(value.slice(0, at)),
+    result: JSON.parse(value.slice(at + 1)) as unknown,
+  };
+}
+
+const ms = (value: number): number => Math.max(0, Math.ceil(value));
+
+/**
+ * The claim protocol on Redis 7 or Valkey, through an ioredis client (a
+ * single server, Sentinel, or a Cluster) that the application already has,
+ * or one built by {@link RedisIdempotencyStore.connect}.
+ *
+ * Each claim, completion, release, renewal and step is one Lua script (sent
+ * by SHA1, loaded again when the server lost it), fenced by the attempt's
+ * owner token. A record expires by PX, and its own timestamps (the server's
+ * clock) decide as well: a record past its expiry or lease is taken over
+ * even while Redis still holds it. Every key of a (scope, key) shares one
+ * hash slot (its hash tag is a digest of scope and key), so the store runs
+ * on a Redis Cluster.
+ *
+ * The record is not written in the handler's database transaction
+ * (`completesInTransaction` is false): at most once holds for handlers whose
+ * side effects are not writes to the application's database.
+ *
+ * @example
+ * const store = new RedisIdempotencyStore(redis, { prefix: 'payments:idem:' });
+ */
+export class RedisIdempotencyStore
+  implements IdempotencyStore<unknown>, OnApplicationShutdown
+{
+  /** Always false: the record commits right after the handler, in Redis. */
+  readonly completesInTransaction = false;
+  /** The options, with their defaults. */
+  readonly options: ResolvedRedisStoreOptions;
+  private readonly keys: RedisKeys;
+  private readonly logger = new Logger('Idempotency');
+  private readonly listeners: Array<(scope?: string, key?: string) => void> =
+    [];
+  private subscriber: RedisClient | undefined;
+  private subscribed = false;
+  private closed = false;
+  private ownsClient = false;
+
+  /**
+   * @param client the application's ioredis client (`Redis` or `Cluster`):
+   *   the store does not close it.
+   * @param options prefix and limits; see {@link RedisIdempotencyStoreOptions}.
+   * @throws IdempotencyConfigurationError for an invalid option.
+   */
+  constructor(
+    readonly client: RedisClient,
+    options: RedisIdempotencyStoreOptions = {},
+  ) {
+    this.options = resolveRedisStoreOptions(options);
+    this.keys = new RedisKeys(this.options.prefix);
+  }
+
+  /**
+   * A store on a client of its own, built from ioredis options or a URL
+   * (loads ioredis only now); {@link close} closes that client.
+   * @throws IdempotencyConfigurationError when ioredis is not installed.
+   */
+  static async connect(
+    connection: string | RedisOptions,
+    options: RedisIdempotencyStoreOptions = {},
+  ): Promise<RedisIdempotencyStore> {
+    const settings = resolveRedisStoreOptions(options);
+    let Redis: typeof import('ioredis').Redis;
+    try {
+      ({ Redis } = await import('ioredis'));
+    } catch {
+      throw new IdempotencyConfigurationError(
+        'The Redis store needs the ioredis package, which is not installed.',
+        'Install it: `npm install ioredis`.',
+      );
+    }
+    const client =
+      typeof connection === 'string'
+        ? new Redis(connection)
+        : new Redis(connection);
+    const store = new RedisIdempotencyStore(client, settings);
+    store.ownsClient = true;
+    return store;
+  }
+
+  /** Whether completions on other instances reach this one now (pub/sub). */
+  get watching(): boolean {
+    return this.subscribed;
+  }
+
+  async claim(request: ClaimRequest): Promise<ClaimOutcome> {
+    const id = RedisKeys.id(request.scope, request.key);
+    const reply = await runScriptBuffer<ClaimReply>(
+      this.client,
+      CLAIM,
+      [this.keys.record(id)],
+      [
+        request.owner,
+        request.fingerprint,
+        request.method,
+        request.path,
+        ms(request.leaseMs),
+        ms(request.ttlMs),
+        request.wait ? '1' : '0',
+      ],
+    );
+    if (reply[0] === 1) {
+      return { state: 'claimed' };
+    }
+    const [, status, fingerprint] = reply as [0, Buffer, Buffer];
+    if (status.toString() === 'in_progress') {
+      return {
+        state: 'in_progress',
+        fingerprint: fingerprint.toString(),
+        leaseMs: Number(reply[3]),
+      };
+    }
+    const [, , , code, headers, body] = reply as [
+      0,
+      Buffer,
+      Buffer,
+      Buffer,
+      Buffer,
+      Buffer,
+    ];
+    return {
+      state: 'finished',
+      record: {
+        status: status.toString() as RecordStatus,
+        fingerprint: fingerprint.toString(),
+        response: {
+          status: Number(code.toString()),
+          headers:
+            headers.length > 0
+              ? (JSON.parse(headers.toString()) as Record<
+                  string,
+                  string | string[]
+                >)
+              : {},
+          body,
+        },
+      },
+    };
+  }
+
+  async renew(leases: readonly Renewal[]): Promise<ReadonlySet<string>> {
+    const renewed = await Promise.all(
+      leases.map((lease) =>
+        runScript<number>(
+          this.client,
+          RENEW,
+          [this.keys.record(RedisKeys.id(lease.scope, lease.key))],
+          [lease.owner, ms(lease.durationMs)],
+        ),
+      ),
+    );
+    return new Set(
+      leases.filter((_, i) => renewed[i] === 1).map((lease) => lease.owner),
+    );
+  }
+
+  /**
+   * Writes the response into the claimed record, fenced by the owner, and
+   * clears the key's steps. `transaction` is ignored.
+   * @throws IdempotencyConfigurationError for a response larger than
+   *   `maxResponseBytes` (the claim stays; the module releases it).
+   */
+  async complete(
+    lease: Lease,
+    completion: Completion,
+    _transaction?: unknown,
+  ): Promise<FencedWrite> {
+    const { response } = completion;
+    const stored = 'body' in response ? response : undefined;
+    const headers = stored ? JSON.stringify(stored.headers) : '';
+    if (stored) {
+      const size = stored.body.length + Buffer.byteLength(headers);
+      if (size > this.options.maxResponseBytes) {
+        throw new IdempotencyConfigurationError(
+          `A response of ${size} bytes is larger than the Redis store keeps (maxResponseBytes: ${this.options.maxResponseBytes}).`,
+          "Lower the module option `maxResponseSize` below the store's `maxResponseBytes` (a larger body is then not stored, and its duplicates are refused), or raise `maxResponseBytes`.",
+        );
+      }
+    }
+    const id = RedisKeys.id(lease.scope, lease.key);
+    const [fenced, waiting] = await runScript<[number, number]>(
+      this.client,
+      COMPLETE,
+      [this.keys.record(id), this.keys.steps(id)],
+      [
+        lease.owner,
+        completion.status,
+        response.status,
+        headers,
+        stored?.body ?? '',
+        ms(completion.ttlMs),
+        stored ? '1' : '0',
+      ],
+    );
+    return { fenced: fenced === 1, waiting: waiting === 1 };
+  }
+
+  async release(lease: Lease): Promise<FencedWrite> {
+    const id = RedisKeys.id(lease.scope, lease.key);
+    const [fenced, waiting] = await runScript<[number, number]>(
+      this.client,
+      RELEASE,
+      [this.keys.record(id)],
+      [lease.owner],
+    );
+    return { fenced: fenced === 1, waiting: waiting === 1 };
+  }
+
+  /** Publishes each key's completion on the store's channel. */
+  async notify(leases: readonly Lease[]): Promise<void> {
+    await Promise.all(
+      leases.map((lease) =>
+        this.client.publish(
+          this.keys.channel,
+          RedisKeys.identity(lease.scope, lease.key),
+        ),
+      ),
+    );
+  }
+
+  /**
+   * Subscribes (once, on a connection of its own duplicated from the
+   * client) to the completions other instances publish. After a
+   * reconnection, calls `listener` without arguments: messages were missed.
+   */
+  watch(listener: (scope?: string, key?: string) => void): void {
+    this.listeners.push(listener);
+    if (this.subscriber || this.closed) {
+      return;
+    }
+    const subscriber = this.client.duplicate();
+    this.subscriber = subscriber;
+    subscriber.on('message', (channel: string, message: string) => {
+      if (channel !== this.keys.channel) {
+        return;
+      }
+      let identity: unknown;
+      try {
+        identity = JSON.parse(message);
+      } catch {
+        return;
+      }
+      if (
+        Array.isArray(identity) &&
+        typeof identity[0] === 'string' &&
+        typeof identity[1] === 'string'
+      ) {
+        for (const watcher of this.listeners) {
+          watcher(identity[0], identity[1]);
+        }
+      }
+    });
+    const lost = () => {
+      this.subscribed = false;
+    };
+    subscriber.on('close', lost);
+    subscriber.on('reconnecting', lost);
+    subscriber.on('error', (error: Error) =>
+      this.logger.warn(
+        `The Redis subscription of completions failed (waiters poll): ${error.message}`,
+      ),
+    );
+    subscriber.on('ready', () => void this.subscribe(subscriber));
+    void this.subscribe(subscriber);
+  }
+
+  private async subscribe(subscriber: RedisClient): Promise<void> {
+    try {
+      await subscriber.subscribe(this.keys.channel);
+    } catch (error) {
+      this.logger.warn(
+        `Subscribing to the completions failed (waiters poll): ${(error as Error).message}`,
+      );
+      return;
+    }
+    if (this.subscriber !== subscriber || this.subscribed) {
+      return;
+    }
+    this.subscribed = true;
+    // Anything may have completed while the subscription was down.
+    for (const watcher of this.listeners) {
+      watcher();
+    }
+  }
+
+  async readStep(
+    lease: Lease,
+    step: string,
+  ): Promise<{ readonly result: unknown } | undefined> {
+    const id = RedisKeys.id(lease.scope, lease.key);
+    const value = await runScript<string | null>(
+      this.client,
+      READ_STEP,
+      [this.keys.record(id), this.keys.steps(id)],
+      [lease.owner, `s:${step}`],
+    );
+    if (value === null) {
+      return undefined;
+    }
+    const { expiresAt, result } = parseStep(value);
+    return expiresAt > Date.now() ? { result } : undefined;
+  }
+
+  /**
+   * Saves a step's result, fenced by the owner. Its expiry is the saving
+   * instance's clock; the step is indexed by it (in the same round trip) for
+   * {@link collect}.
+   */
+  async saveStep(
+    lease: Lease,
+    step: string,
+    result: unknown,
+    ttlMs: number,
+  ): Promise<boolean> {
+    const id = RedisKeys.id(lease.scope, lease.key);
+    const expiresAt = Date.now() + ms(ttlMs);
+    const field = `s:${step}`;
+    // Indexed first: an entry without its step is dropped by the collector,
+    // a step without its entry would never be reported.
+    const [, saved] = await Promise.all([
+      this.client.zadd(this.keys.stepsIndex, expiresAt, `${id}:${step}`),
+      runScript<number>(
+        this.client,
+        SAVE_STEP,
+        [this.keys.record(id), this.keys.steps(id)],
+        [
+          lease.owner,
+          field,
+          stepValue(expiresAt, result),
+          RedisKeys.identity(lease.scope, lease.key),
+          ms(ttlMs) + this.options.abandonedStepsGraceMs,
+        ],
+      ),
+    ]);
+    return saved === 1;
+  }
+
+  /**
+   * Redis deletes expired records by itself (PX): this hands over the steps
+   * of keys whose requests never completed, in bounded batches through the
+   * index of steps by expiry, each key reported before its steps are
+   * deleted.
+   * @returns how many steps it deleted, and whether more may be due.
+   */
+  async collect(
+    batchSize: number,
+    abandoned: (key: AbandonedKey) => void,
+  ): Promise<{ readonly removed: number; readonly more: boolean }> {
+    const now = Date.now();
+    const due = await this.client.zrangebyscore(
+      this.keys.stepsIndex,
+      '-inf',
+      now,
+      'WITHSCORES',
+      'LIMIT',
+      0,
+      Math.max(1, batchSize),
+    );
+    if (due.length === 0) {
+      return { removed: 0, more: false };
+    }
+    const ids = [
+      ...new Set(
+        due
+          .filter((_, i) => i % 2 === 0)
+          .map((member) => member.slice(0, RECORD_ID_LENGTH)),
+      ),
+    ];
+    const hashes = await Promise.all(
+      ids.map((id) => this.client.hgetall(this.keys.steps(id))),
+    );
+    const reports: AbandonedKey[] = [];
+    const drops: Array<{ id: string; pairs: string[] }> = [];
+    ids.forEach((id, i) => {
+      const hash = hashes[i];
+      if (hash.id === undefined) {
+        return;
+      }
+      const [scope, key] = JSON.parse(hash.id) as [string, string];
+      const steps: Array<{ step: string; result: unknown }> = [];
+      const pairs: string[] = [];
+      for (const [field, value] of Object.entries(hash)) {
+        if (!field.startsWith('s:')) {
+          continue;
+        }
+        const { expiresAt, result } = parseStep(value);
+        if (expiresAt <= now) {
+          steps.push({ step: field.slice(2), result });
+          pairs.push(field, value);
+        }
+      }
+      if (steps.length > 0) {
+        reports.push({ scope, key, steps });
+        drops.push({ id, pairs });
+      }
+    });
+    // Reported before anything is deleted: a report that throws leaves
+    // every step to the next collection.
+    for (const report of reports) {
+      abandoned(report);
+    }
+    const dropped = await Promise.all(
+      drops.map(({ id, pairs }) =>
+        runScript<number>(
+          this.client,
+          DROP_STEPS,
+          [this.keys.steps(id)],
+          pairs,
+        ),
+      ),
+    );
+    await runScript(this.client, UNINDEX, [this.keys.stepsIndex], due);
+    return {
+      removed: dropped.reduce((sum, n) => sum + n, 0),
+      more: due.length / 2 >= batchSize,
+    };
+  }
+
+  /** Closes the subscription, and the client when the store built it. */
+  async close(): Promise<void> {
+    this.closed = true;
+    this.subscribed = false;
+    const subscriber = this.subscriber;
+    this.subscriber = undefined;
+    await Promise.all([
+      subscriber?.quit().catch(() => subscriber.disconnect()),
+      this.ownsClient
+        ? this.client.quit().catch(() => this.client.disconnect())
+        : undefined,
+    ]);
+  }
+
+  async onApplicationShutdown(): Promise<void> {
+    await this.close();
+  }
+}

@@ -1,0 +1,453 @@
+import { once } from 'node:events';
+import { createRequire } from 'node:module';
+import { randomBytes, randomUUID } from 'node:crypto';
+import { Cluster, Redis } from 'ioredis';
+import {
+  IdempotencyConfigurationError,
+  RedisIdempotencyStore,
+} from '../../src/index.js';
+import type { ClaimRequest } from '../../src/protocol/idempotency-store.interface.js';
+import { RedisKeys } from '../../src/stores/redis/redis-keys.js';
+import { CLAIM } from '../../src/stores/redis/redis.scripts.js';
+import { describeWithServer } from '../utils/server.js';
+import { describeStoreConformance } from './conformance.js';
+
+const REDIS = { host: '127.0.0.1', port: 6379 };
+/** The slot of a key on a Redis Cluster, as ioredis computes it. */
+const slotOf = createRequire(import.meta.url)('cluster-key-slot') as (
+  key: string,
+) => number;
+/** A prefix of this run's own: its keys are nobody else's. */
+const PREFIX = `idempotency-test-redis-${randomUUID().slice(0, 8)}:`;
+
+const describeRedis = await describeWithServer('Redis', REDIS.host, REDIS.port);
+
+/** Closes a connection, once its socket has closed. */
+async function quit(connection: Redis | Cluster): Promise<void> {
+  const ended = once(connection, 'end');
+  await connection.quit();
+  await ended;
+}
+
+/** Deletes every key of the prefix on `client` (one node). */
+async function clean(client: Redis, prefix = PREFIX): Promise<void> {
+  let cursor = '0';
+  do {
+    const [next, keys] = await client.scan(
+      cursor,
+      'MATCH',
+      `${prefix}*`,
+      'COUNT',
+      1000,
+    );
+    cursor = next;
+    if (keys.length > 0) {
+      await client.del(...keys);
+    }
+  } while (cursor !== '0');
+}
+
+async function keysOf(client: Redis, prefix = PREFIX): Promise<string[]> {
+  const keys: string[] = [];
+  let cursor = '0';
+  do {
+    const [next, found] = await client.scan(
+      cursor,
+      'MATCH',
+      `${prefix}*`,
+      'COUNT',
+      1000,
+    );
+    cursor = next;
+    keys.push(...found);
+  } while (cursor !== '0');
+  return keys.sort();
+}
+
+/** The commands a client sends, as MONITOR sees them. */
+async function monitorOf(client: Redis) {
+  await client.ping();
+  const port = (client as unknown as { stream: { localPort: number } }).stream
+    .localPort;
+  const origin = new Redis(REDIS);
+  const monitor = await origin.monitor();
+  const commands: string[][] = [];
+  monitor.on('monitor', (_time: string, args: string[], source: string) => {
+    if (source.endsWith(`:${port}`)) {
+      commands.push(args);
+    }
+  });
+  // MONITOR shows commands in order: a marker sent after the commands of a
+  // test tells that every one of them was seen.
+  const settled = async () => {
+    const marker = `marker-${randomUUID()}`;
+    await client.echo(marker);
+    while (!commands.some((args) => args[1] === marker)) {
+      await new Promise((resolve) => monitor.once('monitor', resolve));
+    }
+    // The test's own commands on the client are not the store's.
+    return commands.filter(([name]) => name !== 'echo' && name !== 'script');
+  };
+  return {
+    /** The commands seen since the last call, once all have arrived. */
+    async take(): Promise<string[][]> {
+      const seen = await settled();
+      commands.length = 0;
+      return seen;
+    },
+    close: () => {
+      monitor.disconnect();
+      origin.disconnect();
+    },
+  };
+}
+
+describeRedis('the Redis store', () => {
+  describeStoreConformance('Redis', async () => {
+    const client = new Redis(REDIS);
+    const store = new RedisIdempotencyStore(client, {
+      prefix: `${PREFIX}conformance:`,
+    });
+    return {
+      store,
+      close: async () => {
+        await store.close();
+        await clean(client);
+        await quit(client);
+      },
+    };
+  });
+
+  let client: Redis;
+  let store: RedisIdempotencyStore;
+  let scope: string;
+
+  beforeAll(() => {
+    client = new Redis(REDIS);
+    store = new RedisIdempotencyStore(client, { prefix: PREFIX });
+  });
+  afterAll(async () => {
+    await store?.close();
+    if (client) {
+      await clean(client);
+      await quit(client);
+    }
+  });
+  beforeEach(() => {
+    scope = `redis-${randomUUID()}`;
+  });
+
+  const attempt = (
+    key: string,
+    overrides: Partial<ClaimRequest> = {},
+  ): ClaimRequest => ({
+    scope,
+    key,
+    owner: randomUUID(),
+    fingerprint: 'fp',
+    method: 'POST',
+    path: '/redis',
+    leaseMs: 60_000,
+    ttlMs: 3_600_000,
+    wait: false,
+    ...overrides,
+  });
+  const completion = {
+    status: 'completed',
+    response: { status: 200, headers: {}, body: Buffer.from('ok') },
+    ttlMs: 3_600_000,
+  } as const;
+  const keys = new RedisKeys(PREFIX);
+  const recordOf = (key: string) => keys.record(RedisKeys.id(scope, key));
+
+  it('completes outside any transaction: the transaction argument is ignored', async () => {
+    expect(store.completesInTransaction).toBe(false);
+    const claim = attempt('no-transaction');
+    await store.claim(claim);
+    expect(
+      await store.complete(claim, completion, { client: 'ignored' }),
+    ).toEqual({ fenced: true, waiting: false });
+  });
+
+  it('keeps every key of a record in one hash slot, tagged by a digest of scope and key, inside the prefix', async () => {
+    const odd = ['k', 'k*', '{k}', '}{', 'k:k', '\u0000{x}\n', 'kλ💳'];
+    for (const key of odd) {
+      const claim = attempt(key);
+      expect(await store.claim(claim)).toEqual({ state: 'claimed' });
+      expect(await store.saveStep(claim, 'charge', key, 3_600_000)).toBe(true);
+    }
+    const written = (await keysOf(client)).filter((key) =>
+      odd.some((k) => key.includes(RedisKeys.id(scope, k))),
+    );
+    // A record and its steps, for each key: no two keys share a record.
+    expect(written).toHaveLength(odd.length * 2);
+    const tags = new Set<string>();
+    for (const key of written) {
+      // Redis hashes the part between the first "{" and the next "}".
+      const tag = /^[^{]*\{([^}]*)\}/.exec(key)?.[1];
+      expect(key.startsWith(`${PREFIX}{`)).toBe(true);
+      expect(tag).toMatch(/^[A-Za-z0-9_-]{43}$/);
+      tags.add(tag!);
+    }
+    expect(tags.size).toBe(odd.length);
+    for (const key of odd) {
+      const id = RedisKeys.id(scope, key);
+      expect(slotOf(keys.steps(id))).toBe(slotOf(keys.record(id)));
+      expect(slotOf(keys.record(id))).toBe(slotOf(`{${id}}`));
+    }
+  });
+
+  it('sends every key name inside the prefix, and each script by its SHA1 once Redis has it, loading it again after SCRIPT FLUSH', async () => {
+    const monitor = await monitorOf(client);
+    try {
+      const claim = attempt('monitored');
+      await store.claim(claim);
+      await store.claim(attempt('monitored'));
+      await store.saveStep(claim, 'charge', 1, 0);
+      await store.readStep(claim, 'charge');
+      await store.renew([{ ...claim, durationMs: 60_000 }]);
+      await store.notify([claim]);
+      await store.complete(claim, completion, undefined);
+      await store.collect(10, () => undefined);
+      const commands = await monitor.take();
+      expect(commands.length).toBeGreaterThanOrEqual(9);
+      for (const [name, ...args] of commands) {
+        const names =
+          name === 'evalsha' || name === 'eval'
+            ? args.slice(2, 2 + Number(args[1]))
+            : [args[0]];
+        for (const key of names) {
+          expect(key.startsWith(PREFIX)).toBe(true);
+        }
+      }
+      // Loaded now: each script goes by its SHA1 alone.
+      await store.claim(attempt('monitored'));
+      expect(await monitor.take()).toEqual([
+        ['evalsha', CLAIM.sha, '1', recordOf('monitored'), ...anyArgs(7)],
+      ]);
+      // The server lost its scripts (a restart, a failover, SCRIPT FLUSH).
+      await client.script('FLUSH');
+      expect(await store.claim(attempt('monitored'))).toMatchObject({
+        state: 'finished',
+      });
+      expect((await monitor.take()).map(([name]) => name)).toEqual([
+        'evalsha',
+        'eval',
+      ]);
+      expect(await client.script('EXISTS', CLAIM.sha)).toEqual([1]);
+      await store.claim(attempt('monitored'));
+      expect((await monitor.take()).map(([name]) => name)).toEqual(['evalsha']);
+    } finally {
+      monitor.close();
+    }
+  });
+
+  it("takes over a finished record past its own expiry, and a claim past its own lease, while Redis still holds them (the record's timestamps decide)", async () => {
+    const finished = attempt('own-expiry');
+    await store.claim(finished);
+    await store.complete(finished, completion, undefined);
+    const past = String(Date.now() - 1_000);
+    await client.hset(recordOf('own-expiry'), 'exp', past);
+    expect(await client.pttl(recordOf('own-expiry'))).toBeGreaterThan(60_000);
+    expect(await store.claim(attempt('own-expiry'))).toEqual({
+      state: 'claimed',
+    });
+
+    const leased = attempt('own-lease');
+    await store.claim(leased);
+    await client.hset(recordOf('own-lease'), 'lease', past);
+    expect(await client.pttl(recordOf('own-lease'))).toBeGreaterThan(60_000);
+    expect(await store.claim(attempt('own-lease'))).toEqual({
+      state: 'claimed',
+    });
+    expect(await store.complete(leased, completion, undefined)).toEqual({
+      fenced: false,
+      waiting: false,
+    });
+  });
+
+  it('lets Redis expire a finished record at its ttl and a claim at the later of its ttl and its lease', async () => {
+    const claim = attempt('px', { leaseMs: 120_000, ttlMs: 1_000 });
+    await store.claim(claim);
+    const claimed = await client.pttl(recordOf('px'));
+    expect(claimed).toBeGreaterThan(110_000);
+    expect(claimed).toBeLessThanOrEqual(120_000);
+    await store.renew([{ ...claim, durationMs: 600_000 }]);
+    expect(await client.pttl(recordOf('px'))).toBeGreaterThan(590_000);
+    await store.complete(claim, { ...completion, ttlMs: 30_000 }, undefined);
+    const finished = await client.pttl(recordOf('px'));
+    expect(finished).toBeGreaterThan(25_000);
+    expect(finished).toBeLessThanOrEqual(30_000);
+  });
+
+  it('stores a binary body (every byte value, 64 KiB) and replays it byte for byte', async () => {
+    const body = Buffer.concat([
+      Buffer.from(Array.from({ length: 256 }, (_, byte) => byte)),
+      randomBytes(64 * 1024),
+    ]);
+    const claim = attempt('large');
+    await store.claim(claim);
+    const headers = { 'content-type': 'application/octet-stream' };
+    await store.complete(
+      claim,
+      { ...completion, response: { status: 200, headers, body } },
+      undefined,
+    );
+    const replay = await store.claim(attempt('large'));
+    if (replay.state !== 'finished') {
+      throw new Error(`Expected the finished record, got ${replay.state}`);
+    }
+    const { response } = replay.record;
+    expect({ ...response, body: undefined }).toEqual({
+      status: 200,
+      headers,
+      body: undefined,
+    });
+    // Compared as bytes (a deep equality walks a large Buffer slowly).
+    expect(Buffer.compare(response.body, body)).toBe(0);
+  });
+
+  it('refuses a response over maxResponseBytes with a clear error, and keeps the claim to release', async () => {
+    const small = new RedisIdempotencyStore(client, {
+      prefix: PREFIX,
+      maxResponseBytes: 1024,
+    });
+    const headers = { 'content-type': 'text/plain' };
+    const fits = 1024 - JSON.stringify(headers).length;
+    const respond = (size: number) => ({
+      ...completion,
+      response: { status: 200, headers, body: Buffer.alloc(size, 0x61) },
+    });
+    const over = attempt('over');
+    await small.claim(over);
+    const refusal = small.complete(over, respond(fits + 1), undefined);
+    await expect(refusal).rejects.toThrow(IdempotencyConfigurationError);
+    await expect(refusal).rejects.toThrow(
+      'A response of 1025 bytes is larger than the Redis store keeps (maxResponseBytes: 1024).',
+    );
+    expect(await small.claim(attempt('over'))).toMatchObject({
+      state: 'in_progress',
+    });
+    expect(await small.release(over)).toEqual({
+      fenced: true,
+      waiting: false,
+    });
+
+    const exact = attempt('exact');
+    await small.claim(exact);
+    expect(await small.complete(exact, respond(fits), undefined)).toEqual({
+      fenced: true,
+      waiting: false,
+    });
+  });
+
+  it.each([
+    [{ prefix: 'app:{idempotency}:' }, 'Invalid "prefix" of the Redis store'],
+    [{ maxResponseBytes: -1 }, 'Invalid "maxResponseBytes" of the Redis store'],
+    [
+      { abandonedStepsGraceMs: 1.5 },
+      'Invalid "abandonedStepsGraceMs" of the Redis store',
+    ],
+  ])('refuses the options %p', (options, message) => {
+    expect(() => new RedisIdempotencyStore(client, options)).toThrow(
+      IdempotencyConfigurationError,
+    );
+    expect(() => new RedisIdempotencyStore(client, options)).toThrow(message);
+  });
+
+  it('wakes the watchers of other instances through pub/sub, and all of them after its subscription came back', async () => {
+    const watcher = new RedisIdempotencyStore(client, { prefix: PREFIX });
+    const calls: Array<[string?, string?]> = [];
+    let arrived: (() => void) | undefined;
+    const next = (count: number) =>
+      new Promise<void>((resolve) => {
+        arrived = () => calls.length >= count && resolve();
+        arrived();
+      });
+    try {
+      expect(watcher.watching).toBe(false);
+      watcher.watch((s, k) => {
+        calls.push(s === undefined ? [] : [s, k]);
+        arrived?.();
+      });
+      // Subscribed: anything may have completed before, so all are woken.
+      await next(1);
+      expect(watcher.watching).toBe(true);
+      const weird = attempt('{k}"\n💳');
+      await store.notify([weird]);
+      await next(2);
+      expect(calls).toEqual([[], [scope, '{k}"\n💳']]);
+
+      // The subscription's connection drops: reconnected, it wakes all.
+      const subscriber = (
+        watcher as unknown as { subscriber: { stream: { localPort: number } } }
+      ).subscriber;
+      await client.client(
+        'KILL',
+        'ADDR',
+        `127.0.0.1:${subscriber.stream.localPort}`,
+      );
+      await next(3);
+      expect(calls[2]).toEqual([]);
+      expect(watcher.watching).toBe(true);
+      await store.notify([attempt('after')]);
+      await next(4);
+      expect(calls[3]).toEqual([scope, 'after']);
+    } finally {
+      await watcher.close();
+    }
+    expect(watcher.watching).toBe(false);
+  });
+
+  it('connects a client of its own from options, loading ioredis then, and closes it', async () => {
+    const own = await RedisIdempotencyStore.connect(
+      `redis://${REDIS.host}:${REDIS.port}`,
+      { prefix: PREFIX },
+    );
+    expect(await own.claim(attempt('own-client'))).toEqual({
+      state: 'claimed',
+    });
+    await own.close();
+    const closed = own.client as Redis;
+    if (closed.status !== 'end') {
+      await once(closed, 'end');
+    }
+    expect(closed.status).toBe('end');
+  });
+});
+
+const clusterNodes = process.env.REDIS_CLUSTER_NODES;
+if (!clusterNodes) {
+  console.warn(
+    'Skipping the Redis Cluster conformance: REDIS_CLUSTER_NODES (host:port,...) names no cluster',
+  );
+}
+(clusterNodes ? describe : describe.skip)(
+  'the Redis store on a Cluster',
+  () => {
+    describeStoreConformance('Redis Cluster', async () => {
+      const cluster = new Cluster(
+        (clusterNodes ?? '').split(',').map((node) => {
+          const [host, port] = node.split(':');
+          return { host, port: Number(port) };
+        }),
+      );
+      const store = new RedisIdempotencyStore(cluster, { prefix: PREFIX });
+      return {
+        store,
+        close: async () => {
+          await store.close();
+          for (const node of cluster.nodes('master')) {
+            await clean(node);
+          }
+          await quit(cluster);
+        },
+      };
+    });
+  },
+);
+
+/** `n` arguments of any value. */
+function anyArgs(n: number): unknown[] {
+  return Array.from({ length: n }, () => expect.any(String));
+}
