@@ -1,0 +1,301 @@
+import { randomUUID } from 'node:crypto';
+import { Redis } from 'ioredis';
+import {
+  DEFAULT_SCOPE,
+  IdempotencyConfigurationError,
+  IdempotencyService,
+  MemoryIdempotencyStore,
+  RedisIdempotencyStore,
+  type ClaimOutcome,
+  type IdempotencyStore,
+} from '../../src/index.js';
+import { Barrier } from '../utils/barrier.js';
+import { describeWithServer } from '../utils/server.js';
+import { startStoreApp, type StoreApp } from '../utils/store-app.js';
+import { PLATFORMS, type Platform } from '../utils/test-app.js';
+import { Effects, MemoryStoreController } from './http.module.js';
+
+/** A store under test, the records it holds, and how to let it go. */
+interface Subject {
+  readonly store: IdempotencyStore;
+  /** How many records (finished or claimed) the store holds. */
+  records(): Promise<number>;
+  close(): Promise<void>;
+}
+
+/** Tells the test about every claim `store` answers. */
+function observed(store: IdempotencyStore) {
+  const observer = { onClaim: (_outcome: ClaimOutcome) => undefined as void };
+  const claim = store.claim.bind(store);
+  store.claim = async (request) => {
+    const outcome = await claim(request);
+    observer.onClaim(outcome);
+    return outcome;
+  };
+  return observer;
+}
+
+const memorySubject = (): Promise<Subject> => {
+  const store = new MemoryIdempotencyStore();
+  return Promise.resolve({
+    store,
+    records: () => Promise.resolve(store.size),
+    close: () => Promise.resolve(),
+  });
+};
+
+const REDIS = { host: '127.0.0.1', port: 6379 };
+
+/** A Redis store on a prefix of its own, on the local Redis. */
+const redisSubject = (): Promise<Subject> => {
+  const prefix = `idempotency-test-app-${randomUUID().slice(0, 8)}:`;
+  const client = new Redis(REDIS);
+  const keys = async () => {
+    const found: string[] = [];
+    let cursor = '0';
+    do {
+      const [next, batch] = await client.scan(cursor, 'MATCH', `${prefix}*`);
+      cursor = next;
+      found.push(...batch);
+    } while (cursor !== '0');
+    return found;
+  };
+  return Promise.resolve({
+    store: new RedisIdempotencyStore(client, { prefix }),
+    records: async () =>
+      (await keys()).filter((key) => key.endsWith(':record')).length,
+    async close() {
+      const all = await keys();
+      if (all.length > 0) {
+        await client.del(...all);
+      }
+      await client.quit();
+    },
+  });
+};
+
+/**
+ * What the module promises over HTTP on a store other than PostgreSQL, in an
+ * application without TypeORM: the same answers, with the store's record
+ * completed after the handler instead of in its transaction.
+ */
+function moduleOnStore(platform: Platform, subjectOf: () => Promise<Subject>) {
+  let target: StoreApp;
+  let subject: Subject;
+  let store: IdempotencyStore;
+  let observer: ReturnType<typeof observed>;
+  let effects: Effects;
+
+  beforeAll(async () => {
+    subject = await subjectOf();
+    store = subject.store;
+    observer = observed(store);
+    target = await startStoreApp({
+      store,
+      platform,
+      controllers: [MemoryStoreController],
+      providers: [Effects],
+    });
+    effects = target.app.get(Effects);
+  });
+  afterAll(async () => {
+    await target?.close();
+    await subject?.close();
+  });
+  beforeEach(() => {
+    effects.orders = 0;
+    effects.charges = 0;
+    effects.failures = 0;
+    effects.barrier = undefined;
+    effects.committed.length = 0;
+    observer.onClaim = () => undefined;
+    effects.probe = () => Promise.resolve('-');
+  });
+
+  const post = (path: string, key: string | undefined, body: unknown) =>
+    fetch(`${target.url}${path}`, {
+      method: 'POST',
+      headers: {
+        'Content-Type': 'application/json',
+        ...(key === undefined ? {} : { 'Idempotency-Key': key }),
+      },
+      body: JSON.stringify(body),
+    });
+
+  it('executes a request once and replays its duplicate byte for byte; afterCommit runs after the completion', async () => {
+    const key = randomUUID();
+    const committed = effects.expectAfterCommit();
+    // The record as another attempt finds it when afterCommit runs.
+    effects.probe = async (scope, probed) =>
+      (
+        await store.claim({
+          scope,
+          key: probed,
+          owner: randomUUID(),
+          fingerprint: '-',
+          method: 'POST',
+          path: '/probe',
+          leaseMs: 1_000,
+          ttlMs: 1_000,
+          wait: false,
+        })
+      ).state;
+    const first = await post('/orders', key, { reference: 'r-1' });
+    const firstBody = Buffer.from(await first.arrayBuffer());
+    expect(first.status).toBe(201);
+    expect(first.headers.get('idempotent-replayed')).toBeNull();
+    await committed;
+    expect(effects.committed).toEqual([`${DEFAULT_SCOPE}:r-1:finished`]);
+
+    const second = await post('/orders', key, { reference: 'r-1' });
+    const secondBody = Buffer.from(await second.arrayBuffer());
+    expect(second.status).toBe(201);
+    expect(second.headers.get('idempotent-replayed')).toBe('true');
+    expect(second.headers.get('x-order-source')).toBe('memory');
+    expect(second.headers.get('content-type')).toBe(
+      first.headers.get('content-type'),
+    );
+    expect(secondBody.equals(firstBody)).toBe(true);
+    expect(JSON.parse(secondBody.toString())).toEqual({
+      order: 1,
+      reference: 'r-1',
+      note: 'é\u2028<>',
+    });
+    expect(effects.orders).toBe(1);
+    expect(effects.committed).toEqual([`${DEFAULT_SCOPE}:r-1:finished`]);
+  });
+
+  it('answers a concurrent duplicate 409 while the first runs, then replays', async () => {
+    const key = randomUUID();
+    effects.barrier = new Barrier();
+    const first = post('/orders', key, { reference: 'r-2' });
+    await effects.barrier.reached(1);
+    const duplicate = await post('/orders', key, { reference: 'r-2' });
+    expect(duplicate.status).toBe(409);
+    expect(duplicate.headers.get('retry-after')).not.toBeNull();
+    effects.barrier.open();
+    expect((await first).status).toBe(201);
+    expect(effects.orders).toBe(1);
+    const replay = await post('/orders', key, { reference: 'r-2' });
+    expect(replay.headers.get('idempotent-replayed')).toBe('true');
+  });
+
+  it('wakes a waiting duplicate in process when the first completes', async () => {
+    const key = randomUUID();
+    effects.barrier = new Barrier();
+    const first = post('/waited', key, { reference: 'w-1' });
+    await effects.barrier.reached(1);
+    const waiting = new Promise<void>((resolve) => {
+      observer.onClaim = (outcome) => {
+        if (outcome.state === 'in_progress') {
+          resolve();
+        }
+      };
+    });
+    const duplicate = post('/waited', key, { reference: 'w-1' });
+    await waiting;
+    effects.barrier.open();
+    const [a, b] = await Promise.all([first, duplicate]);
+    expect([a.status, b.status]).toEqual([201, 201]);
+    expect(b.headers.get('idempotent-replayed')).toBe('true');
+    expect(await b.json()).toEqual({ reference: 'w-1', order: 1 });
+    expect(effects.orders).toBe(1);
+  });
+
+  it('answers 422 to the same key with another payload, without running the handler', async () => {
+    const key = randomUUID();
+    expect((await post('/orders', key, { reference: 'a' })).status).toBe(201);
+    const other = await post('/orders', key, { reference: 'b' });
+    expect(other.status).toBe(422);
+    expect(other.headers.get('content-type')).toContain(
+      'application/problem+json',
+    );
+    expect(effects.orders).toBe(1);
+  });
+
+  it('answers 400 to a request without a key, without running the handler or writing a record', async () => {
+    const size = await subject.records();
+    const response = await post('/orders', undefined, { reference: 'x' });
+    expect(response.status).toBe(400);
+    expect(response.headers.get('content-type')).toContain(
+      'application/problem+json',
+    );
+    expect(effects.orders).toBe(0);
+    expect(await subject.records()).toBe(size);
+  });
+
+  it('frees the key of a handler that failed: the retry runs, and only its afterCommit runs', async () => {
+    const key = randomUUID();
+    const failed = await post('/flaky', key, { reference: 'f' });
+    expect(failed.status).toBe(500);
+    const retry = await post('/flaky', key, { reference: 'f' });
+    expect(retry.status).toBe(201);
+    expect(await retry.json()).toEqual({ attempt: 2 });
+    const replay = await post('/flaky', key, { reference: 'f' });
+    expect(replay.headers.get('idempotent-replayed')).toBe('true');
+    expect(effects.failures).toBe(2);
+    // The afterCommit of the failed attempt never runs; the retry's does.
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(effects.committed).toEqual(['flaky:f']);
+  });
+
+  it('resumes after the last completed step: a retry does not charge again', async () => {
+    const key = randomUUID();
+    const failed = await post('/steps', key, { fail: true });
+    expect(failed.status).toBe(500);
+    const retry = await post('/steps', key, { fail: true });
+    expect(retry.status).toBe(201);
+    expect(await retry.json()).toEqual({
+      charge: { id: 'ch_1', key: `${key}:charge` },
+    });
+    expect(effects.charges).toBe(1);
+  });
+
+  it("refuses the handler's transaction with a clear configuration error: there is none", async () => {
+    const response = await post('/transactions', randomUUID(), {});
+    expect(response.status).toBe(200);
+    const { refusals, active } = (await response.json()) as {
+      refusals: string[];
+      active: boolean;
+    };
+    expect(active).toBe(true);
+    expect(refusals).toEqual([
+      'manager: true IdempotencyContext.manager needs the PostgreSQL store: the idempotency store of this application completes outside of any database transaction.',
+      'newTransaction: true',
+    ]);
+  });
+
+  it('runs IdempotencyService.run() once per key, and refuses its manager', async () => {
+    const service = target.app.get(IdempotencyService);
+    const key = randomUUID();
+    let runs = 0;
+    const work = () => {
+      runs += 1;
+      return { runs };
+    };
+    expect(await service.run({ key }, work)).toEqual({ runs: 1 });
+    expect(await service.run({ key }, work)).toEqual({ runs: 1 });
+    expect(runs).toBe(1);
+    await expect(
+      service.run({ key: randomUUID() }, (manager) => manager.find('x')),
+    ).rejects.toThrow(IdempotencyConfigurationError);
+    // That run failed: its key is free again.
+    const failedKey = randomUUID();
+    await expect(
+      service.run({ key: failedKey }, (manager) => manager.query('x')),
+    ).rejects.toThrow(/needs the PostgreSQL store/);
+    expect(await service.run({ key: failedKey }, work)).toEqual({ runs: 2 });
+  });
+}
+
+describe.each(PLATFORMS)(
+  'the module on the in-memory store, without TypeORM (%s)',
+  (platform) => moduleOnStore(platform, memorySubject),
+);
+
+const describeRedis = await describeWithServer('Redis', REDIS.host, REDIS.port);
+
+describeRedis.each(PLATFORMS)(
+  'the module on the Redis store, without TypeORM (%s)',
+  (platform) => moduleOnStore(platform, redisSubject),
+);
