@@ -1,15 +1,18 @@
 import { randomUUID } from 'node:crypto';
+import { ScanCommand } from '@aws-sdk/client-dynamodb';
 import { Redis } from 'ioredis';
 import {
   DEFAULT_SCOPE,
   IdempotencyConfigurationError,
   IdempotencyService,
+  DynamoDbIdempotencyStore,
   MemoryIdempotencyStore,
   RedisIdempotencyStore,
   type ClaimOutcome,
   type IdempotencyStore,
 } from '../../src/index.js';
 import { Barrier } from '../utils/barrier.js';
+import { startDynalite } from '../utils/dynalite.js';
 import { describeWithServer } from '../utils/server.js';
 import { startStoreApp, type StoreApp } from '../utils/store-app.js';
 import { PLATFORMS, type Platform } from '../utils/test-app.js';
@@ -72,6 +75,27 @@ const redisSubject = (): Promise<Subject> => {
       await client.quit();
     },
   });
+};
+
+/** A DynamoDB store on a dynalite server of its own. */
+const dynamoSubject = async (): Promise<Subject> => {
+  const dynamo = await startDynalite();
+  const client = dynamo.client();
+  await DynamoDbIdempotencyStore.createTable(client, { timeToLive: false });
+  return {
+    store: new DynamoDbIdempotencyStore(client),
+    records: async () =>
+      (
+        await client.send(
+          new ScanCommand({
+            TableName: 'idempotency_records',
+            Select: 'COUNT',
+            ConsistentRead: true,
+          }),
+        )
+      ).Count ?? 0,
+    close: () => dynamo.close(),
+  };
 };
 
 /**
@@ -298,4 +322,9 @@ const describeRedis = await describeWithServer('Redis', REDIS.host, REDIS.port);
 describeRedis.each(PLATFORMS)(
   'the module on the Redis store, without TypeORM (%s)',
   (platform) => moduleOnStore(platform, redisSubject),
+);
+
+describe.each(PLATFORMS)(
+  'the module on the DynamoDB store, without TypeORM (%s)',
+  (platform) => moduleOnStore(platform, dynamoSubject),
 );
