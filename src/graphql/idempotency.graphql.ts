@@ -12,10 +12,9 @@ import type {
   ResolvedRouteOptions,
 } from '../idempotency.options.js';
 import type { DecoratedRoute } from '../idempotency.routes.js';
-import { IdempotencyKeyInvalidException } from '../exceptions/idempotency-key-invalid.exception.js';
 import { IdempotencyKeyMissingException } from '../exceptions/idempotency-key-missing.exception.js';
 import { IdempotencyUnavailableException } from '../exceptions/idempotency-unavailable.exception.js';
-import { readKeyHeader, validKey } from '../http/idempotency-key.js';
+import { resolveRequestKey } from '../http/idempotency-key.js';
 import {
   resolveFingerprint,
   resolveScope,
@@ -150,30 +149,19 @@ export class IdempotencyGraphql {
    * request's key header; `undefined` when it has none (a mutation over a
    * WebSocket has no headers).
    */
-  private async resolveKey(
+  private resolveKey(
     context: ExecutionContext,
     graphqlContext: GraphqlContext | undefined,
     options: ResolvedRouteOptions,
   ): Promise<string | undefined> {
-    const { headerName, headerField } = this.options;
-    let key: unknown;
-    if (options.key) {
-      key = await options.key(context);
-    } else {
-      const request = graphqlContext?.req ?? graphqlContext?.reply?.request;
-      const raw = request?.raw ?? request;
-      const reading =
-        raw?.headers === undefined
-          ? undefined
-          : readKeyHeader(raw, headerField);
-      if (reading && 'problem' in reading) {
-        throw new IdempotencyKeyInvalidException(headerName, reading.problem);
-      }
-      key = reading?.key;
-    }
-    return key === undefined
-      ? undefined
-      : validKey(key, options.keyValidation, headerName);
+    const request = graphqlContext?.req ?? graphqlContext?.reply?.request;
+    const raw = request?.raw ?? request;
+    return resolveRequestKey(
+      context,
+      options,
+      { name: this.options.headerName, field: this.options.headerField },
+      raw?.headers === undefined ? undefined : raw,
+    );
   }
 
   /** Runs the resolver, and completes with its result or fails. */

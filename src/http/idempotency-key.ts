@@ -1,5 +1,9 @@
 import type { IncomingMessage } from 'node:http';
-import type { ResolvedKeyValidation } from '../idempotency.options.js';
+import type { ExecutionContext } from '@nestjs/common';
+import type {
+  ResolvedKeyValidation,
+  ResolvedRouteOptions,
+} from '../idempotency.options.js';
 import { IdempotencyKeyInvalidException } from '../exceptions/idempotency-key-invalid.exception.js';
 
 /** @internal A key, or why the header does not carry a usable one. */
@@ -91,4 +95,31 @@ export function readKeyHeader(
   return key === undefined
     ? { problem: 'it is not a valid quoted string' }
     : { key };
+}
+
+/**
+ * @internal The key of a request: the `key` option's resolver, else the key
+ * header of `request` (when there is one), validated; `undefined` when the
+ * request carries none.
+ * @throws IdempotencyKeyInvalidException for a malformed or repeated key.
+ */
+export async function resolveRequestKey(
+  context: ExecutionContext,
+  options: ResolvedRouteOptions,
+  header: { readonly name: string; readonly field: string },
+  request: IncomingMessage | undefined,
+): Promise<string | undefined> {
+  let key: unknown;
+  if (options.key) {
+    key = await options.key(context);
+  } else {
+    const reading = request && readKeyHeader(request, header.field);
+    if (reading && 'problem' in reading) {
+      throw new IdempotencyKeyInvalidException(header.name, reading.problem);
+    }
+    key = reading?.key;
+  }
+  return key === undefined
+    ? undefined
+    : validKey(key, options.keyValidation, header.name);
 }

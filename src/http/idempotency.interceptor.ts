@@ -22,7 +22,6 @@ import {
 } from '../idempotency.options.js';
 import { IdempotencyHttpException } from '../exceptions/idempotency-http.exception.js';
 import { IdempotencyKeyMissingException } from '../exceptions/idempotency-key-missing.exception.js';
-import { IdempotencyKeyInvalidException } from '../exceptions/idempotency-key-invalid.exception.js';
 import { IdempotencyKeyReusedException } from '../exceptions/idempotency-key-reused.exception.js';
 import { IdempotencyNotReplayableException } from '../exceptions/idempotency-not-replayable.exception.js';
 import { IdempotencyUnavailableException } from '../exceptions/idempotency-unavailable.exception.js';
@@ -50,7 +49,7 @@ import type {
   StoredResponse,
 } from '../protocol/idempotency-store.interface.js';
 import { holdResponse, type CapturedResponse } from './response-capture.js';
-import { readKeyHeader, validKey } from './idempotency-key.js';
+import { resolveRequestKey } from './idempotency-key.js';
 import {
   queryParameters,
   type FingerprintParts,
@@ -159,26 +158,13 @@ export class IdempotencyInterceptor implements NestInterceptor {
     context: ExecutionContext,
     options: ResolvedRouteOptions,
   ): Promise<string | undefined> {
-    let key: unknown;
-    if (options.key) {
-      key = await options.key(context);
-    } else {
-      const request = context.switchToHttp().getRequest<HttpRequest>();
-      const reading = readKeyHeader(
-        request.raw ?? request,
-        this.options.headerField,
-      );
-      if (reading && 'problem' in reading) {
-        throw new IdempotencyKeyInvalidException(
-          this.options.headerName,
-          reading.problem,
-        );
-      }
-      key = reading?.key;
-    }
-    return key === undefined
-      ? undefined
-      : validKey(key, options.keyValidation, this.options.headerName);
+    const request = context.switchToHttp().getRequest<HttpRequest>();
+    return resolveRequestKey(
+      context,
+      options,
+      { name: this.options.headerName, field: this.options.headerField },
+      request.raw ?? request,
+    );
   }
 
   /** The scope of a request. Override to derive it differently. */

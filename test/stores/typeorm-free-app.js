@@ -1,7 +1,7 @@
 /**
  * An application of the compiled library (`nestjs-idempotency`, resolved to
  * this repository's dist/), in plain JavaScript, on the in-memory store and
- * without TypeORM, started by hidden-typeorm.js. It prints
+ * without TypeORM, started by test/utils/hidden-packages.js. It prints
  * `cjs: <files of typeorm or pg that require() loaded>`, then
  * `listening: <base URL>` once it accepts requests.
  */

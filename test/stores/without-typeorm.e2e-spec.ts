@@ -6,7 +6,7 @@ import { startSample, type SampleProcess } from '../utils/sample-process.js';
 
 /*
  * The compiled library in an application process of its own, on the
- * in-memory store, whose module resolution hooks (hidden-typeorm.js) make
+ * in-memory store, whose module resolution hooks (test/utils/hidden-packages.js) make
  * `typeorm`, `@nestjs/typeorm` and `pg` unresolvable, as if they were not
  * installed, and log every attempt to import them.
  *
@@ -24,9 +24,13 @@ describe('the module on another store, without TypeORM, @nestjs/typeorm or pg in
     log = join(scratch, 'peers.log');
     await writeFile(log, '');
     app = await startSample(
-      { PEER_LOG: log },
       {
-        entry: '../test/stores/hidden-typeorm.js',
+        PEER_LOG: log,
+        HIDDEN_PACKAGES: '^(typeorm|@nestjs/typeorm|pg)(/|$)',
+        HIDDEN_APP: 'test/stores/typeorm-free-app.js',
+      },
+      {
+        entry: '../test/utils/hidden-packages.js',
         ready: /listening: (http:\/\/\S+)/,
       },
     );

@@ -1,6 +1,6 @@
 /**
  * An application of the compiled library (`nestjs-idempotency`, resolved to
- * this repository's dist/), in plain JavaScript, started by hidden-peer.js.
+ * this repository's dist/), in plain JavaScript, started by test/utils/hidden-packages.js.
  * `TELEMETRY=off` gives it `telemetry: false`; otherwise the module's
  * default applies.
  *

@@ -10,14 +10,14 @@ import {
 
 /*
  * The compiled library in an application process of its own, whose module
- * resolution hooks (hidden-peer.js) log every `@opentelemetry/*` package
+ * resolution hooks (test/utils/hidden-packages.js) log every `@opentelemetry/*` package
  * asked for, and can make them unresolvable as if they were not installed.
  *
  * Needs `npm run build` first (`npm test` builds before it runs jest).
  */
 
 const ENTRY = {
-  entry: '../test/telemetry/hidden-peer.js',
+  entry: '../test/utils/hidden-packages.js',
   ready: /listening: (http:\/\/\S+)/,
 };
 
@@ -41,13 +41,13 @@ describe('the module without OpenTelemetry', () => {
   }>([
     {
       case: '@opentelemetry/api not installed',
-      env: { PEER_HIDDEN: '1' },
+      env: {},
       // The module looks for it once, at startup, and does without.
       asked: ['@opentelemetry/api'],
     },
     {
       case: 'installed, with telemetry: false',
-      env: { TELEMETRY: 'off' },
+      env: { HIDE: '0', TELEMETRY: 'off' },
       asked: [],
     },
   ])('$case', ({ env, asked }) => {
@@ -57,10 +57,16 @@ describe('the module without OpenTelemetry', () => {
 
     beforeAll(async () => {
       db = await createTestDatabase();
-      log = join(scratch, `${Object.keys(env).join('-')}.log`);
+      log = join(scratch, `${Object.keys(env).join('-') || 'hidden'}.log`);
       await writeFile(log, '');
       app = await startSample(
-        { ...env, DATABASE_URL: db.url, PEER_LOG: log },
+        {
+          ...env,
+          DATABASE_URL: db.url,
+          PEER_LOG: log,
+          HIDDEN_PACKAGES: '^@opentelemetry/',
+          HIDDEN_APP: 'test/telemetry/peerless-app.js',
+        },
         ENTRY,
       );
     }, 30_000);

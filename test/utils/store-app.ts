@@ -1,19 +1,11 @@
-import type {
-  INestApplication,
-  ModuleMetadata,
-  NestApplicationOptions,
-} from '@nestjs/common';
-import {
-  FastifyAdapter,
-  type NestFastifyApplication,
-} from '@nestjs/platform-fastify';
+import type { INestApplication, ModuleMetadata } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import {
   IdempotencyModule,
   type IdempotencyModuleOptions,
   type IdempotencyStoreOption,
 } from '../../src/index.js';
-import type { Platform } from './test-app.js';
+import { listenOn, type Platform } from './test-app.js';
 
 /** A running application on a store other than PostgreSQL. */
 export interface StoreApp {
@@ -55,23 +47,7 @@ export async function startStoreApp(
       ...imports,
     ],
   }).compile();
-  const appOptions: NestApplicationOptions = {
-    logger: process.env.TEST_LOGS ? ['error', 'warn', 'log', 'debug'] : false,
-    forceCloseConnections: true,
-  };
-  const app: INestApplication =
-    platform === 'fastify'
-      ? moduleRef.createNestApplication<NestFastifyApplication>(
-          new FastifyAdapter(),
-          appOptions,
-        )
-      : moduleRef.createNestApplication(appOptions);
-  try {
-    await app.listen(0, '127.0.0.1');
-  } catch (error) {
-    await app.close();
-    throw error;
-  }
+  const app = await listenOn(moduleRef, platform);
   return {
     app,
     platform,

@@ -7,7 +7,7 @@ import {
   FastifyAdapter,
   type NestFastifyApplication,
 } from '@nestjs/platform-fastify';
-import { Test } from '@nestjs/testing';
+import { Test, type TestingModule } from '@nestjs/testing';
 import {
   TypeOrmModule,
   type TypeOrmDataSourceFactory,
@@ -103,30 +103,7 @@ export async function startTestApp(options: TestAppOptions): Promise<TestApp> {
         ...imports,
       ],
     }).compile();
-    const appOptions: NestApplicationOptions = {
-      logger: process.env.TEST_LOGS ? ['error', 'warn', 'log', 'debug'] : false,
-      // close() ends the keep-alive connections fetch leaves open. Node counts
-      // a connection on which no request arrived yet as busy, and after an
-      // aborted request fetch may open one it never uses: without this, close()
-      // waits for the client to drop it, which it does only when the server's
-      // keep-alive timeout passes (5 s on Express, 72 s on Fastify).
-      forceCloseConnections: true,
-    };
-    const app: INestApplication =
-      platform === 'fastify'
-        ? moduleRef.createNestApplication<NestFastifyApplication>(
-            new FastifyAdapter(),
-            appOptions,
-          )
-        : moduleRef.createNestApplication(appOptions);
-    try {
-      configure?.(app);
-      // On Fastify, listen() boots the instance (ready()) before it listens.
-      await app.listen(0, '127.0.0.1');
-    } catch (error) {
-      await app.close();
-      throw error;
-    }
+    const app = await listenOn(moduleRef, platform, configure);
     const dataSource = app.get<DataSource>(getDataSourceToken(typeorm?.name));
     return {
       app,
@@ -143,6 +120,42 @@ export async function startTestApp(options: TestAppOptions): Promise<TestApp> {
     await dropDatabase();
     throw error;
   }
+}
+
+/**
+ * Creates the application of `moduleRef` on `platform`, lets `configure`
+ * prepare it, and listens on a random loopback port.
+ */
+export async function listenOn(
+  moduleRef: TestingModule,
+  platform: Platform,
+  configure?: (app: INestApplication) => void,
+): Promise<INestApplication> {
+  const appOptions: NestApplicationOptions = {
+    logger: process.env.TEST_LOGS ? ['error', 'warn', 'log', 'debug'] : false,
+    // close() ends the keep-alive connections fetch leaves open. Node counts
+    // a connection on which no request arrived yet as busy, and after an
+    // aborted request fetch may open one it never uses: without this, close()
+    // waits for the client to drop it, which it does only when the server's
+    // keep-alive timeout passes (5 s on Express, 72 s on Fastify).
+    forceCloseConnections: true,
+  };
+  const app: INestApplication =
+    platform === 'fastify'
+      ? moduleRef.createNestApplication<NestFastifyApplication>(
+          new FastifyAdapter(),
+          appOptions,
+        )
+      : moduleRef.createNestApplication(appOptions);
+  try {
+    configure?.(app);
+    // On Fastify, listen() boots the instance (ready()) before it listens.
+    await app.listen(0, '127.0.0.1');
+  } catch (error) {
+    await app.close();
+    throw error;
+  }
+  return app;
 }
 
 /** A `fetch` to the test application. */
