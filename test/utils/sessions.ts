@@ -123,13 +123,19 @@ export async function presenceSessions(db: Reader): Promise<number[]> {
   return rows.map((row) => row.pid);
 }
 
-/** Ends the backend `pid` (`pg_terminate_backend`) and waits until it is gone. */
+/**
+ * Ends the backend `pid` of the database of `db` (`pg_terminate_backend`)
+ * and waits until it is gone. The database is checked in the same
+ * statement: a pid read earlier may belong by now to a backend of another
+ * test's database (the operating system reuses pids), which must live.
+ */
 export async function terminateBackend(db: Reader, pid: number): Promise<void> {
-  const [{ ended }] = await db.query<{ ended: boolean }>(
-    'SELECT pg_terminate_backend($1) AS ended',
+  const [row] = await db.query<{ ended: boolean }>(
+    `SELECT pg_terminate_backend(pid) AS ended FROM pg_stat_activity
+     WHERE pid = $1 AND datname = current_database()`,
     [pid],
   );
-  if (!ended) {
+  if (!row?.ended) {
     throw new Error(`Backend ${pid} could not be terminated`);
   }
   await until(
