@@ -17,10 +17,6 @@ export {
   type StoredRecord,
   type StoredResponse,
 } from './protocol/idempotency-store.interface.js';
-export {
-  DynamoDbIdempotencyStore,
-  type DynamoDbIdempotencyStoreOptions,
-} from './stores/dynamodb/index.js';
 export type { IdempotencyRunOptions } from './interfaces/idempotency-run-options.interface.js';
 export {
   DEFAULT_SCOPE,
@@ -80,6 +76,3 @@ export {
   type MemoryIdempotencyStoreOptions,
 } from './stores/memory/memory.store.js';
 export { IdempotencyTestingModule } from './stores/memory/idempotency-testing.module.js';
-/** The store on Redis 7 or Valkey (ioredis); see {@link RedisIdempotencyStore}. */
-export { RedisIdempotencyStore } from './stores/redis/redis.store.js';
-export type { RedisIdempotencyStoreOptions } from './stores/redis/redis-store.options.js';

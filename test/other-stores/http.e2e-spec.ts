@@ -5,12 +5,12 @@ import {
   DEFAULT_SCOPE,
   IdempotencyConfigurationError,
   IdempotencyService,
-  DynamoDbIdempotencyStore,
   MemoryIdempotencyStore,
-  RedisIdempotencyStore,
   type ClaimOutcome,
   type IdempotencyStore,
 } from '../../src/index.js';
+import { DynamoDbIdempotencyStore } from '../../src/stores/dynamodb/index.js';
+import { RedisIdempotencyStore } from '../../src/stores/redis/index.js';
 import { Barrier } from '../utils/barrier.js';
 import { startDynalite } from '../utils/dynalite.js';
 import { describeWithServer } from '../utils/server.js';

@@ -6,10 +6,8 @@ import {
   GetItemCommand,
   ScanCommand,
 } from '@aws-sdk/client-dynamodb';
-import {
-  DynamoDbIdempotencyStore,
-  IdempotencyConfigurationError,
-} from '../../src/index.js';
+import { IdempotencyConfigurationError } from '../../src/index.js';
+import { DynamoDbIdempotencyStore } from '../../src/stores/dynamodb/index.js';
 import type { ClaimRequest } from '../../src/protocol/idempotency-store.interface.js';
 import { partitionKey } from '../../src/stores/dynamodb/dynamodb-item.js';
 import {

@@ -2,10 +2,8 @@ import { once } from 'node:events';
 import { createRequire } from 'node:module';
 import { randomBytes, randomUUID } from 'node:crypto';
 import { Cluster, Redis } from 'ioredis';
-import {
-  IdempotencyConfigurationError,
-  RedisIdempotencyStore,
-} from '../../src/index.js';
+import { IdempotencyConfigurationError } from '../../src/index.js';
+import { RedisIdempotencyStore } from '../../src/stores/redis/index.js';
 import type { ClaimRequest } from '../../src/protocol/idempotency-store.interface.js';
 import { RedisKeys } from '../../src/stores/redis/redis-keys.js';
 import { CLAIM } from '../../src/stores/redis/redis.scripts.js';

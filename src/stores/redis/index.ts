@@ -1,0 +1,2 @@
+export { RedisIdempotencyStore } from './redis.store.js';
+export type { RedisIdempotencyStoreOptions } from './redis-store.options.js';
