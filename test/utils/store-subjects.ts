@@ -1,0 +1,78 @@
+import { randomUUID } from 'node:crypto';
+import { ScanCommand } from '@aws-sdk/client-dynamodb';
+import { Redis } from 'ioredis';
+import {
+  MemoryIdempotencyStore,
+  type IdempotencyStore,
+} from '../../src/index.js';
+import { DynamoDbIdempotencyStore } from '../../src/stores/dynamodb/index.js';
+import { RedisIdempotencyStore } from '../../src/stores/redis/index.js';
+import { startDynalite } from './dynalite.js';
+
+/** A store under test, the records it holds, and how to let it go. */
+export interface Subject {
+  readonly store: IdempotencyStore;
+  /** How many records (finished or claimed) the store holds. */
+  records(): Promise<number>;
+  close(): Promise<void>;
+}
+
+export const memorySubject = (): Promise<Subject> => {
+  const store = new MemoryIdempotencyStore();
+  return Promise.resolve({
+    store,
+    records: () => Promise.resolve(store.size),
+    close: () => Promise.resolve(),
+  });
+};
+
+export const REDIS = { host: '127.0.0.1', port: 6379 };
+
+/** A Redis store on a prefix of its own, on the local Redis. */
+export const redisSubject = (): Promise<Subject> => {
+  const prefix = `idempotency-test-app-${randomUUID().slice(0, 8)}:`;
+  const client = new Redis(REDIS);
+  const keys = async () => {
+    const found: string[] = [];
+    let cursor = '0';
+    do {
+      const [next, batch] = await client.scan(cursor, 'MATCH', `${prefix}*`);
+      cursor = next;
+      found.push(...batch);
+    } while (cursor !== '0');
+    return found;
+  };
+  return Promise.resolve({
+    store: new RedisIdempotencyStore(client, { prefix }),
+    records: async () =>
+      (await keys()).filter((key) => key.endsWith(':record')).length,
+    async close() {
+      const all = await keys();
+      if (all.length > 0) {
+        await client.del(...all);
+      }
+      await client.quit();
+    },
+  });
+};
+
+/** A DynamoDB store on a dynalite server of its own. */
+export const dynamoSubject = async (): Promise<Subject> => {
+  const dynamo = await startDynalite();
+  const client = dynamo.client();
+  await DynamoDbIdempotencyStore.createTable(client, { timeToLive: false });
+  return {
+    store: new DynamoDbIdempotencyStore(client),
+    records: async () =>
+      (
+        await client.send(
+          new ScanCommand({
+            TableName: 'idempotency_records',
+            Select: 'COUNT',
+            ConsistentRead: true,
+          }),
+        )
+      ).Count ?? 0,
+    close: () => dynamo.close(),
+  };
+};
