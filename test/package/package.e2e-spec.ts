@@ -1,6 +1,7 @@
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import {
+  access,
   copyFile,
   mkdir,
   mkdtemp,
@@ -42,6 +43,51 @@ const PEERS = [
   'rxjs',
   'reflect-metadata',
 ];
+
+/**
+ * What a TypeScript application on the PostgreSQL store compiles with:
+ * Node's and pg's type definitions (pg ships none).
+ */
+const TYPES = ['@types/node', '@types/pg'];
+
+/**
+ * A TypeScript file of that application, type-checked with `skipLibCheck`
+ * off, so that every declaration file of the package it reaches is checked
+ * too: the main entry must name no type of a package the application does
+ * not have (ioredis, the AWS SDK).
+ */
+const TYPED_CONSUMER = `
+import { Body, Controller, Module, Post } from '@nestjs/common';
+import {
+  IdempotencyContext,
+  IdempotencyModule,
+  Idempotent,
+  MemoryIdempotencyStore,
+  type IdempotencyStore,
+} from 'nestjs-idempotency';
+import { idempotencyMigrations } from 'nestjs-idempotency/migrations';
+
+@Controller('payments')
+export class PaymentsController {
+  constructor(private readonly idempotency: IdempotencyContext) {}
+
+  @Post()
+  @Idempotent({ ttl: '1d' })
+  create(@Body() body: { reference: string }): Promise<{ charge: string }> {
+    return this.idempotency.step('charge', () => ({ charge: body.reference }));
+  }
+}
+
+const store: IdempotencyStore = new MemoryIdempotencyStore();
+
+@Module({
+  imports: [IdempotencyModule.forRoot({ store })],
+  controllers: [PaymentsController],
+})
+export class AppModule {}
+
+export const migrations: unknown[] = idempotencyMigrations;
+`;
 
 /** The peers the package must declare, never depend on. */
 const REQUIRED_PEERS = [
@@ -280,7 +326,9 @@ describe('the published package', () => {
         join(appDir, 'app.js'),
       );
       const peers = await Promise.all(
-        PEERS.map(async (name) => `${name}@${await installedVersion(name)}`),
+        [...PEERS, ...TYPES].map(
+          async (name) => `${name}@${await installedVersion(name)}`,
+        ),
       );
       await npm(
         [
@@ -325,6 +373,47 @@ describe('the published package', () => {
         true,
       );
     });
+
+    it('type-checks in a TypeScript application with skipLibCheck off, without ioredis or the AWS SDK', async () => {
+      await writeFile(join(appDir, 'typed.ts'), TYPED_CONSUMER);
+      await writeFile(
+        join(appDir, 'tsconfig.json'),
+        JSON.stringify({
+          compilerOptions: {
+            noEmit: true,
+            strict: true,
+            skipLibCheck: false,
+            module: 'nodenext',
+            moduleResolution: 'nodenext',
+            target: 'es2022',
+            // TypeORM's own declarations use esnext's disposables.
+            lib: ['esnext'],
+            types: ['node'],
+            experimentalDecorators: true,
+            emitDecoratorMetadata: true,
+          },
+          files: ['typed.ts'],
+        }),
+      );
+      const installed = (name: string) =>
+        access(join(appDir, 'node_modules', name)).then(
+          () => true,
+          () => false,
+        );
+      expect({
+        ioredis: await installed('ioredis'),
+        aws: await installed('@aws-sdk/client-dynamodb'),
+      }).toEqual({ ioredis: false, aws: false });
+      const tsc = join(root, 'node_modules/typescript/bin/tsc');
+      const checked = await run(process.execPath, [tsc, '-p', appDir], {
+        cwd: appDir,
+        env: childEnv(),
+      }).then(
+        () => 'no errors',
+        (error: { stdout?: string }) => error.stdout ?? String(error),
+      );
+      expect(checked).toBe('no errors');
+    }, 60_000);
 
     it('executes a request once and replays it for its duplicate', async () => {
       const post = () =>
