@@ -6,7 +6,7 @@ import {
   type ClaimOutcome,
   type IdempotencyStore,
 } from '../../src/index.js';
-import { Barrier } from '../utils/barrier.js';
+import { Barrier, until } from '../utils/barrier.js';
 import { describeWithServer } from '../utils/server.js';
 import {
   dynamoSubject,
@@ -222,6 +222,33 @@ function moduleOnStore(platform: Platform, subjectOf: () => Promise<Subject>) {
     ]);
   });
 
+  it('abandons a hung handler at its deadline: 503, the key free at once, and its late return stores nothing', async () => {
+    const key = randomUUID();
+    effects.barrier = new Barrier();
+    const hung = await post('/hung', key, { reference: 'h' });
+    expect(hung.status).toBe(503);
+    expect(hung.headers.get('content-type')).toContain(
+      'application/problem+json',
+    );
+    expect(hung.headers.get('retry-after')).not.toBeNull();
+    // Still running: the retry is not refused, it runs at once.
+    expect(effects.committed).toEqual([]);
+    const retry = await post('/hung', key, { reference: 'h' });
+    expect(retry.status).toBe(201);
+    expect(await retry.json()).toEqual({ reference: 'h', run: 2 });
+    // The abandoned handler returns now, after the retry completed: the
+    // fence keeps its result out of the record.
+    effects.barrier.open();
+    await until(
+      () => Promise.resolve(effects.committed.includes('hung:1:returned')),
+      'the abandoned handler to return',
+    );
+    const replay = await post('/hung', key, { reference: 'h' });
+    expect(replay.headers.get('idempotent-replayed')).toBe('true');
+    expect(await replay.json()).toEqual({ reference: 'h', run: 2 });
+    expect(effects.orders).toBe(2);
+  });
+
   it('runs IdempotencyService.run() once per key, and refuses its manager', async () => {
     const service = target.app.get(IdempotencyService);
     const key = randomUUID();
@@ -242,6 +269,58 @@ function moduleOnStore(platform: Platform, subjectOf: () => Promise<Subject>) {
       service.run({ key: failedKey }, (manager) => manager.query('x')),
     ).rejects.toThrow(/needs the PostgreSQL store/);
     expect(await service.run({ key: failedKey }, work)).toEqual({ runs: 2 });
+  });
+
+  describe('with a 1 s lease', () => {
+    let short: StoreApp;
+    let shortEffects: Effects;
+    /** Called with the owners each renewal of the store kept. */
+    let onRenewed: (owners: ReadonlySet<string>) => void = () => undefined;
+
+    beforeAll(async () => {
+      const renew = store.renew.bind(store);
+      store.renew = async (leases) => {
+        const kept = await renew(leases);
+        onRenewed(kept);
+        return kept;
+      };
+      short = await startStoreApp({
+        store,
+        platform,
+        idempotency: { lease: '1s' },
+        controllers: [MemoryStoreController],
+        providers: [Effects],
+      });
+      shortEffects = short.app.get(Effects);
+    });
+    afterAll(() => short?.close());
+
+    it('keeps the claim of a handler that runs past its lease by renewing it: a duplicate is still refused', async () => {
+      const key = randomUUID();
+      let renewals = 0;
+      // Four renewals, one every lease / 3: past the lease the claim started with.
+      const renewedPastTheLease = new Promise<void>((resolve) => {
+        onRenewed = (owners) => {
+          if (owners.size > 0 && ++renewals === 4) {
+            resolve();
+          }
+        };
+      });
+      shortEffects.barrier = new Barrier();
+      const first = fetch(`${short.url}/orders`, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json', 'Idempotency-Key': key },
+        body: JSON.stringify({ reference: 'long' }),
+      });
+      await shortEffects.barrier.reached(1);
+      await renewedPastTheLease;
+      const duplicate = await post('/orders', key, { reference: 'long' });
+      expect(duplicate.status).toBe(409);
+      shortEffects.barrier.open();
+      expect((await first).status).toBe(201);
+      expect(shortEffects.orders + effects.orders).toBe(1);
+      onRenewed = () => undefined;
+    });
   });
 }
 

@@ -70,6 +70,19 @@ export class MemoryStoreController {
     return { reference: body.reference, order: this.effects.orders };
   }
 
+  /** Held at `barrier` on its first run only; abandoned after 1 s. */
+  @Post('hung')
+  @Idempotent({ transactionTimeout: '1s' })
+  async hung(@Body() body: { reference: string }) {
+    this.effects.orders += 1;
+    const run = this.effects.orders;
+    if (run === 1) {
+      await this.effects.barrier?.wait();
+    }
+    this.effects.committed.push(`hung:${run}:returned`);
+    return { reference: body.reference, run };
+  }
+
   @Post('flaky')
   @Idempotent()
   flaky(@Body() body: { reference: string }) {
