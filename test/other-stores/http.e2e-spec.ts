@@ -170,6 +170,21 @@ function moduleOnStore(platform: Platform, subjectOf: () => Promise<Subject>) {
     expect(effects.orders).toBe(1);
   });
 
+  it('sends a response too large to keep, then refuses its duplicates as not replayable (422) without running the handler', async () => {
+    const key = randomUUID();
+    // Over the module's maxResponseSize (1 MiB), and over every store's own limit.
+    const size = 9 * 1024 * 1024;
+    const first = await post('/report', key, { size });
+    expect(first.status).toBe(200);
+    expect((await first.text()).length).toBe(size);
+    const duplicate = await post('/report', key, { size });
+    expect(duplicate.status).toBe(422);
+    expect(await duplicate.json()).toMatchObject({
+      type: 'urn:idempotency:not-replayable',
+    });
+    expect(effects.orders).toBe(1);
+  });
+
   it('answers 400 to a request without a key, without running the handler or writing a record', async () => {
     const size = await subject.records();
     const response = await post('/orders', undefined, { reference: 'x' });

@@ -83,6 +83,16 @@ export class MemoryStoreController {
     return { reference: body.reference, run };
   }
 
+  /** A body of `size` bytes. */
+  @Post('report')
+  @Idempotent()
+  @HttpCode(200)
+  @Header('Content-Type', 'text/plain')
+  report(@Body() body: { size: number }) {
+    this.effects.orders += 1;
+    return 'r'.repeat(body.size);
+  }
+
   @Post('flaky')
   @Idempotent()
   flaky(@Body() body: { reference: string }) {

@@ -305,7 +305,7 @@ describeRedis('the Redis store', () => {
     expect(Buffer.compare(response.body, body)).toBe(0);
   });
 
-  it('refuses a response over maxResponseBytes with a clear error, and keeps the claim to release', async () => {
+  it('records a response over maxResponseBytes as not replayable, keeping its status', async () => {
     const small = new RedisIdempotencyStore(client, {
       prefix: PREFIX,
       maxResponseBytes: 1024,
@@ -318,17 +318,17 @@ describeRedis('the Redis store', () => {
     });
     const over = attempt('over');
     await small.claim(over);
-    const refusal = small.complete(over, respond(fits + 1), undefined);
-    await expect(refusal).rejects.toThrow(IdempotencyConfigurationError);
-    await expect(refusal).rejects.toThrow(
-      'A response of 1025 bytes is larger than the Redis store keeps (maxResponseBytes: 1024).',
-    );
-    expect(await small.claim(attempt('over'))).toMatchObject({
-      state: 'in_progress',
-    });
-    expect(await small.release(over)).toEqual({
+    expect(await small.complete(over, respond(fits + 1), undefined)).toEqual({
       fenced: true,
       waiting: false,
+    });
+    expect(await small.claim(attempt('over'))).toEqual({
+      state: 'finished',
+      record: expect.objectContaining({
+        status: 'not_replayable',
+        fingerprint: 'fp',
+        response: expect.objectContaining({ status: 200 }),
+      }),
     });
 
     const exact = attempt('exact');

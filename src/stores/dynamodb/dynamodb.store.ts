@@ -37,6 +37,7 @@ import {
   stringOf,
 } from './dynamodb-item.js';
 import { createDynamoDbTable } from './dynamodb-table.js';
+import { notReplayable } from '../not-replayable.js';
 
 /** Room left in an item for the attributes a completion does not write. */
 const RECORD_OVERHEAD_BYTES = 2048;
@@ -600,13 +601,4 @@ export class DynamoDbIdempotencyStore implements IdempotencyStore {
 /** Whether a duplicate waits for the claim of an item. */
 function isWaiting(item: Item): boolean {
   return Boolean(item.waiting && 'BOOL' in item.waiting && item.waiting.BOOL);
-}
-
-/** A completion whose response is too large to store: its status only. */
-function notReplayable(completion: Completion): Completion {
-  return {
-    status: 'not_replayable',
-    response: { status: completion.response.status },
-    ttlMs: completion.ttlMs,
-  };
 }

@@ -11,11 +11,11 @@ export interface RedisIdempotencyStoreOptions {
   readonly prefix?: string;
   /**
    * Largest response the store keeps (body bytes plus the JSON of the
-   * headers); a larger one is refused with an
-   * `IdempotencyConfigurationError`. Protects Redis, which holds every
-   * value in memory and blocks while it copies one. Keep the module's
-   * `maxResponseSize` (1 MiB by default: a larger body is not stored) below
-   * it.
+   * headers). A larger one is recorded as not replayable, with its status
+   * only: the client that made the request gets its response, a duplicate
+   * gets `422`, as for a body over the module's `maxResponseSize` (1 MiB by
+   * default). Protects Redis, which holds every value in memory and blocks
+   * while it copies one.
    * @default 8388608 (8 MiB)
    */
   readonly maxResponseBytes?: number;

@@ -12,6 +12,7 @@ import type {
   RecordStatus,
   Renewal,
 } from '../../protocol/idempotency-store.interface.js';
+import { notReplayable } from '../not-replayable.js';
 import { RECORD_ID_LENGTH, RedisKeys } from './redis-keys.js';
 import {
   resolveRedisStoreOptions,
@@ -210,8 +211,9 @@ export class RedisIdempotencyStore
   /**
    * Writes the response into the claimed record, fenced by the owner, and
    * clears the key's steps. `transaction` is ignored.
-   * @throws IdempotencyConfigurationError for a response larger than
-   *   `maxResponseBytes` (the claim stays; the module releases it).
+   * A response larger than `maxResponseBytes` is recorded as not
+   * replayable, with its status only (as one over the module's
+   * `maxResponseSize`).
    */
   async complete(
     lease: Lease,
@@ -224,10 +226,7 @@ export class RedisIdempotencyStore
     if (stored) {
       const size = stored.body.length + Buffer.byteLength(headers);
       if (size > this.options.maxResponseBytes) {
-        throw new IdempotencyConfigurationError(
-          `A response of ${size} bytes is larger than the Redis store keeps (maxResponseBytes: ${this.options.maxResponseBytes}).`,
-          "Lower the module option `maxResponseSize` below the store's `maxResponseBytes` (a larger body is then not stored, and its duplicates are refused), or raise `maxResponseBytes`.",
-        );
+        return this.complete(lease, notReplayable(completion));
       }
     }
     const id = RedisKeys.id(lease.scope, lease.key);
