@@ -111,33 +111,43 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import pg from 'pg';
 import { startEmbeddedPostgres } from '../setup/embedded-postgres.js';
 import { startSample, type SampleProcess } from '../utils/sample-process.js';
+import { quiesce, readPool } from './app-state.js';
 import { postmasterOf, processCpuMs, serverCpuMs } from './cpu-time.js';
-import { median, runLoad, type LoadResult } from './load.js';
+import { onServer } from './database.js';
+import { runLoad, type LoadResult } from './load.js';
 import {
   ActivitySampler,
   ServerCounters,
   type ServerCounts,
   type WalFlushSource,
 } from './server-counters.js';
+import {
+  BODY,
+  completed,
+  fresh,
+  interleave,
+  load,
+  summarizeRounds,
+  type LoadRow,
+  type LoadScenario,
+  type Rounds,
+} from './scenario.js';
+import { loadSettings, setting } from './settings.js';
+import { fixed, printTable } from './table.js';
 
 const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
 
-function setting(name: string, fallback: number, min = 1): number {
-  const value = Number(process.env[name] ?? fallback);
-  if (!Number.isFinite(value) || value < min) {
-    throw new Error(`${name} must be a number of at least ${min}`);
-  }
-  return value;
-}
-
-const SECONDS = setting('BENCH_SECONDS', 4);
-const ROUNDS = setting('BENCH_ROUNDS', 5);
-const CONNECTIONS = setting('BENCH_CONNECTIONS', 10);
-const GATEWAY_CONNECTIONS = setting('BENCH_GATEWAY_CONNECTIONS', 50);
-const GATEWAY_MS = setting('BENCH_GATEWAY_MS', 50, 0);
-const WARMUP_SECONDS = setting('BENCH_WARMUP_SECONDS', 2);
+const LOAD = loadSettings({ seconds: 4, warmupSeconds: 2 });
+const {
+  seconds: SECONDS,
+  rounds: ROUNDS,
+  connections: CONNECTIONS,
+  gatewayConnections: GATEWAY_CONNECTIONS,
+  gatewayMs: GATEWAY_MS,
+  warmupSeconds: WARMUP_SECONDS,
+  replayKeys: REPLAY_KEYS,
+} = LOAD;
 const COUNT_REQUESTS = setting('BENCH_COUNT_REQUESTS', 200);
-const REPLAY_KEYS = setting('BENCH_REPLAY_KEYS', 1000);
 const CONTENDED_KEYS = setting('BENCH_CONTENDED_KEYS', 5);
 const CONTENDED_REPEATS = setting('BENCH_CONTENDED_REPEATS', 10);
 const COST_RATE = setting('BENCH_COST_RATE', 100);
@@ -146,33 +156,12 @@ const SAMPLE_MS = setting('BENCH_SAMPLE_MS', 20);
 const OUTPUT =
   process.env.BENCH_OUTPUT ?? `${ROOT}dist-bench/bench-results.json`;
 
-const BODY = JSON.stringify({
-  amount: 1250,
-  currency: 'EUR',
-  merchantId: 'm_42',
-});
-
-/** A way of sending requests, measured in every round. */
-interface Scenario {
-  readonly name: string;
-  readonly path: string;
-  /** Concurrent connections of its load runs. */
-  readonly connections: number;
+/** A way of sending requests, measured in every round, and counted. */
+interface Scenario extends LoadScenario {
   /** Connections of its counting pass. */
   readonly countConnections: number;
-  /** What its ratios are taken against; none for a baseline. */
   readonly baseline?: Scenario;
-  /** Keys for one run; `run` tells runs apart so that keys never repeat by accident. */
-  keys(run: string): () => string;
 }
-
-/** A new key for every request. */
-const fresh =
-  (prefix: string) =>
-  (run: string): (() => string) => {
-    let n = 0;
-    return () => `${prefix}-${run}-${n++}`;
-  };
 
 const baseline: Scenario = {
   name: 'baseline',
@@ -195,10 +184,7 @@ const replay: Scenario = {
   connections: CONNECTIONS,
   countConnections: 1,
   baseline,
-  keys: () => {
-    let n = 0;
-    return () => `r-${n++ % REPLAY_KEYS}`;
-  },
+  keys: completed('r', REPLAY_KEYS),
 };
 const contended: Scenario = {
   name: 'contended',
@@ -272,12 +258,7 @@ interface Counted {
 }
 
 /** What one scenario measured over all rounds. */
-interface ScenarioResult {
-  readonly rounds: RunResult[];
-  /** Its throughput over its baseline's, round by round. */
-  readonly ratios: number[];
-  /** Its p99 latency over its baseline's, round by round. */
-  readonly p99Ratios: number[];
+interface ScenarioResult extends Rounds<RunResult> {
   /** A run at the same fixed rate for every scenario: what a request costs. */
   cost?: RunResult;
   counted?: Counted;
@@ -290,52 +271,6 @@ interface Bench {
   readonly appPid: number | undefined;
   readonly postmaster: number | undefined;
   readonly sampler: ActivitySampler;
-}
-
-function load(app: SampleProcess, scenario: Scenario, run: string) {
-  return {
-    url: app.url,
-    path: scenario.path,
-    body: BODY,
-    connections: scenario.connections,
-    key: scenario.keys(run),
-  };
-}
-
-/** What the app says of its pool (since its last reading) and its requests. */
-interface PoolReading {
-  readonly maxHeld: number;
-  readonly held: number;
-  readonly size: number;
-  readonly inFlight: number;
-}
-
-async function readPool(app: SampleProcess): Promise<PoolReading> {
-  const response = await fetch(`${app.url}/bench/pool`, { method: 'POST' });
-  if (!response.ok) {
-    throw new Error(`POST /bench/pool answered ${response.status}`);
-  }
-  return (await response.json()) as PoolReading;
-}
-
-/**
- * Waits until the app handles no request and holds no connection: when a
- * load run ends, the handlers of the requests in flight (the gateway's
- * especially) still run, and would count in what is measured next.
- */
-async function quiesce(app: SampleProcess): Promise<void> {
-  for (let waited = 0; ; waited += 10) {
-    const { held, inFlight } = await readPool(app);
-    if (held === 0 && inFlight === 0) {
-      return;
-    }
-    if (waited > 60_000) {
-      throw new Error(
-        `The app still handles ${inFlight} requests and holds ${held} connections after 60 s.`,
-      );
-    }
-    await sleep(10);
-  }
 }
 
 /**
@@ -414,9 +349,6 @@ async function machine(counters: ServerCounters) {
     server: process.env.DATABASE_URL ? 'DATABASE_URL' : 'embedded',
   };
 }
-
-const fixed = (value: number | undefined, digits: number) =>
-  value === undefined || Number.isNaN(value) ? 'n/a' : value.toFixed(digits);
 
 /** How far a synchronous-commit count can be trusted. */
 type Bound = 'exact' | 'at least' | 'at most' | 'unknown';
@@ -505,18 +437,7 @@ const opposite = (bound: Bound): Bound =>
   bound === 'at least' ? 'at most' : bound === 'at most' ? 'at least' : bound;
 
 /** The figures of one load scenario, as printed and written to the JSON file. */
-interface Row {
-  readonly scenario: string;
-  readonly path: string;
-  readonly baseline: string | undefined;
-  readonly connections: number;
-  /** Medians over the rounds. */
-  readonly rps: number;
-  readonly p50: number;
-  readonly p99: number;
-  readonly ratio: number;
-  readonly ratioRange: readonly [number, number];
-  readonly p99Ratio: number;
+interface Row extends LoadRow {
   /** The most pooled connections held at once, over all rounds. */
   readonly poolMax: number | undefined;
   readonly sampledMax: number | undefined;
@@ -527,13 +448,6 @@ interface Row {
   readonly costRps: number | undefined;
   /** From the counting pass. */
   readonly perRequest: PerRequest | undefined;
-  /** Totals over the rounds. */
-  readonly requests: number;
-  readonly non2xx: number;
-  /** Connection errors and timeouts. */
-  readonly errors: number;
-  readonly replayed: number;
-  readonly statuses: Record<string, number>;
 }
 
 function summarize(
@@ -541,14 +455,6 @@ function summarize(
   result: ScenarioResult,
   flushSource: WalFlushSource,
 ): Row {
-  const statuses: Record<string, number> = {};
-  for (const round of result.rounds) {
-    for (const [status, count] of Object.entries(round.statuses)) {
-      statuses[status] = (statuses[status] ?? 0) + count;
-    }
-  }
-  const total = (of: 'requests' | 'non2xx' | 'errors' | 'replayed') =>
-    result.rounds.reduce((sum, round) => sum + round[of], 0);
   const most = (of: 'poolMax' | 'sampledMax') => {
     const values = result.rounds.flatMap((round) =>
       round[of] === undefined ? [] : [round[of]],
@@ -556,16 +462,7 @@ function summarize(
     return values.length === 0 ? undefined : Math.max(...values);
   };
   return {
-    scenario: scenario.name,
-    path: scenario.path,
-    baseline: scenario.baseline?.name,
-    connections: scenario.connections,
-    rps: median(result.rounds.map((r) => r.rps)),
-    p50: median(result.rounds.map((r) => r.p50)),
-    p99: median(result.rounds.map((r) => r.p99)),
-    ratio: median(result.ratios),
-    ratioRange: [Math.min(...result.ratios), Math.max(...result.ratios)],
-    p99Ratio: median(result.p99Ratios),
+    ...summarizeRounds(scenario, result),
     poolMax: most('poolMax'),
     sampledMax: most('sampledMax'),
     appCpuMsPerRequest: result.cost?.appCpu,
@@ -579,32 +476,7 @@ function summarize(
         scenario.countConnections > 1,
         flushSource,
       ),
-    requests: total('requests'),
-    non2xx: total('non2xx'),
-    errors: total('errors'),
-    replayed: total('replayed'),
-    statuses,
   };
-}
-
-/** A column: title, width (negative: left-aligned) and cell. */
-type Column<T> = [string, number, (row: T) => string];
-
-function printTable<T>(rows: readonly T[], columns: readonly Column<T>[]) {
-  const line = (cells: string[]) =>
-    cells
-      .map((cell, i) =>
-        columns[i][1] < 0
-          ? cell.padEnd(-columns[i][1])
-          : cell.padStart(columns[i][1]),
-      )
-      .join(' ');
-  const header = line(columns.map(([title]) => title));
-  console.log(header);
-  console.log('-'.repeat(header.length));
-  for (const row of rows) {
-    console.log(line(columns.map(([, , cell]) => cell(row))));
-  }
 }
 
 /** A row of the cost table: a scenario's, or the refusal's (counts only). */
@@ -807,17 +679,6 @@ function report(
     console.log(`  ${t.target}: ${fixed(t.value, 2)} (${verdict})`);
   }
   return targets;
-}
-
-/** Creates or drops a database on the server. */
-async function onServer(serverUrl: string, sql: string): Promise<void> {
-  const client = new pg.Client({ connectionString: serverUrl });
-  await client.connect();
-  try {
-    await client.query(sql);
-  } finally {
-    await client.end();
-  }
 }
 
 /** What the commit classification measured on transactions of known kinds. */
@@ -1074,34 +935,12 @@ async function main(): Promise<void> {
       });
     }
 
-    const results = new Map<Scenario, ScenarioResult>(
-      SCENARIOS.map((s) => [s, { rounds: [], ratios: [], p99Ratios: [] }]),
+    const results: Map<Scenario, ScenarioResult> = await interleave(
+      SCENARIOS,
+      ROUNDS,
+      (scenario, round) =>
+        timed(bench, scenario, `${round}`, SECONDS, { watch: true }),
     );
-    for (let round = 0; round < ROUNDS; round += 1) {
-      // Each round starts with another scenario: none always runs first.
-      const order = SCENARIOS.map(
-        (_, i) => SCENARIOS[(i + round) % SCENARIOS.length],
-      );
-      const measured = new Map<Scenario, RunResult>();
-      for (const scenario of order) {
-        const result = await timed(bench, scenario, `${round}`, SECONDS, {
-          watch: true,
-        });
-        measured.set(scenario, result);
-        results.get(scenario)!.rounds.push(result);
-      }
-      for (const [scenario, result] of measured) {
-        const base = measured.get(scenario.baseline ?? scenario)!;
-        results.get(scenario)!.ratios.push(result.rps / base.rps);
-        results.get(scenario)!.p99Ratios.push(result.p99 / base.p99);
-      }
-      console.log(
-        `round ${round + 1}/${ROUNDS}: ` +
-          SCENARIOS.map(
-            (s) => `${s.name} ${measured.get(s)!.rps.toFixed(0)}/s`,
-          ).join(', '),
-      );
-    }
 
     // CPU per request: the same fixed rate for every scenario, so that none
     // gets cheaper per request only by being faster (fuller batches).
@@ -1152,16 +991,10 @@ async function main(): Promise<void> {
       date: new Date().toISOString(),
       machine: info,
       settings: {
-        seconds: SECONDS,
-        rounds: ROUNDS,
-        connections: CONNECTIONS,
-        gatewayConnections: GATEWAY_CONNECTIONS,
-        gatewayMs: GATEWAY_MS,
-        warmupSeconds: WARMUP_SECONDS,
+        ...LOAD,
         countRequests: COUNT_REQUESTS,
         costRate: COST_RATE,
         costSeconds: COST_SECONDS,
-        replayKeys: REPLAY_KEYS,
         contendedKeys: CONTENDED_KEYS,
         contendedRepeats: CONTENDED_REPEATS,
         sampleMs: SAMPLE_MS,

@@ -127,7 +127,7 @@ export class BenchController {
   }
 
   /** The gateway stand-in, answering after `waitMs`. */
-  private async charge(
+  protected async charge(
     dto: CreatePaymentDto,
     key: string,
     waitMs: number,
@@ -138,12 +138,12 @@ export class BenchController {
     return this.gateway.charge(dto.amount, dto.currency, key);
   }
 
-  private chargeKey(): string {
+  protected chargeKey(): string {
     return this.idempotency.deriveKey('charge');
   }
 
   /** What a user without the module writes: one short transaction. */
-  private book(dto: CreatePaymentDto, charge: Charge): Promise<Payment> {
+  protected book(dto: CreatePaymentDto, charge: Charge): Promise<Payment> {
     return this.dataSource.transaction((manager) =>
       this.payments.book(dto, charge.id, manager),
     );
@@ -151,6 +151,6 @@ export class BenchController {
 }
 
 /** The gateway key of a baseline request: the header, when sent, names the charge. */
-function plainKey(key: string | undefined): string {
+export function plainKey(key: string | undefined): string {
   return `${key ?? randomUUID()}:charge`;
 }

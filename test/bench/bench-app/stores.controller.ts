@@ -1,0 +1,37 @@
+import { Body, Controller, Post } from '@nestjs/common';
+import { Idempotent } from 'nestjs-idempotency';
+import { CreatePaymentDto } from '../../../sample-app/payments/create-payment.dto.js';
+import type { Payment } from '../../../sample-app/payments/payment.entity.js';
+import { BenchController } from './bench.controller.js';
+
+/** How long the gateway of the gateway routes takes to answer (ms). */
+const GATEWAY_MS = Number(process.env.BENCH_GATEWAY_MS ?? 50);
+
+/**
+ * The bench's routes on a store other than PostgreSQL. That store's record
+ * cannot commit with the handler's writes, and the module gives no
+ * transaction: its idempotent routes do exactly what their baselines do
+ * (the gateway, then the payment in a short transaction of their own), with
+ * `@Idempotent()` on top, so that what they cost more is the module only.
+ * The other routes are {@link BenchController}'s.
+ */
+@Controller('bench')
+export class StoresBenchController extends BenchController {
+  /** The baseline, with `@Idempotent()`. */
+  @Post('payments')
+  @Idempotent()
+  override async create(@Body() dto: CreatePaymentDto): Promise<Payment> {
+    const charge = await this.charge(dto, this.chargeKey(), 0);
+    return this.book(dto, charge);
+  }
+
+  /** The gateway baseline, with `@Idempotent()`. */
+  @Post('gateway')
+  @Idempotent()
+  override async gatewayPayment(
+    @Body() dto: CreatePaymentDto,
+  ): Promise<Payment> {
+    const charge = await this.charge(dto, this.chargeKey(), GATEWAY_MS);
+    return this.book(dto, charge);
+  }
+}

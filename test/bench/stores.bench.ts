@@ -1,0 +1,751 @@
+/**
+ * Throughput of the idempotency module on each of its stores, and side by
+ * side with @node-idempotency/nestjs on the same Redis.
+ *
+ * For each store (BENCH_STORES), the bench app (bench-app/stores-main.ts)
+ * runs as a process of its own, on a database of its own on PostgreSQL (an
+ * embedded server with fsync on, or DATABASE_URL), the module on that store:
+ *
+ *   PostgreSQL  the app of `npm run bench` as it is: the idempotent routes
+ *               write through the module's transaction, which the record
+ *               commits in
+ *   Redis       BENCH_REDIS_URL, keys under a prefix of the run's own,
+ *               deleted at the end
+ *   DynamoDB    dynalite, in a process of its own
+ *   memory      the in-memory store
+ *
+ * On the stores other than PostgreSQL the record cannot commit with the
+ * handler's writes: there the idempotent routes do exactly what their
+ * baselines do (the gateway, then the payment in a short transaction of
+ * their own), `@Idempotent()` on top, so that the difference is the module.
+ *
+ * Scenarios, on each store, against the baseline named in brackets:
+ *
+ *   baseline          POST /bench/baseline: the gateway stand-in (no wait),
+ *                     then the payment (one payment, two ledger rows, read
+ *                     back) in one short plain transaction; no idempotency
+ *   first execution   POST /bench/payments, @Idempotent(), a new key per
+ *                     request [baseline]
+ *   replay            the same route, every request a key that already
+ *                     completed [baseline]
+ *   gateway baseline  POST /bench/gateway-baseline: waits BENCH_GATEWAY_MS
+ *                     (a payment gateway's answer) outside any transaction,
+ *                     then the payment in a short transaction
+ *   gateway           POST /bench/gateway, @Idempotent(), the same wait, then
+ *                     the payment [gateway baseline]
+ *
+ * and on Redis, side by side with @node-idempotency/nestjs
+ * (BENCH_NODE_IDEMPOTENCY, a version; installed at run time in a
+ * temporary directory, with its Redis storage adapter: its peers are NestJS
+ * 9 and 10, so it is no dependency of this repository; in the same NestJS 12
+ * app, its CommonJS code finding the repository's NestJS through
+ * NODE_PATH), on the same Redis:
+ *
+ *   theirs: first execution  POST /theirs/payments, the baseline's handler
+ *                            under its @Idempotent(), a new key per request
+ *                            [baseline]
+ *   theirs: replay           the same route, keys that already completed
+ *                            [baseline]
+ *
+ * Before measuring, each idempotent route is checked to replay: a request,
+ * the same again (201, Idempotent-Replayed: true, the same body, one payment
+ * written), then the same key with another body (422 expected); printed.
+ *
+ * The scenarios of a store run interleaved, in rounds, each round starting
+ * with another one. Per scenario: req/s, p50 and p99 latency (medians of the
+ * rounds) and the ratio to its baseline within each round (median); on
+ * Redis, ours over theirs within each round (median). One table per store
+ * and the side-by-side one go to the console, everything to a JSON file.
+ *
+ *   npm run bench:stores
+ *   BENCH_STORES=redis BENCH_SECONDS=2 BENCH_ROUNDS=1 npm run bench:stores
+ *
+ * Settings (defaults), about 7 minutes in all on 2 cores:
+ * BENCH_STORES=postgres,redis,dynamodb,memory BENCH_SECONDS=3 BENCH_ROUNDS=5
+ * BENCH_CONNECTIONS=10 BENCH_GATEWAY_CONNECTIONS=50 BENCH_GATEWAY_MS=50
+ * BENCH_WARMUP_SECONDS=1 BENCH_REPLAY_KEYS=1000
+ * BENCH_REDIS_URL=redis://127.0.0.1:6379 BENCH_NODE_IDEMPOTENCY=1.0.4 (0: not
+ * compared) BENCH_STORES_OUTPUT=dist-bench/stores-bench-results.json
+ */
+import { execFile } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { cpus, loadavg, tmpdir, totalmem } from 'node:os';
+import { dirname, join } from 'node:path';
+import { promisify } from 'node:util';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { Redis } from 'ioredis';
+import pg from 'pg';
+import { startEmbeddedPostgres } from '../setup/embedded-postgres.js';
+import { startSample, type SampleProcess } from '../utils/sample-process.js';
+import { quiesce } from './app-state.js';
+import { onServer } from './database.js';
+import { median, runLoad, type LoadResult } from './load.js';
+import {
+  BODY,
+  completed,
+  fresh,
+  interleave,
+  load,
+  summarizeRounds,
+  type LoadRow,
+  type LoadScenario,
+  type Rounds,
+} from './scenario.js';
+import { loadSettings } from './settings.js';
+import { fixed, printTable } from './table.js';
+
+const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
+
+// Shorter runs than bench.ts's: more scenarios, the same total time.
+const SETTINGS = loadSettings({ seconds: 3, warmupSeconds: 1 });
+const REDIS_URL = process.env.BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379';
+const THEIRS_VERSION = process.env.BENCH_NODE_IDEMPOTENCY ?? '1.0.4';
+const OUTPUT =
+  process.env.BENCH_STORES_OUTPUT ??
+  `${ROOT}dist-bench/stores-bench-results.json`;
+
+const STORE_NAMES = {
+  postgres: 'PostgreSQL',
+  redis: 'Redis',
+  dynamodb: 'DynamoDB (dynalite)',
+  memory: 'memory',
+} as const;
+type Store = keyof typeof STORE_NAMES;
+
+const STORES = (
+  process.env.BENCH_STORES ?? 'postgres,redis,dynamodb,memory'
+).split(',') as Store[];
+for (const store of STORES) {
+  if (!(store in STORE_NAMES)) {
+    throw new Error(
+      `BENCH_STORES: unknown store ${store} (postgres, redis, dynamodb, memory)`,
+    );
+  }
+}
+
+/** The same key with this body is another request: 422 expected. */
+const OTHER_BODY = JSON.stringify({
+  amount: 990,
+  currency: 'EUR',
+  merchantId: 'm_42',
+});
+
+/** A way of sending requests, measured in every round. */
+interface Scenario extends LoadScenario {
+  readonly baseline?: Scenario;
+  /** Whether its requests are all replays (otherwise none is). */
+  readonly replays: boolean;
+}
+
+const baseline: Scenario = {
+  name: 'baseline',
+  path: '/bench/baseline',
+  connections: SETTINGS.connections,
+  replays: false,
+  keys: fresh('b'),
+};
+const first: Scenario = {
+  name: 'first execution',
+  path: '/bench/payments',
+  connections: SETTINGS.connections,
+  baseline,
+  replays: false,
+  keys: fresh('f'),
+};
+const replay: Scenario = {
+  name: 'replay',
+  path: '/bench/payments',
+  connections: SETTINGS.connections,
+  baseline,
+  replays: true,
+  keys: completed('r', SETTINGS.replayKeys),
+};
+const gatewayBaseline: Scenario = {
+  name: 'gateway baseline',
+  path: '/bench/gateway-baseline',
+  connections: SETTINGS.gatewayConnections,
+  replays: false,
+  keys: fresh('gb'),
+};
+const gateway: Scenario = {
+  name: 'gateway',
+  path: '/bench/gateway',
+  connections: SETTINGS.gatewayConnections,
+  baseline: gatewayBaseline,
+  replays: false,
+  keys: fresh('g'),
+};
+const theirsFirst: Scenario = {
+  name: 'theirs: first execution',
+  path: '/theirs/payments',
+  connections: SETTINGS.connections,
+  baseline,
+  replays: false,
+  keys: fresh('tf'),
+};
+const theirsReplay: Scenario = {
+  name: 'theirs: replay',
+  path: '/theirs/payments',
+  connections: SETTINGS.connections,
+  baseline,
+  replays: true,
+  keys: completed('tr', SETTINGS.replayKeys),
+};
+const SCENARIOS = [baseline, first, replay, gatewayBaseline, gateway];
+/** Ours against theirs, round by round. */
+const PAIRS = [
+  { name: 'first execution', ours: first, theirs: theirsFirst },
+  { name: 'replay', ours: replay, theirs: theirsReplay },
+] as const;
+
+/** The other library, installed for this run. */
+interface Theirs {
+  readonly dir: string;
+  /** Installed versions, by package. */
+  readonly versions: Readonly<Record<string, string>>;
+}
+
+/**
+ * Installs @node-idempotency/nestjs and its Redis storage adapter in a
+ * temporary directory. Its peers (NestJS ^9 || ^10) are not installed
+ * (--legacy-peer-deps): the app gives it the repository's NestJS.
+ */
+async function installTheirs(): Promise<Theirs> {
+  const dir = await mkdtemp(join(tmpdir(), 'idempotency-bench-theirs-'));
+  const packages = [
+    '@node-idempotency/nestjs',
+    '@node-idempotency/storage-adapter-redis',
+  ];
+  try {
+    await promisify(execFile)('npm', [
+      'install',
+      '--prefix',
+      dir,
+      '--no-save',
+      '--legacy-peer-deps',
+      '--no-audit',
+      '--no-fund',
+      '--loglevel=error',
+      `${packages[0]}@${THEIRS_VERSION}`,
+      packages[1],
+    ]);
+    const versions: Record<string, string> = {};
+    for (const name of packages) {
+      const manifest = JSON.parse(
+        await readFile(join(dir, 'node_modules', name, 'package.json'), 'utf8'),
+      ) as { version: string };
+      versions[name] = manifest.version;
+    }
+    return { dir, versions };
+  } catch (error) {
+    await rm(dir, { recursive: true, force: true });
+    throw error;
+  }
+}
+
+/** What one check of a route's replay saw. */
+interface ReplayCheck {
+  readonly store: string;
+  readonly library: string;
+  readonly path: string;
+  /** Statuses of the request, of its duplicate, and of the key with another body. */
+  readonly statuses: readonly [number, number, number];
+  /** The duplicate said `Idempotent-Replayed: true`. */
+  readonly replayedHeader: boolean;
+  /** The duplicate's body is the first response's, byte for byte. */
+  readonly sameBody: boolean;
+  /** Payments written with the first response's charge (1: the handler ran once). */
+  readonly payments: number;
+  readonly ok: boolean;
+}
+
+/**
+ * Sends a request, the same again, then the same key with another body,
+ * and counts the payments written for that charge in the app's database.
+ */
+async function checkReplay(
+  app: SampleProcess,
+  database: string,
+  store: Store,
+  library: string,
+  path: string,
+): Promise<ReplayCheck> {
+  const key = `check-${randomUUID()}`;
+  const post = async (body: string) => {
+    const response = await fetch(`${app.url}${path}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'idempotency-key': key },
+      body,
+    });
+    return { response, text: await response.text() };
+  };
+  const one = await post(BODY);
+  const two = await post(BODY);
+  const other = await post(OTHER_BODY);
+  const db = new pg.Client({ connectionString: database });
+  await db.connect();
+  let payments: number;
+  try {
+    const { chargeId } = JSON.parse(one.text) as { chargeId: string };
+    const { rows } = await db.query<{ n: number }>(
+      'SELECT count(*)::int AS n FROM payments WHERE charge_id = $1',
+      [chargeId],
+    );
+    payments = rows[0].n;
+  } finally {
+    await db.end();
+  }
+  const statuses = [
+    one.response.status,
+    two.response.status,
+    other.response.status,
+  ] as const;
+  const replayedHeader =
+    two.response.headers.get('idempotent-replayed') === 'true';
+  const sameBody = two.text === one.text;
+  return {
+    store: STORE_NAMES[store],
+    library,
+    path,
+    statuses,
+    replayedHeader,
+    sameBody,
+    payments,
+    ok:
+      statuses[0] === 201 &&
+      statuses[1] === 201 &&
+      statuses[2] === 422 &&
+      replayedHeader &&
+      sameBody &&
+      payments === 1,
+  };
+}
+
+function printCheck(check: ReplayCheck): void {
+  const [one, two, other] = check.statuses;
+  console.log(
+    `replay check, ${check.library} on ${check.store} (POST ${check.path}): ${one}, then ${two}` +
+      `${check.replayedHeader ? ' with Idempotent-Replayed: true' : ' WITHOUT Idempotent-Replayed'}, ` +
+      `${check.sameBody ? 'the same body' : 'ANOTHER body'}, ${check.payments} payment written; ` +
+      `the key with another body: ${other} (${check.ok ? 'ok' : 'NOT as expected'})`,
+  );
+}
+
+/** Completes the keys of `scenario` (BENCH_REPLAY_KEYS) before its runs replay them. */
+async function createReplayKeys(
+  app: SampleProcess,
+  scenario: Scenario,
+): Promise<void> {
+  const created = await runLoad({
+    ...load(app, scenario, 'setup'),
+    amount: SETTINGS.replayKeys,
+  });
+  if (
+    created.statuses['201'] !== SETTINGS.replayKeys ||
+    created.replayed !== 0
+  ) {
+    throw new Error(
+      `creating the keys of ${scenario.name}: ${JSON.stringify(created.statuses)}, ${created.replayed} replayed`,
+    );
+  }
+}
+
+/** The figures of one scenario on one store, as printed and written. */
+interface Row extends LoadRow {
+  readonly store: string;
+  /** Replays where none was expected, or the other way round. */
+  readonly unexpected: number;
+}
+
+function summarize(
+  store: Store,
+  scenario: Scenario,
+  result: Rounds<LoadResult>,
+): Row {
+  const row = summarizeRounds(scenario, result);
+  return {
+    store: STORE_NAMES[store],
+    ...row,
+    unexpected: scenario.replays ? row.requests - row.replayed : row.replayed,
+  };
+}
+
+/** Ours over theirs on one kind of request, round by round. */
+interface Pair {
+  readonly name: string;
+  readonly ours: Row;
+  readonly theirs: Row;
+  /** Medians over the rounds of ours over theirs. */
+  readonly ratio: number;
+  readonly p99Ratio: number;
+  readonly ratios: number[];
+}
+
+/** What was measured on one store. */
+interface StoreRun {
+  readonly store: Store;
+  readonly scenarios: readonly Scenario[];
+  readonly rows: Row[];
+  readonly results: Map<Scenario, Rounds<LoadResult>>;
+  readonly checks: ReplayCheck[];
+  readonly pairs: Pair[];
+}
+
+/** What the bench runs beside the apps, shared by every store. */
+interface Shared {
+  readonly serverUrl: string;
+  readonly runId: string;
+  readonly dynaliteUrl?: string;
+  readonly theirs?: Theirs;
+}
+
+/** Starts the app on `store`, checks its replays, and runs its rounds. */
+async function benchStore(store: Store, shared: Shared): Promise<StoreRun> {
+  const database = `idem_stores_${shared.runId}_${store}`;
+  await onServer(shared.serverUrl, `CREATE DATABASE "${database}"`);
+  const appUrl = new URL(shared.serverUrl);
+  appUrl.pathname = `/${database}`;
+  const theirs = store === 'redis' ? shared.theirs : undefined;
+  const env: Record<string, string> = {
+    DATABASE_URL: appUrl.href,
+    // The in-process gateway stand-in: no gateway in the figures but the
+    // gateway routes' wait.
+    GATEWAY_URL: '',
+    BENCH_GATEWAY_MS: String(SETTINGS.gatewayMs),
+    BENCH_STORE: store,
+    BENCH_REDIS_URL: REDIS_URL,
+    BENCH_REDIS_PREFIX: `idempotency-bench-${shared.runId}:`,
+    BENCH_DYNAMODB_ENDPOINT: shared.dynaliteUrl ?? '',
+  };
+  if (theirs) {
+    Object.assign(env, {
+      BENCH_NODE_IDEMPOTENCY_DIR: theirs.dir,
+      BENCH_NODE_IDEMPOTENCY_PREFIX: `idempotency-bench-${shared.runId}-theirs`,
+      // Its require('@nestjs/common') finds the repository's NestJS.
+      NODE_PATH: `${ROOT}node_modules`,
+    });
+  }
+  const scenarios = theirs
+    ? [...SCENARIOS, theirsFirst, theirsReplay]
+    : SCENARIOS;
+  let app: SampleProcess | undefined;
+  try {
+    app = await startSample(env, {
+      entry: pathToFileURL(
+        `${ROOT}dist-bench/test/bench/bench-app/stores-main.js`,
+      ).href,
+      ready: /Bench app listening on (http:\/\/\S+)/,
+    });
+    console.log(
+      `\n${STORE_NAMES[store]}: bench app at ${app.url}, database ${database}; ` +
+        `${scenarios.length} scenarios x ${SETTINGS.rounds} rounds x ${SETTINGS.seconds} s`,
+    );
+    const checks = [
+      await checkReplay(
+        app,
+        appUrl.href,
+        store,
+        'nestjs-idempotency',
+        first.path,
+      ),
+    ];
+    if (theirs) {
+      checks.push(
+        await checkReplay(
+          app,
+          appUrl.href,
+          store,
+          `@node-idempotency/nestjs ${theirs.versions['@node-idempotency/nestjs']}`,
+          theirsFirst.path,
+        ),
+      );
+    }
+    checks.forEach(printCheck);
+    const failed = checks.filter((check) => !check.ok);
+    if (failed.length > 0) {
+      throw new Error(
+        `${failed.map((check) => check.library).join(', ')} did not replay as expected on ${STORE_NAMES[store]}: not measured.`,
+      );
+    }
+    for (const scenario of scenarios.filter((s) => s.replays)) {
+      await createReplayKeys(app, scenario);
+    }
+    // Warm-up (JIT, pools, caches), not measured.
+    for (const scenario of scenarios) {
+      await runLoad({
+        ...load(app, scenario, 'warmup'),
+        seconds: SETTINGS.warmupSeconds,
+      });
+    }
+    const results = await interleave(
+      scenarios,
+      SETTINGS.rounds,
+      async (scenario, round) => {
+        await quiesce(app!);
+        return runLoad({
+          ...load(app!, scenario, `${round}`),
+          seconds: SETTINGS.seconds,
+        });
+      },
+      `${STORE_NAMES[store]} `,
+    );
+    const rows = scenarios.map((s) => summarize(store, s, results.get(s)!));
+    const row = (scenario: Scenario) => rows[scenarios.indexOf(scenario)];
+    const pairs: Pair[] = theirs
+      ? PAIRS.map(({ name, ours, theirs: other }) => {
+          const a = results.get(ours)!.rounds;
+          const b = results.get(other)!.rounds;
+          const ratios = a.map((round, i) => round.rps / b[i].rps);
+          return {
+            name,
+            ours: row(ours),
+            theirs: row(other),
+            ratio: median(ratios),
+            p99Ratio: median(a.map((round, i) => round.p99 / b[i].p99)),
+            ratios,
+          };
+        })
+      : [];
+    return { store, scenarios, rows, results, checks, pairs };
+  } finally {
+    await app?.stop();
+    await onServer(
+      shared.serverUrl,
+      `DROP DATABASE IF EXISTS "${database}" WITH (FORCE)`,
+    );
+  }
+}
+
+const ratioCell = (value: number, of: Row) =>
+  of.baseline === undefined ? 'base' : `${fixed(value, 2)}x`;
+
+function report(runs: readonly StoreRun[], theirs: Theirs | undefined): void {
+  console.log('');
+  printTable(
+    runs.flatMap((run) => run.rows),
+    [
+      ['store', -19, (r) => r.store],
+      ['scenario', -23, (r) => r.scenario],
+      ['conns', 5, (r) => String(r.connections)],
+      ['req/s', 6, (r) => fixed(r.rps, 0)],
+      ['p50 ms', 7, (r) => fixed(r.p50, 1)],
+      ['p99 ms', 7, (r) => fixed(r.p99, 1)],
+      ['vs base', 7, (r) => ratioCell(r.ratio, r)],
+      ['p99 vs base', 11, (r) => ratioCell(r.p99Ratio, r)],
+      ['replayed', 8, (r) => String(r.replayed)],
+      [
+        'non-2xx',
+        8,
+        (r) => `${r.non2xx}${r.errors ? ` +${r.errors} err` : ''}`,
+      ],
+    ],
+  );
+  console.log(
+    `(${SETTINGS.rounds} rounds x ${SETTINGS.seconds} s per scenario, interleaved per store, medians of the rounds; vs base: ` +
+      `ratio to the baseline of the same round, gateway to gateway baseline, the others to baseline; ` +
+      `${SETTINGS.connections} connections, the gateway pair ${SETTINGS.gatewayConnections} with a ${SETTINGS.gatewayMs} ms gateway; ` +
+      `on PostgreSQL the record commits in the handler's transaction, on the other stores the handler ` +
+      `commits its own short transaction and the record is completed right after it)`,
+  );
+  if (runs.some((run) => run.store === 'dynamodb')) {
+    console.log(
+      "(DynamoDB: dynalite, an emulator in Node.js on the same cores as the app and the load: what the store costs against it, not against DynamoDB's service)",
+    );
+  }
+  const wrong = runs
+    .flatMap((run) => run.rows)
+    .filter((r) => r.unexpected > 0 || r.non2xx > 0 || r.errors > 0);
+  for (const r of wrong) {
+    console.log(
+      `WARNING ${r.store}, ${r.scenario}: ${r.non2xx} non-2xx, ${r.errors} errors, ` +
+        `${r.unexpected} ${r.scenario.includes('replay') ? 'not replayed' : 'replayed'}`,
+    );
+  }
+
+  const pairs = runs.flatMap((run) => run.pairs);
+  if (!theirs || pairs.length === 0) {
+    return;
+  }
+  const version = theirs.versions['@node-idempotency/nestjs'];
+  console.log('');
+  console.log(
+    `Redis, side by side: one app (NestJS 12), one Redis, the same handler; ours: nestjs-idempotency ` +
+      `(RedisIdempotencyStore, ioredis), theirs: @node-idempotency/nestjs ${version} ` +
+      `(storage-adapter-redis ${theirs.versions['@node-idempotency/storage-adapter-redis']}, node-redis)`,
+  );
+  printTable(pairs, [
+    ['request', -16, (p) => p.name],
+    ['ours req/s', 10, (p) => fixed(p.ours.rps, 0)],
+    ['theirs req/s', 12, (p) => fixed(p.theirs.rps, 0)],
+    ['ours p50', 8, (p) => fixed(p.ours.p50, 1)],
+    ['theirs p50', 10, (p) => fixed(p.theirs.p50, 1)],
+    ['ours p99', 8, (p) => fixed(p.ours.p99, 1)],
+    ['theirs p99', 10, (p) => fixed(p.theirs.p99, 1)],
+    ['ours vs base', 12, (p) => `${fixed(p.ours.ratio, 2)}x`],
+    ['theirs vs base', 14, (p) => `${fixed(p.theirs.ratio, 2)}x`],
+    ['ours/theirs', 11, (p) => `${fixed(p.ratio, 2)}x`],
+    ['p99 ours/theirs', 15, (p) => `${fixed(p.p99Ratio, 2)}x`],
+  ]);
+  console.log(
+    '(ours/theirs: throughput of ours over theirs within each round, median; p99 likewise, lower is better)',
+  );
+  for (const pair of pairs) {
+    const met = pair.ratio >= 1;
+    console.log(
+      `target: ${pair.name}: ours at least as fast as theirs: ${fixed(pair.ratio, 2)}x ` +
+        `(${met ? 'met' : 'MISSED'}; rounds ${pair.ratios.map((r) => r.toFixed(2)).join(', ')})`,
+    );
+  }
+}
+
+/** The PostgreSQL server's version. */
+async function serverVersion(serverUrl: string): Promise<string> {
+  const client = new pg.Client({ connectionString: serverUrl });
+  await client.connect();
+  try {
+    const { rows } = await client.query<{ version: string }>(
+      "SELECT current_setting('server_version') AS version",
+    );
+    return rows[0].version;
+  } finally {
+    await client.end();
+  }
+}
+
+/** Deletes every Redis key of this run (ours and theirs), by prefix. */
+async function cleanRedis(redis: Redis, runId: string): Promise<number> {
+  let deleted = 0;
+  let cursor = '0';
+  do {
+    const [next, keys] = await redis.scan(
+      cursor,
+      'MATCH',
+      `idempotency-bench-${runId}*`,
+      'COUNT',
+      1000,
+    );
+    cursor = next;
+    if (keys.length > 0) {
+      deleted += await redis.del(...keys);
+    }
+  } while (cursor !== '0');
+  return deleted;
+}
+
+async function main(): Promise<void> {
+  const runId = randomUUID().replaceAll('-', '').slice(0, 12);
+  const server = process.env.DATABASE_URL
+    ? undefined
+    : await startEmbeddedPostgres({ durable: true });
+  const serverUrl = process.env.DATABASE_URL ?? server!.url;
+  let redis: Redis | undefined;
+  let dynalite: SampleProcess | undefined;
+  let theirs: Theirs | undefined;
+  let theirsSkipped: string | undefined;
+  try {
+    if (STORES.includes('redis')) {
+      redis = new Redis(REDIS_URL, {
+        lazyConnect: true,
+        maxRetriesPerRequest: 1,
+      });
+      await redis.connect().catch((error: unknown) => {
+        throw new Error(
+          `Redis at ${REDIS_URL} is not reachable (set BENCH_REDIS_URL, or leave redis out of BENCH_STORES)`,
+          { cause: error },
+        );
+      });
+      if (THEIRS_VERSION === '0') {
+        theirsSkipped = 'BENCH_NODE_IDEMPOTENCY=0';
+      } else {
+        try {
+          theirs = await installTheirs();
+          console.log(
+            `installed ${Object.entries(theirs.versions)
+              .map(([name, version]) => `${name} ${version}`)
+              .join(', ')} in a temporary directory`,
+          );
+        } catch (error) {
+          theirsSkipped = `npm install failed: ${error instanceof Error ? error.message : String(error)}`;
+          console.warn(
+            `@node-idempotency/nestjs not compared: ${theirsSkipped}`,
+          );
+        }
+      }
+    }
+    if (STORES.includes('dynamodb')) {
+      dynalite = await startSample(
+        {},
+        {
+          entry: pathToFileURL(
+            `${ROOT}dist-bench/test/bench/dynalite-server.js`,
+          ).href,
+          ready: /dynalite listening on (http:\/\/\S+)/,
+        },
+      );
+    }
+    const shared: Shared = {
+      serverUrl,
+      runId,
+      dynaliteUrl: dynalite?.url,
+      theirs,
+    };
+    const machine = {
+      cpu: cpus()[0]?.model ?? 'unknown',
+      cores: cpus().length,
+      memoryGiB: Math.round(totalmem() / 2 ** 30),
+      loadAverage: loadavg()
+        .map((load) => load.toFixed(2))
+        .join(' '),
+      node: process.version,
+      postgres: `${await serverVersion(serverUrl)} (${server ? 'embedded, fsync on' : 'DATABASE_URL'})`,
+      redis: redis
+        ? /redis_version:(\S+)/.exec(await redis.info('server'))?.[1]
+        : undefined,
+    };
+    const runs: StoreRun[] = [];
+    for (const store of STORES) {
+      runs.push(await benchStore(store, shared));
+    }
+    report(runs, theirs);
+    console.log(
+      `machine: ${machine.cpu}, ${machine.cores} cores, ${machine.memoryGiB} GiB, load average before ` +
+        `${machine.loadAverage}; Node ${machine.node}; PostgreSQL ${machine.postgres}` +
+        `${machine.redis ? `; Redis ${machine.redis}` : ''}`,
+    );
+    const json = {
+      date: new Date().toISOString(),
+      machine,
+      settings: {
+        stores: STORES,
+        ...SETTINGS,
+        gateway: 'in-process stand-in',
+        nodeIdempotency: theirs?.versions ?? { skipped: theirsSkipped },
+      },
+      stores: runs.map((run) => ({
+        store: STORE_NAMES[run.store],
+        checks: run.checks,
+        scenarios: run.rows.map((row, i) => ({
+          ...row,
+          ...run.results.get(run.scenarios[i]),
+        })),
+      })),
+      sideBySide: runs.flatMap((run) => run.pairs),
+    };
+    await mkdir(dirname(OUTPUT), { recursive: true });
+    await writeFile(OUTPUT, `${JSON.stringify(json, null, 2)}\n`);
+    console.log(`\nresults written to ${OUTPUT}`);
+  } finally {
+    await dynalite?.stop();
+    if (redis) {
+      await cleanRedis(redis, runId);
+      await redis.quit();
+    }
+    if (theirs) {
+      await rm(theirs.dir, { recursive: true, force: true });
+    }
+    await server?.stop();
+  }
+}
+
+await main();
