@@ -1,7 +1,7 @@
 import { once } from 'node:events';
 import { createRequire } from 'node:module';
 import { randomBytes, randomUUID } from 'node:crypto';
-import { Cluster, Redis } from 'ioredis';
+import { Cluster, Redis, type RedisOptions } from 'ioredis';
 import { IdempotencyConfigurationError } from '../../src/index.js';
 import { RedisIdempotencyStore } from '../../src/stores/redis/index.js';
 import type { ClaimRequest } from '../../src/protocol/idempotency-store.interface.js';
@@ -105,19 +105,27 @@ async function monitorOf(client: Redis) {
 }
 
 describeRedis('the Redis store', () => {
-  describeStoreConformance('Redis', async () => {
-    const client = new Redis(REDIS);
-    const store = new RedisIdempotencyStore(client, {
-      prefix: `${PREFIX}conformance:`,
+  /** The conformance suite on a client made with `options`. */
+  const conformance = (name: string, options: RedisOptions) =>
+    describeStoreConformance(name, async () => {
+      const client = new Redis({ ...REDIS, ...options });
+      const store = new RedisIdempotencyStore(client, {
+        prefix: `${PREFIX}conformance:`,
+      });
+      return {
+        store,
+        close: async () => {
+          await store.close();
+          await clean(client);
+          await quit(client);
+        },
+      };
     });
-    return {
-      store,
-      close: async () => {
-        await store.close();
-        await clean(client);
-        await quit(client);
-      },
-    };
+  conformance('Redis', {});
+  // ioredis then queues a tick's commands into one write: every command must
+  // be one it can pipeline.
+  conformance('Redis with enableAutoPipelining', {
+    enableAutoPipelining: true,
   });
 
   let client: Redis;

@@ -171,6 +171,16 @@ return 0`,
 
 type Argument = string | Buffer | number;
 
+/** The Buffer-replying script commands of an ioredis client. */
+interface BufferScripts {
+  evalshaBuffer(
+    sha: string,
+    keys: number,
+    ...rest: Argument[]
+  ): Promise<unknown>;
+  evalBuffer(lua: string, keys: number, ...rest: Argument[]): Promise<unknown>;
+}
+
 function missing(error: unknown): boolean {
   return error instanceof Error && error.message.startsWith('NOSCRIPT');
 }
@@ -203,22 +213,21 @@ export async function runScriptBuffer<T>(
   keys: readonly string[],
   args: readonly Argument[],
 ): Promise<T> {
+  // The Buffer variants of the commands, not callBuffer('evalsha', …): with
+  // enableAutoPipelining, ioredis cannot pipeline a command sent by call().
+  // ioredis has them for every command, but its types omit these two.
+  const buffers = client as unknown as BufferScripts;
   try {
-    return (await client.callBuffer('evalsha', [
+    return (await buffers.evalshaBuffer(
       sha,
       keys.length,
       ...keys,
       ...args,
-    ])) as T;
+    )) as T;
   } catch (error) {
     if (!missing(error)) {
       throw error;
     }
-    return (await client.callBuffer('eval', [
-      lua,
-      keys.length,
-      ...keys,
-      ...args,
-    ])) as T;
+    return (await buffers.evalBuffer(lua, keys.length, ...keys, ...args)) as T;
   }
 }
