@@ -70,6 +70,9 @@ export async function postPayment(
 export interface LoadAttempt extends PaymentAttempt {
   /** The phase the test was in when the request was sent. */
   readonly sentIn: string;
+  /** When it was sent and when it came back (ms since the epoch). */
+  readonly sentAt?: number;
+  readonly answeredAt?: number;
 }
 
 /**
@@ -90,10 +93,16 @@ export class PaymentLoad {
     resolve: () => void;
   }> = [];
 
+  /**
+   * @param timeoutMs how long a request may take before it counts as a hang.
+   * @param nextKey the key of the `sent`-th request: a new one unless told.
+   */
   constructor(
     private readonly url: string,
-    private readonly prefix: string,
+    prefix: string,
     private readonly clients = 4,
+    private readonly timeoutMs = 10_000,
+    private readonly nextKey = (sent: number) => `${prefix}${sent}`,
   ) {}
 
   /** Starts the clients. */
@@ -141,10 +150,16 @@ export class PaymentLoad {
   private async loop(): Promise<void> {
     while (this.running) {
       this.sent += 1;
-      const key = `${this.prefix}${this.sent}`;
+      const key = this.nextKey(this.sent);
       const sentIn = this.phase;
-      const attempt = await postPayment(this.url, key);
-      this.attempts.push({ ...attempt, sentIn });
+      const sentAt = Date.now();
+      const attempt = await postPayment(this.url, key, this.timeoutMs);
+      this.attempts.push({
+        ...attempt,
+        sentIn,
+        sentAt,
+        answeredAt: Date.now(),
+      });
       for (const waiter of this.waiters.filter((w) =>
         w.condition(this.attempts),
       )) {

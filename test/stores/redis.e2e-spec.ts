@@ -276,6 +276,20 @@ describeRedis('the Redis store', () => {
     });
   });
 
+  it('grants a claim again to the attempt that holds it (ioredis sends a command again when a reconnection lost its reply), and to no other', async () => {
+    const claim = attempt('resent');
+    expect(await store.claim(claim)).toEqual({ state: 'claimed' });
+    expect(await store.claim(claim)).toEqual({ state: 'claimed' });
+    expect(await store.claim(attempt('resent'))).toMatchObject({
+      state: 'in_progress',
+    });
+    expect(await store.complete(claim, completion, undefined)).toEqual({
+      fenced: true,
+      waiting: false,
+    });
+    expect(await store.claim(claim)).toMatchObject({ state: 'finished' });
+  });
+
   it('lets Redis expire a finished record at its ttl and a claim at the later of its ttl and its lease', async () => {
     const claim = attempt('px', { leaseMs: 120_000, ttlMs: 1_000 });
     await store.claim(claim);

@@ -15,6 +15,22 @@ export function reachable(host: string, port: number): Promise<boolean> {
 }
 
 /**
+ * `describe` when what a suite needs is `available`; otherwise the suite is
+ * skipped with a visible reason (`absence`), unless REQUIRE_BROKERS=1 (as in
+ * CI), which makes the absence a failure.
+ */
+export function describeIf(available: boolean, name: string, absence: string) {
+  if (available) {
+    return describe;
+  }
+  if (process.env.REQUIRE_BROKERS === '1') {
+    throw new Error(`${name} is required (REQUIRE_BROKERS=1) but ${absence}`);
+  }
+  console.warn(`Skipping the ${name} tests: ${absence}`);
+  return describe.skip;
+}
+
+/**
  * `describe` when the server (a broker, a database other than the suite's
  * PostgreSQL) is reachable; otherwise the suite is skipped with a visible
  * reason, unless REQUIRE_BROKERS=1 (as in CI), which makes an unreachable
@@ -25,16 +41,9 @@ export async function describeWithServer(
   host: string,
   port: number,
 ) {
-  if (await reachable(host, port)) {
-    return describe;
-  }
-  if (process.env.REQUIRE_BROKERS === '1') {
-    throw new Error(
-      `${name} is required (REQUIRE_BROKERS=1) but ${host}:${port} is unreachable`,
-    );
-  }
-  console.warn(
-    `Skipping the ${name} tests: nothing listens on ${host}:${port}`,
+  return describeIf(
+    await reachable(host, port),
+    name,
+    `nothing listens on ${host}:${port}`,
   );
-  return describe.skip;
 }

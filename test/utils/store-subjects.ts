@@ -14,6 +14,11 @@ export interface Subject {
   readonly store: IdempotencyStore;
   /** How many records (finished or claimed) the store holds. */
   records(): Promise<number>;
+  /**
+   * How an application process of its own reaches the same store (see
+   * test/stores/typeorm-free-app.js); none for the memory store.
+   */
+  readonly env?: Readonly<Record<string, string>>;
   close(): Promise<void>;
 }
 
@@ -44,6 +49,11 @@ export const redisSubject = (): Promise<Subject> => {
   };
   return Promise.resolve({
     store: new RedisIdempotencyStore(client, { prefix }),
+    env: {
+      STORE: 'redis',
+      REDIS_URL: `redis://${REDIS.host}:${REDIS.port}`,
+      REDIS_PREFIX: prefix,
+    },
     records: async () =>
       (await keys()).filter((key) => key.endsWith(':record')).length,
     async close() {
@@ -63,6 +73,7 @@ export const dynamoSubject = async (): Promise<Subject> => {
   await DynamoDbIdempotencyStore.createTable(client, { timeToLive: false });
   return {
     store: new DynamoDbIdempotencyStore(client),
+    env: { STORE: 'dynamodb', DYNAMODB_ENDPOINT: dynamo.endpoint },
     records: async () =>
       (
         await client.send(

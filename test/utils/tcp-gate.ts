@@ -8,16 +8,20 @@ import type { AddressInfo } from 'node:net';
 import { Barrier } from './barrier.js';
 
 /**
- * A TCP proxy in front of the PostgreSQL server of a URL. While it is
- * closed, a new connection is accepted but not forwarded until the test opens
- * the gate again: the connecting client simply waits, as it would behind a
- * slow network. Established connections are never touched. Lets a test hold
- * a reconnection (e.g. of a presence session) at a point of its choosing.
+ * A TCP proxy in front of the server of a URL (PostgreSQL unless the URL
+ * gives a port). While it is closed, a new connection is accepted but not
+ * forwarded until the test opens the gate again: the connecting client
+ * simply waits, as it would behind a slow network. Lets a test hold a
+ * reconnection (e.g. of a presence session) at a point of its choosing.
+ * Established connections are only touched by {@link holdReplies} and
+ * {@link cut}: a reply lost with its connection.
  */
 export class TcpGate {
   private server?: Server;
   private barrier = new Barrier();
   private readonly sockets = new Set<Socket>();
+  /** Established connections: the server's side, by the client's. */
+  private readonly upstreams = new Map<Socket, Socket>();
   private port = 0;
 
   constructor(private readonly target: string) {
@@ -42,8 +46,10 @@ export class TcpGate {
           port: Number(upstream.port || 5432),
         });
         this.sockets.add(server);
+        this.upstreams.set(client, server);
         server.on('close', () => {
           this.sockets.delete(server);
+          this.upstreams.delete(client);
           client.destroy();
         });
         server.on('error', () => server.destroy());
@@ -81,6 +87,27 @@ export class TcpGate {
   /** Resolves once `count` connections wait at the closed gate. */
   reached(count = 1): Promise<void> {
     return this.barrier.reached(count);
+  }
+
+  /**
+   * Stops forwarding what the server sends on the connections established
+   * now: requests still reach it, their replies do not come back.
+   */
+  holdReplies(): void {
+    for (const [client, server] of this.upstreams) {
+      server.unpipe(client);
+      server.pause();
+    }
+  }
+
+  /**
+   * Ends every established connection, as a network failure would: what
+   * they held back is lost. New connections go through.
+   */
+  cut(): void {
+    for (const socket of this.sockets) {
+      socket.destroy();
+    }
   }
 
   async stop(): Promise<void> {

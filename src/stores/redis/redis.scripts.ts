@@ -30,13 +30,16 @@ local owned = r[1] == 'in_progress' and r[2] == ARGV[1]
  * method, path, lease ms, ttl ms, wait ('1'). Takes over a record that is
  * finished and past its own expiry, or in progress with its lease run out,
  * whatever Redis's own expiry of the key says; otherwise returns it, marking
- * it waited for when a duplicate of the same request waits.
+ * it waited for when a duplicate of the same request waits. A claim that
+ * the owner already holds is granted again: ioredis sends a command again
+ * after a reconnection when its reply was lost, and the first one may have
+ * run.
  * Returns {1}, {0, 'in_progress', fingerprint, lease ms left} or
  * {0, status, fingerprint, response status, headers JSON, body}.
  */
 export const CLAIM = script(
   'claim',
-  `${NOW}local r = redis.call('HMGET', KEYS[1], 'st', 'lease', 'exp', 'fp', 'waiting', 'rs', 'rh', 'rb')
+  `${NOW}local r = redis.call('HMGET', KEYS[1], 'st', 'lease', 'exp', 'fp', 'waiting', 'rs', 'rh', 'rb', 'owner')
 local st = r[1]
 local free = not st
   or (st == 'in_progress' and (tonumber(r[2]) or 0) <= now)
@@ -52,6 +55,9 @@ if free then
   return {1}
 end
 if st == 'in_progress' then
+  if r[9] == ARGV[1] then
+    return {1}
+  end
   if ARGV[7] == '1' and r[4] == ARGV[2] and r[5] ~= '1' then
     redis.call('HSET', KEYS[1], 'waiting', '1')
   end
