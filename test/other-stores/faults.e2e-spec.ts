@@ -30,7 +30,7 @@ import {
   type Subject,
 } from '../utils/store-subjects.js';
 import { PaymentsController, Runs } from './faults.module.js';
-import { describeWithRedisServer, RedisServer } from './redis-server.js';
+import { describeWithRedisServer, RedisServer } from '../utils/redis-server.js';
 
 /*
  * Faults of the stores other than PostgreSQL: a Redis server of the test's

@@ -6,12 +6,10 @@ import { IdempotencyConfigurationError } from '../../src/index.js';
 import { RedisIdempotencyStore } from '../../src/stores/redis/index.js';
 import type { ClaimRequest } from '../../src/protocol/idempotency-store.interface.js';
 import { RedisKeys } from '../../src/stores/redis/redis-keys.js';
-import {
-  redisBinariesInstalled,
-  startRedisCluster,
-} from '../utils/redis-cluster.js';
+import { startRedisCluster } from '../utils/redis-cluster.js';
+import { redisInstalled } from '../utils/redis-server.js';
 import { CLAIM } from '../../src/stores/redis/redis.scripts.js';
-import { describeWithServer } from '../utils/server.js';
+import { describeIf, describeWithServer } from '../utils/server.js';
 import { describeStoreConformance } from './conformance.js';
 
 const REDIS = { host: '127.0.0.1', port: 6379 };
@@ -447,48 +445,39 @@ describeRedis('the Redis store', () => {
  * REQUIRE_BROKERS=1, as in CI).
  */
 const clusterNodes = process.env.REDIS_CLUSTER_NODES;
-const canStartCluster = !clusterNodes && redisBinariesInstalled();
-if (!clusterNodes && !canStartCluster) {
-  if (process.env.REQUIRE_BROKERS === '1') {
-    throw new Error(
-      'A Redis Cluster is required (REQUIRE_BROKERS=1): set REDIS_CLUSTER_NODES, or install redis-server and redis-cli',
+const canStartCluster = !clusterNodes && redisInstalled();
+describeIf(
+  Boolean(clusterNodes) || canStartCluster,
+  'Redis Cluster',
+  'REDIS_CLUSTER_NODES names no cluster, and redis-server is not installed to start one',
+)('the Redis store on a Cluster', () => {
+  describeStoreConformance('Redis Cluster', async () => {
+    const own = canStartCluster ? await startRedisCluster() : undefined;
+    const cluster = new Cluster(
+      own
+        ? [...own.nodes]
+        : (clusterNodes ?? '').split(',').map((node) => {
+            const [host, port] = node.split(':');
+            return { host, port: Number(port) };
+          }),
     );
-  }
-  console.warn(
-    'Skipping the Redis Cluster conformance: REDIS_CLUSTER_NODES names no cluster, and redis-server is not installed to start one',
-  );
-}
-(clusterNodes || canStartCluster ? describe : describe.skip)(
-  'the Redis store on a Cluster',
-  () => {
-    describeStoreConformance('Redis Cluster', async () => {
-      const own = canStartCluster ? await startRedisCluster() : undefined;
-      const cluster = new Cluster(
-        own
-          ? [...own.nodes]
-          : (clusterNodes ?? '').split(',').map((node) => {
-              const [host, port] = node.split(':');
-              return { host, port: Number(port) };
-            }),
-      );
-      const store = new RedisIdempotencyStore(cluster, { prefix: PREFIX });
-      return {
-        store,
-        close: async () => {
-          try {
-            await store.close();
-            for (const node of cluster.nodes('master')) {
-              await clean(node);
-            }
-            await quit(cluster);
-          } finally {
-            await own?.stop();
+    const store = new RedisIdempotencyStore(cluster, { prefix: PREFIX });
+    return {
+      store,
+      close: async () => {
+        try {
+          await store.close();
+          for (const node of cluster.nodes('master')) {
+            await clean(node);
           }
-        },
-      };
-    });
-  },
-);
+          await quit(cluster);
+        } finally {
+          await own?.stop();
+        }
+      },
+    };
+  });
+});
 
 /** `n` arguments of any value. */
 function anyArgs(n: number): unknown[] {

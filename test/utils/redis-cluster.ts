@@ -1,26 +1,11 @@
-import {
-  execFile,
-  spawn,
-  spawnSync,
-  type ChildProcess,
-} from 'node:child_process';
-import { once } from 'node:events';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { execFile } from 'node:child_process';
 import { createServer } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { Redis } from 'ioredis';
 import { until } from './barrier.js';
+import { RedisServer } from './redis-server.js';
 
 const run = promisify(execFile);
-
-/** Whether `redis-server` and `redis-cli` are on the PATH. */
-export function redisBinariesInstalled(): boolean {
-  return ['redis-server', 'redis-cli'].every(
-    (binary) => spawnSync(binary, ['--version']).status === 0,
-  );
-}
 
 /** Whether nothing listens on `port` of the loopback interface. */
 function free(port: number): Promise<boolean> {
@@ -58,70 +43,37 @@ export interface RedisCluster {
 }
 
 /**
- * Starts `masters` redis-server processes in cluster mode on free ports,
- * joins them into one cluster with `redis-cli --cluster create` (the slots
- * split evenly), and resolves once every node reports the cluster ok.
+ * Starts `masters` redis-servers in cluster mode on free ports, joins them
+ * into one cluster with `redis-cli --cluster create` (the slots split
+ * evenly), and resolves once every node reports the cluster ok.
  */
 export async function startRedisCluster(masters = 3): Promise<RedisCluster> {
-  const dir = await mkdtemp(join(tmpdir(), 'idempotency-redis-cluster-'));
-  const ports = await clusterPorts(masters);
-  const children: ChildProcess[] = [];
+  const servers = await Promise.all(
+    (await clusterPorts(masters)).map((port) =>
+      RedisServer.create(
+        [
+          '--cluster-enabled',
+          'yes',
+          '--cluster-config-file',
+          'nodes.conf',
+          '--appendonly',
+          'no',
+        ],
+        port,
+      ),
+    ),
+  );
   const stop = async () => {
-    await Promise.all(
-      children
-        .filter((child) => child.exitCode === null && child.signalCode === null)
-        .map((child) => {
-          const exited = once(child, 'exit');
-          child.kill('SIGKILL');
-          return exited;
-        }),
-    );
-    await rm(dir, { recursive: true, force: true });
+    await Promise.all(servers.map((server) => server.stop()));
   };
   try {
-    await Promise.all(
-      ports.map(async (port) => {
-        const child = spawn(
-          'redis-server',
-          [
-            '--port',
-            String(port),
-            '--bind',
-            '127.0.0.1',
-            '--cluster-enabled',
-            'yes',
-            '--cluster-config-file',
-            `nodes-${port}.conf`,
-            '--dir',
-            dir,
-            '--save',
-            '',
-            '--appendonly',
-            'no',
-          ],
-          { stdio: ['ignore', 'pipe', 'pipe'] },
-        );
-        children.push(child);
-        let output = '';
-        await new Promise<void>((resolve, reject) => {
-          child.stdout!.setEncoding('utf8').on('data', (chunk: string) => {
-            output += chunk;
-            if (output.includes('Ready to accept connections')) {
-              resolve();
-            }
-          });
-          child.once('exit', (code) =>
-            reject(new Error(`redis-server exited (${code}):\n${output}`)),
-          );
-        });
-      }),
-    );
+    await Promise.all(servers.map((server) => server.start()));
     await run(
       'redis-cli',
       [
         '--cluster',
         'create',
-        ...ports.map((port) => `127.0.0.1:${port}`),
+        ...servers.map((server) => `127.0.0.1:${server.port}`),
         '--cluster-replicas',
         '0',
         '--cluster-yes',
@@ -130,7 +82,7 @@ export async function startRedisCluster(masters = 3): Promise<RedisCluster> {
     );
     // The nodes agree on the slots through their bus: a state only they
     // can report.
-    for (const port of ports) {
+    for (const { port } of servers) {
       const node = new Redis({ host: '127.0.0.1', port, lazyConnect: true });
       try {
         await until(
@@ -146,7 +98,7 @@ export async function startRedisCluster(masters = 3): Promise<RedisCluster> {
     throw error;
   }
   return {
-    nodes: ports.map((port) => ({ host: '127.0.0.1', port })),
+    nodes: servers.map(({ port }) => ({ host: '127.0.0.1', port })),
     stop,
   };
 }

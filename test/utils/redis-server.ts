@@ -4,7 +4,14 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { describeIf } from '../utils/server.js';
+import { describeIf } from './server.js';
+
+/** Whether the `redis-server` and `redis-cli` binaries are on the PATH. */
+export function redisInstalled(): boolean {
+  return ['redis-server', 'redis-cli'].every(
+    (binary) => spawnSync(binary, ['--version']).status === 0,
+  );
+}
 
 /**
  * `describe` when `redis-server` is on the PATH; otherwise skipped visibly
@@ -12,7 +19,7 @@ import { describeIf } from '../utils/server.js';
  */
 export function describeWithRedisServer() {
   return describeIf(
-    spawnSync('redis-server', ['--version']).status === 0,
+    redisInstalled(),
     'restarted Redis',
     'redis-server is not on the PATH',
   );
@@ -44,12 +51,16 @@ export class RedisServer {
   ) {}
 
   /**
-   * A server on a free port, not started yet.
+   * A server, not started yet.
    * @param config arguments of its configuration, such as `--appendonly yes`.
+   * @param port its port; a free one if not given.
    */
-  static async create(config: readonly string[]): Promise<RedisServer> {
+  static async create(
+    config: readonly string[],
+    port?: number,
+  ): Promise<RedisServer> {
     return new RedisServer(
-      await freePort(),
+      port ?? (await freePort()),
       await mkdtemp(join(tmpdir(), 'idempotency-redis-')),
       config,
     );
