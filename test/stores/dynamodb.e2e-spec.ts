@@ -281,6 +281,20 @@ describe('the DynamoDB store', () => {
     expect(await store.readStep(b, step)).toBeUndefined();
   });
 
+  it('grants a claim again to the attempt that holds it (the SDK sends a request again when a connection reset lost its reply), and to no other', async () => {
+    const claim = attempt('resent');
+    expect(await store.claim(claim)).toEqual({ state: 'claimed' });
+    expect(await store.claim(claim)).toEqual({ state: 'claimed' });
+    expect(await store.claim(attempt('resent'))).toMatchObject({
+      state: 'in_progress',
+    });
+    expect(await store.complete(claim, completion, undefined)).toEqual({
+      fenced: true,
+      waiting: false,
+    });
+    expect(await store.claim(claim)).toMatchObject({ state: 'finished' });
+  });
+
   it('records a response too large for an item as not replayable, keeping its status', async () => {
     const claim = attempt('huge');
     await store.claim(claim);

@@ -429,6 +429,14 @@ describeRedis('the Redis store', () => {
     expect(await own.claim(attempt('own-client'))).toEqual({
       state: 'claimed',
     });
+    // One retry, not ioredis's 20: a 503 comes promptly while Redis is down.
+    expect((own.client as Redis).options.maxRetriesPerRequest).toBe(1);
+    const told = await RedisIdempotencyStore.connect({
+      ...REDIS,
+      maxRetriesPerRequest: 3,
+    });
+    expect((told.client as Redis).options.maxRetriesPerRequest).toBe(3);
+    await told.close();
     await own.close();
     const closed = own.client as Redis;
     if (closed.status !== 'end') {

@@ -190,6 +190,16 @@ export class DynamoDbIdempotencyStore implements IdempotencyStore {
       // A server that does not return the item with the refusal: read it.
       existing ??= await this.read(request);
       if (
+        existing &&
+        inProgress(existing) &&
+        stringOf(existing.owner) === request.owner
+      ) {
+        // This attempt's own claim: the SDK sent the request again after a
+        // connection reset lost the reply of the write that took the key.
+        // The owner token is one attempt's, never shared.
+        return { state: 'claimed' };
+      }
+      if (
         (!existing || claimable(existing, Date.now())) &&
         attempt < CLAIM_ATTEMPTS
       ) {
