@@ -106,7 +106,8 @@ export class RedisIdempotencyStore
 
   /**
    * A store on a client of its own, built from ioredis options or a URL
-   * (loads ioredis only now); {@link close} closes that client.
+   * (loads ioredis only now), with `enableAutoPipelining` on unless the
+   * options turn it off; {@link close} closes that client.
    * @throws IdempotencyConfigurationError when ioredis is not installed.
    */
   static async connect(
@@ -123,10 +124,12 @@ export class RedisIdempotencyStore
         'Install it: `npm install ioredis`.',
       );
     }
+    // Every request sends a script or two: pipelined automatically, those
+    // of the requests in flight share one write to the socket.
     const client =
       typeof connection === 'string'
-        ? new Redis(connection)
-        : new Redis(connection);
+        ? new Redis(connection, { enableAutoPipelining: true })
+        : new Redis({ enableAutoPipelining: true, ...connection });
     const store = new RedisIdempotencyStore(client, settings);
     store.ownsClient = true;
     return store;
