@@ -48,7 +48,11 @@ import type {
   StoredRecord,
   StoredResponse,
 } from '../protocol/idempotency-store.interface.js';
-import { holdResponse, type CapturedResponse } from './response-capture.js';
+import {
+  holdResponse,
+  sendInPlaceOfEmpty,
+  type CapturedResponse,
+} from './response-capture.js';
 import { resolveRequestKey } from './idempotency-key.js';
 import {
   queryParameters,
@@ -83,6 +87,7 @@ function fingerprintParts(
 type HttpResponse = { raw?: ServerResponse } & object;
 
 const UNSAFE_HEADERS = new Set(UNSAFE_REPLAY_HEADERS);
+const REPLAYED_HEADER_NAME = IDEMPOTENT_REPLAYED_HEADER.toLowerCase();
 
 /** A body the platform streams: it is sent as it is produced, never whole. */
 function isStream(value: unknown): boolean {
@@ -240,7 +245,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     }
     if ('replay' in beginning) {
       try {
-        return this.replay(beginning.replay, attempt);
+        return this.replay(response, beginning.replay, attempt);
       } catch (error) {
         throw this.answer(response, error);
       }
@@ -444,10 +449,16 @@ export class IdempotencyInterceptor implements NestInterceptor {
   }
 
   /**
-   * The answer to a duplicate of a finished request: the stored response, as
-   * a web `Response` that Nest sends as it is, or a refusal.
+   * The answer to a duplicate of a finished request: the stored response,
+   * written by the platform as it sends the `undefined` this returns (one
+   * write of the stored bytes, where a web `Response` would be streamed), or
+   * a refusal.
    */
-  private replay(record: StoredRecord, attempt: Attempt): Response {
+  private replay(
+    response: HttpResponse,
+    record: StoredRecord,
+    attempt: Attempt,
+  ): undefined {
     const key = attempt.key ?? '';
     if (!this.executor.sameRequest(record, attempt)) {
       this.executor.emit('mismatch', attempt, { status: 422 });
@@ -459,24 +470,21 @@ export class IdempotencyInterceptor implements NestInterceptor {
     }
     this.executor.emit('replayed', attempt, { status: record.response.status });
     const stored = record.response;
-    const headers = new Headers();
+    const headers: Record<string, string | string[]> = {};
     for (const [name, value] of Object.entries(stored.headers)) {
-      for (const item of Array.isArray(value) ? value : [value]) {
-        headers.append(name, item);
-      }
+      headers[name] = value;
     }
-    headers.set(IDEMPOTENT_REPLAYED_HEADER, 'true');
+    headers[REPLAYED_HEADER_NAME] = 'true';
     // A 204 or 304 has no body, and must not announce one.
     if (stored.status !== 204 && stored.status !== 304) {
-      headers.set('content-length', String(stored.body.length));
+      headers['content-length'] = String(stored.body.length);
     }
-    return new Response(
-      stored.body.length > 0 ? new Uint8Array(stored.body) : null,
-      {
-        status: stored.status,
-        headers,
-      },
-    );
+    sendInPlaceOfEmpty(rawResponse(response), {
+      status: stored.status,
+      headers,
+      body: stored.body,
+    });
+    return undefined;
   }
 }
 

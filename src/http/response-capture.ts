@@ -26,6 +26,20 @@ function toBuffer(chunk: unknown, encoding: unknown): Buffer {
   );
 }
 
+/** Ends `response` with `body` through its own (unwrapped) `end`. */
+function endWith(
+  response: ServerResponse,
+  end: End,
+  body: Buffer,
+  done: Callback | undefined,
+): void {
+  (end as (chunk: Buffer, callback?: Callback) => void).call(
+    response,
+    body,
+    done,
+  );
+}
+
 function addHeaders(
   target: Record<string, string | string[]>,
   headers: OutgoingHttpHeaders | readonly unknown[] | undefined,
@@ -123,11 +137,7 @@ export function holdResponse(
         if (headArgs) {
           originalWriteHead.apply(response, headArgs);
         }
-        (originalEnd as (chunk: Buffer, callback?: Callback) => void).call(
-          response,
-          body,
-          done,
-        );
+        endWith(response, originalEnd, body, done);
       },
       (error: unknown) => {
         const replacement = replace(error);
@@ -143,13 +153,90 @@ export function holdResponse(
           replacement.status,
           replacement.headers,
         );
-        (originalEnd as (chunk: Buffer, callback?: Callback) => void).call(
-          response,
-          replacement.body,
-          done,
-        );
+        endWith(response, originalEnd, replacement.body, done);
       },
     );
+    return this;
+  } as End;
+}
+
+/**
+ * @internal Sends `replacement` (status, headers set over those already on
+ * the response, and body) in place of the empty answer the platform is about
+ * to write on `response`: what Nest sends for a handler result of
+ * `undefined`, on Express as on Fastify. A stored response goes out this way
+ * as one write of its bytes, where a web `Response` would be streamed.
+ *
+ * An answer with a body (an exception filter's, after an error thrown by an
+ * interceptor outside this one) goes out unchanged instead.
+ */
+export function sendInPlaceOfEmpty(
+  response: ServerResponse,
+  replacement: CapturedResponse,
+): void {
+  const originalWriteHead = response.writeHead;
+  const originalWrite = response.write;
+  const originalEnd = response.end;
+  let head: unknown[] | undefined;
+  const restore = () => {
+    response.writeHead = originalWriteHead;
+    response.write = originalWrite;
+    response.end = originalEnd;
+  };
+  // Anything else than an empty answer: the platform's own, unchanged.
+  const passThrough = () => {
+    restore();
+    if (head) {
+      (originalWriteHead as (...args: unknown[]) => ServerResponse).apply(
+        response,
+        head,
+      );
+    }
+  };
+
+  response.writeHead = function (this: ServerResponse, ...args: unknown[]) {
+    head = args;
+    return this;
+  } as WriteHead;
+
+  response.write = function (this: ServerResponse, ...args: Parameters<Write>) {
+    passThrough();
+    return originalWrite.apply(this, args);
+  } as Write;
+
+  response.end = function (this: ServerResponse, ...args: unknown[]) {
+    const [chunk, encoding, callback] = args;
+    if (
+      typeof chunk !== 'function' &&
+      chunk !== undefined &&
+      chunk !== null &&
+      (chunk as { length?: number }).length !== 0
+    ) {
+      passThrough();
+      return (originalEnd as (...args: unknown[]) => ServerResponse).apply(
+        this,
+        args,
+      );
+    }
+    restore();
+    const done = [chunk, encoding, callback].find(
+      (value) => typeof value === 'function',
+    ) as Callback | undefined;
+    // Headers the platform gave writeHead (Fastify's) are kept, under the
+    // replacement's.
+    const last = head?.[head.length - 1];
+    if (last && typeof last === 'object') {
+      const given: Record<string, string | string[]> = {};
+      addHeaders(given, last as OutgoingHttpHeaders | readonly unknown[]);
+      for (const [name, value] of Object.entries(given)) {
+        response.setHeader(name, value);
+      }
+    }
+    for (const [name, value] of Object.entries(replacement.headers)) {
+      response.setHeader(name, value);
+    }
+    response.statusCode = replacement.status;
+    endWith(response, originalEnd, replacement.body, done);
     return this;
   } as End;
 }
