@@ -25,6 +25,7 @@ import { IdempotencyDataSource } from '../typeorm/idempotency-data-source.js';
 import type { LazyTransaction } from '../typeorm/lazy-transaction.js';
 import {
   ambientTransactions,
+  type AmbientTransaction,
   type HandlerRequest,
 } from '../typeorm/ambient-transaction.js';
 import { isIdempotencyStore } from '../stores/store.providers.js';
@@ -401,29 +402,12 @@ export class Execution {
     });
     let result: T | undefined;
     try {
-      const request: HandlerRequest = {
-        scope: this.attempt.scope,
-        key: this.attempt.key,
-        step: (name, step) => this.step(name, step),
-      };
-      const { source, telemetry } = this.executor;
-      const { transaction } = this;
+      const { context, handler } = this.ambient(fn);
       result = await Promise.race([
-        transaction instanceof StoreTransaction || !source
-          ? ambientTransactions.run(
-              {
-                ...request,
-                dataSource: undefined,
-                transaction: transaction as StoreTransaction,
-              },
-              telemetry.handler(this.attempt, fn),
-            )
-          : ambientTransactions.run(
-              { ...request, dataSource: source.dataSource, transaction },
-              telemetry.handler(this.attempt, () =>
-                source.join(transaction, fn),
-              ),
-            ),
+        ambientTransactions.run(
+          context,
+          this.executor.telemetry.handler(this.attempt, handler),
+        ),
         deadline,
       ]);
     } catch (error) {
@@ -440,6 +424,38 @@ export class Execution {
     // made it fail): the answer is still the 503, once the key is free.
     await abandoning;
     throw new IdempotencyUnavailableException(this.options.retryAfter);
+  }
+
+  /**
+   * What the handler runs with: its lazy transaction on the DataSource,
+   * which `fn` joins (PostgreSQL store), or no DataSource and only the
+   * hooks of a store that completes after it.
+   */
+  private ambient<T>(fn: () => Promise<T>): {
+    readonly context: AmbientTransaction;
+    readonly handler: () => Promise<T>;
+  } {
+    const request: HandlerRequest = {
+      scope: this.attempt.scope,
+      key: this.attempt.key,
+      step: (name, step) => this.step(name, step),
+    };
+    const { transaction } = this;
+    const { source } = this.executor;
+    if (transaction instanceof StoreTransaction || !source) {
+      return {
+        context: {
+          ...request,
+          dataSource: undefined,
+          transaction: transaction as StoreTransaction,
+        },
+        handler: fn,
+      };
+    }
+    return {
+      context: { ...request, dataSource: source.dataSource, transaction },
+      handler: () => source.join(transaction, fn),
+    };
   }
 
   /**

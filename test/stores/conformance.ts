@@ -30,6 +30,14 @@ const MINUTE_MS = 60_000;
 export function describeStoreConformance(
   name: string,
   factory: () => Promise<StoreUnderTest>,
+  capabilities: {
+    /**
+     * Whether a claim sent again by the attempt that holds it is granted
+     * again: for a store whose client resends a request when a lost
+     * connection lost its reply (ioredis, the AWS SDK).
+     */
+    readonly resentClaims?: boolean;
+  } = {},
 ): void {
   describe(`IdempotencyStore conformance: ${name}`, () => {
     let subject: StoreUnderTest;
@@ -83,6 +91,21 @@ export function describeStoreConformance(
     it('claims a free key', async () => {
       expect(await store.claim(attempt('free'))).toEqual({ state: 'claimed' });
     });
+
+    if (capabilities.resentClaims) {
+      it('grants a claim again to the attempt that holds it (its client resent it after a lost reply), and to no other', async () => {
+        const claim = attempt('resent');
+        expect(await store.claim(claim)).toEqual({ state: 'claimed' });
+        expect(await store.claim(claim)).toEqual({ state: 'claimed' });
+        expect(await store.claim(attempt('resent'))).toMatchObject({
+          state: 'in_progress',
+        });
+        expect(
+          await store.complete(leaseOf(claim), completion, undefined),
+        ).toEqual({ fenced: true, waiting: false });
+        expect(await store.claim(claim)).toMatchObject({ state: 'finished' });
+      });
+    }
 
     it('gives a key to exactly one of many attempts claiming it at once', async () => {
       const outcomes = await Promise.all(
