@@ -470,11 +470,10 @@ export class IdempotencyInterceptor implements NestInterceptor {
     }
     this.executor.emit('replayed', attempt, { status: record.response.status });
     const stored = record.response;
-    const headers: Record<string, string | string[]> = {};
-    for (const [name, value] of Object.entries(stored.headers)) {
-      headers[name] = value;
-    }
-    headers[REPLAYED_HEADER_NAME] = 'true';
+    const headers: Record<string, string | string[]> = {
+      ...stored.headers,
+      [REPLAYED_HEADER_NAME]: 'true',
+    };
     // A 204 or 304 has no body, and must not announce one.
     if (stored.status !== 204 && stored.status !== 304) {
       headers['content-length'] = String(stored.body.length);

@@ -177,8 +177,15 @@ return 0`,
 
 type Argument = string | Buffer | number;
 
-/** The Buffer-replying script commands of an ioredis client. */
-interface BufferScripts {
+/**
+ * The script commands of an ioredis client, replying in strings or (the
+ * `…Buffer` variants) in Buffers. Not callBuffer('evalsha', …): with
+ * enableAutoPipelining, ioredis cannot pipeline a command sent by call().
+ * ioredis has Buffer variants of every command, but its types omit these.
+ */
+interface ScriptCommands {
+  evalsha(sha: string, keys: number, ...rest: Argument[]): Promise<unknown>;
+  eval(lua: string, keys: number, ...rest: Argument[]): Promise<unknown>;
   evalshaBuffer(
     sha: string,
     keys: number,
@@ -196,44 +203,43 @@ function missing(error: unknown): boolean {
  * it again) when the server has lost it (restarted, failed over, or SCRIPT
  * FLUSH).
  */
-export async function runScript<T>(
+export function runScript<T>(
   client: RedisClient,
-  { lua, sha }: RedisScript,
+  script: RedisScript,
   keys: readonly string[],
   args: readonly Argument[],
 ): Promise<T> {
-  try {
-    return (await client.evalsha(sha, keys.length, ...keys, ...args)) as T;
-  } catch (error) {
-    if (!missing(error)) {
-      throw error;
-    }
-    return (await client.eval(lua, keys.length, ...keys, ...args)) as T;
-  }
+  return run<T>(client, script, keys, args, false);
 }
 
 /** @internal {@link runScript} with the bulk strings of its reply as Buffers. */
-export async function runScriptBuffer<T>(
+export function runScriptBuffer<T>(
+  client: RedisClient,
+  script: RedisScript,
+  keys: readonly string[],
+  args: readonly Argument[],
+): Promise<T> {
+  return run<T>(client, script, keys, args, true);
+}
+
+async function run<T>(
   client: RedisClient,
   { lua, sha }: RedisScript,
   keys: readonly string[],
   args: readonly Argument[],
+  buffers: boolean,
 ): Promise<T> {
-  // The Buffer variants of the commands, not callBuffer('evalsha', …): with
-  // enableAutoPipelining, ioredis cannot pipeline a command sent by call().
-  // ioredis has them for every command, but its types omit these two.
-  const buffers = client as unknown as BufferScripts;
+  const commands = client as unknown as ScriptCommands;
   try {
-    return (await buffers.evalshaBuffer(
-      sha,
-      keys.length,
-      ...keys,
-      ...args,
-    )) as T;
+    return (await (buffers
+      ? commands.evalshaBuffer(sha, keys.length, ...keys, ...args)
+      : commands.evalsha(sha, keys.length, ...keys, ...args))) as T;
   } catch (error) {
     if (!missing(error)) {
       throw error;
     }
-    return (await buffers.evalBuffer(lua, keys.length, ...keys, ...args)) as T;
+    return (await (buffers
+      ? commands.evalBuffer(lua, keys.length, ...keys, ...args)
+      : commands.eval(lua, keys.length, ...keys, ...args))) as T;
   }
 }
