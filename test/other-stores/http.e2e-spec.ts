@@ -7,6 +7,7 @@ import {
   type IdempotencyStore,
 } from '../../src/index.js';
 import { Barrier, until } from '../utils/barrier.js';
+import { describeWithValkeyServer } from '../utils/redis-server.js';
 import { describeWithServer } from '../utils/server.js';
 import {
   dynamoSubject,
@@ -14,6 +15,7 @@ import {
   REDIS,
   redisSubject,
   type Subject,
+  valkeySubject,
 } from '../utils/store-subjects.js';
 import { startStoreApp, type StoreApp } from '../utils/store-app.js';
 import { PLATFORMS, type Platform } from '../utils/test-app.js';
@@ -349,6 +351,11 @@ const describeRedis = await describeWithServer('Redis', REDIS.host, REDIS.port);
 describeRedis.each(PLATFORMS)(
   'the module on the Redis store, without TypeORM (%s)',
   (platform) => moduleOnStore(platform, redisSubject),
+);
+
+describeWithValkeyServer().each(PLATFORMS)(
+  'the module on the Redis store on Valkey, without TypeORM (%s)',
+  (platform) => moduleOnStore(platform, valkeySubject),
 );
 
 describe.each(PLATFORMS)(

@@ -7,12 +7,25 @@ import { RedisIdempotencyStore } from '../../src/stores/redis/index.js';
 import type { ClaimRequest } from '../../src/protocol/idempotency-store.interface.js';
 import { RedisKeys } from '../../src/stores/redis/redis-keys.js';
 import { startRedisCluster } from '../utils/redis-cluster.js';
-import { redisInstalled } from '../utils/redis-server.js';
+import {
+  describeWithValkeyServer,
+  keysOf,
+  redisInstalled,
+  RedisServer,
+  serverOf,
+  VALKEY_BINARIES,
+} from '../utils/redis-server.js';
 import { CLAIM } from '../../src/stores/redis/redis.scripts.js';
 import { describeIf, describeWithServer } from '../utils/server.js';
 import { describeStoreConformance } from './conformance.js';
 
-const REDIS = { host: '127.0.0.1', port: 6379 };
+/** Where a server listens. */
+interface Address {
+  readonly host: string;
+  readonly port: number;
+}
+
+const REDIS: Address = { host: '127.0.0.1', port: 6379 };
 /** The slot of a key on a Redis Cluster, as ioredis computes it. */
 const slotOf = createRequire(import.meta.url)('cluster-key-slot') as (
   key: string,
@@ -31,37 +44,11 @@ async function quit(connection: Redis | Cluster): Promise<void> {
 
 /** Deletes every key of the prefix on `client` (one node). */
 async function clean(client: Redis, prefix = PREFIX): Promise<void> {
-  let cursor = '0';
-  do {
-    const [next, keys] = await client.scan(
-      cursor,
-      'MATCH',
-      `${prefix}*`,
-      'COUNT',
-      1000,
-    );
-    cursor = next;
-    // One key per command: on a cluster node, keys of several slots in one
-    // command are refused (CROSSSLOT).
-    await Promise.all(keys.map((key) => client.unlink(key)));
-  } while (cursor !== '0');
-}
-
-async function keysOf(client: Redis, prefix = PREFIX): Promise<string[]> {
-  const keys: string[] = [];
-  let cursor = '0';
-  do {
-    const [next, found] = await client.scan(
-      cursor,
-      'MATCH',
-      `${prefix}*`,
-      'COUNT',
-      1000,
-    );
-    cursor = next;
-    keys.push(...found);
-  } while (cursor !== '0');
-  return keys.sort();
+  // One key per command: on a cluster node, keys of several slots in one
+  // command are refused (CROSSSLOT).
+  await Promise.all(
+    (await keysOf(client, prefix)).map((key) => client.unlink(key)),
+  );
 }
 
 /** The commands a client sends, as MONITOR sees them. */
@@ -69,7 +56,7 @@ async function monitorOf(client: Redis) {
   await client.ping();
   const port = (client as unknown as { stream: { localPort: number } }).stream
     .localPort;
-  const origin = new Redis(REDIS);
+  const origin = client.duplicate();
   const monitor = await origin.monitor();
   const commands: string[][] = [];
   monitor.on('monitor', (_time: string, args: string[], source: string) => {
@@ -102,13 +89,21 @@ async function monitorOf(client: Redis) {
   };
 }
 
-describeRedis('the Redis store', () => {
-  /** The conformance suite on a client made with `options`. */
-  const conformance = (name: string, options: RedisOptions) =>
+/**
+ * The conformance suite on `name`, the server at `server()`, on a plain
+ * client, then on one with enableAutoPipelining (ioredis then queues a
+ * tick's commands into one write: every command must be one it can
+ * pipeline).
+ */
+function conformance(name: string, server: () => Address): void {
+  for (const [variant, options] of [
+    ['', {}],
+    [' with enableAutoPipelining', { enableAutoPipelining: true }],
+  ] as Array<[string, RedisOptions]>) {
     describeStoreConformance(
-      name,
+      `${name}${variant}`,
       async () => {
-        const client = new Redis({ ...REDIS, ...options });
+        const client = new Redis({ ...server(), ...options });
         const store = new RedisIdempotencyStore(client, {
           prefix: `${PREFIX}conformance:`,
         });
@@ -123,19 +118,59 @@ describeRedis('the Redis store', () => {
       },
       { resentClaims: true },
     );
-  conformance('Redis', {});
-  // ioredis then queues a tick's commands into one write: every command must
-  // be one it can pipeline.
-  conformance('Redis with enableAutoPipelining', {
-    enableAutoPipelining: true,
-  });
+  }
+}
 
+describeRedis('the Redis store', () => {
+  conformance('Redis', () => REDIS);
+  storeTests(() => REDIS);
+});
+
+/**
+ * The Redis store on a Valkey server the test starts (see
+ * describeWithValkeyServer for where it finds valkey-server).
+ */
+describeWithValkeyServer()('the Redis store on Valkey', () => {
+  let valkey: RedisServer;
+  const address = (): Address => ({ host: '127.0.0.1', port: valkey.port });
+
+  beforeAll(async () => {
+    valkey = await (
+      await RedisServer.create([], { binaries: VALKEY_BINARIES })
+    ).start();
+  });
+  afterAll(() => valkey?.stop());
+
+  it('runs on Valkey: INFO server names valkey and its version', async () => {
+    const client = new Redis(address());
+    try {
+      expect(await serverOf(client)).toEqual({
+        name: 'valkey',
+        version: expect.stringMatching(/^\d+\.\d+\.\d+$/),
+      });
+      expect(await client.info('server')).toMatch(/^server_name:valkey\r?$/m);
+    } finally {
+      await quit(client);
+    }
+  });
+  conformance('Valkey', address);
+  // In a describe of their own, whose afterAll lets the clients go before
+  // this one stops the server.
+  describe('its keys, scripts, expiries, pub/sub and client', () =>
+    storeTests(address));
+});
+
+/**
+ * The tests of what the Redis store does on the server at `server()` beyond
+ * the conformance suite: its keys, scripts, expiries, pub/sub and client.
+ */
+function storeTests(server: () => Address): void {
   let client: Redis;
   let store: RedisIdempotencyStore;
   let scope: string;
 
   beforeAll(() => {
-    client = new Redis(REDIS);
+    client = new Redis(server());
     store = new RedisIdempotencyStore(client, { prefix: PREFIX });
   });
   afterAll(async () => {
@@ -188,7 +223,7 @@ describeRedis('the Redis store', () => {
       expect(await store.claim(claim)).toEqual({ state: 'claimed' });
       expect(await store.saveStep(claim, 'charge', key, 3_600_000)).toBe(true);
     }
-    const written = (await keysOf(client)).filter((key) =>
+    const written = (await keysOf(client, PREFIX)).filter((key) =>
       odd.some((k) => key.includes(RedisKeys.id(scope, k))),
     );
     // A record and its steps, for each key: no two keys share a record.
@@ -412,10 +447,10 @@ describeRedis('the Redis store', () => {
   });
 
   it('connects a client of its own from options, loading ioredis then, and closes it', async () => {
-    const own = await RedisIdempotencyStore.connect(
-      `redis://${REDIS.host}:${REDIS.port}`,
-      { prefix: PREFIX },
-    );
+    const { host, port } = server();
+    const own = await RedisIdempotencyStore.connect(`redis://${host}:${port}`, {
+      prefix: PREFIX,
+    });
     expect(await own.claim(attempt('own-client'))).toEqual({
       state: 'claimed',
     });
@@ -425,7 +460,7 @@ describeRedis('the Redis store', () => {
       enableAutoPipelining: true,
     });
     const told = await RedisIdempotencyStore.connect({
-      ...REDIS,
+      ...server(),
       maxRetriesPerRequest: 3,
     });
     expect((told.client as Redis).options.maxRetriesPerRequest).toBe(3);
@@ -437,7 +472,7 @@ describeRedis('the Redis store', () => {
     }
     expect(closed.status).toBe('end');
   });
-});
+}
 
 /**
  * The cluster the Redis Cluster conformance runs on: the one
@@ -451,19 +486,41 @@ describeIf(
   Boolean(clusterNodes) || canStartCluster,
   'Redis Cluster',
   'REDIS_CLUSTER_NODES names no cluster, and redis-server is not installed to start one',
-)('the Redis store on a Cluster', () => {
+)('the Redis store on a Cluster', () =>
+  clusterConformance('Redis Cluster', async () =>
+    canStartCluster
+      ? startRedisCluster()
+      : {
+          nodes: (clusterNodes ?? '').split(',').map((node) => {
+            const [host, port] = node.split(':');
+            return { host, port: Number(port) };
+          }),
+        },
+  ),
+);
+
+describeWithValkeyServer()('the Redis store on a Valkey Cluster', () =>
+  clusterConformance('Valkey Cluster', () =>
+    startRedisCluster(3, VALKEY_BINARIES),
+  ),
+);
+
+/**
+ * The conformance suite on the cluster `reach()` gives: its masters, and
+ * how to stop it if the test started it.
+ */
+function clusterConformance(
+  name: string,
+  reach: () => Promise<{
+    readonly nodes: readonly Address[];
+    stop?(): Promise<void>;
+  }>,
+): void {
   describeStoreConformance(
-    'Redis Cluster',
+    name,
     async () => {
-      const own = canStartCluster ? await startRedisCluster() : undefined;
-      const cluster = new Cluster(
-        own
-          ? [...own.nodes]
-          : (clusterNodes ?? '').split(',').map((node) => {
-              const [host, port] = node.split(':');
-              return { host, port: Number(port) };
-            }),
-      );
+      const reached = await reach();
+      const cluster = new Cluster([...reached.nodes]);
       const store = new RedisIdempotencyStore(cluster, { prefix: PREFIX });
       return {
         store,
@@ -475,14 +532,14 @@ describeIf(
             }
             await quit(cluster);
           } finally {
-            await own?.stop();
+            await reached.stop?.();
           }
         },
       };
     },
     { resentClaims: true },
   );
-});
+}
 
 /** `n` arguments of any value. */
 function anyArgs(n: number): unknown[] {

@@ -3,7 +3,11 @@ import { createServer } from 'node:net';
 import { promisify } from 'node:util';
 import { Redis } from 'ioredis';
 import { until } from './barrier.js';
-import { RedisServer } from './redis-server.js';
+import {
+  REDIS_BINARIES,
+  RedisServer,
+  type ServerBinaries,
+} from './redis-server.js';
 
 const run = promisify(execFile);
 
@@ -43,11 +47,15 @@ export interface RedisCluster {
 }
 
 /**
- * Starts `masters` redis-servers in cluster mode on free ports, joins them
- * into one cluster with `redis-cli --cluster create` (the slots split
- * evenly), and resolves once every node reports the cluster ok.
+ * Starts `masters` redis-servers (or the servers of other `binaries`, such
+ * as Valkey's) in cluster mode on free ports, joins them into one cluster
+ * with `redis-cli --cluster create` (the slots split evenly), and resolves
+ * once every node reports the cluster ok.
  */
-export async function startRedisCluster(masters = 3): Promise<RedisCluster> {
+export async function startRedisCluster(
+  masters = 3,
+  binaries: ServerBinaries = REDIS_BINARIES,
+): Promise<RedisCluster> {
   const servers = await Promise.all(
     (await clusterPorts(masters)).map((port) =>
       RedisServer.create(
@@ -59,7 +67,7 @@ export async function startRedisCluster(masters = 3): Promise<RedisCluster> {
           '--appendonly',
           'no',
         ],
-        port,
+        { port, binaries },
       ),
     ),
   );
@@ -69,7 +77,7 @@ export async function startRedisCluster(masters = 3): Promise<RedisCluster> {
   try {
     await Promise.all(servers.map((server) => server.start()));
     await run(
-      'redis-cli',
+      binaries.cli,
       [
         '--cluster',
         'create',

@@ -8,6 +8,7 @@ import {
 import { DynamoDbIdempotencyStore } from '../../src/stores/dynamodb/index.js';
 import { RedisIdempotencyStore } from '../../src/stores/redis/index.js';
 import { startDynalite } from './dynalite.js';
+import { keysOf, RedisServer, VALKEY_BINARIES } from './redis-server.js';
 
 /** A store under test, the records it holds, and how to let it go. */
 export interface Subject {
@@ -34,24 +35,42 @@ export const memorySubject = (): Promise<Subject> => {
 export const REDIS = { host: '127.0.0.1', port: 6379 };
 
 /** A Redis store on a prefix of its own, on the local Redis. */
-export const redisSubject = (): Promise<Subject> => {
-  const prefix = `idempotency-test-app-${randomUUID().slice(0, 8)}:`;
-  const client = new Redis(REDIS);
-  const keys = async () => {
-    const found: string[] = [];
-    let cursor = '0';
-    do {
-      const [next, batch] = await client.scan(cursor, 'MATCH', `${prefix}*`);
-      cursor = next;
-      found.push(...batch);
-    } while (cursor !== '0');
-    return found;
+export const redisSubject = (): Promise<Subject> => redisSubjectAt(REDIS);
+
+/**
+ * A Redis store on a Valkey server of its own, started from valkey-server
+ * (see VALKEY_BINARIES), stopped on close.
+ */
+export const valkeySubject = async (): Promise<Subject> => {
+  const server = await (
+    await RedisServer.create([], { binaries: VALKEY_BINARIES })
+  ).start();
+  const subject = await redisSubjectAt({
+    host: '127.0.0.1',
+    port: server.port,
+  });
+  return {
+    ...subject,
+    async close() {
+      try {
+        await subject.close();
+      } finally {
+        await server.stop();
+      }
+    },
   };
+};
+
+/** A Redis store on a prefix of its own, on the server at `address`. */
+function redisSubjectAt(address: typeof REDIS): Promise<Subject> {
+  const prefix = `idempotency-test-app-${randomUUID().slice(0, 8)}:`;
+  const client = new Redis(address);
+  const keys = () => keysOf(client, prefix);
   return Promise.resolve({
     store: new RedisIdempotencyStore(client, { prefix }),
     env: {
       STORE: 'redis',
-      REDIS_URL: `redis://${REDIS.host}:${REDIS.port}`,
+      REDIS_URL: `redis://${address.host}:${address.port}`,
       REDIS_PREFIX: prefix,
     },
     records: async () =>
@@ -64,7 +83,7 @@ export const redisSubject = (): Promise<Subject> => {
       await client.quit();
     },
   });
-};
+}
 
 /** A DynamoDB store on a dynalite server of its own. */
 export const dynamoSubject = async (): Promise<Subject> => {
