@@ -214,7 +214,8 @@ export class RedisServer {
         throw new Error(`${server} is ${name}, not ${this.binaries.name}`);
       }
     } catch (error) {
-      await this.kill();
+      // Not the server the test asked for: nothing of it is kept.
+      await this.stop();
       throw error;
     } finally {
       client.disconnect();
