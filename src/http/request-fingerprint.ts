@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { hash } from 'node:crypto';
 
 /**
  * JSON with the keys of every object in code-point order, so that two bodies
@@ -6,45 +6,52 @@ import { createHash } from 'node:crypto';
  * deeply nested body cannot exhaust the stack.
  */
 function canonicalJson(root: unknown): string {
-  const out: string[] = [];
-  // Values still to write, and literal text between them, in reverse order.
-  const work: Array<{ value: unknown } | string> = [{ value: root }];
+  let out = '';
+  // Text still to write (literal, or a value's JSON) and objects or arrays
+  // still to expand, in reverse order.
+  const work: Array<string | Nested> = [jsonOf(root)];
   while (work.length > 0) {
     const item = work.pop()!;
     if (typeof item === 'string') {
-      out.push(item);
+      out += item;
       continue;
     }
     const { value } = item;
-    if (value === null || typeof value !== 'object') {
-      out.push(JSON.stringify(value) ?? 'null');
+    if (Array.isArray(value)) {
+      out += '[';
+      work.push(']');
+      for (let i = value.length - 1; i >= 0; i -= 1) {
+        work.push(jsonOf(value[i] as unknown));
+        if (i > 0) {
+          work.push(',');
+        }
+      }
       continue;
     }
-    const parts: Array<{ value: unknown } | string> = [];
-    if (Array.isArray(value)) {
-      parts.push('[');
-      value.forEach((element, index) => {
-        parts.push(...(index > 0 ? [','] : []), { value: element });
-      });
-      parts.push(']');
-    } else {
-      const record = value as Record<string, unknown>;
-      const names = Object.keys(record)
-        .filter((name) => record[name] !== undefined)
-        .sort();
-      parts.push('{');
-      names.forEach((name, index) => {
-        parts.push(`${index > 0 ? ',' : ''}${JSON.stringify(name)}:`, {
-          value: record[name],
-        });
-      });
-      parts.push('}');
-    }
-    for (let i = parts.length - 1; i >= 0; i -= 1) {
-      work.push(parts[i]);
+    const record = value as Record<string, unknown>;
+    const names = Object.keys(record)
+      .filter((name) => record[name] !== undefined)
+      .sort();
+    out += '{';
+    work.push('}');
+    for (let i = names.length - 1; i >= 0; i -= 1) {
+      work.push(jsonOf(record[names[i]]));
+      work.push(`${i > 0 ? ',' : ''}${JSON.stringify(names[i])}:`);
     }
   }
-  return out.join('');
+  return out;
+}
+
+/** An object or array that {@link canonicalJson} has yet to expand. */
+class Nested {
+  constructor(readonly value: object) {}
+}
+
+/** A scalar's JSON, or an object or array to expand. */
+function jsonOf(value: unknown): string | Nested {
+  return value !== null && typeof value === 'object'
+    ? new Nested(value)
+    : (JSON.stringify(value) ?? 'null');
 }
 
 /** @internal A query parameter: its name and one of its values, decoded. */
@@ -186,15 +193,18 @@ export function selectQuery(
   );
 }
 
-/** Feeds a body to a hash, telling a string, a Buffer and JSON apart. */
-function hashBody(hash: ReturnType<typeof createHash>, body: unknown): void {
+/**
+ * What is hashed: `head`, then the body, telling a string, a Buffer and JSON
+ * apart. Hashed in one call (no Hash object per request).
+ */
+function withBody(head: string, body: unknown): string | Buffer {
   if (Buffer.isBuffer(body)) {
-    hash.update('b:').update(body);
-  } else if (typeof body === 'string') {
-    hash.update('s:').update(body);
-  } else if (body !== undefined) {
-    hash.update('j:').update(canonicalJson(body));
+    return Buffer.concat([Buffer.from(`${head}b:`), body]);
   }
+  if (typeof body === 'string') {
+    return `${head}s:${body}`;
+  }
+  return body === undefined ? head : `${head}j:${canonicalJson(body)}`;
 }
 
 /**
@@ -213,11 +223,8 @@ export function requestFingerprint(parts: FingerprintParts): string {
   const query = [...parts.query].sort(([a], [b]) =>
     a < b ? -1 : a > b ? 1 : 0,
   );
-  const hash = createHash('sha256').update(
-    `${parts.method}\n${parts.route}\n${canonicalJson(parts.params)}\n${JSON.stringify(query)}\n`,
-  );
-  hashBody(hash, parts.body);
-  return FINGERPRINT_VERSION + hash.digest('hex');
+  const head = `${parts.method}\n${parts.route}\n${canonicalJson(parts.params)}\n${JSON.stringify(query)}\n`;
+  return FINGERPRINT_VERSION + hash('sha256', withBody(head, parts.body), 'hex');
 }
 
 /**
@@ -227,9 +234,11 @@ export function requestFingerprint(parts: FingerprintParts): string {
 export function legacyRequestFingerprint(
   parts: Pick<FingerprintParts, 'method' | 'route' | 'body'>,
 ): string {
-  const hash = createHash('sha256').update(`${parts.method}\n${parts.route}\n`);
-  hashBody(hash, parts.body);
-  return hash.digest('hex');
+  return hash(
+    'sha256',
+    withBody(`${parts.method}\n${parts.route}\n`, parts.body),
+    'hex',
+  );
 }
 
 /** @internal Whether a stored fingerprint was written by 0.1.0. */

@@ -61,13 +61,15 @@ export class IdempotencyTelemetry {
 
   /** Runs `fn`, the claim of an attempt's key, in its span. */
   claim<T extends object>(attempt: Attempt, fn: () => Promise<T>): Promise<T> {
-    return this.recorder ? this.recorder.claim(attempt, fn) : fn();
+    return this.recorder?.recording ? this.recorder.claim(attempt, fn) : fn();
   }
 
   /** `fn`, an attempt's handler, to run in its span. */
   handler<T>(attempt: Attempt, fn: () => Promise<T>): () => Promise<T> {
     const { recorder } = this;
-    return recorder ? () => recorder.handler(attempt, fn) : fn;
+    return recorder?.follows(attempt)
+      ? () => recorder.handler(attempt, fn)
+      : fn;
   }
 
   /** The completion of an attempt begins. */

@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { hash } from 'node:crypto';
 import type { IdempotencyTelemetryKeys } from '../interfaces/idempotency-options.interface.js';
 import type { Attempt } from '../protocol/attempt.js';
 
@@ -93,5 +93,5 @@ export function spanAttributes(
  * `echo -n "$KEY" | sha256sum | cut -c1-16` prints them.
  */
 export function keyHash(key: string): string {
-  return createHash('sha256').update(key, 'utf8').digest('hex').slice(0, 16);
+  return hash('sha256', key, 'hex').slice(0, 16);
 }

@@ -54,7 +54,12 @@ const DURATION_BUCKETS = [
 /** @internal The parts of `@opentelemetry/api` the module uses. */
 export type OpenTelemetryApi = Pick<
   typeof OpenTelemetry,
-  'context' | 'metrics' | 'trace' | 'SpanStatusCode'
+  | 'context'
+  | 'metrics'
+  | 'trace'
+  | 'SpanStatusCode'
+  | 'ProxyTracerProvider'
+  | 'createNoopMeter'
 >;
 
 /** What is recorded of one attempt while it runs. */
@@ -89,6 +94,8 @@ export class TelemetryRecorder {
   private readonly requestDuration: Histogram;
   private readonly claimDuration: Histogram;
   private readonly commitDuration: Histogram;
+  /** Whether a meter provider was registered: the meters record. */
+  private readonly metered: boolean;
 
   constructor(
     private readonly api: OpenTelemetryApi,
@@ -96,6 +103,9 @@ export class TelemetryRecorder {
   ) {
     this.tracer = api.trace.getTracer(SCOPE);
     const meter = api.metrics.getMeter(SCOPE);
+    // The API gives a no-op meter for good when no provider is registered
+    // yet: metrics are never recorded then.
+    this.metered = meter.constructor !== api.createNoopMeter().constructor;
     const seconds = (description: string) => ({
       description,
       unit: 's',
@@ -124,6 +134,27 @@ export class TelemetryRecorder {
         'Duration of completions: the fenced write of the record and the commit.',
       ),
     );
+  }
+
+  /**
+   * Whether anything records an attempt now: the meters, or a tracer
+   * provider registered (it may be, any time). Otherwise an attempt is not
+   * followed at all, and costs nothing.
+   */
+  get recording(): boolean {
+    if (this.metered) {
+      return true;
+    }
+    const provider = this.api.trace.getTracerProvider();
+    return (
+      !(provider instanceof this.api.ProxyTracerProvider) ||
+      provider.getDelegateTracer(SCOPE) !== undefined
+    );
+  }
+
+  /** Whether an attempt is followed (its claim was recorded). */
+  follows(attempt: Attempt): boolean {
+    return this.states.has(attempt);
   }
 
   /**

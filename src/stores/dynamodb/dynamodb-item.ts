@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { hash } from 'node:crypto';
 import type { AttributeValue } from '@aws-sdk/client-dynamodb';
 import type {
   RecordStatus,
@@ -20,11 +20,15 @@ export const DYNAMODB_ITEM_LIMIT_BYTES = 400 * 1024;
  * bytes); the scope and the key are kept as attributes of the item.
  */
 export function partitionKey(scope: string, key: string): string {
-  return createHash('sha256')
-    .update(`${scope.length}:`)
-    .update(Buffer.from(scope, 'utf16le'))
-    .update(Buffer.from(key, 'utf16le'))
-    .digest('base64url');
+  return hash(
+    'sha256',
+    Buffer.concat([
+      Buffer.from(`${scope.length}:`),
+      Buffer.from(scope, 'utf16le'),
+      Buffer.from(key, 'utf16le'),
+    ]),
+    'base64url',
+  );
 }
 
 /** A number attribute. */

@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { hash } from 'node:crypto';
 
 /** Length of a record's id: a SHA-256 digest in base64url. */
 export const RECORD_ID_LENGTH = 43;
@@ -28,9 +28,7 @@ export class RedisKeys {
 
   /** The record's id: the digest of its identity. */
   static id(scope: string, key: string): string {
-    return createHash('sha256')
-      .update(RedisKeys.identity(scope, key))
-      .digest('base64url');
+    return hash('sha256', RedisKeys.identity(scope, key), 'base64url');
   }
 
   /** The hash of the record. */

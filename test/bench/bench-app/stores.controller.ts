@@ -1,8 +1,8 @@
-import { Body, Controller, Post } from '@nestjs/common';
+import { Body, Controller, Headers, Post } from '@nestjs/common';
 import { Idempotent } from 'nestjs-idempotency';
 import { CreatePaymentDto } from '../../../sample-app/payments/create-payment.dto.js';
 import type { Payment } from '../../../sample-app/payments/payment.entity.js';
-import { BenchController } from './bench.controller.js';
+import { BenchController, plainKey } from './bench.controller.js';
 
 /** How long the gateway of the gateway routes takes to answer (ms). */
 const GATEWAY_MS = Number(process.env.BENCH_GATEWAY_MS ?? 50);
@@ -13,6 +13,8 @@ const GATEWAY_MS = Number(process.env.BENCH_GATEWAY_MS ?? 50);
  * transaction: its idempotent routes do exactly what their baselines do
  * (the gateway, then the payment in a short transaction of their own), with
  * `@Idempotent()` on top, so that what they cost more is the module only.
+ * The charge's key is the baseline's too (the request's key, with a suffix),
+ * as in the handler of `@node-idempotency/nestjs` that the bench compares.
  * The other routes are {@link BenchController}'s.
  */
 @Controller('bench')
@@ -20,8 +22,11 @@ export class StoresBenchController extends BenchController {
   /** The baseline, with `@Idempotent()`. */
   @Post('payments')
   @Idempotent()
-  override async create(@Body() dto: CreatePaymentDto): Promise<Payment> {
-    const charge = await this.charge(dto, this.chargeKey(), 0);
+  override async create(
+    @Body() dto: CreatePaymentDto,
+    @Headers('idempotency-key') key?: string,
+  ): Promise<Payment> {
+    const charge = await this.charge(dto, plainKey(key), 0);
     return this.book(dto, charge);
   }
 
@@ -30,8 +35,9 @@ export class StoresBenchController extends BenchController {
   @Idempotent()
   override async gatewayPayment(
     @Body() dto: CreatePaymentDto,
+    @Headers('idempotency-key') key?: string,
   ): Promise<Payment> {
-    const charge = await this.charge(dto, this.chargeKey(), GATEWAY_MS);
+    const charge = await this.charge(dto, plainKey(key), GATEWAY_MS);
     return this.book(dto, charge);
   }
 }
