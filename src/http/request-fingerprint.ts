@@ -224,7 +224,9 @@ export function requestFingerprint(parts: FingerprintParts): string {
     a < b ? -1 : a > b ? 1 : 0,
   );
   const head = `${parts.method}\n${parts.route}\n${canonicalJson(parts.params)}\n${JSON.stringify(query)}\n`;
-  return FINGERPRINT_VERSION + hash('sha256', withBody(head, parts.body), 'hex');
+  return (
+    FINGERPRINT_VERSION + hash('sha256', withBody(head, parts.body), 'hex')
+  );
 }
 
 /**
