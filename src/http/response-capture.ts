@@ -62,6 +62,92 @@ function addHeaders(
   }
 }
 
+/** The methods a response writes through, as they were before an interception. */
+interface Writers {
+  readonly writeHead: WriteHead;
+  readonly write: Write;
+  readonly end: End;
+}
+
+/** What an interception does in place of each writer (`this`: the response). */
+interface Interception {
+  writeHead(response: ServerResponse, args: unknown[]): ServerResponse;
+  write(response: ServerResponse, args: unknown[]): boolean;
+  end(response: ServerResponse, args: unknown[]): ServerResponse;
+}
+
+interface Intercepted {
+  readonly interception: Interception;
+  /** The writers to restore, or those of the interception it is nested in. */
+  readonly writers: Writers;
+  readonly outer?: Intercepted;
+}
+
+const intercepted = new WeakMap<ServerResponse, Intercepted>();
+
+// The same three functions on every intercepted response, each finding its
+// response's interception: a closure of its own per response, set as a
+// property of the response, would make V8 give every response object a new
+// shape, whose cost showed as several times the garbage promoted per request.
+function interceptedWriteHead(this: ServerResponse, ...args: unknown[]) {
+  return intercepted.get(this)!.interception.writeHead(this, args);
+}
+function interceptedWrite(this: ServerResponse, ...args: unknown[]) {
+  return intercepted.get(this)!.interception.write(this, args);
+}
+function interceptedEnd(this: ServerResponse, ...args: unknown[]) {
+  return intercepted.get(this)!.interception.end(this, args);
+}
+
+/**
+ * Routes the writers of `response` to `interception` until {@link release}.
+ * @returns the writers that write for real (or to the interception this one
+ * is nested in).
+ */
+function intercept(
+  response: ServerResponse,
+  interception: Interception,
+): Writers {
+  const outer = intercepted.get(response);
+  const writers: Writers = outer
+    ? {
+        writeHead: ((...args: unknown[]) =>
+          outer.interception.writeHead(response, args)) as WriteHead,
+        write: ((...args: unknown[]) =>
+          outer.interception.write(response, args)) as Write,
+        end: ((...args: unknown[]) =>
+          outer.interception.end(response, args)) as End,
+      }
+    : {
+        writeHead: response.writeHead,
+        write: response.write,
+        end: response.end,
+      };
+  intercepted.set(response, { interception, writers, outer });
+  if (!outer) {
+    response.writeHead = interceptedWriteHead as WriteHead;
+    response.write = interceptedWrite as Write;
+    response.end = interceptedEnd as End;
+  }
+  return writers;
+}
+
+/** Ends the interception of `response`: its writers write again. */
+function release(response: ServerResponse): void {
+  const current = intercepted.get(response);
+  if (!current) {
+    return;
+  }
+  if (current.outer) {
+    intercepted.set(response, current.outer);
+    return;
+  }
+  intercepted.delete(response);
+  response.writeHead = current.writers.writeHead;
+  response.write = current.writers.write;
+  response.end = current.writers.end;
+}
+
 /**
  * @internal Holds back the response a platform writes on `response` (Express
  * and Fastify both end in Node's `ServerResponse`) until `settle` has run with
@@ -76,88 +162,73 @@ export function holdResponse(
   settle: (captured: CapturedResponse) => Promise<void>,
   replace: (error: unknown) => CapturedResponse,
 ): void {
-  const originalWriteHead = response.writeHead;
-  const originalWrite = response.write;
-  const originalEnd = response.end;
   const chunks: Buffer[] = [];
   let head: Parameters<WriteHead> | undefined;
-
-  response.writeHead = function (this: ServerResponse, ...args: unknown[]) {
-    head = args as Parameters<WriteHead>;
-    return this;
-  } as WriteHead;
-
-  response.write = function (
-    chunk: unknown,
-    encoding?: unknown,
-    callback?: unknown,
-  ) {
-    chunks.push(toBuffer(chunk, encoding));
-    const done = (typeof encoding === 'function' ? encoding : callback) as
-      Callback | undefined;
-    if (done) {
-      process.nextTick(done);
-    }
-    return true;
-  } as Write;
-
-  response.end = function (
-    this: ServerResponse,
-    chunk?: unknown,
-    encoding?: unknown,
-    callback?: unknown,
-  ) {
-    response.writeHead = originalWriteHead;
-    response.write = originalWrite;
-    response.end = originalEnd;
-    let done: Callback | undefined;
-    if (typeof chunk === 'function') {
-      done = chunk as Callback;
-    } else {
-      if (chunk !== undefined && chunk !== null) {
-        chunks.push(toBuffer(chunk, encoding));
-      }
-      done = (typeof encoding === 'function' ? encoding : callback) as
+  const writers = intercept(response, {
+    writeHead(target, args) {
+      head = args as Parameters<WriteHead>;
+      return target;
+    },
+    write(_target, [chunk, encoding, callback]) {
+      chunks.push(toBuffer(chunk, encoding));
+      const done = (typeof encoding === 'function' ? encoding : callback) as
         Callback | undefined;
-    }
-    const headers: Record<string, string | string[]> = {};
-    addHeaders(headers, response.getHeaders());
-    const headArgs = head;
-    if (headArgs) {
-      const last = headArgs[headArgs.length - 1];
-      addHeaders(
-        headers,
-        typeof last === 'object' ? (last as OutgoingHttpHeaders) : undefined,
-      );
-    }
-    const status = headArgs ? Number(headArgs[0]) : response.statusCode;
-    const body = Buffer.concat(chunks);
-    settle({ status, headers, body }).then(
-      () => {
-        if (headArgs) {
-          originalWriteHead.apply(response, headArgs);
+      if (done) {
+        process.nextTick(done);
+      }
+      return true;
+    },
+    end(target, [chunk, encoding, callback]) {
+      release(target);
+      let done: Callback | undefined;
+      if (typeof chunk === 'function') {
+        done = chunk as Callback;
+      } else {
+        if (chunk !== undefined && chunk !== null) {
+          chunks.push(toBuffer(chunk, encoding));
         }
-        endWith(response, originalEnd, body, done);
-      },
-      (error: unknown) => {
-        const replacement = replace(error);
-        if (response.headersSent) {
-          response.destroy();
-          return;
-        }
-        for (const name of response.getHeaderNames()) {
-          response.removeHeader(name);
-        }
-        originalWriteHead.call(
-          response,
-          replacement.status,
-          replacement.headers,
+        done = (typeof encoding === 'function' ? encoding : callback) as
+          Callback | undefined;
+      }
+      const headers: Record<string, string | string[]> = {};
+      addHeaders(headers, target.getHeaders());
+      const headArgs = head;
+      if (headArgs) {
+        const last = headArgs[headArgs.length - 1];
+        addHeaders(
+          headers,
+          typeof last === 'object' ? (last as OutgoingHttpHeaders) : undefined,
         );
-        endWith(response, originalEnd, replacement.body, done);
-      },
-    );
-    return this;
-  } as End;
+      }
+      const status = headArgs ? Number(headArgs[0]) : target.statusCode;
+      const body = chunks.length === 1 ? chunks[0] : Buffer.concat(chunks);
+      settle({ status, headers, body }).then(
+        () => {
+          if (headArgs) {
+            writers.writeHead.apply(target, headArgs);
+          }
+          endWith(target, writers.end, body, done);
+        },
+        (error: unknown) => {
+          const replacement = replace(error);
+          if (target.headersSent) {
+            target.destroy();
+            return;
+          }
+          for (const name of target.getHeaderNames()) {
+            target.removeHeader(name);
+          }
+          writers.writeHead.call(
+            target,
+            replacement.status,
+            replacement.headers,
+          );
+          endWith(target, writers.end, replacement.body, done);
+        },
+      );
+      return target;
+    },
+  });
 }
 
 /**
@@ -174,69 +245,63 @@ export function sendInPlaceOfEmpty(
   response: ServerResponse,
   replacement: CapturedResponse,
 ): void {
-  const originalWriteHead = response.writeHead;
-  const originalWrite = response.write;
-  const originalEnd = response.end;
   let head: unknown[] | undefined;
-  const restore = () => {
-    response.writeHead = originalWriteHead;
-    response.write = originalWrite;
-    response.end = originalEnd;
-  };
   // Anything else than an empty answer: the platform's own, unchanged.
-  const passThrough = () => {
-    restore();
+  const passThrough = (target: ServerResponse) => {
+    release(target);
     if (head) {
-      (originalWriteHead as (...args: unknown[]) => ServerResponse).apply(
-        response,
+      (writers.writeHead as (...args: unknown[]) => ServerResponse).apply(
+        target,
         head,
       );
     }
   };
-
-  response.writeHead = function (this: ServerResponse, ...args: unknown[]) {
-    head = args;
-    return this;
-  } as WriteHead;
-
-  response.write = function (this: ServerResponse, ...args: Parameters<Write>) {
-    passThrough();
-    return originalWrite.apply(this, args);
-  } as Write;
-
-  response.end = function (this: ServerResponse, ...args: unknown[]) {
-    const [chunk, encoding, callback] = args;
-    if (
-      typeof chunk !== 'function' &&
-      chunk !== undefined &&
-      chunk !== null &&
-      (chunk as { length?: number }).length !== 0
-    ) {
-      passThrough();
-      return (originalEnd as (...args: unknown[]) => ServerResponse).apply(
-        this,
+  const writers = intercept(response, {
+    writeHead(target, args) {
+      head = args;
+      return target;
+    },
+    write(target, args) {
+      passThrough(target);
+      return (writers.write as (...args: unknown[]) => boolean).apply(
+        target,
         args,
       );
-    }
-    restore();
-    const done = [chunk, encoding, callback].find(
-      (value) => typeof value === 'function',
-    ) as Callback | undefined;
-    // Headers the platform gave writeHead (Fastify's) are kept, under the
-    // replacement's.
-    const last = head?.[head.length - 1];
-    if (last && typeof last === 'object') {
-      const given: Record<string, string | string[]> = {};
-      addHeaders(given, last as OutgoingHttpHeaders | readonly unknown[]);
-      for (const [name, value] of Object.entries(given)) {
-        response.setHeader(name, value);
+    },
+    end(target, args) {
+      const [chunk, encoding, callback] = args;
+      if (
+        typeof chunk !== 'function' &&
+        chunk !== undefined &&
+        chunk !== null &&
+        (chunk as { length?: number }).length !== 0
+      ) {
+        passThrough(target);
+        return (writers.end as (...args: unknown[]) => ServerResponse).apply(
+          target,
+          args,
+        );
       }
-    }
-    for (const [name, value] of Object.entries(replacement.headers)) {
-      response.setHeader(name, value);
-    }
-    response.statusCode = replacement.status;
-    endWith(response, originalEnd, replacement.body, done);
-    return this;
-  } as End;
+      release(target);
+      const done = [chunk, encoding, callback].find(
+        (value) => typeof value === 'function',
+      ) as Callback | undefined;
+      // Headers the platform gave writeHead (Fastify's) are kept, under the
+      // replacement's.
+      const last = head?.[head.length - 1];
+      if (last && typeof last === 'object') {
+        const given: Record<string, string | string[]> = {};
+        addHeaders(given, last as OutgoingHttpHeaders | readonly unknown[]);
+        for (const [name, value] of Object.entries(given)) {
+          target.setHeader(name, value);
+        }
+      }
+      for (const [name, value] of Object.entries(replacement.headers)) {
+        target.setHeader(name, value);
+      }
+      target.statusCode = replacement.status;
+      endWith(target, writers.end, replacement.body, done);
+      return target;
+    },
+  });
 }
