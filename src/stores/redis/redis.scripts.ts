@@ -47,10 +47,12 @@ local free = not st
 if free then
   local lease = tonumber(ARGV[5])
   local exp = now + math.max(lease, tonumber(ARGV[6]))
-  redis.call('DEL', KEYS[1])
+  if st then
+    redis.call('DEL', KEYS[1])
+  end
   redis.call('HSET', KEYS[1], 'st', 'in_progress', 'owner', ARGV[1], 'fp', ARGV[2],
     'method', ARGV[3], 'path', ARGV[4], 'lease', now + lease, 'exp', exp,
-    'waiting', '0', 'created', now)
+    'created', now)
   redis.call('PEXPIREAT', KEYS[1], exp)
   return {1}
 end
@@ -76,10 +78,12 @@ export const COMPLETE = script(
   'complete',
   `${OWNED}if not owned then return {0, 0} end
 ${NOW}local exp = now + tonumber(ARGV[6])
-redis.call('HDEL', KEYS[1], 'lease', 'rh', 'rb')
-redis.call('HSET', KEYS[1], 'st', ARGV[2], 'rs', ARGV[3], 'exp', exp, 'completed', now)
+redis.call('HDEL', KEYS[1], 'lease')
 if ARGV[7] == '1' then
-  redis.call('HSET', KEYS[1], 'rh', ARGV[4], 'rb', ARGV[5])
+  redis.call('HSET', KEYS[1], 'st', ARGV[2], 'rs', ARGV[3], 'exp', exp, 'completed', now,
+    'rh', ARGV[4], 'rb', ARGV[5])
+else
+  redis.call('HSET', KEYS[1], 'st', ARGV[2], 'rs', ARGV[3], 'exp', exp, 'completed', now)
 end
 redis.call('DEL', KEYS[2])
 redis.call('PEXPIREAT', KEYS[1], exp)
