@@ -21,8 +21,10 @@ import {
   memorySubject,
   REDIS,
   redisSubject,
+  valkeySubject,
   type Subject,
 } from '../utils/store-subjects.js';
+import { describeWithValkeyServer } from '../utils/redis-server.js';
 import {
   CapturesConsumer,
   ChargesProcessor,
@@ -422,6 +424,7 @@ function bullmqOnStore(store: string, subjectOf: () => Promise<Subject>) {
 describe.each([
   ['in-memory', memorySubject, describe],
   ['Redis', redisSubject, describeRedis],
+  ['Redis (on Valkey)', valkeySubject, describeWithValkeyServer()],
   ['DynamoDB', dynamoSubject, describe],
 ] as const)(
   'message handlers on the %s store, without TypeORM',

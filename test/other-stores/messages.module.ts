@@ -17,7 +17,8 @@ export const PATTERN = 'payments.captured';
 export const JOBS_QUEUE = 'idempotency-charges';
 
 /** A name of this run and of one store's suite: a RabbitMQ queue, a BullMQ prefix. */
-export const nameOf = (store: string) => `idempotency-stores-${RUN}-${store}`;
+export const nameOf = (store: string) =>
+  `idempotency-stores-${RUN}-${store.replace(/\W+/g, '-')}`;
 
 /** What the handlers did, for the tests to assert: the store holds no rows. */
 @Injectable()
