@@ -334,6 +334,20 @@ describe('holdResponse', () => {
     expect((await client.response).body.toString()).toBe('done');
   });
 
+  it('writes through a writer that another wrapper kept, called after the capture ended', async () => {
+    let kept: ServerResponse['end'] | undefined;
+    const { client, captured, settled, served } = exchange((response) => {
+      // As a wrapper set up while the capture runs keeps it.
+      kept = response.end;
+      kept.call(response, 'first');
+    });
+    const response = await served;
+    await captured;
+    settled.resolve();
+    expect((await client.response).body.toString()).toBe('first');
+    expect(() => (kept as () => void).call(response)).not.toThrow();
+  });
+
   it("sends replace's answer instead when settle rejects", async () => {
     const failure = new Error('commit refused');
     const problem = Buffer.from('{"status":503}');

@@ -1,4 +1,4 @@
-import type { OutgoingHttpHeaders, ServerResponse } from 'node:http';
+import { ServerResponse, type OutgoingHttpHeaders } from 'node:http';
 
 /** @internal A response as the platform was about to send it. */
 export interface CapturedResponse {
@@ -90,13 +90,36 @@ const intercepted = new WeakMap<ServerResponse, Intercepted>();
 // property of the response, would make V8 give every response object a new
 // shape, whose cost showed as several times the garbage promoted per request.
 function interceptedWriteHead(this: ServerResponse, ...args: unknown[]) {
-  return intercepted.get(this)!.interception.writeHead(this, args);
+  return writeThrough(this, 'writeHead', interceptedWriteHead, args);
 }
 function interceptedWrite(this: ServerResponse, ...args: unknown[]) {
-  return intercepted.get(this)!.interception.write(this, args);
+  return writeThrough(this, 'write', interceptedWrite, args);
 }
 function interceptedEnd(this: ServerResponse, ...args: unknown[]) {
-  return intercepted.get(this)!.interception.end(this, args);
+  return writeThrough(this, 'end', interceptedEnd, args);
+}
+
+/**
+ * Hands a writer's call to the response's interception or, once that ended
+ * (another wrapper kept the writer and calls it later), to the writer the
+ * response has now.
+ */
+function writeThrough<K extends keyof Writers>(
+  response: ServerResponse,
+  name: K,
+  shared: unknown,
+  args: unknown[],
+): ReturnType<Interception[K]> {
+  const current = intercepted.get(response);
+  if (current) {
+    return current.interception[name](response, args) as ReturnType<
+      Interception[K]
+    >;
+  }
+  const writer = (
+    response[name] === shared ? ServerResponse.prototype[name] : response[name]
+  ) as (...args: unknown[]) => ReturnType<Interception[K]>;
+  return writer.apply(response, args);
 }
 
 /**
