@@ -335,17 +335,17 @@ describe('holdResponse', () => {
   });
 
   it('writes through a writer that another wrapper kept, called after the capture ended', async () => {
-    let kept: ServerResponse['end'] | undefined;
+    let kept: ((this: ServerResponse, chunk?: string) => unknown) | undefined;
     const { client, captured, settled, served } = exchange((response) => {
       // As a wrapper set up while the capture runs keeps it.
-      kept = response.end;
+      kept = response.end as NonNullable<typeof kept>;
       kept.call(response, 'first');
     });
     const response = await served;
     await captured;
     settled.resolve();
     expect((await client.response).body.toString()).toBe('first');
-    expect(() => (kept as () => void).call(response)).not.toThrow();
+    expect(() => kept!.call(response)).not.toThrow();
   });
 
   it("sends replace's answer instead when settle rejects", async () => {
