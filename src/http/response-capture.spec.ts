@@ -348,6 +348,33 @@ describe('holdResponse', () => {
     expect(() => kept!.call(response)).not.toThrow();
   });
 
+  it('nests: a hold inside a hold sends once both have settled, and gives the methods back', async () => {
+    const inner = deferred<CapturedResponse>();
+    const innerSettled = deferred();
+    const { client, captured, settled, served } = exchange((response) => {
+      holdResponse(
+        response,
+        (capture) => {
+          inner.resolve(capture);
+          return innerSettled.promise;
+        },
+        () => {
+          throw new Error('replace must not be called');
+        },
+      );
+      response.end('nested');
+    });
+    const response = await served;
+    expect((await inner.promise).body.toString()).toBe('nested');
+    innerSettled.resolve();
+    expect((await captured).body.toString()).toBe('nested');
+    await turns();
+    expect(client.responded()).toBe(false);
+    settled.resolve();
+    expect((await client.response).body.toString()).toBe('nested');
+    expect(response.end).toBe(ServerResponse.prototype.end);
+  });
+
   it("sends replace's answer instead when settle rejects", async () => {
     const failure = new Error('commit refused');
     const problem = Buffer.from('{"status":503}');

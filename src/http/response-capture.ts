@@ -78,7 +78,7 @@ interface Interception {
 
 interface Intercepted {
   readonly interception: Interception;
-  /** The writers to restore, or those of the interception it is nested in. */
+  /** The writers to restore: those before it, or the shared ones when nested. */
   readonly writers: Writers;
   readonly outer?: Intercepted;
 }
@@ -132,20 +132,13 @@ function intercept(
   interception: Interception,
 ): Writers {
   const outer = intercepted.get(response);
-  const writers: Writers = outer
-    ? {
-        writeHead: ((...args: unknown[]) =>
-          outer.interception.writeHead(response, args)) as WriteHead,
-        write: ((...args: unknown[]) =>
-          outer.interception.write(response, args)) as Write,
-        end: ((...args: unknown[]) =>
-          outer.interception.end(response, args)) as End,
-      }
-    : {
-        writeHead: response.writeHead,
-        write: response.write,
-        end: response.end,
-      };
+  // Nested in another interception, these are the shared functions, which
+  // then reach the outer one.
+  const writers: Writers = {
+    writeHead: response.writeHead,
+    write: response.write,
+    end: response.end,
+  };
   intercepted.set(response, { interception, writers, outer });
   if (!outer) {
     response.writeHead = interceptedWriteHead as WriteHead;

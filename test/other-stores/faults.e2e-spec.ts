@@ -30,7 +30,11 @@ import {
   type Subject,
 } from '../utils/store-subjects.js';
 import { PaymentsController, Runs } from './faults.module.js';
-import { describeWithRedisServer, RedisServer } from '../utils/redis-server.js';
+import {
+  describeWithRedisServer,
+  keysOf,
+  RedisServer,
+} from '../utils/redis-server.js';
 
 /*
  * Faults of the stores other than PostgreSQL: a Redis server of the test's
@@ -561,10 +565,9 @@ describeRedis(
       await target?.close();
       await gate?.stop();
       if (admin) {
-        for await (const keys of admin.scanStream({ match: `${prefix}*` })) {
-          if ((keys as string[]).length > 0) {
-            await admin.del(...(keys as string[]));
-          }
+        const keys = await keysOf(admin, prefix);
+        if (keys.length > 0) {
+          await admin.del(...keys);
         }
         admin.disconnect();
       }
