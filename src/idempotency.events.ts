@@ -34,6 +34,18 @@ export class IdempotencyEvents {
     private readonly options: ResolvedIdempotencyOptions,
   ) {}
 
+  /**
+   * Whether an event of `type` goes anywhere (the `onEvent` option, or a
+   * log level enabled for it): an event nobody takes is not built.
+   */
+  wanted(type: IdempotencyEventType): boolean {
+    return (
+      type === 'gc' ||
+      this.options.onEvent !== undefined ||
+      Logger.isLevelEnabled(LEVELS[type])
+    );
+  }
+
   emit(event: IdempotencyEvent): void {
     const level =
       event.type === 'gc' && event.removed === 0 ? 'debug' : LEVELS[event.type];

@@ -304,6 +304,9 @@ export class IdempotencyExecutor
     extra: { status?: number; error?: unknown } = {},
   ): void {
     this.telemetry.event(attempt, type, extra.error);
+    if (!this.events.wanted(type)) {
+      return;
+    }
     this.events.emit({
       type,
       scope: attempt.scope,
@@ -387,29 +390,27 @@ export class Execution {
   async run<T>(fn: () => Promise<T>): Promise<T> {
     let timer: NodeJS.Timeout | undefined;
     let abandoning: Promise<void> | undefined;
-    const deadline = new Promise<never>((_, reject) => {
-      timer = setTimeout(
-        () => {
-          abandoning = this.abandon();
-          void abandoning.then(() =>
-            reject(
-              new IdempotencyUnavailableException(this.options.retryAfter),
-            ),
-          );
-        },
-        Math.max(0, this.deadline - Date.now()),
-      ).unref();
-    });
     let result: T | undefined;
     try {
       const { context, handler } = this.ambient(fn);
-      result = await Promise.race([
-        ambientTransactions.run(
-          context,
-          this.executor.telemetry.handler(this.attempt, handler),
-        ),
-        deadline,
-      ]);
+      // The handler's outcome, or the deadline's 503 once the attempt is
+      // abandoned, whichever comes first.
+      result = await new Promise<T>((resolve, reject) => {
+        timer = setTimeout(
+          () => {
+            abandoning = this.abandon();
+            void abandoning.then(() =>
+              reject(
+                new IdempotencyUnavailableException(this.options.retryAfter),
+              ),
+            );
+          },
+          Math.max(0, this.deadline - Date.now()),
+        ).unref();
+        ambientTransactions
+          .run(context, this.executor.telemetry.handler(this.attempt, handler))
+          .then(resolve, reject);
+      });
     } catch (error) {
       if (!abandoning) {
         throw error;

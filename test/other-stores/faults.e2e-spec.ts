@@ -8,7 +8,11 @@ import {
 } from '../../src/index.js';
 import { RedisIdempotencyStore } from '../../src/stores/redis/index.js';
 import { RedisKeys } from '../../src/stores/redis/redis-keys.js';
-import { CLAIM } from '../../src/stores/redis/redis.scripts.js';
+import {
+  decodeRecord,
+  type RedisRecord,
+} from '../../src/stores/redis/redis-record.js';
+import { COMPLETE } from '../../src/stores/redis/redis.scripts.js';
 import {
   PaymentLoad,
   paymentFor,
@@ -311,12 +315,13 @@ describeRestart('a Redis server restarted under load', () => {
         [...runs.handler].filter(([key, n]) => n > granted(key));
       expect(unclaimed()).toEqual([]);
       // The restarted server had no script: the store sent each one again
-      // (EVAL after NOSCRIPT) and serves on the same client.
+      // (EVAL after NOSCRIPT) and serves on the same client (every
+      // completion is a script; a free key's claim is a plain SET).
       const admin = new Redis({ host: '127.0.0.1', port: server.port });
       try {
         const stats = await admin.info('errorstats');
         expect(stats).toMatch(/errorstat_NOSCRIPT:count=[1-9]/);
-        expect(await admin.script('EXISTS', CLAIM.sha)).toEqual([1]);
+        expect(await admin.script('EXISTS', COMPLETE.sha)).toEqual([1]);
       } finally {
         admin.disconnect();
       }
@@ -443,7 +448,7 @@ describeRestart('a Redis server restarted under load', () => {
       await until(
         async () =>
           (other.claims.get(key) ?? []).length === 1 &&
-          (await admin.hget(record, 'waiting')) === '1',
+          isWaitedFor(await recordAt(admin, record)),
         'the duplicate to wait',
       );
       expect(other.claims.get(key)).toEqual(['in_progress']);
@@ -584,10 +589,12 @@ describeRedis(
       gate.holdReplies();
       const request = postPayment(target.url, key);
       await until(
-        async () => (await admin.hget(record, 'st')) === 'in_progress',
+        async () => (await recordAt(admin, record))?.state === 'in_progress',
         'the claim to be written',
       );
-      const { owner } = await admin.hgetall(record);
+      const claimed = await recordAt(admin, record);
+      const owner = claimed?.state === 'in_progress' ? claimed.owner : '';
+      expect(owner).toMatch(/^[0-9a-f-]{36}$/);
       // The reply never comes back: ioredis reconnects and sends it again.
       gate.cut();
       const answer = await request;
@@ -597,16 +604,29 @@ describeRedis(
         replayed: answer.replayed,
         runs: runs.handler.get(key),
       }).toEqual({ status: 201, replayed: false, runs: 1 });
-      expect(await admin.hmget(record, 'st', 'owner')).toEqual([
-        'completed',
-        owner,
-      ]);
+      // Completed by that attempt: the completion is fenced by its owner.
+      expect(await recordAt(admin, record)).toMatchObject({
+        state: 'finished',
+        record: { status: 'completed' },
+      });
       const duplicate = await postPayment(target.url, key);
       expect(duplicate.replayed).toBe(true);
       expect(duplicate.body!.equals(answer.body!)).toBe(true);
     });
   },
 );
+
+/** The record at `key` on the server `admin` reaches, if any. */
+async function recordAt(
+  admin: Redis,
+  key: string,
+): Promise<RedisRecord | undefined> {
+  const value = await admin.getBuffer(key);
+  return value ? decodeRecord(value) : undefined;
+}
+
+const isWaitedFor = (record: RedisRecord | undefined): boolean =>
+  record?.state === 'in_progress' && record.waiting;
 
 /** The lease of the killed instance. */
 const LEASE_MS = 3_000;

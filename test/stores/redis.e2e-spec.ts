@@ -267,53 +267,78 @@ function storeTests(server: () => Address): void {
           expect(key.startsWith(PREFIX)).toBe(true);
         }
       }
-      // Loaded now: each script goes by its SHA1 alone.
+      // A replay is one plain SET NX, which finds the record: no script.
+      const set = (key: string) => [
+        'set',
+        recordOf(key),
+        expect.any(String),
+        'PX',
+        '60000',
+        'NX',
+        'GET',
+      ];
       await store.claim(attempt('monitored'));
+      expect(await monitor.take()).toEqual([set('monitored')]);
+      // A key another attempt holds: its SET NX, then the claim script, by
+      // its SHA1 alone now that Redis has it.
+      await store.claim(attempt('monitored-held'));
+      expect(await monitor.take()).toEqual([set('monitored-held')]);
+      await store.claim(attempt('monitored-held'));
       expect(await monitor.take()).toEqual([
-        ['evalsha', CLAIM.sha, '1', recordOf('monitored'), ...anyArgs(7)],
+        set('monitored-held'),
+        ['evalsha', CLAIM.sha, '1', recordOf('monitored-held'), ...anyArgs(5)],
       ]);
       // The server lost its scripts (a restart, a failover, SCRIPT FLUSH).
       await client.script('FLUSH');
-      expect(await store.claim(attempt('monitored'))).toMatchObject({
-        state: 'finished',
+      expect(await store.claim(attempt('monitored-held'))).toMatchObject({
+        state: 'in_progress',
       });
       expect((await monitor.take()).map(([name]) => name)).toEqual([
+        'set',
         'evalsha',
         'eval',
       ]);
       expect(await client.script('EXISTS', CLAIM.sha)).toEqual([1]);
-      await store.claim(attempt('monitored'));
-      expect((await monitor.take()).map(([name]) => name)).toEqual(['evalsha']);
+      await store.claim(attempt('monitored-held'));
+      expect((await monitor.take()).map(([name]) => name)).toEqual([
+        'set',
+        'evalsha',
+      ]);
     } finally {
       monitor.close();
     }
   });
 
-  it("takes over a finished record past its own expiry, and a claim past its own lease, while Redis still holds them (the record's timestamps decide)", async () => {
+  it("takes over a finished record past its own expiry while Redis still holds it (the record's expiry decides, by the server's clock)", async () => {
     const finished = attempt('own-expiry');
     await store.claim(finished);
     await store.complete(finished, completion, undefined);
-    const past = String(Date.now() - 1_000);
-    await client.hset(recordOf('own-expiry'), 'exp', past);
-    expect(await client.pttl(recordOf('own-expiry'))).toBeGreaterThan(60_000);
-    expect(await store.claim(attempt('own-expiry'))).toEqual({
-      state: 'claimed',
-    });
-
-    const leased = attempt('own-lease');
-    await store.claim(leased);
-    await client.hset(recordOf('own-lease'), 'lease', past);
-    expect(await client.pttl(recordOf('own-lease'))).toBeGreaterThan(60_000);
-    expect(await store.claim(attempt('own-lease'))).toEqual({
-      state: 'claimed',
-    });
-    expect(await store.complete(leased, completion, undefined)).toEqual({
+    const record = recordOf('own-expiry');
+    const value = (await client.getBuffer(record))!;
+    const head = value.subarray(0, value.indexOf('\n')).toString();
+    expect(head).toMatch(/^c \d{13} 200$/);
+    // Its expiry a second ago, while its key is kept an hour.
+    const past = `c ${Date.now() - 1_000} 200`;
+    await client.set(
+      record,
+      Buffer.concat([Buffer.from(past), value.subarray(head.length)]),
+      'KEEPTTL',
+    );
+    expect(await client.pttl(record)).toBeGreaterThan(60_000);
+    const next = attempt('own-expiry');
+    expect(await store.claim(next)).toEqual({ state: 'claimed' });
+    // Taken over: the old owner is fenced out, the new one completes.
+    expect(await store.complete(finished, completion, undefined)).toEqual({
       fenced: false,
+      waiting: false,
+    });
+    expect(await store.complete(next, completion, undefined)).toEqual({
+      fenced: true,
       waiting: false,
     });
   });
 
-  it('lets Redis expire a finished record at its ttl and a claim at the later of its ttl and its lease', async () => {
+  it("keeps a claim for its lease only (its key's PX, renewed), then a finished record for its ttl", async () => {
     const claim = attempt('px', { leaseMs: 120_000, ttlMs: 1_000 });
     await store.claim(claim);
     const claimed = await client.pttl(recordOf('px'));

@@ -20,74 +20,76 @@ function script(name: string, lua: string): RedisScript {
 const NOW = `local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 `;
-// The claim's owner holds the record: every write of a claim is fenced by it.
-const OWNED = `local r = redis.call('HMGET', KEYS[1], 'st', 'owner', 'waiting', 'exp')
-local owned = r[1] == 'in_progress' and r[2] == ARGV[1]
+// The claim's owner (ARGV[1]) holds the record (see redis-record.ts): every
+// write of a claim is fenced by it. 105 is 'i' (in progress), 119 'w' (a
+// duplicate waits).
+const OWNED = `local v = redis.call('GET', KEYS[1])
+local owned = v and string.byte(v, 1) == 105 and string.sub(v, 4, 4 + #ARGV[1]) == ARGV[1] .. '\\n'
 `;
+const WAITING = `(string.byte(v, 2) == 119 and 1 or 0)`;
 
 /**
- * @internal Claims a key (KEYS[1]: the record). ARGV: owner, fingerprint,
- * method, path, lease ms, ttl ms, wait ('1'). Takes over a record that is
- * finished and past its own expiry, or in progress with its lease run out,
- * whatever Redis's own expiry of the key says; otherwise returns it, marking
- * it waited for when a duplicate of the same request waits. A claim that
- * the owner already holds is granted again: ioredis sends a command again
- * after a reconnection when its reply was lost, and the first one may have
- * run.
- * Returns {1}, {0, 'in_progress', fingerprint, lease ms left} or
- * {0, status, fingerprint, response status, headers JSON, body}.
+ * @internal Claims a key (KEYS[1]: the record) when the plain `SET NX` of
+ * the store found it held. ARGV: owner, the claim's value, lease ms, wait
+ * ('1'), the fingerprint's line. Takes over a finished record past its own
+ * expiry (the server's clock), whatever Redis's own expiry of the key says;
+ * a claim's lease is its key's `PX`. Otherwise returns the record, marking
+ * a claim waited for when a duplicate of the same request waits. A claim
+ * that the owner already holds is granted again: ioredis sends a command
+ * again after a reconnection when its reply was lost, and the first one
+ * may have run. A lease of 0 ms is over at once: the claim is granted, and
+ * nothing holds the key.
+ * Returns {1}, {0, record, lease ms left} (in progress) or {0, record}.
  */
 export const CLAIM = script(
   'claim',
-  `${NOW}local r = redis.call('HMGET', KEYS[1], 'st', 'lease', 'exp', 'fp', 'waiting', 'rs', 'rh', 'rb', 'owner')
-local st = r[1]
-local free = not st
-  or (st == 'in_progress' and (tonumber(r[2]) or 0) <= now)
-  or (st ~= 'in_progress' and (tonumber(r[3]) or 0) <= now)
-if free then
-  local lease = tonumber(ARGV[5])
-  local exp = now + math.max(lease, tonumber(ARGV[6]))
-  if st then
-    redis.call('DEL', KEYS[1])
+  `local v = redis.call('GET', KEYS[1])
+if v then
+  if string.byte(v, 1) == 105 then
+    if string.sub(v, 4, 4 + #ARGV[1]) == ARGV[1] .. '\\n' then
+      return {1}
+    end
+    if ARGV[4] == '1' and string.byte(v, 2) ~= 119 then
+      local a = string.find(v, '\\n', 1, true)
+      local b = string.find(v, '\\n', a + 1, true)
+      if string.sub(v, a + 1, b - 1) == ARGV[5] then
+        redis.call('SET', KEYS[1], 'iw' .. string.sub(v, 3), 'KEEPTTL')
+      end
+    end
+    return {0, v, redis.call('PTTL', KEYS[1])}
   end
-  redis.call('HSET', KEYS[1], 'st', 'in_progress', 'owner', ARGV[1], 'fp', ARGV[2],
-    'method', ARGV[3], 'path', ARGV[4], 'lease', now + lease, 'exp', exp,
-    'created', now)
-  redis.call('PEXPIREAT', KEYS[1], exp)
-  return {1}
+  ${NOW}if (tonumber(string.match(v, '^%a (%d+)')) or 0) > now then
+    return {0, v}
+  end
 end
-if st == 'in_progress' then
-  if r[9] == ARGV[1] then
-    return {1}
-  end
-  if ARGV[7] == '1' and r[4] == ARGV[2] and r[5] ~= '1' then
-    redis.call('HSET', KEYS[1], 'waiting', '1')
-  end
-  return {0, st, r[4] or '', math.max(0, (tonumber(r[2]) or 0) - now)}
+if tonumber(ARGV[3]) > 0 then
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+elseif v then
+  redis.call('DEL', KEYS[1])
 end
-return {0, st, r[4] or '', r[6] or '0', r[7] or '', r[8] or ''}`,
+return {1}`,
 );
 
 /**
  * @internal Completes a claim, fenced by its owner (KEYS[1]: the record,
- * KEYS[2]: its steps). ARGV: owner, status, response status, headers JSON,
- * body, ttl ms, replayable ('1'). Clears the key's steps.
+ * KEYS[2]: its steps). ARGV: owner, status letter, response status, headers
+ * JSON, body, ttl ms. Keeps the claim's fingerprint, method and path, and
+ * stamps the record's expiry by the server's clock. Clears the key's steps.
  * Returns {completed, waiting}.
  */
 export const COMPLETE = script(
   'complete',
   `${OWNED}if not owned then return {0, 0} end
-${NOW}local exp = now + tonumber(ARGV[6])
-redis.call('HDEL', KEYS[1], 'lease')
-if ARGV[7] == '1' then
-  redis.call('HSET', KEYS[1], 'st', ARGV[2], 'rs', ARGV[3], 'exp', exp, 'completed', now,
-    'rh', ARGV[4], 'rb', ARGV[5])
+${NOW}local ttl = tonumber(ARGV[6])
+if ttl > 0 then
+  local a = string.find(v, '\\n', 1, true)
+  redis.call('SET', KEYS[1], ARGV[2] .. ' ' .. string.format('%.0f', now + ttl) .. ' ' .. ARGV[3]
+    .. string.sub(v, a) .. '\\n' .. ARGV[4] .. '\\n' .. ARGV[5], 'PX', ttl)
 else
-  redis.call('HSET', KEYS[1], 'st', ARGV[2], 'rs', ARGV[3], 'exp', exp, 'completed', now)
+  redis.call('DEL', KEYS[1])
 end
 redis.call('DEL', KEYS[2])
-redis.call('PEXPIREAT', KEYS[1], exp)
-return {1, r[3] == '1' and 1 or 0}`,
+return {1, ${WAITING}}`,
 );
 
 /**
@@ -99,20 +101,22 @@ export const RELEASE = script(
   'release',
   `${OWNED}if not owned then return {0, 0} end
 redis.call('DEL', KEYS[1])
-return {1, r[3] == '1' and 1 or 0}`,
+return {1, ${WAITING}}`,
 );
 
 /**
  * @internal Renews a lease, fenced by its owner (KEYS[1]: the record).
- * ARGV: owner, duration ms. Redis keeps the key until the later of the
- * record's expiry and the lease's. Returns 1 when renewed.
+ * ARGV: owner, duration ms: the key's `PX`, which the lease is (0: the lease
+ * ends now). Returns 1 when renewed.
  */
 export const RENEW = script(
   'renew',
   `${OWNED}if not owned then return 0 end
-${NOW}local lease = now + tonumber(ARGV[2])
-redis.call('HSET', KEYS[1], 'lease', lease)
-redis.call('PEXPIREAT', KEYS[1], math.max(tonumber(r[4]) or 0, lease))
+if tonumber(ARGV[2]) > 0 then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+else
+  redis.call('DEL', KEYS[1])
+end
 return 1`,
 );
 

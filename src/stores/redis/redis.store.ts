@@ -9,11 +9,16 @@ import type {
   FencedWrite,
   IdempotencyStore,
   Lease,
-  RecordStatus,
   Renewal,
 } from '../../protocol/idempotency-store.interface.js';
 import { notReplayable } from '../not-replayable.js';
 import { RECORD_ID_LENGTH, RedisKeys } from './redis-keys.js';
+import {
+  decodeRecord,
+  fingerprintLine,
+  inProgressValue,
+  statusCode,
+} from './redis-record.js';
 import {
   resolveRedisStoreOptions,
   type RedisIdempotencyStoreOptions,
@@ -33,8 +38,10 @@ import {
   type RedisClient,
 } from './redis.scripts.js';
 
-/** A claim's reply, bulk strings as Buffers. */
-type ClaimReply = [0 | 1, ...Array<Buffer | number>];
+/** The claim script's reply: {1}, or {0, the record, lease ms left}. */
+type ClaimReply = [1] | [0, Buffer, number?];
+
+const CLAIMED: ClaimOutcome = { state: 'claimed' };
 
 /** A step's stored value: its expiry (ms since the epoch), a space, its JSON. */
 function stepValue(expiresAt: number, result: unknown): string {
@@ -59,13 +66,16 @@ const ms = (value: number): number => Math.max(0, Math.ceil(value));
  * single server, Sentinel, or a Cluster) that the application already has,
  * or one built by {@link RedisIdempotencyStore.connect}.
  *
- * Each claim, completion, release, renewal and step is one Lua script (sent
- * by SHA1, loaded again when the server lost it), fenced by the attempt's
- * owner token. A record expires by PX, and its own timestamps (the server's
- * clock) decide as well: a record past its expiry or lease is taken over
- * even while Redis still holds it. Every key of a (scope, key) shares one
- * hash slot (its hash tag is a digest of scope and key), so the store runs
- * on a Redis Cluster.
+ * Each call is one round trip. A free key is claimed by a plain
+ * `SET NX PX GET`, which returns the record holding it otherwise (a replay
+ * needs nothing more); completion, release, renewal, steps and a claim of a
+ * held key are Lua scripts (sent by SHA1, loaded again when the server lost
+ * them), every write fenced by the attempt's owner token. A claim's lease is
+ * its key's `PX`, renewed while the handler runs; a finished record expires
+ * by `PX`, and by its own expiry (the server's clock) as well: past it, it
+ * is taken over even while Redis still holds it. Every key of a (scope, key)
+ * shares one hash slot (its hash tag is a digest of scope and key), so the
+ * store runs on a Redis Cluster.
  *
  * The record is not written in the handler's database transaction
  * (`completesInTransaction` is false): at most once holds for handlers whose
@@ -144,59 +154,63 @@ export class RedisIdempotencyStore
     return this.subscribed;
   }
 
+  /**
+   * One plain `SET NX PX GET` claims a free key, or returns the record that
+   * holds it (a finished one is replayed from it); a claim held by another
+   * attempt, or a record past its own expiry, goes to the claim script.
+   */
   async claim(request: ClaimRequest): Promise<ClaimOutcome> {
-    const id = RedisKeys.id(request.scope, request.key);
+    const record = this.keys.record(RedisKeys.id(request.scope, request.key));
+    const value = inProgressValue(
+      request.owner,
+      request.fingerprint,
+      request.method,
+      request.path,
+    );
+    const leaseMs = ms(request.leaseMs);
+    if (leaseMs > 0) {
+      const held = await this.client.setBuffer(
+        record,
+        value,
+        'PX',
+        leaseMs,
+        'NX',
+        'GET',
+      );
+      if (held === null) {
+        return CLAIMED;
+      }
+      const found = decodeRecord(held);
+      if (found.state === 'in_progress' && found.owner === request.owner) {
+        return CLAIMED;
+      }
+      if (found.state === 'finished' && found.expiresAt > Date.now()) {
+        return { state: 'finished', record: found.record };
+      }
+    }
     const reply = await runScriptBuffer<ClaimReply>(
       this.client,
       CLAIM,
-      [this.keys.record(id)],
+      [record],
       [
         request.owner,
-        request.fingerprint,
-        request.method,
-        request.path,
-        ms(request.leaseMs),
-        ms(request.ttlMs),
+        value,
+        leaseMs,
         request.wait ? '1' : '0',
+        fingerprintLine(request.fingerprint),
       ],
     );
     if (reply[0] === 1) {
-      return { state: 'claimed' };
+      return CLAIMED;
     }
-    const [, status, fingerprint] = reply as [0, Buffer, Buffer];
-    if (status.toString() === 'in_progress') {
-      return {
-        state: 'in_progress',
-        fingerprint: fingerprint.toString(),
-        leaseMs: Number(reply[3]),
-      };
-    }
-    const [, , , code, headers, body] = reply as [
-      0,
-      Buffer,
-      Buffer,
-      Buffer,
-      Buffer,
-      Buffer,
-    ];
-    return {
-      state: 'finished',
-      record: {
-        status: status.toString() as RecordStatus,
-        fingerprint: fingerprint.toString(),
-        response: {
-          status: Number(code.toString()),
-          headers:
-            headers.length > 0
-              ? (JSON.parse(headers.toString()) as Record<
-                  string,
-                  string | string[]
-                >)
-              : {},
-          body,
-        },
-      },
-    };
+    const found = decodeRecord(reply[1]);
+    return found.state === 'in_progress'
+      ? {
+          state: 'in_progress',
+          fingerprint: found.fingerprint,
+          leaseMs: Math.max(0, Number(reply[2] ?? 0)),
+        }
+      : { state: 'finished', record: found.record };
   }
 
   async renew(leases: readonly Renewal[]): Promise<ReadonlySet<string>> {
@@ -243,12 +257,11 @@ export class RedisIdempotencyStore
       [this.keys.record(id), this.keys.steps(id)],
       [
         lease.owner,
-        completion.status,
+        statusCode(completion.status),
         response.status,
         headers,
         stored?.body ?? '',
         ms(completion.ttlMs),
-        stored ? '1' : '0',
       ],
     );
     return { fenced: fenced === 1, waiting: waiting === 1 };

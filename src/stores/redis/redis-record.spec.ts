@@ -1,0 +1,92 @@
+import {
+  decodeRecord,
+  fingerprintLine,
+  inProgressValue,
+  statusCode,
+} from './redis-record.js';
+
+/** A finished record's value, as the completion script writes it. */
+function finished(
+  status: string,
+  expiresAt: number,
+  code: number,
+  fingerprint: string,
+  headers: string,
+  body: Buffer,
+): Buffer {
+  return Buffer.concat([
+    Buffer.from(
+      `${status} ${expiresAt} ${code}\n${fingerprintLine(fingerprint)}\n${JSON.stringify(['POST', '/p'])}\n${headers}\n`,
+    ),
+    body,
+  ]);
+}
+
+describe('the Redis record value', () => {
+  it('reads a claim back: its owner, whether a duplicate waits, and its fingerprint of any characters', () => {
+    const fingerprint = 'fp "\n\u0000λ💳';
+    const value = Buffer.from(
+      inProgressValue('owner-1', fingerprint, 'POST', '/p/:id'),
+    );
+    expect(decodeRecord(value)).toEqual({
+      state: 'in_progress',
+      owner: 'owner-1',
+      waiting: false,
+      fingerprint,
+    });
+    value[1] = 'w'.charCodeAt(0);
+    expect(decodeRecord(value)).toMatchObject({ waiting: true });
+  });
+
+  it('reads a finished record back, its body byte for byte whatever bytes it holds (newlines included)', () => {
+    const body = Buffer.from([0x0a, 0x00, 0xff, 0x0a, 0x7b, 0x0a]);
+    const headers = { 'content-type': 'application/octet-stream', x: ['a'] };
+    expect(
+      decodeRecord(
+        finished(
+          statusCode('completed'),
+          1_795_491_712_344,
+          201,
+          'fp',
+          JSON.stringify(headers),
+          body,
+        ),
+      ),
+    ).toEqual({
+      state: 'finished',
+      expiresAt: 1_795_491_712_344,
+      record: {
+        status: 'completed',
+        fingerprint: 'fp',
+        response: { status: 201, headers, body },
+      },
+    });
+  });
+
+  it.each([
+    ['failed', 'f'],
+    ['not_replayable', 'n'],
+  ] as const)(
+    'reads a %s record, with no headers and no body',
+    (status, letter) => {
+      expect(statusCode(status)).toBe(letter);
+      expect(
+        decodeRecord(finished(letter, 1, 500, 'fp', '', Buffer.alloc(0))),
+      ).toEqual({
+        state: 'finished',
+        expiresAt: 1,
+        record: {
+          status,
+          fingerprint: 'fp',
+          response: { status: 500, headers: {}, body: Buffer.alloc(0) },
+        },
+      });
+    },
+  );
+
+  it('refuses a value that is not a record', () => {
+    expect(() => decodeRecord(Buffer.from('c 1 200'))).toThrow(
+      'Unreadable idempotency record in Redis',
+    );
+  });
+});

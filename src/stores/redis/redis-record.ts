@@ -1,0 +1,122 @@
+import type {
+  RecordStatus,
+  StoredRecord,
+} from '../../protocol/idempotency-store.interface.js';
+
+/**
+ * @internal The value of a record in Redis: one string, so that a free key
+ * is claimed by a plain `SET NX PX GET` (no script), which returns what
+ * holds the key otherwise, in the same round trip.
+ *
+ * In progress (its key expires with its lease, `PX`):
+ *
+ *     i<w> <owner>\n<fingerprint JSON>\n<[method, path] JSON>
+ *
+ * where `<w>` is `w` once a duplicate waits for it, else `-`. Finished
+ * (its key expires with its time to live):
+ *
+ *     <s> <expiry> <status>\n<fingerprint JSON>\n<[method, path] JSON>\n<headers JSON>\n<body>
+ *
+ * where `<s>` is `c` (completed), `f` (failed) or `n` (not replayable), and
+ * `<expiry>` the server's clock (ms) when it expires. JSON never holds a raw
+ * newline, so the body is everything after the fourth; it is bytes, not
+ * text.
+ */
+export type RedisRecord =
+  | {
+      readonly state: 'in_progress';
+      readonly owner: string;
+      /** Whether a duplicate waits for it. */
+      readonly waiting: boolean;
+      readonly fingerprint: string;
+    }
+  | {
+      readonly state: 'finished';
+      /** When it expires, by the Redis server's clock (ms since the epoch). */
+      readonly expiresAt: number;
+      readonly record: StoredRecord;
+    };
+
+const NEWLINE = 0x0a;
+const IN_PROGRESS = 0x69; // 'i'
+const WAITING = 0x77; // 'w'
+
+const STATUS_CODES: Readonly<Record<RecordStatus, string>> = {
+  completed: 'c',
+  failed: 'f',
+  not_replayable: 'n',
+};
+const STATUSES: Readonly<Record<string, RecordStatus>> = {
+  c: 'completed',
+  f: 'failed',
+  n: 'not_replayable',
+};
+
+/** @internal The letter of a finished record's status. */
+export function statusCode(status: RecordStatus): string {
+  return STATUS_CODES[status];
+}
+
+/** @internal The fingerprint as the record holds it (its second line). */
+export function fingerprintLine(fingerprint: string): string {
+  return JSON.stringify(fingerprint);
+}
+
+/** @internal The value of a claim that nobody waits for yet. */
+export function inProgressValue(
+  owner: string,
+  fingerprint: string,
+  method: string,
+  path: string,
+): string {
+  return `i- ${owner}\n${fingerprintLine(fingerprint)}\n${JSON.stringify([method, path])}`;
+}
+
+function line(value: Buffer, from: number): number {
+  const end = value.indexOf(NEWLINE, from);
+  if (end < 0) {
+    throw new Error('Unreadable idempotency record in Redis');
+  }
+  return end;
+}
+
+/** @internal Reads a record's value. */
+export function decodeRecord(value: Buffer): RedisRecord {
+  const first = line(value, 0);
+  const second = line(value, first + 1);
+  const fingerprint = JSON.parse(
+    value.toString('utf8', first + 1, second),
+  ) as string;
+  if (value[0] === IN_PROGRESS) {
+    return {
+      state: 'in_progress',
+      owner: value.toString('utf8', 3, first),
+      waiting: value[1] === WAITING,
+      fingerprint,
+    };
+  }
+  const [status, expiresAt, code] = value
+    .toString('latin1', 0, first)
+    .split(' ');
+  const third = line(value, second + 1);
+  const fourth = line(value, third + 1);
+  return {
+    state: 'finished',
+    expiresAt: Number(expiresAt),
+    record: {
+      status: STATUSES[status],
+      fingerprint,
+      response: {
+        status: Number(code),
+        headers:
+          fourth > third + 1
+            ? (JSON.parse(value.toString('utf8', third + 1, fourth)) as Record<
+                string,
+                string | string[]
+              >)
+            : {},
+        body: value.subarray(fourth + 1),
+      },
+    },
+  };
+}
