@@ -2,7 +2,7 @@ import {
   decodeRecord,
   fingerprintLine,
   inProgressValue,
-  statusCode,
+  statusLetter,
 } from './redis-record.js';
 
 /** A finished record's value, as the completion script writes it. */
@@ -44,7 +44,7 @@ describe('the Redis record value', () => {
     expect(
       decodeRecord(
         finished(
-          statusCode('completed'),
+          statusLetter('completed'),
           1_795_491_712_344,
           201,
           'fp',
@@ -69,7 +69,7 @@ describe('the Redis record value', () => {
   ] as const)(
     'reads a %s record, with no headers and no body',
     (status, letter) => {
-      expect(statusCode(status)).toBe(letter);
+      expect(statusLetter(status)).toBe(letter);
       expect(
         decodeRecord(finished(letter, 1, 500, 'fp', '', Buffer.alloc(0))),
       ).toEqual({

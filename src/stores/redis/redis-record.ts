@@ -53,7 +53,7 @@ const STATUSES: Readonly<Record<string, RecordStatus>> = {
 };
 
 /** @internal The letter of a finished record's status. */
-export function statusCode(status: RecordStatus): string {
+export function statusLetter(status: RecordStatus): string {
   return STATUS_CODES[status];
 }
 

@@ -17,7 +17,7 @@ import {
   decodeRecord,
   fingerprintLine,
   inProgressValue,
-  statusCode,
+  statusLetter,
 } from './redis-record.js';
 import {
   resolveRedisStoreOptions,
@@ -257,7 +257,7 @@ export class RedisIdempotencyStore
       [this.keys.record(id), this.keys.steps(id)],
       [
         lease.owner,
-        statusCode(completion.status),
+        statusLetter(completion.status),
         response.status,
         headers,
         stored?.body ?? '',
