@@ -26,6 +26,12 @@ function toBuffer(chunk: unknown, encoding: unknown): Buffer {
   );
 }
 
+/** The callback among a writer's arguments, if any (it comes last). */
+function callbackOf(args: readonly unknown[]): Callback | undefined {
+  return args.find((value) => typeof value === 'function') as
+    Callback | undefined;
+}
+
 /** Ends `response` with `body` through its own (unwrapped) `end`. */
 function endWith(
   response: ServerResponse,
@@ -185,27 +191,26 @@ export function holdResponse(
       head = args as Parameters<WriteHead>;
       return target;
     },
-    write(_target, [chunk, encoding, callback]) {
+    write(_target, args) {
+      const [chunk, encoding] = args;
       chunks.push(toBuffer(chunk, encoding));
-      const done = (typeof encoding === 'function' ? encoding : callback) as
-        Callback | undefined;
+      const done = callbackOf(args);
       if (done) {
         process.nextTick(done);
       }
       return true;
     },
-    end(target, [chunk, encoding, callback]) {
+    end(target, args) {
       release(target);
-      let done: Callback | undefined;
-      if (typeof chunk === 'function') {
-        done = chunk as Callback;
-      } else {
-        if (chunk !== undefined && chunk !== null) {
-          chunks.push(toBuffer(chunk, encoding));
-        }
-        done = (typeof encoding === 'function' ? encoding : callback) as
-          Callback | undefined;
+      const [chunk, encoding] = args;
+      if (
+        typeof chunk !== 'function' &&
+        chunk !== undefined &&
+        chunk !== null
+      ) {
+        chunks.push(toBuffer(chunk, encoding));
       }
+      const done = callbackOf(args);
       const headers: Record<string, string | string[]> = {};
       addHeaders(headers, target.getHeaders());
       const headArgs = head;
@@ -285,7 +290,7 @@ export function sendInPlaceOfEmpty(
       );
     },
     end(target, args) {
-      const [chunk, encoding, callback] = args;
+      const [chunk] = args;
       if (
         typeof chunk !== 'function' &&
         chunk !== undefined &&
@@ -299,9 +304,7 @@ export function sendInPlaceOfEmpty(
         );
       }
       release(target);
-      const done = [chunk, encoding, callback].find(
-        (value) => typeof value === 'function',
-      ) as Callback | undefined;
+      const done = callbackOf(args);
       // Headers the platform gave writeHead (Fastify's) are kept, under the
       // replacement's.
       const last = head?.[head.length - 1];

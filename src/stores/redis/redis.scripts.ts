@@ -43,12 +43,11 @@ const WAITING = `(string.byte(v, 2) == 119 and 1 or 0)`;
  */
 export const CLAIM = script(
   'claim',
-  `local v = redis.call('GET', KEYS[1])
+  `${OWNED}if owned then
+  return {1}
+end
 if v then
   if string.byte(v, 1) == 105 then
-    if string.sub(v, 4, 4 + #ARGV[1]) == ARGV[1] .. '\\n' then
-      return {1}
-    end
     if ARGV[4] == '1' and string.byte(v, 2) ~= 119 then
       local a = string.find(v, '\\n', 1, true)
       local b = string.find(v, '\\n', a + 1, true)
