@@ -1,5 +1,6 @@
 import { once } from 'node:events';
 import { createRequire } from 'node:module';
+import type { Socket } from 'node:net';
 import { randomBytes, randomUUID } from 'node:crypto';
 import { Cluster, Redis, type RedisOptions } from 'ioredis';
 import { IdempotencyConfigurationError } from '../../src/index.js';
@@ -207,6 +208,42 @@ function storeTests(server: () => Address): void {
   const keys = new RedisKeys(PREFIX);
   const recordOf = (key: string) => keys.record(RedisKeys.id(scope, key));
 
+  it('sends the commands of one turn of the event loop in one write to the socket, on a client without auto-pipelining', async () => {
+    await client.ping();
+    const socket = client.stream as Socket & {
+      _write: Socket['_write'];
+      _writev: NonNullable<Socket['_writev']>;
+    };
+    const writes: number[] = [];
+    const write = socket._write;
+    const writev = socket._writev;
+    socket._write = function (chunk, encoding, callback) {
+      writes.push(1);
+      return write.call(this, chunk, encoding, callback);
+    };
+    socket._writev = function (chunks, callback) {
+      writes.push(chunks.length);
+      return writev.call(this, chunks, callback);
+    };
+    try {
+      const claims = Array.from({ length: 10 }, (_, i) => attempt(`turn-${i}`));
+      const claimed = await Promise.all(claims.map((c) => store.claim(c)));
+      expect(claimed).toEqual(claims.map(() => ({ state: 'claimed' })));
+      const completed = await Promise.all(
+        claims.map((c) => store.complete(c, completion, undefined)),
+      );
+      expect(completed).toEqual(
+        claims.map(() => ({ fenced: true, waiting: false })),
+      );
+    } finally {
+      socket._write = write;
+      socket._writev = writev;
+    }
+    // Ten claims in one write, then ten completions in another.
+    expect(writes).toEqual([10, 10]);
+    expect(socket.writableCorked).toBe(0);
+  });
+
   it('completes outside any transaction: the transaction argument is ignored', async () => {
     expect(store.completesInTransaction).toBe(false);
     const claim = attempt('no-transaction');
@@ -286,7 +323,7 @@ function storeTests(server: () => Address): void {
       await store.claim(attempt('monitored-held'));
       expect(await monitor.take()).toEqual([
         set('monitored-held'),
-        ['evalsha', CLAIM.sha, '1', recordOf('monitored-held'), ...anyArgs(5)],
+        ['evalsha', CLAIM.sha, '1', recordOf('monitored-held'), ...anyArgs(6)],
       ]);
       // The server lost its scripts (a restart, a failover, SCRIPT FLUSH).
       await client.script('FLUSH');
@@ -309,7 +346,7 @@ function storeTests(server: () => Address): void {
     }
   });
 
-  it("takes over a finished record past its own expiry while Redis still holds it (the record's expiry decides, by the server's clock)", async () => {
+  it('takes over a finished record past its own expiry while Redis still holds it (the expiry it carries decides)', async () => {
     const finished = attempt('own-expiry');
     await store.claim(finished);
     await store.complete(finished, completion, undefined);
@@ -480,9 +517,10 @@ function storeTests(server: () => Address): void {
       state: 'claimed',
     });
     // One retry, not ioredis's 20: a 503 comes promptly while Redis is down.
+    // The store batches its writes itself: no auto-pipelining.
     expect((own.client as Redis).options).toMatchObject({
       maxRetriesPerRequest: 1,
-      enableAutoPipelining: true,
+      enableAutoPipelining: false,
     });
     const told = await RedisIdempotencyStore.connect({
       ...server(),

@@ -18,7 +18,8 @@ import type {
  *     <s> <expiry> <status>\n<fingerprint JSON>\n<[method, path] JSON>\n<headers JSON>\n<body>
  *
  * where `<s>` is `c` (completed), `f` (failed) or `n` (not replayable), and
- * `<expiry>` the server's clock (ms) when it expires. JSON never holds a raw
+ * `<expiry>` when it expires (ms since the epoch, by the clock of the
+ * instance that completed it). JSON never holds a raw
  * newline, so the body is everything after the fourth; it is bytes, not
  * text.
  */
@@ -32,7 +33,7 @@ export type RedisRecord =
     }
   | {
       readonly state: 'finished';
-      /** When it expires, by the Redis server's clock (ms since the epoch). */
+      /** When it expires (ms since the epoch, the completing instance's clock). */
       readonly expiresAt: number;
       readonly record: StoredRecord;
     };

@@ -15,11 +15,6 @@ function script(name: string, lua: string): RedisScript {
   return { name, lua, sha: createHash('sha1').update(lua).digest('hex') };
 }
 
-// The server's clock, in ms: every timestamp of a record is the server's,
-// whichever instance wrote it.
-const NOW = `local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-`;
 // The claim's owner (ARGV[1]) holds the record (see redis-record.ts): every
 // write of a claim is fenced by it. 105 is 'i' (in progress), 119 'w' (a
 // duplicate waits).
@@ -31,8 +26,8 @@ const WAITING = `(string.byte(v, 2) == 119 and 1 or 0)`;
 /**
  * @internal Claims a key (KEYS[1]: the record) when the plain `SET NX` of
  * the store found it held. ARGV: owner, the claim's value, lease ms, wait
- * ('1'), the fingerprint's line. Takes over a finished record past its own
- * expiry (the server's clock), whatever Redis's own expiry of the key says;
+ * ('1'), the fingerprint's line, the instance's clock (ms). Takes over a
+ * finished record past its own expiry, whatever Redis's own expiry of the key says;
  * a claim's lease is its key's `PX`. Otherwise returns the record, marking
  * a claim waited for when a duplicate of the same request waits. A claim
  * that the owner already holds is granted again: ioredis sends a command
@@ -57,7 +52,7 @@ if v then
     end
     return {0, v, redis.call('PTTL', KEYS[1])}
   end
-  ${NOW}if (tonumber(string.match(v, '^%a (%d+)')) or 0) > now then
+  if (tonumber(string.match(v, '^%a (%d+)')) or 0) > tonumber(ARGV[6]) then
     return {0, v}
   end
 end
@@ -71,19 +66,18 @@ return {1}`,
 
 /**
  * @internal Completes a claim, fenced by its owner (KEYS[1]: the record,
- * KEYS[2]: its steps). ARGV: owner, status letter, response status, headers
- * JSON, body, ttl ms. Keeps the claim's fingerprint, method and path, and
- * stamps the record's expiry by the server's clock. Clears the key's steps.
- * Returns {completed, waiting}.
+ * KEYS[2]: its steps). ARGV: owner, the finished record's first line up to
+ * its newline (status letter, expiry, response status), headers JSON, body,
+ * ttl ms. Keeps the claim's fingerprint, method and path, and clears the
+ * key's steps. Returns {completed, waiting}.
  */
 export const COMPLETE = script(
   'complete',
   `${OWNED}if not owned then return {0, 0} end
-${NOW}local ttl = tonumber(ARGV[6])
+local ttl = tonumber(ARGV[5])
 if ttl > 0 then
   local a = string.find(v, '\\n', 1, true)
-  redis.call('SET', KEYS[1], ARGV[2] .. ' ' .. string.format('%.0f', now + ttl) .. ' ' .. ARGV[3]
-    .. string.sub(v, a) .. '\\n' .. ARGV[4] .. '\\n' .. ARGV[5], 'PX', ttl)
+  redis.call('SET', KEYS[1], ARGV[2] .. string.sub(v, a) .. '\\n' .. ARGV[3] .. '\\n' .. ARGV[4], 'PX', ttl)
 else
   redis.call('DEL', KEYS[1])
 end
@@ -184,6 +178,39 @@ return 0`,
 
 type Argument = string | Buffer | number;
 
+/** Sockets held (corked) by {@link batchWrites} until the loop's next turn. */
+const corked = new WeakSet<object>();
+
+/**
+ * @internal Holds the writes of a single-server client on its socket until
+ * the event loop's next turn (its check phase), so that the commands of the
+ * requests in flight leave in one write, as a pipeline; call it before a
+ * command. This is how node-redis writes every command. Unlike ioredis's
+ * `enableAutoPipelining`, it builds no `Pipeline` per batch and never holds
+ * a command while the batch before it waits for its replies. Nothing to do
+ * with auto-pipelining on (it batches by itself), for a Cluster (whose
+ * sockets are its nodes'), or while the client is not ready (its commands
+ * wait in its offline queue). Corking nests: any other cork of the same
+ * socket keeps its own.
+ */
+export function batchWrites(client: RedisClient): void {
+  const { stream, status, options } = client as Partial<Redis>;
+  if (
+    !stream ||
+    status !== 'ready' ||
+    options?.enableAutoPipelining ||
+    corked.has(stream)
+  ) {
+    return;
+  }
+  stream.cork();
+  corked.add(stream);
+  setImmediate(() => {
+    corked.delete(stream);
+    stream.uncork();
+  });
+}
+
 /**
  * The script commands of an ioredis client, replying in strings or (the
  * `…Buffer` variants) in Buffers. Not callBuffer('evalsha', …): with
@@ -237,6 +264,7 @@ async function run<T>(
   buffers: boolean,
 ): Promise<T> {
   const commands = client as unknown as ScriptCommands;
+  batchWrites(client);
   try {
     return (await (buffers
       ? commands.evalshaBuffer(sha, keys.length, ...keys, ...args)
