@@ -45,6 +45,7 @@ import {
   type FailureKind,
 } from './failures.js';
 import { Waiters } from './waiters.js';
+import { RunningExecutions, type RunningLink } from './running-executions.js';
 
 /**
  * How often a waiter looks at the key again when notifications cannot reach
@@ -70,7 +71,7 @@ export class IdempotencyExecutor
   readonly logger = new Logger('Idempotency');
   readonly waiters = new Waiters();
   /** Attempts of this instance holding a claim, renewed together. */
-  readonly running = new Set<Execution>();
+  readonly running = new RunningExecutions<Execution>();
   /** Routes whose step already warned of running inside a transaction. */
   readonly warnedSteps = new Set<string>();
   private renewal: NodeJS.Timeout | undefined;
@@ -325,7 +326,7 @@ export class IdempotencyExecutor
     }
     this.renewing = true;
     const now = Date.now();
-    const executions = [...this.running];
+    const executions = this.running.toArray();
     try {
       const held = await this.store.renew(
         executions.map((execution) => ({
@@ -357,7 +358,10 @@ export class IdempotencyExecutor
  * in its lazy transaction until the deadline, then completes, fails or is
  * abandoned.
  */
-export class Execution {
+export class Execution implements RunningLink {
+  previousRunning: RunningLink | undefined = undefined;
+  nextRunning: RunningLink | undefined = undefined;
+  isRunning = false;
   /**
    * The handler's lazy transaction on the DataSource (PostgreSQL store), or
    * none: only the hooks that run after the completion (other stores).
