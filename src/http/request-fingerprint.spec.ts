@@ -97,6 +97,67 @@ describe('requestFingerprint', () => {
     );
   });
 
+  it('keeps the fingerprints of stored records: the same digests as the releases before, for shallow and deep bodies', () => {
+    // Each level nests an object in an object (two levels of JSON).
+    const nested = (levels: number): unknown => {
+      let value: unknown = { leaf: [1, 'x', null] };
+      for (let i = 0; i < levels; i += 1) {
+        value = { [`k${i % 3}`]: value, z: i, a: [false, undefined, i] };
+      }
+      return value;
+    };
+    const parts = (body: unknown): FingerprintParts => ({
+      method: 'POST',
+      route: '/p/:id',
+      params: { id: 'A', b: 'x' },
+      query: [['q', '1']],
+      body,
+    });
+    const digests = {
+      payment: {
+        amount: 1250,
+        currency: 'EUR',
+        merchantId: 'm_42',
+        meta: {
+          b: [1, { y: 2, x: 1 }],
+          a: null,
+          u: undefined,
+          s: 'é"\\\n\u2028',
+        },
+      },
+      odd: [
+        [],
+        {},
+        [null, undefined, () => 1, 'x'],
+        { f: () => 1, d: new Date(0) },
+      ],
+      nested15: nested(15),
+      nested16: nested(16),
+      nested17: nested(17),
+      nested70: nested(70),
+    };
+    expect(
+      Object.fromEntries(
+        Object.entries(digests).map(([name, body]) => [
+          name,
+          requestFingerprint(parts(body)),
+        ]),
+      ),
+    ).toEqual({
+      payment:
+        'v2:e9afecd5ebedd19a1c6056ac5086a3b518281a1abe02cf43ae6b9bb71e0142b3',
+      odd: 'v2:b1152d1c5199418e6018e5471fdcf8260b3e0bb5008e09fb3066c0d115ae6e80',
+      nested15:
+        'v2:090ec4c156b945f49143d6466b3f36f617be468f148f5d2583306c7b3b9d4a06',
+      nested16:
+        'v2:fa8ee0d36010a1065497c36c46b8d76fa9c1f67f2b1b3df110744b392fa63556',
+      nested17:
+        'v2:acdec2d2091ffa61a49d2f2947cea478bd3bf4907fbbe0d408b912cc43f0d366',
+      nested70:
+        'v2:e8a389c7c7c3ad39e911b638bfc3116e4a9acf28a857fa7da54b8e49380e40a2',
+    });
+  });
+
   it('fingerprints a deeply nested body without exhausting the stack', () => {
     const depth = 100_000;
     const deep = JSON.parse('['.repeat(depth) + ']'.repeat(depth)) as unknown;

@@ -2,10 +2,55 @@ import { hash } from 'node:crypto';
 
 /**
  * JSON with the keys of every object in code-point order, so that two bodies
- * that differ only in key order have the same text. Iterative, so that a
- * deeply nested body cannot exhaust the stack.
+ * that differ only in key order have the same text: recursively for the
+ * usual body, iteratively for one nested deeper than {@link RECURSION_DEPTH}
+ * (which then cannot exhaust the stack). Both write the same text.
  */
 function canonicalJson(root: unknown): string {
+  return recursiveJson(root, 0) ?? iterativeJson(root);
+}
+
+/** How deep {@link recursiveJson} goes before leaving a body to {@link iterativeJson}. */
+const RECURSION_DEPTH = 32;
+
+/** The canonical JSON of `value`, or `undefined` when it is nested too deep. */
+function recursiveJson(value: unknown, depth: number): string | undefined {
+  if (value === null || typeof value !== 'object') {
+    return JSON.stringify(value) ?? 'null';
+  }
+  if (depth >= RECURSION_DEPTH) {
+    return undefined;
+  }
+  if (Array.isArray(value)) {
+    let out = '[';
+    for (let i = 0; i < value.length; i += 1) {
+      const item = recursiveJson(value[i] as unknown, depth + 1);
+      if (item === undefined) {
+        return undefined;
+      }
+      out += i > 0 ? `,${item}` : item;
+    }
+    return `${out}]`;
+  }
+  const record = value as Record<string, unknown>;
+  const names = Object.keys(record).sort();
+  let out = '{';
+  for (const name of names) {
+    const field = record[name];
+    if (field === undefined) {
+      continue;
+    }
+    const item = recursiveJson(field, depth + 1);
+    if (item === undefined) {
+      return undefined;
+    }
+    out += `${out.length > 1 ? ',' : ''}${JSON.stringify(name)}:${item}`;
+  }
+  return `${out}}`;
+}
+
+/** {@link canonicalJson} with a stack of its own, for any depth. */
+function iterativeJson(root: unknown): string {
   let out = '';
   // Text still to write (literal, or a value's JSON) and objects or arrays
   // still to expand, in reverse order.
@@ -42,7 +87,7 @@ function canonicalJson(root: unknown): string {
   return out;
 }
 
-/** An object or array that {@link canonicalJson} has yet to expand. */
+/** An object or array that {@link iterativeJson} has yet to expand. */
 class Nested {
   constructor(readonly value: object) {}
 }

@@ -59,7 +59,9 @@ function addHeaders(
     }
     return;
   }
-  for (const [name, value] of Object.entries(headers)) {
+  const record = headers as OutgoingHttpHeaders;
+  for (const name of Object.keys(record)) {
+    const value = record[name];
     if (value !== undefined) {
       target[name.toLowerCase()] = Array.isArray(value)
         ? value.map(String)

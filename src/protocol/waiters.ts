@@ -39,6 +39,9 @@ export class Waiters {
 
   /** Wakes every waiter of a key. */
   wake(scope: string, key: string): void {
+    if (this.waiting.size === 0) {
+      return;
+    }
     const set = this.waiting.get(`${scope}\u001f${key}`);
     if (set) {
       for (const wake of [...set]) {
