@@ -11,12 +11,13 @@ export interface RunningLink {
 /**
  * @internal The attempts of an instance that hold a claim: a doubly linked
  * list through fields of its members, with a `Set`'s operations in constant
- * time. A `Set` of them, added to and deleted from with every request,
- * makes V8 reallocate its table every few requests, and what those tables
- * still pointed at was copied out of the young generation, then promoted:
- * about 0.7 KB of each request's objects, collected only by a mark-compact.
- * A member's links are cleared when it leaves, so that nothing of a
- * finished request stays reachable through another.
+ * time. A `Set` of them, added to and deleted from with every request
+ * (its table reallocated as it grows and shrinks), kept about 0.7 KB of
+ * every request's objects past the young generation's collections, to be
+ * promoted and left for a full one (V8's sampling heap profiler: 965 bytes
+ * a request surviving scavenges on Redis, 234 with this list). A member's
+ * links are cleared when it leaves, so that nothing of a finished request
+ * stays reachable through another.
  */
 export class RunningExecutions<T extends RunningLink> {
   private first: T | undefined;
