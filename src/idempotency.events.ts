@@ -35,14 +35,14 @@ export class IdempotencyEvents {
   ) {}
 
   /**
-   * Whether an event of `type` goes anywhere (the `onEvent` option, or a
-   * log level enabled for it): an event nobody takes is not built.
+   * Whether an attempt's event of `type` goes anywhere (the `onEvent`
+   * option, or a log level enabled for it): an event nobody takes is not
+   * built. (The collector's `gc` events, whose level depends on what they
+   * removed, are always emitted.)
    */
   wanted(type: IdempotencyEventType): boolean {
     return (
-      type === 'gc' ||
-      this.options.onEvent !== undefined ||
-      Logger.isLevelEnabled(LEVELS[type])
+      this.options.onEvent !== undefined || Logger.isLevelEnabled(LEVELS[type])
     );
   }
 

@@ -19,9 +19,8 @@ import type {
  *
  * where `<s>` is `c` (completed), `f` (failed) or `n` (not replayable), and
  * `<expiry>` when it expires (ms since the epoch, by the clock of the
- * instance that completed it). JSON never holds a raw
- * newline, so the body is everything after the fourth; it is bytes, not
- * text.
+ * instance that completed it). JSON never holds a raw newline, so the body
+ * is everything after the fourth; it is bytes, not text.
  */
 export type RedisRecord =
   | {

@@ -75,9 +75,10 @@ const ms = (value: number): number => Math.max(0, Math.ceil(value));
  * its key's `PX`, renewed while the handler runs; a finished record expires
  * by `PX`, and by the expiry it carries (stamped by the clock of the
  * instance that completed it) as well: past it, it is taken over even while
- * Redis still holds it. Every key of a (scope, key)
- * shares one hash slot (its hash tag is a digest of scope and key), so the
- * store runs on a Redis Cluster.
+ * Redis still holds it. Every key of a (scope, key) shares one hash slot
+ * (its hash tag is a digest of scope and key), so the store runs on a Redis
+ * Cluster. The commands of the requests in flight leave in one socket
+ * write (see `batchWrites`).
  *
  * The record is not written in the handler's database transaction
  * (`completesInTransaction` is false): at most once holds for handlers whose
@@ -119,11 +120,11 @@ export class RedisIdempotencyStore
   /**
    * A store on a client of its own, built from ioredis options or a URL
    * (loads ioredis only now); {@link close} closes that client. Unless the
-   * options say otherwise, `maxRetriesPerRequest: 1` instead of ioredis's 20: while Redis is
-   *   down, a request gets its `503` within about a second instead of
-   *   waiting while ioredis reconnects (10 s to 43 s in the fault tests).
-   * The store batches the commands of the requests in flight into one
-   * write by itself: `enableAutoPipelining` is not needed.
+   * options say otherwise, `maxRetriesPerRequest: 1` instead of ioredis's
+   * 20: while Redis is down, a request gets its `503` within about a second
+   * instead of waiting while ioredis reconnects (10 s to 43 s in the fault
+   * tests). `enableAutoPipelining` is not needed: the store batches the
+   * commands of the requests in flight into one write by itself.
    * @throws IdempotencyConfigurationError when ioredis is not installed.
    */
   static async connect(
