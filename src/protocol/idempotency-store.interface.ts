@@ -22,7 +22,13 @@ export interface StoredRecord {
   readonly response: StoredResponse;
 }
 
-/** A claim held by an attempt. */
+/**
+ * A claim held by an attempt. The module hands a store, as the lease of a
+ * claim it granted, the {@link ClaimRequest} it was granted for: a store may
+ * read the request's other fields from it when they are there (the Redis
+ * store writes the finished record whole with them), but must not need
+ * them.
+ */
 export interface Lease {
   readonly scope: string;
   readonly key: string;

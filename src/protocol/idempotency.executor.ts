@@ -33,6 +33,7 @@ import { StoreTransaction } from './store-transaction.js';
 import type { Attempt } from './attempt.js';
 import {
   IdempotencyStore,
+  type ClaimRequest,
   type Completion,
   type Lease,
   type StoredRecord,
@@ -154,34 +155,32 @@ export class IdempotencyExecutor
     const waitUntil = Date.now() + options.waitTimeoutMs;
     for (;;) {
       let outcome;
-      try {
-        outcome = await this.store.claim({
-          scope: attempt.scope,
-          key,
-          fingerprint: attempt.fingerprint,
-          method: attempt.method,
-          path: attempt.path,
-          owner,
-          leaseMs: Math.min(
-            this.options.leaseMs,
-            Math.max(
-              1,
-              attempt.started + options.transactionTimeoutMs - Date.now(),
-            ),
+      // Also the lease of the claim once granted (see Lease).
+      const request: ClaimRequest = {
+        scope: attempt.scope,
+        key,
+        owner,
+        fingerprint: attempt.fingerprint,
+        method: attempt.method,
+        path: attempt.path,
+        leaseMs: Math.min(
+          this.options.leaseMs,
+          Math.max(
+            1,
+            attempt.started + options.transactionTimeoutMs - Date.now(),
           ),
-          ttlMs: options.ttlMs,
-          wait,
-        });
+        ),
+        ttlMs: options.ttlMs,
+        wait,
+      };
+      try {
+        outcome = await this.store.claim(request);
       } catch (error) {
         this.emit('failed', attempt, { error });
         throw new IdempotencyUnavailableException(options.retryAfter);
       }
       if (outcome.state === 'claimed') {
-        const execution = new Execution(this, attempt, options, {
-          scope: attempt.scope,
-          key,
-          owner,
-        });
+        const execution = new Execution(this, attempt, options, request);
         this.running.add(execution);
         return { execution };
       }
@@ -329,12 +328,14 @@ export class IdempotencyExecutor
     const executions = this.running.toArray();
     try {
       const held = await this.store.renew(
-        executions.map((execution) => ({
-          ...execution.lease!,
+        executions.map(({ lease, deadline }) => ({
+          scope: lease!.scope,
+          key: lease!.key,
+          owner: lease!.owner,
           // Never past the attempt's deadline.
           durationMs: Math.max(
             0,
-            Math.min(this.options.leaseMs, execution.deadline - now),
+            Math.min(this.options.leaseMs, deadline - now),
           ),
         })),
       );

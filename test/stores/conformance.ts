@@ -37,6 +37,12 @@ export function describeStoreConformance(
      * connection lost its reply (ioredis, the AWS SDK).
      */
     readonly resentClaims?: boolean;
+    /**
+     * Whether the suite hands the store bare leases (scope, key and owner),
+     * as a caller other than the module would, instead of the claim
+     * requests that the module hands as leases (see `Lease`).
+     */
+    readonly bareLeases?: boolean;
   } = {},
 ): void {
   describe(`IdempotencyStore conformance: ${name}`, () => {
@@ -69,11 +75,11 @@ export function describeStoreConformance(
       wait: false,
       ...overrides,
     });
-    const leaseOf = ({ scope: s, key, owner }: Lease): Lease => ({
-      scope: s,
-      key,
-      owner,
-    });
+    /** The lease of a granted claim: the request itself, as the module hands it, or bare. */
+    const leaseOf = (claim: Lease): Lease =>
+      capabilities.bareLeases
+        ? { scope: claim.scope, key: claim.key, owner: claim.owner }
+        : claim;
     const response: StoredResponse = {
       status: 201,
       headers: {

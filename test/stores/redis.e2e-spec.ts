@@ -94,13 +94,15 @@ async function monitorOf(client: Redis) {
  * The conformance suite on `name`, the server at `server()`, on a plain
  * client, then on one with enableAutoPipelining (ioredis then queues a
  * tick's commands into one write: every command must be one it can
- * pipeline).
+ * pipeline), then with bare leases (a completion then takes the claim's
+ * lines from the claim, in the script, instead of sending the record whole).
  */
 function conformance(name: string, server: () => Address): void {
-  for (const [variant, options] of [
-    ['', {}],
-    [' with enableAutoPipelining', { enableAutoPipelining: true }],
-  ] as Array<[string, RedisOptions]>) {
+  for (const [variant, options, bareLeases] of [
+    ['', {}, false],
+    [' with enableAutoPipelining', { enableAutoPipelining: true }, false],
+    [' with bare leases', {}, true],
+  ] as Array<[string, RedisOptions, boolean]>) {
     describeStoreConformance(
       `${name}${variant}`,
       async () => {
@@ -117,7 +119,7 @@ function conformance(name: string, server: () => Address): void {
           },
         };
       },
-      { resentClaims: true },
+      { resentClaims: true, bareLeases },
     );
   }
 }
@@ -242,6 +244,61 @@ function storeTests(server: () => Address): void {
     // Ten claims in one write, then ten completions in another.
     expect(writes).toEqual([10, 10]);
     expect(socket.writableCorked).toBe(0);
+  });
+
+  it('writes the same finished record whether the lease carries its claim request (sent whole) or only scope, key and owner (the script adds the claim lines)', async () => {
+    const headers = { 'content-type': 'text/plain', 'x-many': ['1', '2'] };
+    const body = Buffer.from([0, 10, 255, 0x69, 10]);
+    const request = { fingerprint: 'v2:fp\n"λ"', method: 'PUT', path: '/a/:b' };
+    const records = [];
+    for (const bare of [false, true]) {
+      const key = `same-record-${bare}`;
+      // A duplicate waits (the claim is marked), so that the owner is told.
+      const claim = attempt(key, { ...request, wait: true });
+      await store.claim(claim);
+      expect(
+        await store.claim(attempt(key, { ...request, wait: true })),
+      ).toMatchObject({ state: 'in_progress' });
+      await store.saveStep(claim, 'charge', 'ch_1', 3_600_000);
+      const lease = bare
+        ? { scope: claim.scope, key: claim.key, owner: claim.owner }
+        : claim;
+      const stranger = { ...lease, owner: randomUUID() };
+      const written = {
+        ...completion,
+        response: { status: 201, headers, body },
+      };
+      expect(await store.complete(stranger, written, undefined)).toEqual({
+        fenced: false,
+        waiting: false,
+      });
+      expect(await store.complete(lease, written, undefined)).toEqual({
+        fenced: true,
+        waiting: true,
+      });
+      const id = RedisKeys.id(scope, key);
+      expect(await client.exists(keys.steps(id))).toBe(0);
+      const value = (await client.getBuffer(keys.record(id)))!;
+      // The expiry (ms since the epoch) is the only part that differs.
+      records.push(value.toString('latin1').replace(/^c \d+ /, 'c <expiry> '));
+      expect(await store.claim(attempt(key, request))).toEqual({
+        state: 'finished',
+        record: {
+          status: 'completed',
+          fingerprint: request.fingerprint,
+          response: { status: 201, headers, body },
+        },
+      });
+    }
+    expect(records[0]).toBe(records[1]);
+    expect(records[0]).toBe(
+      Buffer.concat([
+        Buffer.from(
+          `c <expiry> 201\n${JSON.stringify(request.fingerprint)}\n["PUT","/a/:b"]\n${JSON.stringify(headers)}\n`,
+        ),
+        body,
+      ]).toString('latin1'),
+    );
   });
 
   it('completes outside any transaction: the transaction argument is ignored', async () => {

@@ -62,6 +62,18 @@ export function fingerprintLine(fingerprint: string): string {
   return JSON.stringify(fingerprint);
 }
 
+/**
+ * The lines a claim's value and its finished record share, after their
+ * first: a newline, the fingerprint JSON, a newline, `[method, path]` JSON.
+ */
+function requestLines(
+  fingerprint: string,
+  method: string,
+  path: string,
+): string {
+  return `\n${fingerprintLine(fingerprint)}\n${JSON.stringify([method, path])}`;
+}
+
 /** @internal The value of a claim that nobody waits for yet. */
 export function inProgressValue(
   owner: string,
@@ -69,7 +81,27 @@ export function inProgressValue(
   method: string,
   path: string,
 ): string {
-  return `i- ${owner}\n${fingerprintLine(fingerprint)}\n${JSON.stringify([method, path])}`;
+  return `i- ${owner}${requestLines(fingerprint, method, path)}`;
+}
+
+/**
+ * @internal The value of a finished record: `head` (status letter, expiry,
+ * response status), the request's lines, the headers JSON and the body.
+ */
+export function finishedValue(
+  head: string,
+  request: {
+    readonly fingerprint: string;
+    readonly method: string;
+    readonly path: string;
+  },
+  headers: string,
+  body: Buffer | undefined,
+): Buffer | string {
+  const text = `${head}${requestLines(request.fingerprint, request.method, request.path)}\n${headers}\n`;
+  return body && body.length > 0
+    ? Buffer.concat([Buffer.from(text), body])
+    : text;
 }
 
 function line(value: Buffer, from: number): number {

@@ -86,6 +86,29 @@ return {1, ${WAITING}}`,
 );
 
 /**
+ * @internal {@link COMPLETE} with the finished record whole, as the
+ * instance built it from the claim's own fingerprint, method and path: no
+ * copy of the claim's lines in Lua, which made the completion cost Redis a
+ * quarter more. KEYS as COMPLETE's; ARGV: the owner followed by a newline,
+ * the finished record, ttl ms (0: the record goes at once).
+ * Returns {completed, waiting}.
+ */
+export const COMPLETE_WHOLE = script(
+  'completeWhole',
+  `local v = redis.call('GET', KEYS[1])
+if not (v and string.byte(v, 1) == 105 and string.sub(v, 4, 3 + #ARGV[1]) == ARGV[1]) then
+  return {0, 0}
+end
+if ARGV[3] == '0' then
+  redis.call('DEL', KEYS[1])
+else
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+end
+redis.call('DEL', KEYS[2])
+return {1, ${WAITING}}`,
+);
+
+/**
  * @internal Gives a claim up, fenced by its owner (KEYS[1]: the record).
  * ARGV: owner. The key's steps stay for the next attempt.
  * Returns {released, waiting}.

@@ -15,6 +15,7 @@ import { notReplayable } from '../not-replayable.js';
 import { RECORD_ID_LENGTH, RedisKeys } from './redis-keys.js';
 import {
   decodeRecord,
+  finishedValue,
   fingerprintLine,
   inProgressValue,
   statusLetter,
@@ -27,6 +28,7 @@ import {
 import {
   CLAIM,
   COMPLETE,
+  COMPLETE_WHOLE,
   DROP_STEPS,
   READ_STEP,
   RELEASE,
@@ -235,7 +237,10 @@ export class RedisIdempotencyStore
 
   /**
    * Writes the response into the claimed record, fenced by the owner, and
-   * clears the key's steps. `transaction` is ignored.
+   * clears the key's steps. `transaction` is ignored. A lease that carries
+   * its claim's fingerprint, method and path (the module's leases are their
+   * claim requests) sends the finished record whole; another one lets the
+   * script take those lines from the claim.
    * A response larger than `maxResponseBytes` is recorded as not
    * replayable, with its status only (as one over the module's
    * `maxResponseSize`).
@@ -255,19 +260,26 @@ export class RedisIdempotencyStore
       }
     }
     const id = RedisKeys.id(lease.scope, lease.key);
+    const keys = [this.keys.record(id), this.keys.steps(id)];
     const ttlMs = ms(completion.ttlMs);
-    const [fenced, waiting] = await runScript<[number, number]>(
-      this.client,
-      COMPLETE,
-      [this.keys.record(id), this.keys.steps(id)],
-      [
-        lease.owner,
-        `${statusLetter(completion.status)} ${Date.now() + ttlMs} ${response.status}`,
-        headers,
-        stored?.body ?? '',
-        ttlMs,
-      ],
-    );
+    const head = `${statusLetter(completion.status)} ${Date.now() + ttlMs} ${response.status}`;
+    const claimed = lease as Partial<ClaimRequest>;
+    const [fenced, waiting] =
+      claimed.fingerprint !== undefined &&
+      claimed.method !== undefined &&
+      claimed.path !== undefined
+        ? await runScript<[number, number]>(this.client, COMPLETE_WHOLE, keys, [
+            `${lease.owner}\n`,
+            finishedValue(head, claimed as ClaimRequest, headers, stored?.body),
+            ttlMs,
+          ])
+        : await runScript<[number, number]>(this.client, COMPLETE, keys, [
+            lease.owner,
+            head,
+            headers,
+            stored?.body ?? '',
+            ttlMs,
+          ]);
     return { fenced: fenced === 1, waiting: waiting === 1 };
   }
 
