@@ -61,6 +61,52 @@ export function median(values: readonly number[]): number {
       : (sorted[middle - 1] + sorted[middle]) / 2;
 }
 
+/** An interval that holds the median of what was sampled, at `coverage`. */
+export interface MedianInterval {
+  readonly low: number;
+  readonly high: number;
+  /** The probability that the interval holds the median (0 to 1). */
+  readonly coverage: number;
+}
+
+/**
+ * The narrowest interval between two of `values` (order statistics) that
+ * holds the median of the distribution they were drawn from with
+ * probability `confidence` or more; no assumption on that distribution.
+ * With too few values for `confidence`, their whole range, at the coverage
+ * it has (1 - 2 / 2^n).
+ */
+export function medianInterval(
+  values: readonly number[],
+  confidence = 0.95,
+): MedianInterval {
+  const sorted = [...values].sort((a, b) => a - b);
+  const n = sorted.length;
+  if (n === 0) {
+    return { low: NaN, high: NaN, coverage: 0 };
+  }
+  // below[j]: the probability that at most j of n values fall under the
+  // median (Binomial(n, 1/2)).
+  const below: number[] = [];
+  let term = 0.5 ** n;
+  let sum = 0;
+  for (let j = 0; j <= n; j += 1) {
+    sum += term;
+    below.push(sum);
+    term = (term * (n - j)) / (j + 1);
+  }
+  // [x_k, x_(n+1-k)] (1-based) holds the median with 1 - 2 * below[k - 1].
+  let k = 1;
+  while (k + 1 <= n + 1 - (k + 1) && 1 - 2 * below[k] >= confidence) {
+    k += 1;
+  }
+  return {
+    low: sorted[k - 1],
+    high: sorted[n - k],
+    coverage: 1 - 2 * below[k - 1],
+  };
+}
+
 /** Whether the raw header list of a response says it is a replay. */
 function isReplay(rawHeaders: unknown): boolean {
   if (!Array.isArray(rawHeaders)) {

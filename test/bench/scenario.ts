@@ -60,10 +60,36 @@ export interface Rounds<R> {
 }
 
 /**
+ * The order of the scenarios in round `round`: each round starts with
+ * another unit, a unit being a scenario or a group of `together`; a group
+ * runs back to back, in its order one round and reversed the next.
+ */
+export function roundOrder<S>(
+  scenarios: readonly S[],
+  round: number,
+  together: ReadonlyArray<readonly S[]> = [],
+): S[] {
+  const units: S[][] = [];
+  for (const scenario of scenarios) {
+    const group = together.find((g) => g.includes(scenario));
+    if (!group) {
+      units.push([scenario]);
+    } else if (group[0] === scenario) {
+      units.push(round % 2 === 0 ? [...group] : [...group].reverse());
+    }
+  }
+  return units.flatMap((_, i) => units[(i + round) % units.length]);
+}
+
+/**
  * Runs every scenario once a round, `rounds` times, each round starting
  * with another scenario (none always runs first, on a machine warmer or
  * colder than the others), and takes each one's ratios to its baseline
- * within the round. Prints a line per round, after `label`.
+ * within the round. The scenarios of a group of `together` (compared with
+ * each other) run back to back, so that what drifts over a round (the
+ * database's checkpoints and vacuum, the size of its tables) weighs on
+ * them alike, each first every other round. Prints a line per round, after
+ * `label`.
  */
 export async function interleave<
   S extends LoadScenario,
@@ -73,14 +99,13 @@ export async function interleave<
   rounds: number,
   run: (scenario: S, round: number) => Promise<R>,
   label = '',
+  together: ReadonlyArray<readonly S[]> = [],
 ): Promise<Map<S, Rounds<R>>> {
   const results = new Map<S, Rounds<R>>(
     scenarios.map((s) => [s, { rounds: [], ratios: [], p99Ratios: [] }]),
   );
   for (let round = 0; round < rounds; round += 1) {
-    const order = scenarios.map(
-      (_, i) => scenarios[(i + round) % scenarios.length],
-    );
+    const order = roundOrder(scenarios, round, together);
     const measured = new Map<LoadScenario, R>();
     for (const scenario of order) {
       const result = await run(scenario, round);

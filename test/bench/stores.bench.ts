@@ -52,7 +52,8 @@
  * written), then the same key with another body (422 expected); printed.
  *
  * The scenarios of a store run interleaved, in rounds, each round starting
- * with another one. Per scenario: req/s, p50 and p99 latency (medians of the
+ * with another one; on Redis, ours and theirs of a kind of request run back
+ * to back, each first every other round. Per scenario: req/s, p50 and p99 latency (medians of the
  * rounds) and the ratio to its baseline within each round (median); on
  * Redis, ours over theirs within each round (median). One table per store
  * and the side-by-side one go to the console, everything to a JSON file.
@@ -80,7 +81,13 @@ import { startEmbeddedPostgres } from '../setup/embedded-postgres.js';
 import { startSample, type SampleProcess } from '../utils/sample-process.js';
 import { quiesce } from './app-state.js';
 import { onServer } from './database.js';
-import { median, runLoad, type LoadResult } from './load.js';
+import {
+  median,
+  medianInterval,
+  runLoad,
+  type LoadResult,
+  type MedianInterval,
+} from './load.js';
 import {
   BODY,
   completed,
@@ -380,6 +387,8 @@ interface Pair {
   readonly ratio: number;
   readonly p99Ratio: number;
   readonly ratios: number[];
+  /** Where the median of ours over theirs lies, by the rounds (95 %). */
+  readonly interval: MedianInterval;
 }
 
 /** What was measured on one store. */
@@ -489,6 +498,7 @@ async function benchStore(store: Store, shared: Shared): Promise<StoreRun> {
         });
       },
       `${STORE_NAMES[store]} `,
+      theirs ? PAIRS.map(({ ours, theirs: other }) => [ours, other]) : [],
     );
     const rows = scenarios.map((s) => summarize(store, s, results.get(s)!));
     const row = (scenario: Scenario) => rows[scenarios.indexOf(scenario)];
@@ -502,6 +512,7 @@ async function benchStore(store: Store, shared: Shared): Promise<StoreRun> {
             ours: row(ours),
             theirs: row(other),
             ratio: median(ratios),
+            interval: medianInterval(ratios),
             p99Ratio: median(a.map((round, i) => round.p99 / b[i].p99)),
             ratios,
           };
@@ -592,9 +603,11 @@ function report(runs: readonly StoreRun[], theirs: Theirs | undefined): void {
   );
   for (const pair of pairs) {
     const met = pair.ratio >= 1;
+    const { low, high, coverage } = pair.interval;
     console.log(
       `target: ${pair.name}: ours at least as fast as theirs: ${fixed(pair.ratio, 2)}x ` +
-        `(${met ? 'met' : 'MISSED'}; rounds ${pair.ratios.map((r) => r.toFixed(2)).join(', ')})`,
+        `(${met ? 'met' : 'MISSED'}; the median lies in ${fixed(low, 2)}x to ${fixed(high, 2)}x ` +
+        `at ${fixed(coverage * 100, 0)} %; rounds ${pair.ratios.map((r) => r.toFixed(2)).join(', ')})`,
     );
   }
 }
