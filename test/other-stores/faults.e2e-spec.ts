@@ -12,7 +12,7 @@ import {
   decodeRecord,
   type RedisRecord,
 } from '../../src/stores/redis/redis-record.js';
-import { COMPLETE_WHOLE } from '../../src/stores/redis/redis.scripts.js';
+import { COMPLETE } from '../../src/stores/redis/redis.scripts.js';
 import {
   PaymentLoad,
   paymentFor,
@@ -321,7 +321,7 @@ describeRestart('a Redis server restarted under load', () => {
       try {
         const stats = await admin.info('errorstats');
         expect(stats).toMatch(/errorstat_NOSCRIPT:count=[1-9]/);
-        expect(await admin.script('EXISTS', COMPLETE_WHOLE.sha)).toEqual([1]);
+        expect(await admin.script('EXISTS', COMPLETE.sha)).toEqual([1]);
       } finally {
         admin.disconnect();
       }

@@ -66,43 +66,27 @@ return {1}`,
 
 /**
  * @internal Completes a claim, fenced by its owner (KEYS[1]: the record,
- * KEYS[2]: its steps). ARGV: owner, the finished record's first line up to
- * its newline (status letter, expiry, response status), headers JSON, body,
- * ttl ms. Keeps the claim's fingerprint, method and path, and clears the
- * key's steps. Returns {completed, waiting}.
+ * KEYS[2]: its steps), and clears the key's steps. ARGV: owner, the finished
+ * record, ttl ms (0: the record goes at once). Given two more ARGV (headers
+ * JSON, body), the record's second is only its first line (status letter,
+ * expiry, response status), and the script adds the claim's fingerprint,
+ * method and path, then those: for a caller that has no claim request to
+ * build the record whole from (copying the lines in Lua costs Redis about a
+ * tenth more a call: 21 µs against 19 µs in an A/B on 2 cores, alternating
+ * the two). Returns {completed, waiting}.
  */
 export const COMPLETE = script(
   'complete',
   `${OWNED}if not owned then return {0, 0} end
-local ttl = tonumber(ARGV[5])
-if ttl > 0 then
-  local a = string.find(v, '\\n', 1, true)
-  redis.call('SET', KEYS[1], ARGV[2] .. string.sub(v, a) .. '\\n' .. ARGV[3] .. '\\n' .. ARGV[4], 'PX', ttl)
-else
-  redis.call('DEL', KEYS[1])
-end
-redis.call('DEL', KEYS[2])
-return {1, ${WAITING}}`,
-);
-
-/**
- * @internal {@link COMPLETE} with the finished record whole, as the
- * instance built it from the claim's own fingerprint, method and path: no
- * copy of the claim's lines in Lua (27 µs of Redis CPU a call instead of
- * 30 µs, under load on 2 cores). KEYS as COMPLETE's; ARGV: the owner
- * followed by a newline, the finished record, ttl ms (0: the record goes at
- * once). Returns {completed, waiting}.
- */
-export const COMPLETE_WHOLE = script(
-  'completeWhole',
-  `local v = redis.call('GET', KEYS[1])
-if not (v and string.byte(v, 1) == 105 and string.sub(v, 4, 3 + #ARGV[1]) == ARGV[1]) then
-  return {0, 0}
-end
 if ARGV[3] == '0' then
   redis.call('DEL', KEYS[1])
 else
-  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  local value = ARGV[2]
+  if #ARGV > 3 then
+    local a = string.find(v, '\\n', 1, true)
+    value = value .. string.sub(v, a) .. '\\n' .. ARGV[4] .. '\\n' .. ARGV[5]
+  end
+  redis.call('SET', KEYS[1], value, 'PX', ARGV[3])
 end
 redis.call('DEL', KEYS[2])
 return {1, ${WAITING}}`,

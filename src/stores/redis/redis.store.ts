@@ -28,7 +28,6 @@ import {
 import {
   CLAIM,
   COMPLETE,
-  COMPLETE_WHOLE,
   DROP_STEPS,
   READ_STEP,
   RELEASE,
@@ -260,26 +259,25 @@ export class RedisIdempotencyStore
       }
     }
     const id = RedisKeys.id(lease.scope, lease.key);
-    const keys = [this.keys.record(id), this.keys.steps(id)];
     const ttlMs = ms(completion.ttlMs);
     const head = `${statusLetter(completion.status)} ${Date.now() + ttlMs} ${response.status}`;
     const claimed = lease as Partial<ClaimRequest>;
-    const [fenced, waiting] =
+    const whole =
       claimed.fingerprint !== undefined &&
       claimed.method !== undefined &&
-      claimed.path !== undefined
-        ? await runScript<[number, number]>(this.client, COMPLETE_WHOLE, keys, [
-            `${lease.owner}\n`,
+      claimed.path !== undefined;
+    const [fenced, waiting] = await runScript<[number, number]>(
+      this.client,
+      COMPLETE,
+      [this.keys.record(id), this.keys.steps(id)],
+      whole
+        ? [
+            lease.owner,
             finishedValue(head, claimed as ClaimRequest, headers, stored?.body),
             ttlMs,
-          ])
-        : await runScript<[number, number]>(this.client, COMPLETE, keys, [
-            lease.owner,
-            head,
-            headers,
-            stored?.body ?? '',
-            ttlMs,
-          ]);
+          ]
+        : [lease.owner, head, ttlMs, headers, stored?.body ?? ''],
+    );
     return { fenced: fenced === 1, waiting: waiting === 1 };
   }
 
