@@ -55,8 +55,13 @@
  * with another one; on Redis, ours and theirs of a kind of request run back
  * to back, each first every other round. Per scenario: req/s, p50 and p99 latency (medians of the
  * rounds) and the ratio to its baseline within each round (median); on
- * Redis, ours over theirs within each round (median). One table per store
- * and the side-by-side one go to the console, everything to a JSON file.
+ * Redis, ours over theirs within each round (median), and what a request
+ * of each cost in CPU: the app's process, the Redis server and the
+ * PostgreSQL server (user + system time from `/proc`, each where it runs
+ * on this machine; medians of the rounds, and of ours minus theirs within
+ * each round), which tells a difference of a few per cent that throughput
+ * on a loaded machine cannot. One table per store and the side-by-side one
+ * go to the console, everything to a JSON file.
  *
  *   npm run bench:stores
  *   BENCH_STORES=redis BENCH_SECONDS=2 BENCH_ROUNDS=1 npm run bench:stores
@@ -80,6 +85,7 @@ import pg from 'pg';
 import { startEmbeddedPostgres } from '../setup/embedded-postgres.js';
 import { startSample, type SampleProcess } from '../utils/sample-process.js';
 import { quiesce } from './app-state.js';
+import { postmasterOf, processCpuMs, serverCpuMs } from './cpu-time.js';
 import { onServer } from './database.js';
 import {
   median,
@@ -389,6 +395,119 @@ interface Pair {
   readonly ratios: number[];
   /** Where the median of ours over theirs lies, by the rounds (95 %). */
   readonly interval: MedianInterval;
+  /** CPU a request of each process, where `/proc` shows it. */
+  readonly cpu: Partial<Record<keyof CpuPerRequest, CpuPair>>;
+}
+
+/**
+ * Microseconds of CPU a request (user + system, from `/proc`), of the
+ * app's process, of the Redis server, and of the PostgreSQL server (its
+ * postmaster and every child); each only where this machine runs it.
+ */
+interface CpuPerRequest {
+  readonly app?: number;
+  readonly redis?: number;
+  readonly db?: number;
+}
+
+/** One process's CPU a request under ours and theirs, over the rounds. */
+interface CpuPair {
+  /** Medians of the rounds (µs). */
+  readonly ours: number;
+  readonly theirs: number;
+  /** Median of ours minus theirs within each round (µs). */
+  readonly difference: number;
+}
+
+/** A load run, and the CPU it cost. */
+interface Measured extends LoadResult {
+  readonly cpu: CpuPerRequest;
+}
+
+/** Where the CPU time of a run is read: the processes on this machine. */
+interface CpuSources {
+  readonly app?: number;
+  readonly redis?: number;
+  readonly postmaster?: number;
+}
+
+/** CPU milliseconds so far of each of `sources`. */
+function cpuNow(sources: CpuSources): CpuPerRequest {
+  return {
+    app: processCpuMs(sources.app),
+    redis: processCpuMs(sources.redis),
+    db: serverCpuMs(sources.postmaster),
+  };
+}
+
+/** The CPU between `before` and `after`, a request of `result`, in µs. */
+function withCpu(
+  result: LoadResult,
+  before: CpuPerRequest,
+  after: CpuPerRequest,
+): Measured {
+  const perRequest = (of: keyof CpuPerRequest) => {
+    const [a, b] = [before[of], after[of]];
+    return a === undefined || b === undefined || result.requests === 0
+      ? undefined
+      : ((b - a) * 1000) / result.requests;
+  };
+  return {
+    ...result,
+    cpu: {
+      app: perRequest('app'),
+      redis: perRequest('redis'),
+      db: perRequest('db'),
+    },
+  };
+}
+
+/** Ours and theirs of each process, where every round measured it. */
+function cpuPairs(
+  ours: readonly Measured[],
+  theirs: readonly Measured[],
+): Pair['cpu'] {
+  const pairs: Pair['cpu'] = {};
+  for (const of of ['app', 'redis', 'db'] as const) {
+    const a = ours.map((round) => round.cpu[of]);
+    const b = theirs.map((round) => round.cpu[of]);
+    if ([...a, ...b].every((value) => value !== undefined)) {
+      pairs[of] = {
+        ours: median(a as number[]),
+        theirs: median(b as number[]),
+        difference: median(a.map((value, i) => value! - b[i]!)),
+      };
+    }
+  }
+  return pairs;
+}
+
+/**
+ * The pid of the Redis server, if it runs on this machine (`INFO server`
+ * names it, and `/proc` shows a redis-server or valkey-server there).
+ */
+async function localRedisPid(redis: Redis): Promise<number | undefined> {
+  const pid = Number(/process_id:(\d+)/.exec(await redis.info('server'))?.[1]);
+  try {
+    const command = (await readFile(`/proc/${pid}/comm`, 'utf8')).trim();
+    return /^(redis|valkey)-server$/.test(command) ? pid : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** The postmaster of the server `database` is on, if it runs on this machine. */
+async function localPostmaster(database: string): Promise<number | undefined> {
+  const client = new pg.Client({ connectionString: database });
+  await client.connect();
+  try {
+    const { rows } = await client.query<{ pid: number }>(
+      'SELECT pg_backend_pid() AS pid',
+    );
+    return postmasterOf(rows[0].pid);
+  } finally {
+    await client.end();
+  }
 }
 
 /** What was measured on one store. */
@@ -396,7 +515,7 @@ interface StoreRun {
   readonly store: Store;
   readonly scenarios: readonly Scenario[];
   readonly rows: Row[];
-  readonly results: Map<Scenario, Rounds<LoadResult>>;
+  readonly results: Map<Scenario, Rounds<Measured>>;
   readonly checks: ReplayCheck[];
   readonly pairs: Pair[];
 }
@@ -407,6 +526,8 @@ interface Shared {
   readonly runId: string;
   readonly dynaliteUrl?: string;
   readonly theirs?: Theirs;
+  /** The local Redis server's pid, for its CPU time. */
+  readonly redisPid?: number;
 }
 
 /** Starts the app on `store`, checks its replays, and runs its rounds. */
@@ -487,15 +608,22 @@ async function benchStore(store: Store, shared: Shared): Promise<StoreRun> {
         seconds: SETTINGS.warmupSeconds,
       });
     }
+    const sources: CpuSources = {
+      app: app.process.pid,
+      redis: store === 'redis' ? shared.redisPid : undefined,
+      postmaster: await localPostmaster(appUrl.href),
+    };
     const results = await interleave(
       scenarios,
       SETTINGS.rounds,
       async (scenario, round) => {
         await quiesce(app!);
-        return runLoad({
+        const before = cpuNow(sources);
+        const result = await runLoad({
           ...load(app!, scenario, `${round}`),
           seconds: SETTINGS.seconds,
         });
+        return withCpu(result, before, cpuNow(sources));
       },
       `${STORE_NAMES[store]} `,
       theirs ? PAIRS.map(({ ours, theirs: other }) => [ours, other]) : [],
@@ -515,6 +643,7 @@ async function benchStore(store: Store, shared: Shared): Promise<StoreRun> {
             interval: medianInterval(ratios),
             p99Ratio: median(a.map((round, i) => round.p99 / b[i].p99)),
             ratios,
+            cpu: cpuPairs(a, b),
           };
         })
       : [];
@@ -610,6 +739,28 @@ function report(runs: readonly StoreRun[], theirs: Theirs | undefined): void {
         `at ${fixed(coverage * 100, 0)} %; rounds ${pair.ratios.map((r) => r.toFixed(2)).join(', ')})`,
     );
   }
+  for (const pair of pairs) {
+    const parts = (
+      [
+        ['app', 'the app'],
+        ['redis', 'Redis'],
+        ['db', 'PostgreSQL'],
+      ] as const
+    ).flatMap(([of, name]) => {
+      const cpu = pair.cpu[of];
+      return cpu
+        ? [
+            `${name} ${fixed(cpu.ours, 0)} against ${fixed(cpu.theirs, 0)} ` +
+              `(${cpu.difference >= 0 ? '+' : ''}${fixed(cpu.difference, 0)})`,
+          ]
+        : [];
+    });
+    if (parts.length > 0) {
+      console.log(
+        `CPU a request, ${pair.name}, ours against theirs (µs; medians of the rounds, and of ours minus theirs within each round): ${parts.join('; ')}`,
+      );
+    }
+  }
 }
 
 /** The PostgreSQL server's version. */
@@ -702,6 +853,7 @@ async function main(): Promise<void> {
       runId,
       dynaliteUrl: dynalite?.url,
       theirs,
+      redisPid: redis ? await localRedisPid(redis) : undefined,
     };
     const machine = {
       cpu: cpus()[0]?.model ?? 'unknown',
