@@ -15,6 +15,7 @@ import type { Payment } from '../../../sample-app/payments/payment.entity.js';
 import { PaymentGateway } from '../../../sample-app/payments/payment-gateway.js';
 import { PaymentsService } from '../../../sample-app/payments/payments.service.js';
 import { plainKey } from './bench.controller.js';
+import { noopAnswer, type NoopAnswer } from './stores.controller.js';
 
 /** What the bench uses of `@node-idempotency/nestjs` (it ships CommonJS). */
 interface NodeIdempotencyPackage {
@@ -39,7 +40,7 @@ export interface NodeIdempotencyParts {
  * its module on its Redis storage adapter (records under `prefix` on
  * `redisUrl`), and `POST /theirs/payments`, the bench's baseline handler
  * (the gateway, then the payment in a short transaction) under its
- * `@Idempotent()`. Its `require('@nestjs/common')` finds this repository's
+ * `@Idempotent()`, and `POST /theirs/noop`, the no-op route likewise. Its `require('@nestjs/common')` finds this repository's
  * NestJS through `NODE_PATH`, which the bench sets: one application, one
  * NestJS, the library the only difference.
  */
@@ -73,6 +74,13 @@ export function nodeIdempotency(
       return this.dataSource.transaction((manager) =>
         this.payments.book(dto, charge.id, manager),
       );
+    }
+
+    /** The bench's no-op route (answers at once) under its `@Idempotent()`. */
+    @Post('noop')
+    @library.Idempotent()
+    noop(@Body() dto: CreatePaymentDto): NoopAnswer {
+      return noopAnswer(dto);
     }
   }
 

@@ -4,6 +4,27 @@ import { CreatePaymentDto } from '../../../sample-app/payments/create-payment.dt
 import type { Payment } from '../../../sample-app/payments/payment.entity.js';
 import { BenchController, plainKey } from './bench.controller.js';
 
+/** The answer of the no-op routes. */
+export interface NoopAnswer {
+  readonly id: string;
+  readonly amount: number;
+  readonly currency: string;
+  readonly status: 'accepted';
+}
+
+let noops = 0;
+
+/** What the no-op routes answer: the request's payment, accepted, nothing written. */
+export function noopAnswer(dto: CreatePaymentDto): NoopAnswer {
+  noops += 1;
+  return {
+    id: `noop_${noops}`,
+    amount: dto.amount,
+    currency: dto.currency,
+    status: 'accepted',
+  };
+}
+
 /** How long the gateway of the gateway routes takes to answer (ms). */
 const GATEWAY_MS = Number(process.env.BENCH_GATEWAY_MS ?? 50);
 
@@ -28,6 +49,22 @@ export class StoresBenchController extends BenchController {
   ): Promise<Payment> {
     const charge = await this.charge(dto, plainKey(key), 0);
     return this.book(dto, charge);
+  }
+
+  /**
+   * Answers at once, writing nothing: what a request costs the module
+   * itself, against {@link noopBaseline} and the other library's no-op.
+   */
+  @Post('noop')
+  @Idempotent()
+  noop(@Body() dto: CreatePaymentDto): NoopAnswer {
+    return noopAnswer(dto);
+  }
+
+  /** The no-op without idempotency. */
+  @Post('noop-baseline')
+  noopBaseline(@Body() dto: CreatePaymentDto): NoopAnswer {
+    return noopAnswer(dto);
   }
 
   /** The gateway baseline, with `@Idempotent()`. */
