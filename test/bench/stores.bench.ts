@@ -541,6 +541,19 @@ async function localRedisPid(redis: Redis): Promise<number | undefined> {
   }
 }
 
+/**
+ * The server behind a Redis URL and its version, from INFO server: Valkey
+ * names itself (`server_name`, `valkey_version`; its `redis_version` is
+ * the Redis it is compatible with), Redis 7 does not.
+ */
+function serverName(info: string): string {
+  const field = (key: string) =>
+    new RegExp(`^${key}:(.*?)\\r?$`, 'm').exec(info)?.[1];
+  const name = field('server_name') ?? 'redis';
+  const title = name === 'valkey' ? 'Valkey' : 'Redis';
+  return `${title} ${field(`${name}_version`) ?? 'unknown'}`;
+}
+
 /** The postmaster of the server `database` is on, if it runs on this machine. */
 async function localPostmaster(database: string): Promise<number | undefined> {
   const client = new pg.Client({ connectionString: database });
@@ -912,9 +925,7 @@ async function main(): Promise<void> {
         .join(' '),
       node: process.version,
       postgres: `${await serverVersion(serverUrl)} (${server ? 'embedded, fsync on' : 'DATABASE_URL'})`,
-      redis: redis
-        ? /redis_version:(\S+)/.exec(await redis.info('server'))?.[1]
-        : undefined,
+      redis: redis ? serverName(await redis.info('server')) : undefined,
     };
     const runs: StoreRun[] = [];
     for (const store of STORES) {
@@ -924,7 +935,7 @@ async function main(): Promise<void> {
     console.log(
       `machine: ${machine.cpu}, ${machine.cores} cores, ${machine.memoryGiB} GiB, load average before ` +
         `${machine.loadAverage}; Node ${machine.node}; PostgreSQL ${machine.postgres}` +
-        `${machine.redis ? `; Redis ${machine.redis}` : ''}`,
+        `${machine.redis ? `; ${machine.redis}` : ''}`,
     );
     const json = {
       date: new Date().toISOString(),

@@ -16,7 +16,7 @@ import {
   serverOf,
   VALKEY_BINARIES,
 } from '../utils/redis-server.js';
-import { CLAIM } from '../../src/stores/redis/redis.scripts.js';
+import { CLAIM, COMPLETE } from '../../src/stores/redis/redis.scripts.js';
 import { describeIf, describeWithServer } from '../utils/server.js';
 import { describeStoreConformance } from './conformance.js';
 
@@ -50,6 +50,20 @@ async function clean(client: Redis, prefix = PREFIX): Promise<void> {
   await Promise.all(
     (await keysOf(client, prefix)).map((key) => client.unlink(key)),
   );
+}
+
+/** Whether the server behind `client` has `SET … IFEQ` (Valkey 8.1, Redis 8.4). */
+async function hasIfEq(client: Redis): Promise<boolean> {
+  const key = `${PREFIX}if-eq-probe-${randomUUID()}`;
+  try {
+    await client.call('SET', key, 'value', 'IFEQ', 'other');
+    return true;
+  } catch (error) {
+    if (error instanceof Error && /syntax error/i.test(error.message)) {
+      return false;
+    }
+    throw error;
+  }
 }
 
 /** The commands a client sends, as MONITOR sees them. */
@@ -156,6 +170,21 @@ describeWithValkeyServer()('the Redis store on Valkey', () => {
       await quit(client);
     }
   });
+  it('has SET IFEQ from 8.1 on, which the store completes with (CI runs 8.1)', async () => {
+    const client = new Redis(address());
+    try {
+      const [major, minor] = (await serverOf(client)).version
+        .split('.')
+        .map(Number);
+      const from81 = major > 8 || (major === 8 && minor >= 1);
+      expect(await hasIfEq(client)).toBe(from81);
+      if (process.env.REQUIRE_BROKERS === '1') {
+        expect(from81).toBe(true);
+      }
+    } finally {
+      await quit(client);
+    }
+  });
   conformance('Valkey', address);
   // In a describe of their own, whose afterAll lets the clients go before
   // this one stops the server.
@@ -209,9 +238,142 @@ function storeTests(server: () => Address): void {
   } as const;
   const keys = new RedisKeys(PREFIX);
   const recordOf = (key: string) => keys.record(RedisKeys.id(scope, key));
+  const stepsOf = (key: string) => keys.steps(RedisKeys.id(scope, key));
+
+  it('completes a claim without steps by SET IFEQ where the server has it, writing the record the script writes; where it refuses it, by the script, and stops asking', async () => {
+    const ifEq = await hasIfEq(client);
+    // A store of its own: it has not tried SET IFEQ yet.
+    const fresh = new RedisIdempotencyStore(client, { prefix: PREFIX });
+    // The test reads on a client of its own: the monitor sees the store's.
+    const reader = client.duplicate();
+    const monitor = await monitorOf(client);
+    const written = {
+      ...completion,
+      response: {
+        status: 201,
+        headers: { 'content-type': 'text/plain' },
+        body: Buffer.from([0, 10, 255]),
+      },
+    };
+    const recordBytes = async (key: string) =>
+      (await reader.getBuffer(recordOf(key)))!
+        .toString('latin1')
+        .replace(/^c \d+ /, 'c <expiry> ');
+    try {
+      const plain = attempt('if-eq');
+      await fresh.claim(plain);
+      const claimed = (await reader.get(recordOf('if-eq')))!;
+      expect(await fresh.complete(plain, written, undefined)).toEqual({
+        fenced: true,
+        waiting: false,
+      });
+      const ttl = String(written.ttlMs);
+      const ifEqSet = [
+        'set',
+        recordOf('if-eq'),
+        expect.any(String),
+        'PX',
+        ttl,
+        'IFEQ',
+        // As MONITOR shows it: newlines escaped.
+        claimed.replaceAll('\n', '\\n'),
+      ];
+      const script = ['evalsha', COMPLETE.sha, '2', recordOf('if-eq')];
+      expect(
+        (await monitor.take()).map((args) =>
+          args[0] === 'evalsha' ? args.slice(0, 4) : args,
+        ),
+      ).toEqual([
+        [
+          'set',
+          recordOf('if-eq'),
+          expect.any(String),
+          'PX',
+          '60000',
+          'NX',
+          'GET',
+        ],
+        ['exists', stepsOf('if-eq')],
+        ifEqSet,
+        // Refused (Redis before 8.4, Valkey before 8.1): the script.
+        ...(ifEq ? [] : [script]),
+      ]);
+      // The same bytes as a completion by the script (a bare lease).
+      const bare = attempt('if-eq-bare');
+      await fresh.claim(bare);
+      await fresh.complete(
+        { scope, key: bare.key, owner: bare.owner },
+        written,
+        undefined,
+      );
+      expect(await recordBytes('if-eq')).toBe(await recordBytes('if-eq-bare'));
+      await monitor.take();
+
+      // A duplicate waits: the claim's value changed, the script decides
+      // and tells the owner.
+      const awaited = attempt('if-eq-waited', { wait: true });
+      await fresh.claim(awaited);
+      expect(
+        await fresh.claim(attempt('if-eq-waited', { wait: true })),
+      ).toMatchObject({ state: 'in_progress' });
+      expect(await fresh.complete(awaited, completion, undefined)).toEqual({
+        fenced: true,
+        waiting: true,
+      });
+      // Steps of an attempt whose lease ended: the script clears them.
+      const earlier = attempt('if-eq-steps');
+      await fresh.claim(earlier);
+      expect(await fresh.saveStep(earlier, 'charge', 'ch_1', 3_600_000)).toBe(
+        true,
+      );
+      await fresh.renew([{ ...earlier, durationMs: 0 }]);
+      const later = attempt('if-eq-steps');
+      expect(await fresh.claim(later)).toEqual({ state: 'claimed' });
+      expect(await fresh.complete(later, completion, undefined)).toEqual({
+        fenced: true,
+        waiting: false,
+      });
+      expect(await reader.exists(stepsOf('if-eq-steps'))).toBe(0);
+      // A stale owner: fenced off, whichever way it tries.
+      const stale = attempt('if-eq-stale');
+      await fresh.claim(stale);
+      await fresh.renew([{ ...stale, durationMs: 0 }]);
+      const current = attempt('if-eq-stale');
+      await fresh.claim(current);
+      expect(await fresh.complete(stale, completion, undefined)).toEqual({
+        fenced: false,
+        waiting: false,
+      });
+      expect(await reader.get(recordOf('if-eq-stale'))).toMatch(
+        new RegExp(`^i- ${current.owner}\n`),
+      );
+      const names = (await monitor.take()).map(([name]) => name);
+      // With SET IFEQ: tried for each claim granted by SET NX without
+      // steps; the script only where it did not write. Without: never
+      // again, nor the EXISTS with the claims.
+      expect(names.filter((name) => name === 'exists')).toHaveLength(
+        ifEq ? 6 : 0,
+      );
+      expect(names.filter((name) => name === 'set').length).toBe(
+        ifEq ? 6 + 2 : 6,
+      );
+      // The completions of the waited claim, of the one after steps and of
+      // the stale owner; the claim of the waiting duplicate, the step, the
+      // two renewals.
+      expect(names.filter((name) => name === 'evalsha')).toHaveLength(7);
+    } finally {
+      monitor.close();
+      await quit(reader);
+    }
+  });
 
   it('sends the commands of one turn of the event loop in one write to the socket, on a client without auto-pipelining', async () => {
-    await client.ping();
+    // One completion first: the store then knows whether the server has
+    // SET IFEQ, and whether its claims ask for steps in the same write.
+    const first = attempt('turn-first');
+    await store.claim(first);
+    await store.complete(first, completion, undefined);
+    const ifEq = await hasIfEq(client);
     const socket = client.stream as Socket & {
       _write: Socket['_write'];
       _writev: NonNullable<Socket['_writev']>;
@@ -241,8 +403,9 @@ function storeTests(server: () => Address): void {
       socket._write = write;
       socket._writev = writev;
     }
-    // Ten claims in one write, then ten completions in another.
-    expect(writes).toEqual([10, 10]);
+    // Ten claims in one write (each with its EXISTS of the steps where the
+    // server has SET IFEQ), then ten completions in another.
+    expect(writes).toEqual([ifEq ? 20 : 10, 10]);
     expect(socket.writableCorked).toBe(0);
   });
 
@@ -339,6 +502,7 @@ function storeTests(server: () => Address): void {
   });
 
   it('sends every key name inside the prefix, and each script by its SHA1 once Redis has it, loading it again after SCRIPT FLUSH', async () => {
+    const ifEq = await hasIfEq(client);
     const monitor = await monitorOf(client);
     try {
       const claim = attempt('monitored');
@@ -361,25 +525,22 @@ function storeTests(server: () => Address): void {
           expect(key.startsWith(PREFIX)).toBe(true);
         }
       }
-      // A replay is one plain SET NX, which finds the record: no script.
+      // A replay is one plain SET NX, which finds the record: no script
+      // (where the server has SET IFEQ, the EXISTS of the key's steps goes
+      // with it, in the same write).
       const set = (key: string) => [
-        'set',
-        recordOf(key),
-        expect.any(String),
-        'PX',
-        '60000',
-        'NX',
-        'GET',
+        ['set', recordOf(key), expect.any(String), 'PX', '60000', 'NX', 'GET'],
+        ...(ifEq ? [['exists', stepsOf(key)]] : []),
       ];
       await store.claim(attempt('monitored'));
-      expect(await monitor.take()).toEqual([set('monitored')]);
+      expect(await monitor.take()).toEqual(set('monitored'));
       // A key another attempt holds: its SET NX, then the claim script, by
       // its SHA1 alone now that Redis has it.
       await store.claim(attempt('monitored-held'));
-      expect(await monitor.take()).toEqual([set('monitored-held')]);
+      expect(await monitor.take()).toEqual(set('monitored-held'));
       await store.claim(attempt('monitored-held'));
       expect(await monitor.take()).toEqual([
-        set('monitored-held'),
+        ...set('monitored-held'),
         ['evalsha', CLAIM.sha, '1', recordOf('monitored-held'), ...anyArgs(6)],
       ]);
       // The server lost its scripts (a restart, a failover, SCRIPT FLUSH).
@@ -387,8 +548,10 @@ function storeTests(server: () => Address): void {
       expect(await store.claim(attempt('monitored-held'))).toMatchObject({
         state: 'in_progress',
       });
+      const exists = ifEq ? ['exists'] : [];
       expect((await monitor.take()).map(([name]) => name)).toEqual([
         'set',
+        ...exists,
         'evalsha',
         'eval',
       ]);
@@ -396,6 +559,7 @@ function storeTests(server: () => Address): void {
       await store.claim(attempt('monitored-held'));
       expect((await monitor.take()).map(([name]) => name)).toEqual([
         'set',
+        ...exists,
         'evalsha',
       ]);
     } finally {

@@ -43,6 +43,26 @@ import {
 /** The claim script's reply: {1}, or {0, the record, lease ms left}. */
 type ClaimReply = [1] | [0, Buffer, number?];
 
+/**
+ * A claim the store granted by its plain `SET NX`: the value it wrote, and
+ * whether the key had no steps then and has none of this attempt since.
+ * Such a claim completes by `SET … IFEQ` where the server has it.
+ */
+interface Granted {
+  readonly value: string;
+  stepsFree: boolean;
+}
+
+/** `SET` with options that ioredis's types do not list (`IFEQ`). */
+interface PlainSet {
+  set(...args: Array<string | Buffer | number>): Promise<string | null>;
+}
+
+/** Whether `error` is the server refusing `SET … IFEQ` (Redis before 8.4, Valkey before 8.1). */
+function refusesIfEq(error: unknown): boolean {
+  return error instanceof Error && /^ERR syntax error/i.test(error.message);
+}
+
 const CLAIMED: ClaimOutcome = { state: 'claimed' };
 
 /** A step's stored value: its expiry (ms since the epoch), a space, its JSON. */
@@ -72,9 +92,12 @@ const ms = (value: number): number => Math.max(0, Math.ceil(value));
  * `SET NX PX GET`, which returns the record holding it otherwise (a replay
  * needs nothing more); completion, release, renewal, steps and a claim of a
  * held key are Lua scripts (sent by SHA1, loaded again when the server lost
- * them), every write fenced by the attempt's owner token. A claim's lease is
- * its key's `PX`, renewed while the handler runs; a finished record expires
- * by `PX`, and by the expiry it carries (stamped by the clock of the
+ * them), every write fenced by the attempt's owner token. Where the server
+ * has `SET … IFEQ` (Valkey 8.1, Redis 8.4), the completion of a claim
+ * without steps is that plain command instead, fenced by the claim's value
+ * (its owner token in it). A claim's lease is its key's `PX`, renewed
+ * while the handler runs; a finished record expires by `PX`, and by the
+ * expiry it carries (stamped by the clock of the
  * instance that completed it) as well: past it, it is taken over even while
  * Redis still holds it. Every key of a (scope, key) shares one hash slot
  * (its hash tag is a digest of scope and key), so the store runs on a Redis
@@ -99,6 +122,13 @@ export class RedisIdempotencyStore
   private readonly logger = new Logger('Idempotency');
   private readonly listeners: Array<(scope?: string, key?: string) => void> =
     [];
+  /** Claims granted by `SET NX`, by their claim request (the lease). */
+  private readonly granted = new WeakMap<object, Granted>();
+  /**
+   * Whether the server has `SET … IFEQ` (Valkey 8.1, Redis 8.4): unknown
+   * until a completion tries it, false once one was refused.
+   */
+  private compareAndSet: boolean | undefined;
   private subscriber: RedisClient | undefined;
   private subscribed = false;
   private closed = false;
@@ -163,7 +193,8 @@ export class RedisIdempotencyStore
    * attempt, or a record past its own expiry, goes to the claim script.
    */
   async claim(request: ClaimRequest): Promise<ClaimOutcome> {
-    const record = this.keys.record(RedisKeys.id(request.scope, request.key));
+    const id = RedisKeys.id(request.scope, request.key);
+    const record = this.keys.record(id);
     const value = inProgressValue(
       request.owner,
       request.fingerprint,
@@ -173,7 +204,7 @@ export class RedisIdempotencyStore
     const leaseMs = ms(request.leaseMs);
     if (leaseMs > 0) {
       batchWrites(this.client);
-      const held = await this.client.setBuffer(
+      const claimed = this.client.setBuffer(
         record,
         value,
         'PX',
@@ -181,7 +212,18 @@ export class RedisIdempotencyStore
         'NX',
         'GET',
       );
+      // In the same write: whether the key has steps (of an attempt whose
+      // lease ran out). None can be saved now but by this attempt, whose
+      // claim fences every other owner's.
+      const steps =
+        this.compareAndSet === false
+          ? undefined
+          : this.client.exists(this.keys.steps(id)).catch(() => undefined);
+      const held = await claimed;
       if (held === null) {
+        if (steps && (await steps) === 0) {
+          this.granted.set(request, { value, stepsFree: true });
+        }
         return CLAIMED;
       }
       const found = decodeRecord(held);
@@ -239,7 +281,11 @@ export class RedisIdempotencyStore
    * clears the key's steps. `transaction` is ignored. A lease that carries
    * its claim's fingerprint, method and path (the module's leases are their
    * claim requests) sends the finished record whole; another one lets the
-   * script take those lines from the claim.
+   * script take those lines from the claim. A claim this store granted by
+   * `SET NX`, on a key without steps, completes by one plain
+   * `SET … IFEQ <the claim's value>` where the server has it (Valkey 8.1,
+   * Redis 8.4), the same fence without a script; when the value changed (a
+   * duplicate waits, the lease was taken over), the script decides.
    * A response larger than `maxResponseBytes` is recorded as not
    * replayable, with its status only (as one over the module's
    * `maxResponseSize`).
@@ -266,22 +312,64 @@ export class RedisIdempotencyStore
       claimed.fingerprint !== undefined &&
       claimed.method !== undefined &&
       claimed.path !== undefined;
+    const value = whole
+      ? finishedValue(head, claimed as ClaimRequest, headers, stored?.body)
+      : undefined;
+    const granted = this.granted.get(lease);
+    this.granted.delete(lease);
+    if (
+      value !== undefined &&
+      granted?.stepsFree &&
+      ttlMs > 0 &&
+      this.compareAndSet !== false &&
+      (await this.setIfEqual(this.keys.record(id), value, ttlMs, granted.value))
+    ) {
+      return { fenced: true, waiting: false };
+    }
     const [fenced, waiting] = await runScript<[number, number]>(
       this.client,
       COMPLETE,
       [this.keys.record(id), this.keys.steps(id)],
-      whole
-        ? [
-            lease.owner,
-            finishedValue(head, claimed as ClaimRequest, headers, stored?.body),
-            ttlMs,
-          ]
+      value !== undefined
+        ? [lease.owner, value, ttlMs]
         : [lease.owner, head, ttlMs, headers, stored?.body ?? ''],
     );
     return { fenced: fenced === 1, waiting: waiting === 1 };
   }
 
+  /**
+   * `SET key value PX ttlMs IFEQ expected`: whether it wrote. False, and
+   * never tried again, where the server refuses the option.
+   */
+  private async setIfEqual(
+    key: string,
+    value: string | Buffer,
+    ttlMs: number,
+    expected: string,
+  ): Promise<boolean> {
+    batchWrites(this.client);
+    try {
+      const reply = await (this.client as unknown as PlainSet).set(
+        key,
+        value,
+        'PX',
+        ttlMs,
+        'IFEQ',
+        expected,
+      );
+      this.compareAndSet = true;
+      return reply === 'OK';
+    } catch (error) {
+      if (!refusesIfEq(error)) {
+        throw error;
+      }
+      this.compareAndSet = false;
+      return false;
+    }
+  }
+
   async release(lease: Lease): Promise<FencedWrite> {
+    this.granted.delete(lease);
     const id = RedisKeys.id(lease.scope, lease.key);
     const [fenced, waiting] = await runScript<[number, number]>(
       this.client,
@@ -398,6 +486,11 @@ export class RedisIdempotencyStore
     result: unknown,
     ttlMs: number,
   ): Promise<boolean> {
+    const granted = this.granted.get(lease);
+    if (granted) {
+      // Whether or not it is saved: its completion clears the steps then.
+      granted.stepsFree = false;
+    }
     const id = RedisKeys.id(lease.scope, lease.key);
     const expiresAt = Date.now() + ms(ttlMs);
     const field = `s:${step}`;
