@@ -348,11 +348,11 @@ function storeTests(server: () => Address): void {
         new RegExp(`^i- ${current.owner}\n`),
       );
       const names = (await monitor.take()).map(([name]) => name);
-      // With SET IFEQ: an EXISTS after each claim granted by SET NX, and
-      // SET IFEQ tried for each of those without steps; the script only
-      // where it did not write. Without: never again, nor the EXISTS.
+      // With SET IFEQ: tried for each claim granted by SET NX without
+      // steps; the script only where it did not write. Without: never
+      // again, nor the EXISTS with the claims.
       expect(names.filter((name) => name === 'exists')).toHaveLength(
-        ifEq ? 5 : 0,
+        ifEq ? 6 : 0,
       );
       expect(names.filter((name) => name === 'set').length).toBe(
         ifEq ? 6 + 2 : 6,
@@ -403,10 +403,9 @@ function storeTests(server: () => Address): void {
       socket._write = write;
       socket._writev = writev;
     }
-    // Ten claims in one write, then ten completions in another; where the
-    // server has SET IFEQ, the EXISTS of each key's steps in between, sent
-    // once the claims were granted.
-    expect(writes).toEqual(ifEq ? [10, 10, 10] : [10, 10]);
+    // Ten claims in one write (each with its EXISTS of the steps where the
+    // server has SET IFEQ), then ten completions in another.
+    expect(writes).toEqual([ifEq ? 20 : 10, 10]);
     expect(socket.writableCorked).toBe(0);
   });
 
@@ -526,29 +525,22 @@ function storeTests(server: () => Address): void {
           expect(key.startsWith(PREFIX)).toBe(true);
         }
       }
-      // A replay is one plain SET NX, which finds the record: no script.
+      // A replay is one plain SET NX, which finds the record: no script
+      // (where the server has SET IFEQ, the EXISTS of the key's steps goes
+      // with it, in the same write).
       const set = (key: string) => [
-        'set',
-        recordOf(key),
-        expect.any(String),
-        'PX',
-        '60000',
-        'NX',
-        'GET',
+        ['set', recordOf(key), expect.any(String), 'PX', '60000', 'NX', 'GET'],
+        ...(ifEq ? [['exists', stepsOf(key)]] : []),
       ];
       await store.claim(attempt('monitored'));
-      expect(await monitor.take()).toEqual([set('monitored')]);
-      // A key another attempt holds: its SET NX (granted: then, where the
-      // server has SET IFEQ, the EXISTS of the key's steps), then the claim
-      // script, by its SHA1 alone now that Redis has it.
+      expect(await monitor.take()).toEqual(set('monitored'));
+      // A key another attempt holds: its SET NX, then the claim script, by
+      // its SHA1 alone now that Redis has it.
+      await store.claim(attempt('monitored-held'));
+      expect(await monitor.take()).toEqual(set('monitored-held'));
       await store.claim(attempt('monitored-held'));
       expect(await monitor.take()).toEqual([
-        set('monitored-held'),
-        ...(ifEq ? [['exists', stepsOf('monitored-held')]] : []),
-      ]);
-      await store.claim(attempt('monitored-held'));
-      expect(await monitor.take()).toEqual([
-        set('monitored-held'),
+        ...set('monitored-held'),
         ['evalsha', CLAIM.sha, '1', recordOf('monitored-held'), ...anyArgs(6)],
       ]);
       // The server lost its scripts (a restart, a failover, SCRIPT FLUSH).
@@ -556,8 +548,10 @@ function storeTests(server: () => Address): void {
       expect(await store.claim(attempt('monitored-held'))).toMatchObject({
         state: 'in_progress',
       });
+      const exists = ifEq ? ['exists'] : [];
       expect((await monitor.take()).map(([name]) => name)).toEqual([
         'set',
+        ...exists,
         'evalsha',
         'eval',
       ]);
@@ -565,6 +559,7 @@ function storeTests(server: () => Address): void {
       await store.claim(attempt('monitored-held'));
       expect((await monitor.take()).map(([name]) => name)).toEqual([
         'set',
+        ...exists,
         'evalsha',
       ]);
     } finally {
