@@ -43,16 +43,6 @@ import {
 /** The claim script's reply: {1}, or {0, the record, lease ms left}. */
 type ClaimReply = [1] | [0, Buffer, number?];
 
-/**
- * A claim the store granted by its plain `SET NX`: the value it wrote, and
- * whether the key had no steps then and has none of this attempt since.
- * Such a claim completes by `SET … IFEQ` where the server has it.
- */
-interface Granted {
-  readonly value: string;
-  stepsFree: boolean;
-}
-
 /** `SET` with options that ioredis's types do not list (`IFEQ`). */
 interface PlainSet {
   set(...args: Array<string | Buffer | number>): Promise<string | null>;
@@ -122,8 +112,12 @@ export class RedisIdempotencyStore
   private readonly logger = new Logger('Idempotency');
   private readonly listeners: Array<(scope?: string, key?: string) => void> =
     [];
-  /** Claims granted by `SET NX`, by their claim request (the lease). */
-  private readonly granted = new WeakMap<object, Granted>();
+  /**
+   * Claims (their requests, which are their leases) granted by `SET NX` on
+   * a key without steps, that saved none since: such a claim completes by
+   * `SET … IFEQ` of the value its request writes, where the server has it.
+   */
+  private readonly stepless = new WeakSet<object>();
   /**
    * Whether the server has `SET … IFEQ` (Valkey 8.1, Redis 8.4): unknown
    * until a completion tries it, false once one was refused.
@@ -227,7 +221,7 @@ export class RedisIdempotencyStore
       const held = await claimed;
       if (held === null) {
         if (steps && (await steps) === 0) {
-          this.granted.set(request, { value, stepsFree: true });
+          this.stepless.add(request);
         }
         return CLAIMED;
       }
@@ -310,31 +304,44 @@ export class RedisIdempotencyStore
       }
     }
     const id = RedisKeys.id(lease.scope, lease.key);
+    const record = this.keys.record(id);
     const ttlMs = ms(completion.ttlMs);
     const head = `${statusLetter(completion.status)} ${Date.now() + ttlMs} ${response.status}`;
     const claimed = lease as Partial<ClaimRequest>;
-    const whole =
+    const request =
       claimed.fingerprint !== undefined &&
       claimed.method !== undefined &&
-      claimed.path !== undefined;
-    const value = whole
-      ? finishedValue(head, claimed as ClaimRequest, headers, stored?.body)
+      claimed.path !== undefined
+        ? (claimed as ClaimRequest)
+        : undefined;
+    const value = request
+      ? finishedValue(head, request, headers, stored?.body)
       : undefined;
-    const granted = this.granted.get(lease);
-    this.granted.delete(lease);
+    const stepless = this.stepless.delete(lease);
     if (
+      request &&
       value !== undefined &&
-      granted?.stepsFree &&
+      stepless &&
       ttlMs > 0 &&
       this.compareAndSet !== false &&
-      (await this.setIfEqual(this.keys.record(id), value, ttlMs, granted.value))
+      (await this.setIfEqual(
+        record,
+        value,
+        ttlMs,
+        inProgressValue(
+          request.owner,
+          request.fingerprint,
+          request.method,
+          request.path,
+        ),
+      ))
     ) {
       return { fenced: true, waiting: false };
     }
     const [fenced, waiting] = await runScript<[number, number]>(
       this.client,
       COMPLETE,
-      [this.keys.record(id), this.keys.steps(id)],
+      [record, this.keys.steps(id)],
       value !== undefined
         ? [lease.owner, value, ttlMs]
         : [lease.owner, head, ttlMs, headers, stored?.body ?? ''],
@@ -374,7 +381,7 @@ export class RedisIdempotencyStore
   }
 
   async release(lease: Lease): Promise<FencedWrite> {
-    this.granted.delete(lease);
+    this.stepless.delete(lease);
     const id = RedisKeys.id(lease.scope, lease.key);
     const [fenced, waiting] = await runScript<[number, number]>(
       this.client,
@@ -491,11 +498,8 @@ export class RedisIdempotencyStore
     result: unknown,
     ttlMs: number,
   ): Promise<boolean> {
-    const granted = this.granted.get(lease);
-    if (granted) {
-      // Whether or not it is saved: its completion clears the steps then.
-      granted.stepsFree = false;
-    }
+    // Whether or not it is saved: its completion clears the steps then.
+    this.stepless.delete(lease);
     const id = RedisKeys.id(lease.scope, lease.key);
     const expiresAt = Date.now() + ms(ttlMs);
     const field = `s:${step}`;
