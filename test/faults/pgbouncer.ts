@@ -5,7 +5,7 @@ import { chmod, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { delimiter, join } from 'node:path';
 import pg from 'pg';
-import { freePort } from '../setup/embedded-postgres.js';
+import { freePort } from '../setup/free-port.js';
 import { until } from '../utils/barrier.js';
 
 /** Where Debian's `pgbouncer` package installs it, and the PATH. */

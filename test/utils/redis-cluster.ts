@@ -1,7 +1,7 @@
 import { execFile } from 'node:child_process';
-import { createServer } from 'node:net';
 import { promisify } from 'node:util';
 import { Redis } from 'ioredis';
+import { freePort } from '../setup/free-port.js';
 import { until } from './barrier.js';
 import {
   REDIS_BINARIES,
@@ -11,29 +11,18 @@ import {
 
 const run = promisify(execFile);
 
-/** Whether nothing listens on `port` of the loopback interface. */
-function free(port: number): Promise<boolean> {
-  const server = createServer();
-  return new Promise((resolve) => {
-    server.once('error', () => resolve(false));
-    server.listen(port, '127.0.0.1', () => server.close(() => resolve(true)));
-  });
-}
-
 /**
  * `count` loopback ports, each free together with its cluster bus port
  * (port + 10000), which a cluster node opens too.
  */
 async function clusterPorts(count: number): Promise<number[]> {
   const ports: number[] = [];
+  const taken: number[] = [];
   while (ports.length < count) {
-    const port = 20_000 + Math.floor(Math.random() * 25_000);
-    if (
-      !ports.includes(port) &&
-      (await free(port)) &&
-      (await free(port + 10_000))
-    ) {
+    const port = await freePort({ pairedAbove: 10_000 });
+    if (!taken.includes(port) && !taken.includes(port + 10_000)) {
       ports.push(port);
+      taken.push(port, port + 10_000);
     }
   }
   return ports;

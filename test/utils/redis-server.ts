@@ -1,10 +1,10 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { mkdtemp, rm } from 'node:fs/promises';
-import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { Redis } from 'ioredis';
+import { freePort } from '../setup/free-port.js';
 import { describeIf } from './server.js';
 
 /** The binaries of a server that speaks the Redis protocol. */
@@ -115,17 +115,6 @@ export async function serverOf(
     new RegExp(`^${key}:(.*?)\\r?$`, 'm').exec(info)?.[1];
   const name = field('server_name') ?? 'redis';
   return { name, version: field(`${name}_version`) ?? '' };
-}
-
-/** A loopback port that nothing listens on now. */
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) =>
-    server.listen(0, '127.0.0.1', () => resolve()),
-  );
-  const { port } = server.address() as AddressInfo;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
 }
 
 /**
