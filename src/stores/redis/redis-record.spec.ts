@@ -1,5 +1,6 @@
 import {
   decodeRecord,
+  finishedValue,
   fingerprintLine,
   inProgressValue,
   statusLetter,
@@ -83,6 +84,33 @@ describe('the Redis record value', () => {
       });
     },
   );
+
+  it('writes a UTF-8 body as a string of the same bytes, and any other body as bytes, both read back byte for byte', () => {
+    const request = { fingerprint: 'fp', method: 'POST', path: '/p' };
+    const head = `${statusLetter('completed')} 1795491712344 201`;
+    const headers = JSON.stringify({ 'content-type': 'application/json' });
+    const text = `${head}\n"fp"\n["POST","/p"]\n${headers}\n`;
+    const utf8 = Buffer.from('{"note":"λ 💳\\n€","n":1}');
+    const binary = Buffer.from([0x7b, 0xc3, 0x28, 0x0a, 0xff, 0x7d]);
+    const asString = finishedValue(head, request, headers, utf8);
+    const asBytes = finishedValue(head, request, headers, binary);
+    expect(typeof asString).toBe('string');
+    expect(Buffer.from(asString)).toEqual(
+      Buffer.concat([Buffer.from(text), utf8]),
+    );
+    expect(Buffer.isBuffer(asBytes)).toBe(true);
+    expect(asBytes).toEqual(Buffer.concat([Buffer.from(text), binary]));
+    expect(finishedValue(head, request, headers, Buffer.alloc(0))).toBe(text);
+    for (const [value, body] of [
+      [asString, utf8],
+      [asBytes, binary],
+    ] as const) {
+      expect(decodeRecord(Buffer.from(value))).toMatchObject({
+        state: 'finished',
+        record: { response: { status: 201, body } },
+      });
+    }
+  });
 
   it('refuses a value that is not a record', () => {
     expect(() => decodeRecord(Buffer.from('c 1 200'))).toThrow(

@@ -1,3 +1,4 @@
+import { isUtf8 } from 'node:buffer';
 import type {
   RecordStatus,
   StoredRecord,
@@ -86,7 +87,10 @@ export function inProgressValue(
 
 /**
  * @internal The value of a finished record: `head` (status letter, expiry,
- * response status), the request's lines, the headers JSON and the body.
+ * response status), the request's lines, the headers JSON and the body. A
+ * string when the body is UTF-8 (the same bytes reach Redis): ioredis then
+ * writes the command as one string, where a Buffer argument makes it build
+ * the command from buffers.
  */
 export function finishedValue(
   head: string,
@@ -99,9 +103,12 @@ export function finishedValue(
   body: Buffer | undefined,
 ): Buffer | string {
   const text = `${head}${requestLines(request.fingerprint, request.method, request.path)}\n${headers}\n`;
-  return body && body.length > 0
-    ? Buffer.concat([Buffer.from(text), body])
-    : text;
+  if (!body || body.length === 0) {
+    return text;
+  }
+  return isUtf8(body)
+    ? text + body.toString('utf8')
+    : Buffer.concat([Buffer.from(text), body]);
 }
 
 function line(value: Buffer, from: number): number {
