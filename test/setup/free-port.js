@@ -43,6 +43,11 @@ function isFree(port) {
  */
 export async function freePort({ pairedAbove = 0 } = {}) {
   const highest = ephemeralStart() - 1 - pairedAbove;
+  if (highest < LOWEST) {
+    throw new Error(
+      `No ports between ${LOWEST} and the kernel's ephemeral range (from ${highest + 1 + pairedAbove}) to draw from`,
+    );
+  }
   for (;;) {
     const port = LOWEST + Math.floor(Math.random() * (highest - LOWEST + 1));
     if (
