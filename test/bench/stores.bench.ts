@@ -92,6 +92,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { Redis } from 'ioredis';
 import pg from 'pg';
 import { startEmbeddedPostgres } from '../setup/embedded-postgres.js';
+import { serverIdentity } from '../utils/redis-info.js';
 import { startSample, type SampleProcess } from '../utils/sample-process.js';
 import { quiesce } from './app-state.js';
 import { postmasterOf, processCpuMs, serverCpuMs } from './cpu-time.js';
@@ -541,17 +542,10 @@ async function localRedisPid(redis: Redis): Promise<number | undefined> {
   }
 }
 
-/**
- * The server behind a Redis URL and its version, from INFO server: Valkey
- * names itself (`server_name`, `valkey_version`; its `redis_version` is
- * the Redis it is compatible with), Redis 7 does not.
- */
+/** The server behind a Redis URL and its version, e.g. `Valkey 8.1.1`. */
 function serverName(info: string): string {
-  const field = (key: string) =>
-    new RegExp(`^${key}:(.*?)\\r?$`, 'm').exec(info)?.[1];
-  const name = field('server_name') ?? 'redis';
-  const title = name === 'valkey' ? 'Valkey' : 'Redis';
-  return `${title} ${field(`${name}_version`) ?? 'unknown'}`;
+  const { name, version } = serverIdentity(info);
+  return `${name === 'valkey' ? 'Valkey' : 'Redis'} ${version || 'unknown'}`;
 }
 
 /** The postmaster of the server `database` is on, if it runs on this machine. */

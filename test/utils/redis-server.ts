@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { Redis } from 'ioredis';
 import { freePort } from '../setup/free-port.js';
+import { serverIdentity, type ServerIdentity } from './redis-info.js';
 import { describeIf } from './server.js';
 
 /** The binaries of a server that speaks the Redis protocol. */
@@ -103,18 +104,9 @@ export async function keysOf(client: Redis, prefix: string): Promise<string[]> {
   return keys;
 }
 
-/**
- * What the server behind `client` says it is, from INFO server: its
- * `server_name` (Redis 7 has none: `redis`) and that server's version.
- */
-export async function serverOf(
-  client: Redis,
-): Promise<{ name: string; version: string }> {
-  const info = await client.info('server');
-  const field = (key: string) =>
-    new RegExp(`^${key}:(.*?)\\r?$`, 'm').exec(info)?.[1];
-  const name = field('server_name') ?? 'redis';
-  return { name, version: field(`${name}_version`) ?? '' };
+/** What the server behind `client` says it is (see {@link serverIdentity}). */
+export async function serverOf(client: Redis): Promise<ServerIdentity> {
+  return serverIdentity(await client.info('server'));
 }
 
 /**
