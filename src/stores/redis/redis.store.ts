@@ -214,6 +214,13 @@ export class RedisIdempotencyStore
       // (measured on Valkey 8.1 with a handler that answers at once: 45 µs
       // against 22 µs more main-thread CPU a request than
       // @node-idempotency/nestjs, 8.5 against 4.5 µs more of Redis's).
+      // Not sent where the server has no SET IFEQ: there, a compare-and-set
+      // by a script (a GET and a SET, no string made in Lua) in place of
+      // the completion script saves Redis 7.0 no more than the EXISTS costs
+      // the application (measured: the store's claim and completion, ten at
+      // a time, alternating rounds: 2.7 µs less of Redis's CPU, 2.7 µs more
+      // of the application's); on Valkey 8.1, SET IFEQ saves Redis 15 µs
+      // against the completion script, for 1.5 µs of the application's.
       const steps =
         this.compareAndSet === false
           ? undefined
