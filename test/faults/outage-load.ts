@@ -127,7 +127,9 @@ export class PaymentLoad {
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => {
         this.waiters.splice(this.waiters.indexOf(waiter), 1);
-        reject(new Error(`Timed out waiting for ${description}`));
+        reject(
+          new Error(`Timed out waiting for ${description}: ${this.summary()}`),
+        );
       }, timeoutMs);
       const waiter = {
         condition,
@@ -138,6 +140,21 @@ export class PaymentLoad {
       };
       this.waiters.push(waiter);
     });
+  }
+
+  /**
+   * What has come back so far, by the phase it was sent in and its outcome
+   * (`201`, `503`, `hang`…), and how many requests are still out: what a
+   * timed-out wait reports.
+   */
+  summary(): string {
+    const counts = new Map<string, number>();
+    for (const { sentIn, outcome, status } of this.attempts) {
+      const what = `${sentIn} ${outcome === 'answered' ? status : outcome}`;
+      counts.set(what, (counts.get(what) ?? 0) + 1);
+    }
+    const answered = [...counts].map(([what, n]) => `${n} × ${what}`);
+    return `${this.sent - this.attempts.length} out; ${answered.join(', ') || 'nothing back'}`;
   }
 
   /** Stops sending, and waits for the requests still out to come back. */
