@@ -67,9 +67,9 @@ async function hasIfEq(client: Redis): Promise<boolean> {
 }
 
 /**
- * A connection in MONITOR mode to the server of `client`.
+ * The commands a client sends, as MONITOR sees them.
  *
- * Not ioredis's `monitor()`: that one marks its connection as monitoring
+ * Not by ioredis's `monitor()`: that one marks its connection as monitoring
  * only once MONITOR's reply has resolved, a microtask after the read that
  * brought it. The lines of other clients' commands that came in the same
  * read find no command of its own waiting: ioredis fails each with
@@ -77,58 +77,56 @@ async function hasIfEq(client: Redis): Promise<boolean> {
  * (it happens whenever other clients are busy on the server, as the other
  * test files are on the shared one: taskforcesh/bullmq#2505). Those lines
  * come before the connection is monitoring, so before any command of the
- * test: they are let go. Any other error before, and every error after,
- * is kept: `take()` fails with it.
+ * test: they are let go. Any other error fails the start, or the next
+ * `take()`.
  */
-async function monitoring(client: Redis) {
-  const monitor = client.duplicate({ monitor: true, lazyConnect: false });
-  const errors: Error[] = [];
-  let started = false;
-  const ready = new Promise<void>((resolve, reject) => {
-    monitor.once('monitoring', () => {
-      started = true;
-      resolve();
-    });
-    monitor.on('error', (error: Error) => {
-      if (!started && error.message.startsWith('Command queue state error')) {
-        return;
-      }
-      errors.push(error);
-      reject(error);
-    });
-  });
-  try {
-    await ready;
-  } catch (error) {
-    monitor.disconnect();
-    throw error;
-  }
-  return { monitor, errors };
-}
-
-/** The commands a client sends, as MONITOR sees them. */
 async function monitorOf(client: Redis) {
   await client.ping();
   const port = (client as unknown as { stream: { localPort: number } }).stream
     .localPort;
-  const { monitor, errors } = await monitoring(client);
+  const monitor = client.duplicate({ monitor: true, lazyConnect: false });
   const commands: string[][] = [];
+  let started = false;
+  let failure: Error | undefined;
+  /** Wakes whoever waits for a line, a failure or the start. */
+  let wake = () => {};
+  const next = () => new Promise<void>((resolve) => (wake = resolve));
+  monitor.once('monitoring', () => {
+    started = true;
+    wake();
+  });
+  monitor.on('error', (error: Error) => {
+    if (started || !error.message.startsWith('Command queue state error')) {
+      failure ??= error;
+      wake();
+    }
+  });
   monitor.on('monitor', (_time: string, args: string[], source: string) => {
     if (source.endsWith(`:${port}`)) {
       commands.push(args);
     }
+    wake();
   });
+  /** Waits until `done()`, failing with the monitor's error if it has one. */
+  const until = async (done: () => boolean) => {
+    for (;;) {
+      if (failure) {
+        monitor.disconnect();
+        throw failure;
+      }
+      if (done()) {
+        return;
+      }
+      await next();
+    }
+  };
+  await until(() => started);
   // MONITOR shows commands in order: a marker sent after the commands of a
   // test tells that every one of them was seen.
   const settled = async () => {
     const marker = `marker-${randomUUID()}`;
     await client.echo(marker);
-    while (!commands.some((args) => args[1] === marker)) {
-      await new Promise((resolve) => monitor.once('monitor', resolve));
-    }
-    if (errors.length > 0) {
-      throw errors[0];
-    }
+    await until(() => commands.some((args) => args[1] === marker));
     // The test's own commands on the client are not the store's.
     return commands.filter(([name]) => name !== 'echo' && name !== 'script');
   };
