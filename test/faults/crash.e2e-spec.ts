@@ -11,12 +11,8 @@ import {
   holdInTransaction,
   type TestDatabase,
 } from '../utils/test-database.js';
-import {
-  countRows,
-  lockWaiters,
-  pay,
-  type PaymentAnswer,
-} from './payments-load.js';
+import { countRows, pay, type PaymentAnswer } from './payments-load.js';
+import { lockWaiters } from '../utils/sessions.js';
 
 /** Requests inside the handler when the instance is killed. */
 const IN_FLIGHT = 20;

@@ -1,5 +1,5 @@
 import pg from 'pg';
-import { until, untilAdvisoryLocks } from '../utils/barrier.js';
+import { advisoryLocks, until, untilAdvisoryLocks } from '../utils/barrier.js';
 import { answer, inProgress, UNAVAILABLE_ANSWER } from '../utils/problems.js';
 import {
   idleInTransaction,
@@ -215,11 +215,7 @@ describe.each(PLATFORMS)(
         // 503, though the lock is still held.
         expect(await late).toEqual(UNAVAILABLE_ANSWER);
         expect(pause.late.get(body.reference)).toBe('QueryFailedError 57014');
-        const [{ waiting }] = await target.db.query<{ waiting: number }>(
-          `SELECT count(*)::int AS waiting FROM pg_locks
-           WHERE locktype = 'advisory' AND NOT granted`,
-        );
-        expect(waiting).toBe(0);
+        expect(await advisoryLocks(target.db, 'waiting')).toBe(0);
         // No transaction of the app is left open: only the test's own, which
         // holds the lock.
         expect(await idleInTransaction(target.db)).toEqual([

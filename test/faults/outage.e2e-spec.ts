@@ -6,6 +6,7 @@ import {
   type SampleProcess,
 } from '../utils/sample-process.js';
 import { until } from '../utils/barrier.js';
+import { lockWaiters } from '../utils/sessions.js';
 import { FakeGateway } from '../utils/fake-gateway.js';
 import { holdInTransaction } from '../utils/test-database.js';
 import {
@@ -168,14 +169,10 @@ describe('a database outage under a load of unique-key payments', () => {
         dbUrl,
         `LOCK TABLE ${table} IN SHARE MODE`,
       );
-      await until(async () => {
-        const [{ waiting }] = await query<{ waiting: number }>(
-          `SELECT count(*)::int AS waiting FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
-           WHERE c.relname = $1 AND NOT l.granted`,
-          [table],
-        );
-        return waiting >= 2;
-      }, `requests to wait for ${table}`);
+      await until(
+        async () => (await lockWaiters({ query }, table)).length >= 2,
+        `requests to wait for ${table}`,
+      );
 
       load.phase = 'down';
       await server.shutdown(mode);

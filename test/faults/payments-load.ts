@@ -323,24 +323,6 @@ export function describeCounts(counts: ExactlyOnceCounts): string {
   );
 }
 
-/**
- * Backends of the database of `db` waiting for a lock on `table`, e.g.
- * handlers held by a `LOCK TABLE` of the test.
- */
-export async function lockWaiters(
-  db: TestDatabase,
-  table: string,
-): Promise<number[]> {
-  const rows = await db.query<{ pid: number }>(
-    `SELECT l.pid FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
-     WHERE c.relname = $1 AND NOT l.granted
-       AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-     ORDER BY l.pid`,
-    [table],
-  );
-  return rows.map((row) => row.pid);
-}
-
 /** `SELECT count(*)` of `sql`'s rows on the database of `db`. */
 export function countRows(
   db: TestDatabase,

@@ -6,6 +6,7 @@ import { FakeGateway } from '../utils/fake-gateway.js';
 import { inProgress, UNAVAILABLE } from '../utils/problems.js';
 import {
   idleInTransaction,
+  lockWaiters,
   PRESENCE_APPLICATION_NAME,
   sessions,
   terminateBackend,
@@ -17,12 +18,7 @@ import {
   type TestDatabase,
 } from '../utils/test-database.js';
 import { HeldGateway } from './held-gateway.js';
-import {
-  countRows,
-  lockWaiters,
-  pay,
-  type PaymentAnswer,
-} from './payments-load.js';
+import { countRows, pay, type PaymentAnswer } from './payments-load.js';
 
 describe("the sample app when PostgreSQL ends a handler's connections", () => {
   let db: TestDatabase;

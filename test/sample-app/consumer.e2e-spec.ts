@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import amqp from 'amqplib';
 import { describeWithBroker } from '../utils/broker.js';
 import { until } from '../utils/barrier.js';
+import { lockWaiters } from '../utils/sessions.js';
 import { FakeGateway } from '../utils/fake-gateway.js';
 import {
   createTestDatabase,
@@ -154,13 +155,10 @@ describeRabbit(
       for (let i = 0; i < 3; i += 1) {
         publish(key, merchant);
       }
-      await until(async () => {
-        const [{ waiting }] = await db.query<{ waiting: number }>(
-          `SELECT count(*)::int AS waiting FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
-           WHERE c.relname = 'payments' AND NOT l.granted`,
-        );
-        return waiting === 1;
-      }, 'the handler to wait on the payments table');
+      await until(
+        async () => (await lockWaiters(db, 'payments')).length === 1,
+        'the handler to wait on the payments table',
+      );
       await kill(first);
       await holder.release();
       expect(await payments(merchant)).toBe(0);

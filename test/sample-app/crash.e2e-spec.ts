@@ -1,6 +1,6 @@
 import { FakeGateway } from '../utils/fake-gateway.js';
 import { until } from '../utils/barrier.js';
-import { presenceBackend } from '../utils/sessions.js';
+import { lockWaiters, presenceBackend } from '../utils/sessions.js';
 import {
   createTestDatabase,
   holdInTransaction,
@@ -23,15 +23,6 @@ describe('the sample app killed between its charge and its commit', () => {
     await db.drop();
   });
 
-  /** Backends of this database waiting for a lock on the payments table. */
-  const waitersOnPayments = async () =>
-    (
-      await db.query<{ pid: number }>(
-        `SELECT l.pid FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
-         WHERE c.relname = 'payments' AND NOT l.granted
-           AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
-      )
-    ).map((row) => row.pid);
   const count = async (table: string) =>
     (
       await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${table}`)
@@ -64,10 +55,10 @@ describe('the sample app killed between its charge and its commit', () => {
       'the charge step to commit',
     );
     await until(
-      async () => (await waitersOnPayments()).length === 1,
+      async () => (await lockWaiters(db, 'payments')).length === 1,
       'the handler to wait on the payments table',
     );
-    const [handler] = await waitersOnPayments();
+    const [handler] = await lockWaiters(db, 'payments');
     // The key is claimed by the process, whose presence session tells other
     // instances (and its own next start) that it runs it.
     const [claim] = await db.query<{ status: string; instance: string }>(

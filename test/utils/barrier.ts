@@ -61,23 +61,32 @@ interface LockReader {
 }
 
 /**
- * Waits until the database shows exactly `count` advisory locks that are
- * `waiting` (requested, not granted) or `held` (granted). Locks taken in other
- * databases of the server (other test files) do not count.
+ * How many advisory locks the database shows that are `waiting` (requested,
+ * not granted) or `held` (granted). Locks taken in other databases of the
+ * server (other test files) do not count.
  */
+export async function advisoryLocks(
+  db: LockReader,
+  state: 'waiting' | 'held',
+): Promise<number> {
+  const [{ locks }] = await db.query<{ locks: number }>(
+    `SELECT count(*)::int AS locks FROM pg_locks
+     WHERE locktype = 'advisory' AND granted = ${state === 'held'}
+       AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
+  );
+  return locks;
+}
+
+/** Waits until the database shows exactly `count` advisory locks `state` (see {@link advisoryLocks}). */
 export function untilAdvisoryLocks(
   db: LockReader,
   state: 'waiting' | 'held',
   count: number,
 ): Promise<void> {
-  return until(async () => {
-    const [{ locks }] = await db.query<{ locks: number }>(
-      `SELECT count(*)::int AS locks FROM pg_locks
-       WHERE locktype = 'advisory' AND granted = ${state === 'held'}
-         AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
-    );
-    return locks === count;
-  }, `${count} advisory lock(s) ${state}`);
+  return until(
+    async () => (await advisoryLocks(db, state)) === count,
+    `${count} advisory lock(s) ${state}`,
+  );
 }
 
 /**

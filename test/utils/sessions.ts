@@ -38,6 +38,24 @@ export async function sessions(db: Reader): Promise<Session[]> {
 }
 
 /**
+ * Backends of the database of `db` waiting for a lock on `table`, e.g.
+ * handlers held by a `LOCK TABLE` of the test.
+ */
+export async function lockWaiters(
+  db: Reader,
+  table: string,
+): Promise<number[]> {
+  const rows = await db.query<{ pid: number }>(
+    `SELECT l.pid FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+     WHERE c.relname = $1 AND NOT l.granted
+       AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+     ORDER BY l.pid`,
+    [table],
+  );
+  return rows.map((row) => row.pid);
+}
+
+/**
  * Pids of the sessions of the database of `db` (its own aside) that sit idle
  * inside a transaction: a transaction held open between its statements, as a
  * handler's is while it waits. The module's own statements (claims, steps,
