@@ -5,14 +5,13 @@ import {
 } from '../utils/sample-process.js';
 import { until } from '../utils/barrier.js';
 import { FakeGateway } from '../utils/fake-gateway.js';
-import { presenceBackend } from '../utils/sessions.js';
+import { lockWaiters, presenceBackend } from '../utils/sessions.js';
 import {
   createTestDatabase,
   holdInTransaction,
   type TestDatabase,
 } from '../utils/test-database.js';
 import { countRows, pay, type PaymentAnswer } from './payments-load.js';
-import { lockWaiters } from '../utils/sessions.js';
 
 /** Requests inside the handler when the instance is killed. */
 const IN_FLIGHT = 20;
