@@ -108,7 +108,7 @@ async function monitorOf(client: Redis) {
     wake();
   });
   /** Waits until `done()`, failing with the monitor's error if it has one. */
-  const until = async (done: () => boolean) => {
+  const waitFor = async (done: () => boolean) => {
     for (;;) {
       if (failure) {
         monitor.disconnect();
@@ -120,13 +120,13 @@ async function monitorOf(client: Redis) {
       await next();
     }
   };
-  await until(() => started);
+  await waitFor(() => started);
   // MONITOR shows commands in order: a marker sent after the commands of a
   // test tells that every one of them was seen.
   const settled = async () => {
     const marker = `marker-${randomUUID()}`;
     await client.echo(marker);
-    await until(() => commands.some((args) => args[1] === marker));
+    await waitFor(() => commands.some((args) => args[1] === marker));
     // The test's own commands on the client are not the store's.
     return commands.filter(([name]) => name !== 'echo' && name !== 'script');
   };
