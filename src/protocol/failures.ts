@@ -48,6 +48,20 @@ export class LeaseLostError extends Error {
   }
 }
 
+/**
+ * @internal Raised when a write of the module must go in the handler's
+ * transaction (the completion), and that transaction began but is no longer
+ * open: its connection broke, or it ended. Nothing of the attempt commits.
+ */
+export class TransactionLostError extends Error {
+  constructor() {
+    super(
+      "The handler's transaction is no longer open (its connection broke, or it ended): the record is not written anywhere else, and nothing of this attempt commits",
+    );
+    this.name = 'TransactionLostError';
+  }
+}
+
 /** The driver's error behind a TypeORM error, or the error itself. */
 function driverError(error: unknown): { code?: unknown; message?: unknown } {
   const wrapped = (error as { driverError?: unknown } | undefined)?.driverError;
@@ -108,7 +122,11 @@ export function classifyFailure(
   }
   if (
     transaction.lost ||
+    // A rollback that failed tells that the connection is gone: whatever the
+    // handler answered may rest on writes that never committed.
+    !transaction.rolledBack ||
     error instanceof LeaseLostError ||
+    error instanceof TransactionLostError ||
     error instanceof TransactionSlotTimeoutError ||
     // The database failed a statement of the module's own (the begin of
     // the transaction, a step's read or save), not the handler.
@@ -121,11 +139,10 @@ export function classifyFailure(
     return 'handler';
   }
   const code = sqlState(error);
-  return !transaction.rolledBack ||
-    (code !== undefined &&
-      (code.startsWith('08') ||
-        SESSION_ENDED_CODES.has(code) ||
-        CONCURRENCY_CODES.has(code))) ||
+  return (code !== undefined &&
+    (code.startsWith('08') ||
+      SESSION_ENDED_CODES.has(code) ||
+      CONCURRENCY_CODES.has(code))) ||
     isConnectionError(error)
     ? 'unavailable'
     : 'handler';

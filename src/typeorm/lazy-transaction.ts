@@ -126,6 +126,15 @@ export class LazyTransaction {
     return this.state !== 'ended';
   }
 
+  /**
+   * Whether a statement began the transaction, whatever became of it since
+   * (open, lost, ended or abandoned): from then on, what the module writes
+   * for the attempt goes in it or nowhere.
+   */
+  get began(): boolean {
+    return this.state !== 'idle' || this.opening !== undefined;
+  }
+
   /** Whether a statement began the transaction (and it has not ended). */
   get isOpen(): boolean {
     return this.state === 'open' || this.opening !== undefined;

@@ -125,6 +125,37 @@ describe.each(PLATFORMS)(
       );
     });
 
+    it('never writes its completion elsewhere once its transaction was lost after its last write: 503, no record, no replay, and the retry executes once', async () => {
+      const pause = target.app.get(Pause);
+      const key = 'lost-before-completion-1';
+      const body = { reference: 'lost-before-completion' };
+      const held = pause.hold(body.reference);
+      const late = answer(send(target, '/late/once', { key, body }));
+      await held.reached(1);
+      const [pid] = await untilIdleInTransaction(target.db, 1);
+      await terminateBackend(target.db, pid);
+      await until(
+        async () => pause.queryRunner?.isReleased === true,
+        'TypeORM to release the lost connection',
+      );
+      // The handler returns without another statement: the completion is
+      // the first to need the lost transaction.
+      held.open();
+      const failed = await late;
+      expect(failed).toEqual(UNAVAILABLE_ANSWER);
+      expect(await orders(body.reference)).toEqual([]);
+      // Neither completed on another connection nor left claimed.
+      expect(await records([key])).toEqual([]);
+
+      const retry = await answer(send(target, '/late/once', { key, body }));
+      expect(retry).toEqual(created({ run: 2 }));
+      expect(await orders(body.reference)).toEqual(['run-2-only']);
+      expect(await records([key])).toEqual([{ key, status: 'completed' }]);
+      const replay = await answer(send(target, '/late/once', { key, body }));
+      expect(replay).toEqual({ ...created({ run: 2 }), replayed: true });
+      expect(await orders(body.reference)).toEqual(['run-2-only']);
+    });
+
     it('is abandoned at its deadline: 503 while it still waits, rolled back at once, its place and its key free, and its late write never commits', async () => {
       const pause = target.app.get(Pause);
       const key = 'deadline-1';

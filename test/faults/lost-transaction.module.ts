@@ -114,6 +114,27 @@ export class LateController {
     return this.writeTwice(body.reference);
   }
 
+  /**
+   * A handler that writes once, may wait idle in its transaction (held),
+   * and returns without another statement: only the completion is left to
+   * find its transaction lost.
+   */
+  @Post('once')
+  @Idempotent({ transactionTimeout: '30s' })
+  async createOnce(@Body() body: { reference: string }) {
+    const run = this.pause.run(body.reference);
+    await this.orders.insert({
+      reference: body.reference,
+      source: `run-${run}-only`,
+    });
+    const held = this.pause.take(body.reference);
+    if (held && held !== 'lock') {
+      this.pause.queryRunner = this.idempotency.manager.queryRunner;
+      await held.wait();
+    }
+    return { run };
+  }
+
   private async writeTwice(reference: string) {
     const run = this.pause.run(reference);
     const before = this.pause.takeBefore(reference);

@@ -25,12 +25,18 @@ import type {
   RecordStatus,
   Renewal,
 } from '../../protocol/idempotency-store.interface.js';
+import { TransactionLostError } from '../../protocol/failures.js';
 import { COMPLETION_CHANNEL, PostgresPresence } from './postgres-presence.js';
 
 /** The connection of a handler's transaction, once it has begun. */
 export interface PostgresTransaction {
-  /** The transaction's connection, or `undefined` while it has not begun. */
+  /**
+   * The transaction's connection while it is open; `undefined` before it
+   * began, and once it was lost or ended.
+   */
   readonly client: PoolClient | undefined;
+  /** Whether a statement of the handler began it (see `client`). */
+  readonly began: boolean;
 }
 
 interface AcquireRow {
@@ -225,7 +231,13 @@ export class PostgresIdempotencyStore
       completion.ttlMs,
     ];
     // Without a transaction of the handler, the statement is one of its own.
-    const { rows } = await (transaction?.client ?? this.pool).query<{
+    // Once one began, the completion goes in it or nowhere: on another
+    // connection, the record would commit without the handler's writes.
+    const connection = transaction?.began ? transaction.client : this.pool;
+    if (!connection) {
+      throw new TransactionLostError();
+    }
+    const { rows } = await connection.query<{
       finished: boolean;
       waiting: boolean;
     }>(FINISH, values);
