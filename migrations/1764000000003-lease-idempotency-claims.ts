@@ -1,42 +1,8 @@
 import type { MigrationInterface, QueryRunner } from 'typeorm';
 import { assertPostgresDataSource } from '../src/stores/postgres/postgres-data-source.js';
 
-/**
- * Leased claims (0.3.0): a key is claimed by an `in_progress` row that names
- * its owner (a random token per attempt) and the lease it holds, instead of
- * an advisory lock held by an open transaction for the whole handler.
- *
- * Alters the installed table (three nullable columns and one with a constant
- * default: no rewrite, no record lost) and adds the functions the module
- * calls. The functions of 0.1.0 and 0.2.0 (`idempotency_claim`,
- * `idempotency_complete`) stay, so that instances of the previous version
- * keep running during a rolling upgrade; a later major release drops them.
- */
-export class LeaseIdempotencyClaims1764000000003 implements MigrationInterface {
-  /** Migration name, as recorded in TypeORM's migrations table. */
-  name = 'LeaseIdempotencyClaims1764000000003';
-
-  /** Adds the columns of a lease and the functions of the claim protocol. */
-  async up(queryRunner: QueryRunner): Promise<void> {
-    assertPostgresDataSource(queryRunner.dataSource);
-    await queryRunner.query(`
-      ALTER TABLE "idempotency_records"
-        ADD COLUMN "owner" uuid,
-        ADD COLUMN "owner_instance" uuid,
-        ADD COLUMN "lease_expires_at" timestamptz,
-        ADD COLUMN "waiting" boolean NOT NULL DEFAULT false`);
-    // Claims a key: one statement, committed without waiting for the WAL
-    // flush (a claim lost in a server crash only lets a retry run again; the
-    // fenced completion keeps the handler's writes to one commit). Takes the
-    // row over when it is finished and expired, when its lease expired, or
-    // when its owner's instance holds no presence lock (the instance is gone).
-    // The presence lock is tried shared: it still conflicts with the
-    // instance's exclusive session lock, but two claims taking over keys of
-    // the same dead instance at once do not block each other. pg_locks is
-    // read only on that rare path, when the try succeeded.
-    // Otherwise returns the row as it is, and marks it `waiting` for a
-    // duplicate that waits for it (the owner then notifies on completion).
-    await queryRunner.query(`
+/** @internal `idempotency_acquire` as 0.3.0 created it (see its migration). */
+export const ACQUIRE_0_3 = `
       CREATE FUNCTION "idempotency_acquire"(
         p_scope text, p_key text, p_fingerprint text, p_method text, p_path text,
         p_owner uuid, p_instance uuid, p_lease_ms float8, p_ttl_ms float8, p_wait boolean
@@ -106,7 +72,82 @@ export class LeaseIdempotencyClaims1764000000003 implements MigrationInterface {
         acquired := false;
         RETURN NEXT;
       END
-      $$`);
+      $$`;
+
+/** @internal `idempotency_release` as 0.3.0 created it. */
+export const RELEASE_0_3 = `
+      CREATE FUNCTION "idempotency_release"(p_scope text, p_key text, p_owner uuid)
+      RETURNS TABLE (released boolean, waiting boolean) LANGUAGE plpgsql AS $$
+      #variable_conflict use_column
+      BEGIN
+        PERFORM set_config('synchronous_commit', 'off', true);
+        DELETE FROM "idempotency_records" t
+         WHERE t.scope = p_scope AND t.key = p_key AND t.owner = p_owner
+           AND t.status = 'in_progress'
+        RETURNING true, t.waiting INTO released, waiting;
+        released := coalesce(released, false);
+        waiting := coalesce(waiting, false);
+        RETURN NEXT;
+      END
+      $$`;
+
+/** @internal `idempotency_save_step` as 0.3.0 created it. */
+export const SAVE_STEP_0_3 = `
+      CREATE FUNCTION "idempotency_save_step"(
+        p_scope text, p_key text, p_owner uuid, p_step text, p_result jsonb, p_ttl_ms float8
+      ) RETURNS boolean LANGUAGE plpgsql AS $$
+      BEGIN
+        PERFORM 1 FROM "idempotency_records" t
+         WHERE t.scope = p_scope AND t.key = p_key AND t.owner = p_owner
+           AND t.status = 'in_progress'
+         FOR SHARE;
+        IF NOT FOUND THEN
+          RETURN false;
+        END IF;
+        INSERT INTO "idempotency_steps" (scope, key, step, result, expires_at)
+        VALUES (p_scope, p_key, p_step, p_result, now() + p_ttl_ms * interval '1 millisecond')
+        ON CONFLICT (scope, key, step) DO UPDATE SET
+          result = EXCLUDED.result, created_at = now(), expires_at = EXCLUDED.expires_at;
+        RETURN true;
+      END
+      $$`;
+
+/**
+ * Leased claims (0.3.0): a key is claimed by an `in_progress` row that names
+ * its owner (a random token per attempt) and the lease it holds, instead of
+ * an advisory lock held by an open transaction for the whole handler.
+ *
+ * Alters the installed table (three nullable columns and one with a constant
+ * default: no rewrite, no record lost) and adds the functions the module
+ * calls. The functions of 0.1.0 and 0.2.0 (`idempotency_claim`,
+ * `idempotency_complete`) stay, so that instances of the previous version
+ * keep running during a rolling upgrade; a later major release drops them.
+ */
+export class LeaseIdempotencyClaims1764000000003 implements MigrationInterface {
+  /** Migration name, as recorded in TypeORM's migrations table. */
+  name = 'LeaseIdempotencyClaims1764000000003';
+
+  /** Adds the columns of a lease and the functions of the claim protocol. */
+  async up(queryRunner: QueryRunner): Promise<void> {
+    assertPostgresDataSource(queryRunner.dataSource);
+    await queryRunner.query(`
+      ALTER TABLE "idempotency_records"
+        ADD COLUMN "owner" uuid,
+        ADD COLUMN "owner_instance" uuid,
+        ADD COLUMN "lease_expires_at" timestamptz,
+        ADD COLUMN "waiting" boolean NOT NULL DEFAULT false`);
+    // Claims a key: one statement, committed without waiting for the WAL
+    // flush (a claim lost in a server crash only lets a retry run again; the
+    // fenced completion keeps the handler's writes to one commit). Takes the
+    // row over when it is finished and expired, when its lease expired, or
+    // when its owner's instance holds no presence lock (the instance is gone).
+    // The presence lock is tried shared: it still conflicts with the
+    // instance's exclusive session lock, but two claims taking over keys of
+    // the same dead instance at once do not block each other. pg_locks is
+    // read only on that rare path, when the try succeeded.
+    // Otherwise returns the row as it is, and marks it `waiting` for a
+    // duplicate that waits for it (the owner then notifies on completion).
+    await queryRunner.query(ACQUIRE_0_3);
     // Completes a claim: writes the response into the row, fenced by the
     // owner's token, and clears the key's recovery points. Called in the
     // handler's transaction: no row means the lease was lost, and that
@@ -135,21 +176,7 @@ export class LeaseIdempotencyClaims1764000000003 implements MigrationInterface {
       END
       $$`);
     // Gives a claim up (its handler failed): the next attempt runs at once.
-    await queryRunner.query(`
-      CREATE FUNCTION "idempotency_release"(p_scope text, p_key text, p_owner uuid)
-      RETURNS TABLE (released boolean, waiting boolean) LANGUAGE plpgsql AS $$
-      #variable_conflict use_column
-      BEGIN
-        PERFORM set_config('synchronous_commit', 'off', true);
-        DELETE FROM "idempotency_records" t
-         WHERE t.scope = p_scope AND t.key = p_key AND t.owner = p_owner
-           AND t.status = 'in_progress'
-        RETURNING true, t.waiting INTO released, waiting;
-        released := coalesce(released, false);
-        waiting := coalesce(waiting, false);
-        RETURN NEXT;
-      END
-      $$`);
+    await queryRunner.query(RELEASE_0_3);
     // Renews the leases of the attempts an instance runs, each for its own
     // duration (never past its deadline); returns the owners still holding
     // their claim.
@@ -174,25 +201,7 @@ export class LeaseIdempotencyClaims1764000000003 implements MigrationInterface {
     // Commits the result of a recovery point, fenced by the owner's token:
     // the claim's row is locked (shared) so that no takeover slips between
     // the check and the write.
-    await queryRunner.query(`
-      CREATE FUNCTION "idempotency_save_step"(
-        p_scope text, p_key text, p_owner uuid, p_step text, p_result jsonb, p_ttl_ms float8
-      ) RETURNS boolean LANGUAGE plpgsql AS $$
-      BEGIN
-        PERFORM 1 FROM "idempotency_records" t
-         WHERE t.scope = p_scope AND t.key = p_key AND t.owner = p_owner
-           AND t.status = 'in_progress'
-         FOR SHARE;
-        IF NOT FOUND THEN
-          RETURN false;
-        END IF;
-        INSERT INTO "idempotency_steps" (scope, key, step, result, expires_at)
-        VALUES (p_scope, p_key, p_step, p_result, now() + p_ttl_ms * interval '1 millisecond')
-        ON CONFLICT (scope, key, step) DO UPDATE SET
-          result = EXCLUDED.result, created_at = now(), expires_at = EXCLUDED.expires_at;
-        RETURN true;
-      END
-      $$`);
+    await queryRunner.query(SAVE_STEP_0_3);
   }
 
   /** Drops the functions and the columns it added. */

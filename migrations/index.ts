@@ -2,12 +2,14 @@ import { CreateIdempotencyRecords1764000000000 } from './1764000000000-create-id
 import { CreateIdempotencySteps1764000000001 } from './1764000000001-create-idempotency-steps.js';
 import { CreateIdempotencyFunctions1764000000002 } from './1764000000002-create-idempotency-functions.js';
 import { LeaseIdempotencyClaims1764000000003 } from './1764000000003-lease-idempotency-claims.js';
+import { BindIdempotencySteps1764000000004 } from './1764000000004-bind-idempotency-steps.js';
 
 export {
   CreateIdempotencyRecords1764000000000,
   CreateIdempotencySteps1764000000001,
   CreateIdempotencyFunctions1764000000002,
   LeaseIdempotencyClaims1764000000003,
+  BindIdempotencySteps1764000000004,
 };
 
 /**
@@ -29,4 +31,5 @@ export const idempotencyMigrations = [
   CreateIdempotencySteps1764000000001,
   CreateIdempotencyFunctions1764000000002,
   LeaseIdempotencyClaims1764000000003,
+  BindIdempotencySteps1764000000004,
 ];

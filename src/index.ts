@@ -14,6 +14,7 @@ export {
   type Lease,
   type RecordStatus,
   type Renewal,
+  type StepLease,
   type StoredRecord,
   type StoredResponse,
 } from './protocol/idempotency-store.interface.js';
@@ -65,6 +66,7 @@ export {
   CreateIdempotencySteps1764000000001,
   CreateIdempotencyFunctions1764000000002,
   LeaseIdempotencyClaims1764000000003,
+  BindIdempotencySteps1764000000004,
   idempotencyMigrations,
 } from '../migrations/index.js';
 export type {

@@ -36,9 +36,18 @@ export interface Lease {
   readonly owner: string;
 }
 
-/** What identifies a request, and who attempts it. */
-export interface ClaimRequest extends Lease {
+/**
+ * A lease with the fingerprint of its request: what a recovery point is
+ * saved for and read back by. A key with a committed step stays bound to
+ * that fingerprint until the step expires or the key completes.
+ */
+export interface StepLease extends Lease {
+  /** Fingerprint of the request that holds the claim. */
   readonly fingerprint: string;
+}
+
+/** What identifies a request, and who attempts it. */
+export interface ClaimRequest extends StepLease {
   readonly method: string;
   readonly path: string;
   /** How long the claim stays owned without renewal (ms). */
@@ -54,7 +63,10 @@ export interface ClaimRequest extends Lease {
  * - `claimed`: this attempt owns the key; run the handler.
  * - `finished`: a finished record exists; replay it (or refuse it).
  * - `in_progress`: another attempt owns the key, with `fingerprint`; its
- *   lease runs out in `leaseMs` unless renewed.
+ *   lease runs out in `leaseMs` unless renewed. Also the outcome for a key
+ *   bound to another request by a committed step (see {@link StepLease}),
+ *   whether the attempt that saved it still holds the claim, released it
+ *   or lost its lease: `fingerprint` is that request's.
  */
 export type ClaimOutcome =
   | { readonly state: 'claimed' }
@@ -124,7 +136,11 @@ export interface IdempotencyStore<Transaction = unknown> {
     completion: Completion,
     transaction: Transaction | undefined,
   ): Promise<FencedWrite>;
-  /** Gives the claim up: the next attempt runs at once. */
+  /**
+   * Gives the claim up: the next attempt runs at once. After a committed
+   * step, only an attempt of the same request (fingerprint) may claim the
+   * key again, and it resumes after that step.
+   */
   release(lease: Lease): Promise<FencedWrite>;
   /** Wakes the waiters of keys on other instances, after their completion. */
   notify(leases: readonly Lease[]): Promise<void>;
@@ -136,14 +152,20 @@ export interface IdempotencyStore<Transaction = unknown> {
   watch(listener: (scope?: string, key?: string) => void): void;
   /** Whether notifications of other instances reach this one now. */
   readonly watching: boolean;
-  /** The stored result of a completed step, if any. */
+  /**
+   * The stored result of a completed step of the same request
+   * (fingerprint), if any; never another request's.
+   */
   readStep(
-    lease: Lease,
+    lease: StepLease,
     step: string,
   ): Promise<{ readonly result: unknown } | undefined>;
-  /** Commits a step's result at once, fenced by the owner. */
+  /**
+   * Commits a step's result at once, fenced by the owner, and binds the key
+   * to the lease's fingerprint (see {@link StepLease}).
+   */
   saveStep(
-    lease: Lease,
+    lease: StepLease,
     step: string,
     result: unknown,
     ttlMs: number,

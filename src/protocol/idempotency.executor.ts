@@ -35,7 +35,6 @@ import {
   IdempotencyStore,
   type ClaimRequest,
   type Completion,
-  type Lease,
   type StoredRecord,
   type StoredResponse,
 } from './idempotency-store.interface.js';
@@ -377,7 +376,7 @@ export class Execution implements RunningLink {
     private readonly executor: IdempotencyExecutor,
     readonly attempt: Attempt,
     readonly options: ResolvedRouteOptions,
-    readonly lease: Lease | undefined,
+    readonly lease: ClaimRequest | undefined,
   ) {
     this.deadline = attempt.started + options.transactionTimeoutMs;
     this.transaction =

@@ -146,6 +146,31 @@ describe('shipped migrations', () => {
       column_default: 'false',
     },
   ];
+  /** What BindIdempotencySteps1764000000004 adds to the records. */
+  const BIND_COLUMNS = [
+    {
+      column_name: 'has_steps',
+      data_type: 'boolean',
+      is_nullable: 'NO',
+      column_default: 'false',
+    },
+  ];
+  const stepColumns = async () =>
+    (
+      await db.query<{ column_name: string }>(
+        `SELECT column_name FROM information_schema.columns
+         WHERE table_name = $1 ORDER BY ordinal_position`,
+        [IDEMPOTENCY_STEPS_TABLE_NAME],
+      )
+    ).map((column) => column.column_name);
+  const STEP_COLUMNS = [
+    'scope',
+    'key',
+    'step',
+    'result',
+    'created_at',
+    'expires_at',
+  ];
   /** The functions of 0.1.0 and 0.2.0, kept for a rolling upgrade. */
   const PREVIOUS_FUNCTIONS = [
     {
@@ -206,12 +231,18 @@ describe('shipped migrations', () => {
       'CreateIdempotencySteps1764000000001',
       'CreateIdempotencyFunctions1764000000002',
       'LeaseIdempotencyClaims1764000000003',
+      'BindIdempotencySteps1764000000004',
     ]);
     // Volatile: each statement inside sees what committed before it ran.
     expect(await functions()).toEqual(
       [...PREVIOUS_FUNCTIONS, ...LEASE_FUNCTIONS].sort(byName),
     );
-    expect(await columns()).toEqual([...RECORD_COLUMNS, ...LEASE_COLUMNS]);
+    expect(await columns()).toEqual([
+      ...RECORD_COLUMNS,
+      ...LEASE_COLUMNS,
+      ...BIND_COLUMNS,
+    ]);
+    expect(await stepColumns()).toEqual([...STEP_COLUMNS, 'fingerprint']);
     const indexes = await db.query<{ indexname: string; indexdef: string }>(
       `SELECT indexname, indexdef FROM pg_indexes WHERE tablename = $1 ORDER BY indexname`,
       [IDEMPOTENCY_TABLE_NAME],
@@ -242,6 +273,12 @@ describe('shipped migrations', () => {
       },
     ]);
 
+    await dataSource.undoLastMigration();
+    expect(await columns()).toEqual([...RECORD_COLUMNS, ...LEASE_COLUMNS]);
+    expect(await stepColumns()).toEqual(STEP_COLUMNS);
+    expect(await functions()).toEqual(
+      [...PREVIOUS_FUNCTIONS, ...LEASE_FUNCTIONS].sort(byName),
+    );
     await dataSource.undoLastMigration();
     expect(await functions()).toEqual(PREVIOUS_FUNCTIONS);
     expect(await columns()).toEqual(RECORD_COLUMNS);
@@ -290,7 +327,7 @@ describe('shipped migrations', () => {
     });
     expect(await stored('leased')).toEqual([null]);
     await db.query(`DELETE FROM ${IDEMPOTENCY_TABLE_NAME}`);
-    for (let i = 0; i < 4; i += 1) {
+    for (let i = 0; i < 5; i += 1) {
       await dataSource.undoLastMigration();
     }
   });
@@ -326,6 +363,7 @@ describe('shipped migrations', () => {
 
     expect((await dataSource.runMigrations()).map((m) => m.name)).toEqual([
       'LeaseIdempotencyClaims1764000000003',
+      'BindIdempotencySteps1764000000004',
     ]);
     expect(await file()).toBe(before);
     expect(await records()).toEqual([
@@ -350,6 +388,7 @@ describe('shipped migrations', () => {
       ['running', 'in_progress'],
     ]);
     await dataSource.undoLastMigration();
+    await dataSource.undoLastMigration();
     expect(await columns()).toEqual(RECORD_COLUMNS);
     expect(await functions()).toEqual(PREVIOUS_FUNCTIONS);
     expect((await records()).map((r) => [r.key, r.status])).toEqual([
@@ -359,8 +398,13 @@ describe('shipped migrations', () => {
     // Up again, as after a rollback of the release and a new deployment.
     expect((await dataSource.runMigrations()).map((m) => m.name)).toEqual([
       'LeaseIdempotencyClaims1764000000003',
+      'BindIdempotencySteps1764000000004',
     ]);
-    expect(await columns()).toEqual([...RECORD_COLUMNS, ...LEASE_COLUMNS]);
+    expect(await columns()).toEqual([
+      ...RECORD_COLUMNS,
+      ...LEASE_COLUMNS,
+      ...BIND_COLUMNS,
+    ]);
     expect(await functions()).toEqual(
       [...PREVIOUS_FUNCTIONS, ...LEASE_FUNCTIONS].sort(byName),
     );
@@ -374,7 +418,7 @@ describe('shipped migrations', () => {
       ['done', 'completed'],
     ]);
     await db.query(`DELETE FROM ${IDEMPOTENCY_TABLE_NAME}`);
-    for (let i = 0; i < 4; i += 1) {
+    for (let i = 0; i < 5; i += 1) {
       await dataSource.undoLastMigration();
     }
   });

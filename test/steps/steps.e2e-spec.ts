@@ -81,6 +81,50 @@ describe.each(PLATFORMS)('recovery points (%s)', (platform) => {
     expect(gateway.calls.get('pay-1:charge')).toBe(1);
   });
 
+  it("binds a key with a committed step to its request: after the failed attempt, another body under the key gets 422 and never the first one's charge; the same body resumes", async () => {
+    faults.failAfterCharge = true;
+    const first = { amount: 100, reference: 'order-bound' };
+    const failed = await send(target, '/checkout', {
+      key: 'pay-bound',
+      body: first,
+    });
+    expect(failed.status).toBe(500);
+    expect(await steps('pay-bound')).toEqual([{ step: 'charge' }]);
+    const runs = faults.runs;
+
+    const other = await send(target, '/checkout', {
+      key: 'pay-bound',
+      body: { amount: 200, reference: 'order-other' },
+    });
+    expect(other.status).toBe(422);
+    expect(other.headers.get('content-type')).toMatch(
+      /^application\/problem\+json/,
+    );
+    expect(faults.runs).toBe(runs);
+    expect(await orders('order-other')).toEqual([]);
+    expect(gateway.calls.get('pay-bound:charge')).toBe(1);
+
+    const resumed = await send(target, '/checkout', {
+      key: 'pay-bound',
+      body: first,
+    });
+    expect(resumed.status).toBe(201);
+    const { charge } = (await resumed.json()) as {
+      charge: { id: string; amount: number };
+    };
+    expect(charge.amount).toBe(100);
+    expect(gateway.calls.get('pay-bound:charge')).toBe(1);
+    expect(await orders('order-bound')).toEqual([{ source: charge.id }]);
+    expect(
+      (
+        await send(target, '/checkout', {
+          key: 'pay-bound',
+          body: { amount: 200, reference: 'order-other' },
+        })
+      ).status,
+    ).toBe(422);
+  });
+
   it('keeps the steps of different keys apart, and derives downstream keys from the request key', async () => {
     await send(target, '/checkout', {
       key: 'pay-2',

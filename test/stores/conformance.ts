@@ -5,6 +5,7 @@ import type {
   Completion,
   IdempotencyStore,
   Lease,
+  StepLease,
   StoredResponse,
 } from '../../src/protocol/idempotency-store.interface.js';
 
@@ -79,6 +80,16 @@ export function describeStoreConformance(
     const leaseOf = (claim: Lease): Lease =>
       capabilities.bareLeases
         ? { scope: claim.scope, key: claim.key, owner: claim.owner }
+        : claim;
+    /** The lease a step is saved and read with: bare, it still names its request. */
+    const stepLeaseOf = (claim: ClaimRequest): StepLease =>
+      capabilities.bareLeases
+        ? {
+            scope: claim.scope,
+            key: claim.key,
+            owner: claim.owner,
+            fingerprint: claim.fingerprint,
+          }
         : claim;
     const response: StoredResponse = {
       status: 201,
@@ -302,9 +313,9 @@ export function describeStoreConformance(
       const second = attempt('takeover');
       expect(await store.claim(second)).toEqual({ state: 'claimed' });
 
-      expect(await store.saveStep(leaseOf(first), 'charge', 1, HOUR_MS)).toBe(
-        false,
-      );
+      expect(
+        await store.saveStep(stepLeaseOf(first), 'charge', 1, HOUR_MS),
+      ).toBe(false);
       expect(
         await store.complete(leaseOf(first), completion, undefined),
       ).toEqual({ fenced: false, waiting: false });
@@ -355,44 +366,147 @@ export function describeStoreConformance(
     it("saves a step's result for the claim's owner only, reads it back, and clears it on completion", async () => {
       const claim = attempt('steps');
       await store.claim(claim);
-      const stranger = { ...leaseOf(claim), owner: randomUUID() };
+      const stranger = { ...stepLeaseOf(claim), owner: randomUUID() };
       expect(
         await store.saveStep(stranger, 'charge', { id: 'ch_x' }, HOUR_MS),
       ).toBe(false);
-      expect(await store.readStep(leaseOf(claim), 'charge')).toBeUndefined();
+      expect(
+        await store.readStep(stepLeaseOf(claim), 'charge'),
+      ).toBeUndefined();
 
       const charge = { id: 'ch_1', amount: 1250, tags: ['a', null] };
       expect(
-        await store.saveStep(leaseOf(claim), 'charge', charge, HOUR_MS),
+        await store.saveStep(stepLeaseOf(claim), 'charge', charge, HOUR_MS),
       ).toBe(true);
-      expect(await store.saveStep(leaseOf(claim), 'empty', null, HOUR_MS)).toBe(
-        true,
-      );
-      expect(await store.readStep(leaseOf(claim), 'charge')).toEqual({
+      expect(
+        await store.saveStep(stepLeaseOf(claim), 'empty', null, HOUR_MS),
+      ).toBe(true);
+      expect(await store.readStep(stepLeaseOf(claim), 'charge')).toEqual({
         result: charge,
       });
-      expect(await store.readStep(leaseOf(claim), 'empty')).toEqual({
+      expect(await store.readStep(stepLeaseOf(claim), 'empty')).toEqual({
         result: null,
       });
-      expect(await store.readStep(leaseOf(claim), 'other')).toBeUndefined();
+      expect(await store.readStep(stepLeaseOf(claim), 'other')).toBeUndefined();
       // A retry of the step overwrites its result.
       expect(
-        await store.saveStep(leaseOf(claim), 'charge', { id: 'ch_2' }, HOUR_MS),
+        await store.saveStep(
+          stepLeaseOf(claim),
+          'charge',
+          { id: 'ch_2' },
+          HOUR_MS,
+        ),
       ).toBe(true);
-      expect(await store.readStep(leaseOf(claim), 'charge')).toEqual({
+      expect(await store.readStep(stepLeaseOf(claim), 'charge')).toEqual({
         result: { id: 'ch_2' },
       });
       // Another attempt (after a takeover) reads the steps of the key.
       await store.release(leaseOf(claim));
       const retry = attempt('steps');
       expect(await store.claim(retry)).toEqual({ state: 'claimed' });
-      expect(await store.readStep(leaseOf(retry), 'charge')).toEqual({
+      expect(await store.readStep(stepLeaseOf(retry), 'charge')).toEqual({
         result: { id: 'ch_2' },
       });
 
       await store.complete(leaseOf(retry), completion, undefined);
-      expect(await store.readStep(leaseOf(retry), 'charge')).toBeUndefined();
-      expect(await store.readStep(leaseOf(retry), 'empty')).toBeUndefined();
+      expect(
+        await store.readStep(stepLeaseOf(retry), 'charge'),
+      ).toBeUndefined();
+      expect(await store.readStep(stepLeaseOf(retry), 'empty')).toBeUndefined();
+    });
+
+    it('binds a key with a committed step to its request: released, only the same request claims it again and resumes; another one is refused until it completes', async () => {
+      const first = attempt('bound');
+      expect(await store.claim(first)).toEqual({ state: 'claimed' });
+      expect(
+        await store.saveStep(
+          stepLeaseOf(first),
+          'charge',
+          { amount: 100 },
+          HOUR_MS,
+        ),
+      ).toBe(true);
+      expect(await store.release(leaseOf(first))).toEqual({
+        fenced: true,
+        waiting: false,
+      });
+      const other = attempt('bound', { fingerprint: 'fp-2' });
+      expect(await store.claim(other)).toMatchObject({
+        state: 'in_progress',
+        fingerprint: 'fp-1',
+      });
+      // Refused again: the refusal took nothing over.
+      expect(await store.claim(other)).toMatchObject({
+        state: 'in_progress',
+        fingerprint: 'fp-1',
+      });
+      expect(
+        await store.readStep(stepLeaseOf(other), 'charge'),
+      ).toBeUndefined();
+      expect(
+        await store.saveStep(stepLeaseOf(other), 'charge', 2, HOUR_MS),
+      ).toBe(false);
+
+      const retry = attempt('bound');
+      expect(await store.claim(retry)).toEqual({ state: 'claimed' });
+      expect(await store.readStep(stepLeaseOf(retry), 'charge')).toEqual({
+        result: { amount: 100 },
+      });
+      expect(await store.claim(other)).toMatchObject({
+        state: 'in_progress',
+        fingerprint: 'fp-1',
+      });
+      // Released again without completing: still bound.
+      expect(await store.release(leaseOf(retry))).toMatchObject({
+        fenced: true,
+      });
+      expect(await store.claim(other)).toMatchObject({
+        state: 'in_progress',
+        fingerprint: 'fp-1',
+      });
+      const last = attempt('bound');
+      expect(await store.claim(last)).toEqual({ state: 'claimed' });
+      expect(
+        await store.complete(leaseOf(last), completion, undefined),
+      ).toEqual({ fenced: true, waiting: false });
+      expect(await store.claim(other)).toMatchObject({
+        state: 'finished',
+        record: { fingerprint: 'fp-1' },
+      });
+    });
+
+    it('keeps a key with a committed step bound across a takeover: once the lease expired, only the same request takes it over', async () => {
+      const first = attempt('bound-takeover');
+      await store.claim(first);
+      expect(
+        await store.saveStep(stepLeaseOf(first), 'charge', 'ch_1', HOUR_MS),
+      ).toBe(true);
+      expect([
+        ...(await store.renew([{ ...leaseOf(first), durationMs: 0 }])),
+      ]).toEqual([first.owner]);
+
+      const other = attempt('bound-takeover', { fingerprint: 'fp-2' });
+      expect(await store.claim(other)).toMatchObject({
+        state: 'in_progress',
+        fingerprint: 'fp-1',
+      });
+      const same = attempt('bound-takeover');
+      expect(await store.claim(same)).toEqual({ state: 'claimed' });
+      expect(await store.readStep(stepLeaseOf(same), 'charge')).toEqual({
+        result: 'ch_1',
+      });
+      expect(
+        await store.saveStep(stepLeaseOf(first), 'refund', 'x', HOUR_MS),
+      ).toBe(false);
+    });
+
+    it('frees a key released without any step for any request', async () => {
+      const first = attempt('unbound');
+      await store.claim(first);
+      await store.release(leaseOf(first));
+      expect(
+        await store.claim(attempt('unbound', { fingerprint: 'fp-2' })),
+      ).toEqual({ state: 'claimed' });
     });
 
     it('collects expired records, and hands the steps of each abandoned key over before deleting them', async () => {
@@ -409,12 +523,17 @@ export function describeStoreConformance(
       // A request that saved two steps and never came back.
       const abandoned = attempt('gc-abandoned');
       await store.claim(abandoned);
-      await store.saveStep(leaseOf(abandoned), 'charge', { id: 'ch_9' }, 0);
-      await store.saveStep(leaseOf(abandoned), 'receipt', 'r-9', 0);
+      await store.saveStep(stepLeaseOf(abandoned), 'charge', { id: 'ch_9' }, 0);
+      await store.saveStep(stepLeaseOf(abandoned), 'receipt', 'r-9', 0);
       // A request in progress whose steps are alive.
       const alive = attempt('gc-alive');
       await store.claim(alive);
-      await store.saveStep(leaseOf(alive), 'charge', { id: 'ch_10' }, HOUR_MS);
+      await store.saveStep(
+        stepLeaseOf(alive),
+        'charge',
+        { id: 'ch_10' },
+        HOUR_MS,
+      );
 
       /** Collects everything due, keeping what this test's scope reported. */
       const collectAll = async (onAbandoned?: (key: AbandonedKey) => void) => {
@@ -468,7 +587,7 @@ export function describeStoreConformance(
       expect(await store.claim(attempt('gc-kept'))).toMatchObject({
         state: 'finished',
       });
-      expect(await store.readStep(leaseOf(alive), 'charge')).toEqual({
+      expect(await store.readStep(stepLeaseOf(alive), 'charge')).toEqual({
         result: { id: 'ch_10' },
       });
       expect(await store.claim(attempt('gc-abandoned'))).toMatchObject({

@@ -55,7 +55,9 @@ describe('the PostgreSQL store', () => {
         await client.query(`INSERT INTO orders (reference) VALUES ($1)`, [
           claim.key,
         ]);
-        expect(await store.complete(claim, completion, { client })).toEqual({
+        expect(
+          await store.complete(claim, completion, { client, began: true }),
+        ).toEqual({
           fenced: true,
           waiting: false,
         });

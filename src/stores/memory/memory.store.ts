@@ -9,6 +9,7 @@ import type {
   Lease,
   RecordStatus,
   Renewal,
+  StepLease,
   StoredResponse,
 } from '../../protocol/idempotency-store.interface.js';
 
@@ -40,6 +41,8 @@ interface MemoryRecord {
 interface MemoryStep {
   /** The result as JSON, as a database would keep it: a copy, never shared. */
   readonly json: string;
+  /** Fingerprint of the request that saved it: the key is bound to it. */
+  readonly fingerprint: string;
   readonly expiresAt: number;
 }
 
@@ -111,7 +114,14 @@ export class MemoryIdempotencyStore implements IdempotencyStore<unknown> {
     const now = Date.now();
     const id = idOf(request.scope, request.key);
     const record = this.records.get(id);
-    if (!record || this.takeable(record, now)) {
+    // A committed step binds the key to its request, whatever became of the
+    // claim that saved it.
+    const bound = this.boundTo(id, now);
+    if (bound !== undefined && bound !== request.fingerprint) {
+      if (!record || this.takeable(record, now)) {
+        return { state: 'in_progress', fingerprint: bound, leaseMs: 0 };
+      }
+    } else if (!record || this.takeable(record, now)) {
       this.records.set(id, {
         fingerprint: request.fingerprint,
         status: 'in_progress',
@@ -204,17 +214,19 @@ export class MemoryIdempotencyStore implements IdempotencyStore<unknown> {
   }
 
   async readStep(
-    lease: Lease,
+    lease: StepLease,
     step: string,
   ): Promise<{ readonly result: unknown } | undefined> {
     const stored = this.steps.get(idOf(lease.scope, lease.key))?.get(step);
-    return stored && stored.expiresAt > Date.now()
+    return stored &&
+      stored.expiresAt > Date.now() &&
+      stored.fingerprint === lease.fingerprint
       ? { result: JSON.parse(stored.json) as unknown }
       : undefined;
   }
 
   async saveStep(
-    lease: Lease,
+    lease: StepLease,
     step: string,
     result: unknown,
     ttlMs: number,
@@ -230,7 +242,11 @@ export class MemoryIdempotencyStore implements IdempotencyStore<unknown> {
       steps = new Map();
       this.steps.set(id, steps);
     }
-    steps.set(step, { json, expiresAt: Date.now() + ttlMs });
+    steps.set(step, {
+      json,
+      fingerprint: lease.fingerprint,
+      expiresAt: Date.now() + ttlMs,
+    });
     return true;
   }
 
@@ -299,6 +315,16 @@ export class MemoryIdempotencyStore implements IdempotencyStore<unknown> {
     }
     removed += rows;
     return { removed, more: removed >= batchSize };
+  }
+
+  /** The fingerprint a live step of the key binds it to, if any. */
+  private boundTo(id: string, now: number): string | undefined {
+    for (const step of this.steps.get(id)?.values() ?? []) {
+      if (step.expiresAt > now) {
+        return step.fingerprint;
+      }
+    }
+    return undefined;
   }
 
   /** Whether a claim may take the record over: expired, or its lease is. */

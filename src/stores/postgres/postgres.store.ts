@@ -24,6 +24,7 @@ import type {
   Lease,
   RecordStatus,
   Renewal,
+  StepLease,
 } from '../../protocol/idempotency-store.interface.js';
 import { TransactionLostError } from '../../protocol/failures.js';
 import { COMPLETION_CHANNEL, PostgresPresence } from './postgres-presence.js';
@@ -266,19 +267,22 @@ export class PostgresIdempotencyStore
   }
 
   async readStep(
-    lease: Lease,
+    lease: StepLease,
     step: string,
   ): Promise<{ result: unknown } | undefined> {
+    // A step of the previous version has no fingerprint: any request of its
+    // key reads it, as it did.
     const { rows } = await this.pool.query<{ result: unknown }>(
       `SELECT result FROM ${STEPS}
-       WHERE scope = $1 AND key = $2 AND step = $3 AND expires_at > now()`,
-      [lease.scope, lease.key, step],
+       WHERE scope = $1 AND key = $2 AND step = $3 AND expires_at > now()
+         AND (fingerprint IS NULL OR fingerprint = $4)`,
+      [lease.scope, lease.key, step, lease.fingerprint],
     );
     return rows[0];
   }
 
   async saveStep(
-    lease: Lease,
+    lease: StepLease,
     step: string,
     result: unknown,
     ttlMs: number,
