@@ -2,6 +2,7 @@ import { HttpException } from '@nestjs/common';
 import { AbandonedTransactionError } from '../typeorm/lazy-transaction.js';
 import { TransactionSlotTimeoutError } from '../typeorm/transaction-gate.js';
 import { isOwnStatementError } from './own-statement.js';
+import { TransactionLostError } from './transaction-lost.error.js';
 
 /** SQLSTATE of a statement cancelled: by the module at the deadline, or by an administrator. */
 const QUERY_CANCELED = '57014';
@@ -45,20 +46,6 @@ export class LeaseLostError extends Error {
       `The claim of key ${JSON.stringify(key)} was taken over by another attempt (its lease ran out, or its instance's presence session dropped): nothing of this attempt commits`,
     );
     this.name = 'LeaseLostError';
-  }
-}
-
-/**
- * @internal Raised when a write of the module must go in the handler's
- * transaction (the completion), and that transaction began but is no longer
- * open: its connection broke, or it ended. Nothing of the attempt commits.
- */
-export class TransactionLostError extends Error {
-  constructor() {
-    super(
-      "The handler's transaction is no longer open (its connection broke, or it ended): the record is not written anywhere else, and nothing of this attempt commits",
-    );
-    this.name = 'TransactionLostError';
   }
 }
 

@@ -632,6 +632,11 @@ export class Execution implements RunningLink {
         );
       }
     }
+    // A step whose attempt already lost its transaction would start an
+    // effect for an attempt that cannot commit: 503, and the retry runs it.
+    if (this.transaction.isLost) {
+      throw new IdempotencyUnavailableException(options.retryAfter);
+    }
     const result = await fn();
     if (this.abandoned) {
       throw new IdempotencyUnavailableException(options.retryAfter);

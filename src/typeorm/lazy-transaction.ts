@@ -4,6 +4,7 @@ import type { DataSource, EntityManager, QueryRunner } from 'typeorm';
 import { IdempotencyConfigurationError } from '../exceptions/idempotency-configuration.error.js';
 import type { IdempotencyIsolationLevel } from '../interfaces/idempotency-options.interface.js';
 import { ownStatement } from '../protocol/own-statement.js';
+import { TransactionLostError } from '../protocol/transaction-lost.error.js';
 import type { TransactionGate } from './transaction-gate.js';
 import {
   TransactionHooks,
@@ -171,6 +172,12 @@ export class LazyTransaction {
    */
   async commit(): Promise<void> {
     try {
+      // A statement still opening the transaction is one of the handler's.
+      await this.opening;
+      if (this.isLost || (this.began && this.state !== 'open')) {
+        // Nothing to commit any more: the handler's writes are gone.
+        throw new TransactionLostError();
+      }
       if (this.state === 'open' && this.runner?.isTransactionActive) {
         await this.runner.commitTransaction();
       }

@@ -156,6 +156,23 @@ describe.each(PLATFORMS)(
       expect(await orders(body.reference)).toEqual(['run-2-only']);
     });
 
+    it('answers 503, never success, to a request without a key whose transaction was lost after its last write', async () => {
+      const pause = target.app.get(Pause);
+      const body = { reference: 'lost-keyless' };
+      const held = pause.hold(body.reference);
+      const late = answer(send(target, '/late/once-optional', { body }));
+      await held.reached(1);
+      const [pid] = await untilIdleInTransaction(target.db, 1);
+      await terminateBackend(target.db, pid);
+      await until(
+        async () => pause.queryRunner?.isReleased === true,
+        'TypeORM to release the lost connection',
+      );
+      held.open();
+      expect(await late).toEqual(UNAVAILABLE_ANSWER);
+      expect(await orders(body.reference)).toEqual([]);
+    });
+
     it('is abandoned at its deadline: 503 while it still waits, rolled back at once, its place and its key free, and its late write never commits', async () => {
       const pause = target.app.get(Pause);
       const key = 'deadline-1';

@@ -121,7 +121,18 @@ export class LateController {
    */
   @Post('once')
   @Idempotent({ transactionTimeout: '30s' })
-  async createOnce(@Body() body: { reference: string }) {
+  createOnce(@Body() body: { reference: string }) {
+    return this.writeOnce(body);
+  }
+
+  /** The same, on a route whose key is optional. */
+  @Post('once-optional')
+  @Idempotent({ transactionTimeout: '30s', required: false })
+  createOnceOptional(@Body() body: { reference: string }) {
+    return this.writeOnce(body);
+  }
+
+  private async writeOnce(body: { reference: string }) {
     const run = this.pause.run(body.reference);
     await this.orders.insert({
       reference: body.reference,

@@ -26,7 +26,7 @@ import type {
   Renewal,
   StepLease,
 } from '../../protocol/idempotency-store.interface.js';
-import { TransactionLostError } from '../../protocol/failures.js';
+import { TransactionLostError } from '../../protocol/transaction-lost.error.js';
 import { COMPLETION_CHANNEL, PostgresPresence } from './postgres-presence.js';
 
 /** The connection of a handler's transaction, once it has begun. */
