@@ -5,6 +5,7 @@ import {
   DynamoDBClient,
   GetItemCommand,
   ScanCommand,
+  UpdateItemCommand,
 } from '@aws-sdk/client-dynamodb';
 import { IdempotencyConfigurationError } from '../../src/index.js';
 import { DynamoDbIdempotencyStore } from '../../src/stores/dynamodb/index.js';
@@ -376,6 +377,127 @@ describe('the DynamoDB store', () => {
     expect(await store.renew([{ ...stepped, durationMs: HOUR_MS }])).toEqual(
       new Set(),
     );
+  });
+
+  it('binds a key to the request of its steps in the item: each step carries its fingerprint, bound_until their latest expiry; a refusal of another request is one request', async () => {
+    const claim = attempt('bound-layout');
+    await store.claim(claim);
+    const before = Date.now();
+    expect(await store.saveStep(claim, 'charge', 'ch_1', HOUR_MS)).toBe(true);
+    const after = Date.now();
+    let item = await itemOf('dynamo', 'bound-layout');
+    expect(item?.steps?.M?.charge?.M).toMatchObject({
+      r: { S: '"ch_1"' },
+      f: { S: 'fp' },
+    });
+    const boundUntil = item?.bound_until;
+    expect(boundUntil).toEqual(item?.steps?.M?.charge?.M?.e);
+    expect(Number(boundUntil?.N)).toBeGreaterThanOrEqual(before + HOUR_MS);
+    expect(Number(boundUntil?.N)).toBeLessThanOrEqual(after + HOUR_MS);
+
+    // A step of a shorter life does not shorten the binding (a second write).
+    sent.length = 0;
+    expect(await store.saveStep(claim, 'receipt', 'r_1', 0)).toBe(true);
+    expect(sent.map((command) => command.name)).toEqual([
+      'UpdateItemCommand',
+      'UpdateItemCommand',
+    ]);
+    item = await itemOf('dynamo', 'bound-layout');
+    expect(item?.bound_until).toEqual(boundUntil);
+    expect(item?.steps?.M?.receipt?.M?.f).toEqual({ S: 'fp' });
+    // The owner's token with another request's fingerprint writes nothing.
+    sent.length = 0;
+    expect(
+      await store.saveStep(
+        { ...claim, fingerprint: 'other' },
+        'charge',
+        'ch_x',
+        HOUR_MS,
+      ),
+    ).toBe(false);
+    expect(sent).toHaveLength(1);
+    expect(
+      await store.readStep({ ...claim, fingerprint: 'other' }, 'charge'),
+    ).toBeUndefined();
+
+    // Released, the item stays a claim with no owner, still bound.
+    expect(await store.release(claim)).toEqual({
+      fenced: true,
+      waiting: false,
+    });
+    item = await itemOf('dynamo', 'bound-layout');
+    expect(item).toMatchObject({
+      status: { S: 'in_progress' },
+      fingerprint: { S: 'fp' },
+      lease_expires_at: { N: '0' },
+      bound_until: boundUntil,
+    });
+    expect(item?.owner).toBeUndefined();
+    const other = { ...attempt('bound-layout'), fingerprint: 'other' };
+    sent.length = 0;
+    expect(await store.claim(other)).toEqual({
+      state: 'in_progress',
+      fingerprint: 'fp',
+      leaseMs: 0,
+    });
+    expect(sent.map((command) => command.name)).toEqual(['UpdateItemCommand']);
+    // A server that does not return the item: one read more, no retries.
+    dynaliteFeatures.returnItemOnConditionFailure = false;
+    sent.length = 0;
+    expect(await store.claim(other)).toMatchObject({
+      state: 'in_progress',
+      fingerprint: 'fp',
+    });
+    expect(sent.map((command) => command.name)).toEqual([
+      'UpdateItemCommand',
+      'GetItemCommand',
+    ]);
+    dynaliteFeatures.returnItemOnConditionFailure = true;
+
+    // The completion clears the steps and the binding.
+    const retry = attempt('bound-layout');
+    expect(await store.claim(retry)).toEqual({ state: 'claimed' });
+    await store.complete(retry, completion, undefined);
+    item = await itemOf('dynamo', 'bound-layout');
+    expect(item?.steps).toBeUndefined();
+    expect(item?.bound_until).toBeUndefined();
+  });
+
+  it('frees a key for another request once the steps that bound it expired', async () => {
+    const claim = attempt('bound-expired');
+    await store.claim(claim);
+    expect(await store.saveStep(claim, 'charge', 'ch_1', 0)).toBe(true);
+    await store.release(claim);
+    const other = { ...attempt('bound-expired'), fingerprint: 'other' };
+    expect(await store.claim(other)).toEqual({ state: 'claimed' });
+    expect(await store.readStep(other, 'charge')).toBeUndefined();
+    expect(await store.readStep(claim, 'charge')).toBeUndefined();
+    // Nothing left for the collections of the tests below.
+    await store.complete(other, completion, undefined);
+  });
+
+  it('reads a step saved before steps carried a fingerprint for any request of its key, which it does not bind', async () => {
+    const claim = attempt('legacy-step');
+    await store.claim(claim);
+    // A step as the previous version of the store wrote it.
+    await client.send(
+      new UpdateItemCommand({
+        TableName: tableName,
+        Key: { pk: { S: partitionKey('dynamo', 'legacy-step') } },
+        UpdateExpression: 'SET steps.#step = :step',
+        ExpressionAttributeNames: { '#step': 'charge' },
+        ExpressionAttributeValues: {
+          ':step': {
+            M: { r: { S: '"ch_1"' }, e: { N: String(Date.now() + HOUR_MS) } },
+          },
+        },
+      }),
+    );
+    await store.release(claim);
+    expect((await itemOf('dynamo', 'legacy-step'))?.steps).toBeDefined();
+    const other = { ...attempt('legacy-step'), fingerprint: 'other' };
+    expect(await store.claim(other)).toEqual({ state: 'claimed' });
+    expect(await store.readStep(other, 'charge')).toEqual({ result: 'ch_1' });
   });
 
   it('deletes nothing of a key claimed again between the Scan and the deletion', async () => {

@@ -52,22 +52,78 @@ export function stringOf(
   return value && 'S' in value ? value.S : undefined;
 }
 
+/** A recovery point as stored in an item's `steps` map. */
+export interface StoredStep {
+  /** The result, as JSON (attribute `r`). */
+  readonly result: string;
+  /** When it expires, epoch ms (attribute `e`). */
+  readonly expiresAt: number;
+  /**
+   * Fingerprint of the request that saved it (attribute `f`); undefined for
+   * a step saved by a version of the store before steps carried it.
+   */
+  readonly fingerprint: string | undefined;
+}
+
 /** The recovery points of an item: step name → stored result and expiry. */
-export function stepsOf(
-  item: Item,
-): Map<string, { result: string; expiresAt: number }> {
-  const steps = new Map<string, { result: string; expiresAt: number }>();
+export function stepsOf(item: Item): Map<string, StoredStep> {
+  const steps = new Map<string, StoredStep>();
   const map = item.steps && 'M' in item.steps ? item.steps.M : undefined;
   for (const [name, value] of Object.entries(map ?? {})) {
     const step = 'M' in value ? value.M : undefined;
     const result = stringOf(step?.r);
     const expiresAt = numberOf(step?.e);
     if (result !== undefined && expiresAt !== undefined) {
-      steps.set(name, { result, expiresAt });
+      steps.set(name, { result, expiresAt, fingerprint: stringOf(step?.f) });
     }
   }
   return steps;
 }
+
+/**
+ * Whether a stored step is the request's (fingerprint) and alive at `now`.
+ * A step without a fingerprint was saved by a version of the store before
+ * steps carried one (and keys were bound to them): it stays readable by any
+ * request of its key, as it was then, until it expires or the key completes.
+ */
+export function stepReadable(
+  step: StoredStep,
+  fingerprint: string,
+  now: number,
+): boolean {
+  return (
+    step.expiresAt > now &&
+    (step.fingerprint === undefined || step.fingerprint === fingerprint)
+  );
+}
+
+/**
+ * Whether the key of an item is bound at `now` to a request other than the
+ * one of `fingerprint`: a step of the request that claimed it (the item's
+ * `fingerprint`) committed and has not expired (`bound_until`, the latest
+ * expiry of its steps), whatever became of the claim that saved it
+ * (released, lease run out). Completion clears the binding with the steps.
+ */
+export function boundElsewhere(
+  item: Item,
+  fingerprint: string,
+  now: number,
+): boolean {
+  const boundUntil = numberOf(item.bound_until);
+  return (
+    boundUntil !== undefined &&
+    boundUntil > now &&
+    stringOf(item.fingerprint) !== fingerprint
+  );
+}
+
+/**
+ * The condition of a key not {@link boundElsewhere} to another request than
+ * `:fingerprint`, as a condition expression (`:now` as in
+ * {@link CLAIMABLE_CONDITION}).
+ */
+export const UNBOUND_CONDITION =
+  '(attribute_not_exists(bound_until) OR bound_until <= :now OR fingerprint = :fingerprint)';
 
 /** Whether a record item is in progress (claimed, or released). */
 export const inProgress = (item: Item): boolean =>
@@ -87,11 +143,13 @@ export function claimable(item: Item, now: number): boolean {
 
 /**
  * Whether the collector may delete a record item at `now`: a finished record
- * past its time to live, or a claim past both its lease and its time to live.
+ * past its time to live, or a claim past both its lease and its time to live
+ * and bound to its request no more (see {@link boundElsewhere}).
  */
 export function collectable(item: Item, now: number): boolean {
   const expiresAt = numberOf(item.expires_at) ?? 0;
-  return expiresAt < now && claimable(item, now);
+  const boundUntil = numberOf(item.bound_until) ?? 0;
+  return expiresAt < now && boundUntil <= now && claimable(item, now);
 }
 
 /** The condition of {@link claimable}, as a condition expression. */

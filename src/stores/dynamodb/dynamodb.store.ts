@@ -8,6 +8,7 @@ import type {
   IdempotencyStore,
   Lease,
   Renewal,
+  StepLease,
 } from '../../protocol/idempotency-store.interface.js';
 import {
   DEFAULT_DYNAMODB_TABLE_NAME,
@@ -23,6 +24,8 @@ import {
 import {
   CLAIMABLE_CONDITION,
   DYNAMODB_ITEM_LIMIT_BYTES,
+  UNBOUND_CONDITION,
+  boundElsewhere,
   claimable,
   collectable,
   inProgress,
@@ -32,6 +35,7 @@ import {
   partitionKey,
   recordOf,
   sizeOf,
+  stepReadable,
   stepsOf,
   str,
   stringOf,
@@ -62,6 +66,12 @@ const IN_PROGRESS = str('in_progress');
  * item: a claim (with `ReturnValuesOnConditionCheckFailure` so that a refused
  * claim reads the record that holds the key in the same round trip), a
  * renewal, a step, and a completion that clears the steps in the same write.
+ * A step binds the key to the request that saved it (the item's
+ * `fingerprint`) until it expires (`bound_until`, written by the step's
+ * write) or the key completes: the claim's condition refuses another
+ * request's claim of a bound key, released or past its lease, in the same
+ * one request, and a step is read back only by its own request (each step
+ * carries its fingerprint).
  * Expiry is decided from the item's own timestamps (ms), with the
  * application's clock (keep the instances' clocks in sync: a skew lengthens
  * or shortens leases by as much): DynamoDB's TTL (attribute `ttl`, epoch
@@ -133,9 +143,11 @@ export class DynamoDbIdempotencyStore implements IdempotencyStore {
 
   /**
    * One conditional UpdateItem: claims a free key, a finished record past its
-   * expiry, or a claim past its lease (keeping its steps); otherwise the
-   * refusal returns the item that holds the key. A duplicate that waits marks
-   * the claim `waiting` with a second, conditional write.
+   * expiry, or a claim past its lease (keeping its steps), unless a live step
+   * binds the key to another request; otherwise the refusal returns the item
+   * that holds the key (in progress, with the fingerprint of the request it
+   * is bound to). A duplicate that waits marks the claim `waiting` with a
+   * second, conditional write.
    */
   async claim(request: ClaimRequest): Promise<ClaimOutcome> {
     const sdk = await loadDynamoDbSdk();
@@ -154,7 +166,7 @@ export class DynamoDbIdempotencyStore implements IdempotencyStore {
               ' expires_at = :expires, waiting = :false,' +
               ' steps = if_not_exists(steps, :noSteps)' +
               ' REMOVE response_status, response_headers, response_body, #ttl',
-            ConditionExpression: CLAIMABLE_CONDITION,
+            ConditionExpression: `${CLAIMABLE_CONDITION} AND ${UNBOUND_CONDITION}`,
             ExpressionAttributeNames: {
               ...NAMES,
               '#scope': 'scope',
@@ -199,8 +211,11 @@ export class DynamoDbIdempotencyStore implements IdempotencyStore {
         // The owner token is one attempt's, never shared.
         return { state: 'claimed' };
       }
+      const later = Date.now();
       if (
-        (!existing || claimable(existing, Date.now())) &&
+        (!existing ||
+          (claimable(existing, later) &&
+            !boundElsewhere(existing, request.fingerprint, later))) &&
         attempt < CLAIM_ATTEMPTS
       ) {
         // Released or expired between the two requests: claim again.
@@ -284,7 +299,8 @@ export class DynamoDbIdempotencyStore implements IdempotencyStore {
   }
 
   /**
-   * Writes the response, clears the steps and sets the TTL attribute in one
+   * Writes the response, clears the steps (and with them the key's binding
+   * to its request) and sets the TTL attribute in one
    * conditional UpdateItem fenced by the owner, right after the handler (no
    * transaction to join). A response too large for the item is recorded as
    * not replayable.
@@ -333,7 +349,7 @@ export class DynamoDbIdempotencyStore implements IdempotencyStore {
               ? ' response_headers = :headers, response_body = :body,'
               : '') +
             ' expires_at = :expires, #ttl = :ttl' +
-            ' REMOVE lease_expires_at, steps, waiting',
+            ' REMOVE lease_expires_at, steps, waiting, bound_until',
           ConditionExpression: OWNED,
           ExpressionAttributeNames: { ...NAMES, '#ttl': 'ttl' },
           ExpressionAttributeValues: values,
@@ -352,8 +368,10 @@ export class DynamoDbIdempotencyStore implements IdempotencyStore {
   }
 
   /**
-   * Deletes the claim's item when it has no steps; otherwise keeps them for
-   * the next attempt, with no owner and its lease run out (a second write).
+   * Deletes the claim's item when it has no steps; otherwise keeps it for the
+   * next attempt (a second write), in progress with no owner and its lease
+   * run out: its steps, its fingerprint and its binding stay, so that only
+   * the same request claims it again while a step lives.
    */
   async release(lease: Lease): Promise<FencedWrite> {
     const sdk = await loadDynamoDbSdk();
@@ -361,9 +379,7 @@ export class DynamoDbIdempotencyStore implements IdempotencyStore {
       ':owner': str(lease.owner),
       ':inProgress': IN_PROGRESS,
     };
-    // Without steps, the item goes; with steps, it stays for the next
-    // attempt, with no owner and its lease run out.
-    const deleted = await this.fenced(
+    const deleted = await this.conditional(
       new sdk.DeleteItemCommand({
         TableName: this.options.tableName,
         Key: this.keyOf(lease),
@@ -371,11 +387,13 @@ export class DynamoDbIdempotencyStore implements IdempotencyStore {
         ExpressionAttributeNames: NAMES,
         ExpressionAttributeValues: { ...values, ':zero': num(0) },
         ReturnValues: 'ALL_OLD',
+        ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
       }),
     );
-    const old =
-      deleted ??
-      (await this.fenced(
+    let old = deleted.written;
+    if (!old && (!deleted.current || ownedBy(deleted.current, lease.owner))) {
+      // Refused for its steps (or the server did not say why): keep it.
+      old = await this.fenced(
         new sdk.UpdateItemCommand({
           TableName: this.options.tableName,
           Key: this.keyOf(lease),
@@ -386,15 +404,19 @@ export class DynamoDbIdempotencyStore implements IdempotencyStore {
           ExpressionAttributeValues: { ...values, ':zero': num(0) },
           ReturnValues: 'ALL_OLD',
         }),
-      ));
+      );
+    }
     return old
       ? { fenced: true, waiting: isWaiting(old) }
       : { fenced: false, waiting: false };
   }
 
-  /** A step's result, read strongly consistent; none past its expiry. */
+  /**
+   * A step's result of the lease's request, read strongly consistent; none
+   * past its expiry, and never another request's (fingerprint).
+   */
   async readStep(
-    lease: Lease,
+    lease: StepLease,
     step: string,
   ): Promise<{ result: unknown } | undefined> {
     const sdk = await loadDynamoDbSdk();
@@ -408,17 +430,22 @@ export class DynamoDbIdempotencyStore implements IdempotencyStore {
       }),
     );
     const saved = item ? stepsOf(item).get(step) : undefined;
-    return saved && saved.expiresAt > Date.now()
+    return saved && stepReadable(saved, lease.fingerprint, Date.now())
       ? { result: JSON.parse(saved.result) as unknown }
       : undefined;
   }
 
   /**
-   * Writes the result into the claim's item (`steps`), fenced by the owner.
+   * Writes the result, with the lease's fingerprint, into the claim's item
+   * (`steps`), fenced by the owner (and by the claim's fingerprint), and
+   * binds the key to the request until the step expires: `bound_until` is
+   * raised to the step's expiry in the same write, never lowered (a step
+   * saved with a shorter time to live than an earlier one is written by a
+   * second write that leaves it).
    * @throws RangeError when the item would exceed DynamoDB's 400 KB.
    */
   async saveStep(
-    lease: Lease,
+    lease: StepLease,
     step: string,
     result: unknown,
     ttlMs: number,
@@ -431,32 +458,53 @@ export class DynamoDbIdempotencyStore implements IdempotencyStore {
     if (
       Buffer.byteLength(json) +
         Buffer.byteLength(step) +
+        Buffer.byteLength(lease.fingerprint) +
         RECORD_OVERHEAD_BYTES >
       DYNAMODB_ITEM_LIMIT_BYTES
     ) {
       throw tooLarge();
     }
     const sdk = await loadDynamoDbSdk();
+    const expiresAt = num(Date.now() + ttlMs);
+    const write = (raise: boolean) =>
+      new sdk.UpdateItemCommand({
+        TableName: this.options.tableName,
+        Key: this.keyOf(lease),
+        UpdateExpression: raise
+          ? 'SET steps.#step = :step, bound_until = :expires'
+          : 'SET steps.#step = :step',
+        ConditionExpression:
+          `${OWNED} AND fingerprint = :fingerprint AND ` +
+          (raise
+            ? '(attribute_not_exists(bound_until) OR bound_until <= :expires)'
+            : 'bound_until > :expires'),
+        ExpressionAttributeNames: { ...NAMES, '#step': step },
+        ExpressionAttributeValues: {
+          ':step': {
+            M: { r: str(json), e: expiresAt, f: str(lease.fingerprint) },
+          },
+          ':expires': expiresAt,
+          ':fingerprint': str(lease.fingerprint),
+          ':owner': str(lease.owner),
+          ':inProgress': IN_PROGRESS,
+        },
+        ReturnValues: 'NONE',
+        ReturnValuesOnConditionCheckFailure: raise ? 'ALL_OLD' : 'NONE',
+      });
     try {
-      return (
-        (await this.fenced(
-          new sdk.UpdateItemCommand({
-            TableName: this.options.tableName,
-            Key: this.keyOf(lease),
-            UpdateExpression: 'SET steps.#step = :step',
-            ConditionExpression: OWNED,
-            ExpressionAttributeNames: { ...NAMES, '#step': step },
-            ExpressionAttributeValues: {
-              ':step': {
-                M: { r: str(json), e: num(Date.now() + ttlMs) },
-              },
-              ':owner': str(lease.owner),
-              ':inProgress': IN_PROGRESS,
-            },
-            ReturnValues: 'NONE',
-          }),
-        )) !== undefined
-      );
+      const raised = await this.conditional(write(true));
+      if (raised.written) {
+        return true;
+      }
+      if (
+        raised.current &&
+        !ownedBy(raised.current, lease.owner, lease.fingerprint)
+      ) {
+        return false;
+      }
+      // Bound longer already by an earlier step (or the server did not say
+      // why): the step alone, still fenced.
+      return (await this.fenced(write(false))) !== undefined;
     } catch (error) {
       throw isItemTooLarge(error) ? tooLarge() : error;
     }
@@ -545,6 +593,7 @@ export class DynamoDbIdempotencyStore implements IdempotencyStore {
           ConditionExpression: [
             'attribute_exists(pk)',
             CLAIMABLE_CONDITION,
+            '(attribute_not_exists(bound_until) OR bound_until <= :now)',
             'expires_at = :expires',
             ...unchanged,
           ].join(' AND '),
@@ -587,14 +636,26 @@ export class DynamoDbIdempotencyStore implements IdempotencyStore {
    * returns none), or undefined when its condition failed.
    */
   private async fenced(command: { input: object }): Promise<Item | undefined> {
+    return (await this.conditional(command)).written;
+  }
+
+  /**
+   * Sends a conditional write: `written`, its returned attributes (an empty
+   * item when it returns none); or, when its condition failed, no `written`
+   * and the `current` item when the server returned it with the refusal
+   * (`ReturnValuesOnConditionCheckFailure`). Any other error is thrown.
+   */
+  private async conditional(command: {
+    input: object;
+  }): Promise<{ written?: Item; current?: Item }> {
     try {
       const output = (await this.client.send(
         command as Parameters<DynamoDBClient['send']>[0],
       )) as { Attributes?: Item };
-      return output.Attributes ?? {};
+      return { written: output.Attributes ?? {} };
     } catch (error) {
       if (isConditionFailure(error)) {
-        return undefined;
+        return { current: error.Item as Item | undefined };
       }
       throw error;
     }
@@ -606,6 +667,18 @@ export class DynamoDbIdempotencyStore implements IdempotencyStore {
   }): Record<string, AttributeValue> {
     return { pk: str(partitionKey(lease.scope, lease.key)) };
   }
+}
+
+/**
+ * Whether an item is a claim in progress of `owner` (and of the request of
+ * `fingerprint`, when given).
+ */
+function ownedBy(item: Item, owner: string, fingerprint?: string): boolean {
+  return (
+    inProgress(item) &&
+    stringOf(item.owner) === owner &&
+    (fingerprint === undefined || stringOf(item.fingerprint) === fingerprint)
+  );
 }
 
 /** Whether a duplicate waits for the claim of an item. */
