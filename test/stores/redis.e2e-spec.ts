@@ -359,7 +359,9 @@ function storeTests(server: () => Address): void {
         fenced: true,
         waiting: true,
       });
-      // Steps of an attempt whose lease ended: the script clears them.
+      // Steps of an attempt whose lease ended: the key stays bound to its
+      // request (its record holds it), so the claim of the same request is
+      // the script's, and so is its completion, which clears them.
       const earlier = attempt('if-eq-steps');
       await fresh.claim(earlier);
       expect(await fresh.saveStep(earlier, 'charge', 'ch_1', 3_600_000)).toBe(
@@ -397,9 +399,9 @@ function storeTests(server: () => Address): void {
         ifEq ? 6 + 2 : 6,
       );
       // The completions of the waited claim, of the one after steps and of
-      // the stale owner; the claim of the waiting duplicate, the step, the
-      // two renewals.
-      expect(names.filter((name) => name === 'evalsha')).toHaveLength(7);
+      // the stale owner; the claims of the waiting duplicate and of the one
+      // after steps (its key bound), the step, the two renewals.
+      expect(names.filter((name) => name === 'evalsha')).toHaveLength(8);
     } finally {
       monitor.close();
       await quit(reader);
@@ -613,6 +615,117 @@ function storeTests(server: () => Address): void {
     } finally {
       monitor.close();
     }
+  });
+
+  it("binds a key by its record: a step moves the claim's lease into its value, and the record outlives it, released or not renewed, until the step expires; then any request claims it by the plain SET NX", async () => {
+    const first = attempt('bound-record', { fingerprint: 'fp-1' });
+    expect(await store.claim(first)).toEqual({ state: 'claimed' });
+    const unbound = (await client.get(recordOf('bound-record')))!;
+    expect(unbound).toMatch(new RegExp(`^i- ${first.owner}\n"fp-1"\n`));
+    // A step of 400 ms: the binding ends long before the lease (60 s).
+    expect(await store.saveStep(first, 'charge', 'ch_1', 400)).toBe(true);
+    const bound = (await client.get(recordOf('bound-record')))!;
+    const [, lease, binding] = /^b- (\d+) (\d+) /.exec(bound)!;
+    expect(bound).toBe(`b- ${lease} ${binding} ${unbound.slice('i- '.length)}`);
+    expect(Number(lease) - Number(binding)).toBeGreaterThan(50_000);
+    // The key expires with the later of the two: the lease.
+    expect(await client.pttl(recordOf('bound-record'))).toBeGreaterThan(50_000);
+
+    // Released: the record stays, ownerless, for the binding only.
+    expect(await store.release(first)).toEqual({
+      fenced: true,
+      waiting: false,
+    });
+    expect(await client.get(recordOf('bound-record'))).toBe(
+      `b- 0 ${binding} \n"fp-1"\n["POST","/redis"]`,
+    );
+    expect(await client.pttl(recordOf('bound-record'))).toBeLessThanOrEqual(
+      400,
+    );
+    const other = attempt('bound-record', { fingerprint: 'fp-2' });
+    expect(await store.claim(other)).toEqual({
+      state: 'in_progress',
+      fingerprint: 'fp-1',
+      leaseMs: 0,
+    });
+    expect(await store.readStep(other, 'charge')).toBeUndefined();
+
+    // Once the step expired, Redis has deleted the record: another request
+    // claims the key by the plain SET NX, unbound, and never reads the
+    // step, which stays for the collector.
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    expect(await client.exists(recordOf('bound-record'))).toBe(0);
+    expect(await store.claim(other)).toEqual({ state: 'claimed' });
+    expect(await client.get(recordOf('bound-record'))).toMatch(
+      new RegExp(`^i- ${other.owner}\n"fp-2"\n`),
+    );
+    expect(await client.hexists(stepsOf('bound-record'), 's:charge')).toBe(1);
+    expect(await store.readStep(other, 'charge')).toBeUndefined();
+    // Its claim found steps (the EXISTS in the SET NX's write, where the
+    // server has SET IFEQ): it completes by the script, which clears them,
+    // not by SET IFEQ, which would leave them.
+    expect(await store.complete(other, completion, undefined)).toEqual({
+      fenced: true,
+      waiting: false,
+    });
+    expect(await client.exists(stepsOf('bound-record'))).toBe(0);
+  });
+
+  it('grants a bound claim sent again by its owner through the script, which renews a lease that ended: never by the SET NX that found its value', async () => {
+    const claim = attempt('bound-resent');
+    await store.claim(claim);
+    expect(await store.saveStep(claim, 'charge', 'ch_1', 3_600_000)).toBe(true);
+    // Held: granted again, the lease left as it was.
+    expect(await store.claim(claim)).toEqual({ state: 'claimed' });
+    const duplicate = await store.claim(attempt('bound-resent'));
+    expect(duplicate).toMatchObject({
+      state: 'in_progress',
+      fingerprint: 'fp',
+    });
+    expect((duplicate as { leaseMs: number }).leaseMs).toBeGreaterThan(50_000);
+    // Its lease ended (not renewed in time): the claim sent again takes it
+    // a fresh lease, so that a duplicate of the same request is refused.
+    await store.renew([{ ...claim, durationMs: 0 }]);
+    expect(await store.claim(claim)).toEqual({ state: 'claimed' });
+    const refused = await store.claim(attempt('bound-resent'));
+    expect(refused).toMatchObject({ state: 'in_progress', fingerprint: 'fp' });
+    expect((refused as { leaseMs: number }).leaseMs).toBeGreaterThan(50_000);
+    expect(await store.readStep(claim, 'charge')).toEqual({ result: 'ch_1' });
+  });
+
+  it("reads a step saved by the previous version (no fingerprint) for any request of its key, never one of another request's fingerprint, and saves none for a lease whose fingerprint is not its claim's", async () => {
+    const claim = attempt('legacy-steps', { fingerprint: 'fp-new' });
+    await store.claim(claim);
+    const expiresAt = Date.now() + 3_600_000;
+    await client.hset(
+      stepsOf('legacy-steps'),
+      's:legacy',
+      `${expiresAt} {"id":"ch_old"}`,
+      's:foreign',
+      `${expiresAt} "fp-other"\n{"id":"ch_other"}`,
+      'id',
+      RedisKeys.identity(scope, 'legacy-steps'),
+    );
+    expect(await store.readStep(claim, 'legacy')).toEqual({
+      result: { id: 'ch_old' },
+    });
+    expect(await store.readStep(claim, 'foreign')).toBeUndefined();
+
+    expect(
+      await store.saveStep(
+        { ...claim, fingerprint: 'fp-other' },
+        'charge',
+        1,
+        3_600_000,
+      ),
+    ).toBe(false);
+    expect(await client.hexists(stepsOf('legacy-steps'), 's:charge')).toBe(0);
+    // The claim stays unbound: released, any request claims the key.
+    expect(await client.get(recordOf('legacy-steps'))).toMatch(/^i- /);
+    await store.release(claim);
+    expect(
+      await store.claim(attempt('legacy-steps', { fingerprint: 'fp-2' })),
+    ).toEqual({ state: 'claimed' });
   });
 
   it('takes over a finished record past its own expiry while Redis still holds it (the expiry it carries decides)', async () => {

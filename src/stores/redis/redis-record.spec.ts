@@ -34,9 +34,36 @@ describe('the Redis record value', () => {
       owner: 'owner-1',
       waiting: false,
       fingerprint,
+      bound: false,
     });
     value[1] = 'w'.charCodeAt(0);
     expect(decodeRecord(value)).toMatchObject({ waiting: true });
+  });
+
+  it('reads a claim bound by a step back (lease and binding ends in it), held or released', () => {
+    const fingerprint = 'fp "\n\u0000λ💳';
+    const lines = `\n${fingerprintLine(fingerprint)}\n["POST","/p"]`;
+    expect(
+      decodeRecord(
+        Buffer.from(`bw 1795491712344 1795491799999 owner 1${lines}`),
+      ),
+    ).toEqual({
+      state: 'in_progress',
+      owner: 'owner 1',
+      waiting: true,
+      fingerprint,
+      bound: true,
+    });
+    expect(decodeRecord(Buffer.from(`b- 0 1795491799999 ${lines}`))).toEqual({
+      state: 'in_progress',
+      owner: '',
+      waiting: false,
+      fingerprint,
+      bound: true,
+    });
+    expect(() => decodeRecord(Buffer.from(`b- 0${lines}`))).toThrow(
+      'Unreadable idempotency record in Redis',
+    );
   });
 
   it('reads a finished record back, its body byte for byte whatever bytes it holds (newlines included)', () => {

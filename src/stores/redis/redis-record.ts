@@ -13,8 +13,25 @@ import type {
  *
  *     i<w> <owner>\n<fingerprint JSON>\n<[method, path] JSON>
  *
- * where `<w>` is `w` once a duplicate waits for it, else `-`. Finished
- * (its key expires with its time to live):
+ * where `<w>` is `w` once a duplicate waits for it, else `-`. Once the
+ * claim saved a step (a recovery point), its key is bound to its request
+ * (see `StepLease`), and the value becomes
+ *
+ *     b<w> <lease end> <binding end> <owner>\n<fingerprint JSON>\n<[method, path] JSON>
+ *
+ * (ms since the epoch, both by the clock of Redis, `TIME` in the scripts):
+ * the lease is in the value, and its key expires at the later of the two,
+ * so that it outlives its lease while the binding lasts. Released (or past
+ * its lease), it stays, ownerless (`<lease end>` 0 and no owner once
+ * released), and only a claim of the same fingerprint takes it over (and
+ * resumes after its steps) until the binding ends; a claim of another one
+ * is refused with its fingerprint. A bound claim never goes through the
+ * plain `SET NX` (its key exists): it is the claim script's. A store of the
+ * previous version reads a bound value as an unreadable record (it has not
+ * four newlines): it answers 503 for the key, and its scripts are fenced
+ * out (the value does not begin with `i`), rather than taking it over.
+ *
+ * Finished (its key expires with its time to live):
  *
  *     <s> <expiry> <status>\n<fingerprint JSON>\n<[method, path] JSON>\n<headers JSON>\n<body>
  *
@@ -26,10 +43,16 @@ import type {
 export type RedisRecord =
   | {
       readonly state: 'in_progress';
+      /** Its owner; empty for a bound claim that was released. */
       readonly owner: string;
       /** Whether a duplicate waits for it. */
       readonly waiting: boolean;
       readonly fingerprint: string;
+      /**
+       * Whether it is bound to its request by a step (its lease is in its
+       * value: only the claim script tells whether it still holds).
+       */
+      readonly bound: boolean;
     }
   | {
       readonly state: 'finished';
@@ -40,6 +63,7 @@ export type RedisRecord =
 
 const NEWLINE = 0x0a;
 const IN_PROGRESS = 0x69; // 'i'
+const BOUND = 0x62; // 'b'
 const WAITING = 0x77; // 'w'
 
 const STATUS_CODES: Readonly<Record<RecordStatus, string>> = {
@@ -132,6 +156,22 @@ export function decodeRecord(value: Buffer): RedisRecord {
       owner: value.toString('utf8', 3, first),
       waiting: value[1] === WAITING,
       fingerprint,
+      bound: false,
+    };
+  }
+  if (value[0] === BOUND) {
+    // b<w> <lease end> <binding end> <owner>
+    const lease = value.indexOf(0x20, 3);
+    const owner = lease < 0 ? -1 : value.indexOf(0x20, lease + 1);
+    if (owner < 0 || owner > first) {
+      throw new Error('Unreadable idempotency record in Redis');
+    }
+    return {
+      state: 'in_progress',
+      owner: value.toString('utf8', owner + 1, first),
+      waiting: value[1] === WAITING,
+      fingerprint,
+      bound: true,
     };
   }
   const [status, expiresAt, code] = value

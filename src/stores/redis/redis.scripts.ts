@@ -16,10 +16,25 @@ function script(name: string, lua: string): RedisScript {
 }
 
 // The claim's owner (ARGV[1]) holds the record (see redis-record.ts): every
-// write of a claim is fenced by it. 105 is 'i' (in progress), 119 'w' (a
-// duplicate waits).
+// write of a claim is fenced by it. 105 is 'i' (in progress), 98 'b' (in
+// progress or released, bound to its request by a step), 119 'w' (a
+// duplicate waits). A claim without steps is checked as before, with no
+// more work; a bound one holds while its lease, in its value, has not
+// ended by Redis's clock (TIME: Redis 7 and Valkey replicate a script by
+// its effects). For a bound value, sets `now`, `lease` and `bind` (lease
+// and binding ends, ms) and `at` (where its owner begins); `now` stays nil
+// for any other.
 const OWNED = `local v = redis.call('GET', KEYS[1])
 local owned = v and string.byte(v, 1) == 105 and string.sub(v, 4, 4 + #ARGV[1]) == ARGV[1] .. '\\n'
+local now, lease, bind, at
+if v and not owned and string.byte(v, 1) == 98 then
+  local t = redis.call('TIME')
+  now = t[1] * 1000 + math.floor(t[2] / 1000)
+  local l, b
+  l, b, at = string.match(v, '^b. (%d+) (%d+) ()')
+  lease, bind = tonumber(l), tonumber(b)
+  owned = lease > now and string.sub(v, at, at + #ARGV[1]) == ARGV[1] .. '\\n'
+end
 `;
 const WAITING = `(string.byte(v, 2) == 119 and 1 or 0)`;
 
@@ -34,6 +49,12 @@ const WAITING = `(string.byte(v, 2) == 119 and 1 or 0)`;
  * again after a reconnection when its reply was lost, and the first one
  * may have run. A lease of 0 ms is over at once: the claim is granted, and
  * nothing holds the key.
+ * A key bound to its request by a step (a `b` value) whose lease ended
+ * (released, or not renewed) is taken over by a claim of the same
+ * fingerprint only, bound still (its lease in its value, its key kept
+ * until the later of lease and binding ends); a claim of another one gets
+ * the value, with no lease left, until the binding ends; then the key is
+ * free for any request.
  * Returns {1}, {0, record, lease ms left} (in progress) or {0, record}.
  */
 export const CLAIM = script(
@@ -42,17 +63,29 @@ export const CLAIM = script(
   return {1}
 end
 if v then
-  if string.byte(v, 1) == 105 then
+  local first = string.byte(v, 1)
+  if first == 105 or (now and lease > now) then
     if ARGV[4] == '1' and string.byte(v, 2) ~= 119 then
       local a = string.find(v, '\\n', 1, true)
       local b = string.find(v, '\\n', a + 1, true)
       if string.sub(v, a + 1, b - 1) == ARGV[5] then
-        redis.call('SET', KEYS[1], 'iw' .. string.sub(v, 3), 'KEEPTTL')
+        redis.call('SET', KEYS[1], string.char(first) .. 'w' .. string.sub(v, 3), 'KEEPTTL')
       end
     end
-    return {0, v, redis.call('PTTL', KEYS[1])}
+    return {0, v, now and lease - now or redis.call('PTTL', KEYS[1])}
   end
-  if (tonumber(string.match(v, '^%a (%d+)')) or 0) > tonumber(ARGV[6]) then
+  if now then
+    if bind > now then
+      local a = string.find(v, '\\n', at, true)
+      local b = string.find(v, '\\n', a + 1, true)
+      if string.sub(v, a + 1, b - 1) ~= ARGV[5] then
+        return {0, v, 0}
+      end
+      local ends = now + tonumber(ARGV[3])
+      redis.call('SET', KEYS[1], 'b- ' .. ends .. ' ' .. bind .. ' ' .. string.sub(ARGV[2], 4), 'PX', math.max(ends, bind) - now)
+      return {1}
+    end
+  elseif (tonumber(string.match(v, '^%a (%d+)')) or 0) > tonumber(ARGV[6]) then
     return {0, v}
   end
 end
@@ -94,25 +127,41 @@ return {1, ${WAITING}}`,
 
 /**
  * @internal Gives a claim up, fenced by its owner (KEYS[1]: the record).
- * ARGV: owner. The key's steps stay for the next attempt.
+ * ARGV: owner. The key's steps stay for the next attempt. A key bound to
+ * its request by a step stays so, ownerless, until its binding ends: only
+ * the same request claims it again.
  * Returns {released, waiting}.
  */
 export const RELEASE = script(
   'release',
   `${OWNED}if not owned then return {0, 0} end
-redis.call('DEL', KEYS[1])
+if now and bind > now then
+  redis.call('SET', KEYS[1], 'b- 0 ' .. bind .. ' ' .. string.sub(v, (string.find(v, '\\n', at, true))), 'PX', bind - now)
+else
+  redis.call('DEL', KEYS[1])
+end
 return {1, ${WAITING}}`,
 );
 
 /**
  * @internal Renews a lease, fenced by its owner (KEYS[1]: the record).
  * ARGV: owner, duration ms: the key's `PX`, which the lease is (0: the lease
- * ends now). Returns 1 when renewed.
+ * ends now), or, for a claim bound by a step, the lease's end in its value
+ * (its key kept until the later of lease and binding ends).
+ * Returns 1 when renewed.
  */
 export const RENEW = script(
   'renew',
   `${OWNED}if not owned then return 0 end
-if tonumber(ARGV[2]) > 0 then
+if now then
+  local ends = now + tonumber(ARGV[2])
+  local last = math.max(ends, bind)
+  if last > now then
+    redis.call('SET', KEYS[1], string.sub(v, 1, 3) .. ends .. ' ' .. bind .. ' ' .. string.sub(v, at), 'PX', last - now)
+  else
+    redis.call('DEL', KEYS[1])
+  end
+elseif tonumber(ARGV[2]) > 0 then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
 else
   redis.call('DEL', KEYS[1])
@@ -122,24 +171,41 @@ return 1`,
 
 /**
  * @internal Saves a step's result, fenced by the claim's owner (KEYS[1]:
- * the record, KEYS[2]: its steps). ARGV: owner, field, value, identity
- * (JSON of scope and key), ms Redis keeps the steps at least.
+ * the record, KEYS[2]: its steps), and binds the key to the claim's
+ * request until the step expires (by Redis's clock): the record becomes
+ * (or stays) a `b` value, its lease moved from its key's `PX` into it.
+ * ARGV: owner, field, value, identity (JSON of scope and key), ms Redis
+ * keeps the steps at least, the step's ttl ms, the fingerprint's line of
+ * the lease, which must be the claim's (else nothing is saved).
  * Returns 1 when saved.
  */
 export const SAVE_STEP = script(
   'saveStep',
   `${OWNED}if not owned then return 0 end
+local a = string.find(v, '\\n', at or 1, true)
+local b = string.find(v, '\\n', a + 1, true)
+if string.sub(v, a + 1, b - 1) ~= ARGV[7] then return 0 end
 redis.call('HSET', KEYS[2], ARGV[2], ARGV[3], 'id', ARGV[4])
 local keep = tonumber(ARGV[5])
 if redis.call('PTTL', KEYS[2]) < keep then
   redis.call('PEXPIRE', KEYS[2], keep)
+end
+if not now then
+  local t = redis.call('TIME')
+  now = t[1] * 1000 + math.floor(t[2] / 1000)
+  lease, bind, at = now + math.max(redis.call('PTTL', KEYS[1]), 0), now, 4
+end
+local ends = now + tonumber(ARGV[6])
+if ends > bind then
+  redis.call('SET', KEYS[1], 'b' .. string.sub(v, 2, 2) .. ' ' .. lease .. ' ' .. ends .. ' ' .. string.sub(v, at), 'PX', math.max(lease, ends) - now)
 end
 return 1`,
 );
 
 /**
  * @internal Reads a step's stored value, fenced by the claim's owner
- * (KEYS[1]: the record, KEYS[2]: its steps). ARGV: owner, field.
+ * (KEYS[1]: the record, KEYS[2]: its steps). ARGV: owner, field. The
+ * caller checks the step's fingerprint and expiry.
  */
 export const READ_STEP = script(
   'readStep',

@@ -10,6 +10,7 @@ import type {
   IdempotencyStore,
   Lease,
   Renewal,
+  StepLease,
 } from '../../protocol/idempotency-store.interface.js';
 import { notReplayable } from '../not-replayable.js';
 import { RECORD_ID_LENGTH, RedisKeys } from './redis-keys.js';
@@ -55,19 +56,36 @@ function refusesIfEq(error: unknown): boolean {
 
 const CLAIMED: ClaimOutcome = { state: 'claimed' };
 
-/** A step's stored value: its expiry (ms since the epoch), a space, its JSON. */
-function stepValue(expiresAt: number, result: unknown): string {
-  return `${expiresAt} ${JSON.stringify(result ?? null)}`;
+/**
+ * A step's stored value: its expiry (ms since the epoch), a space, the
+ * fingerprint of the request that saved it (JSON), a newline, its JSON.
+ */
+function stepValue(
+  expiresAt: number,
+  fingerprint: string,
+  result: unknown,
+): string {
+  return `${expiresAt} ${fingerprintLine(fingerprint)}\n${JSON.stringify(result ?? null)}`;
 }
 
+/**
+ * Reads a step's stored value. One saved by the previous version of the
+ * store is its expiry, a space and its JSON, without a fingerprint (JSON
+ * never holds a raw newline): its `fingerprint` is undefined, and any
+ * request of its key reads it, as it did then (backward compatible).
+ */
 function parseStep(value: string): {
   readonly expiresAt: number;
+  readonly fingerprint: string | undefined;
   readonly result: unknown;
 } {
   const at = value.indexOf(' ');
+  const line = value.indexOf('\n', at + 1);
   return {
     expiresAt: Number(value.slice(0, at)),
-    result: JSON.parse(value.slice(at + 1)) as unknown,
+    fingerprint:
+      line < 0 ? undefined : (JSON.parse(value.slice(at + 1, line)) as string),
+    result: JSON.parse(value.slice(line < 0 ? at + 1 : line + 1)) as unknown,
   };
 }
 
@@ -89,7 +107,13 @@ const ms = (value: number): number => Math.max(0, Math.ceil(value));
  * claim's lease is its key's `PX`, renewed while the handler runs; a
  * finished record expires by `PX`, and by the expiry it carries (stamped
  * by the clock of the instance that completed it) as well: past it, it is
- * taken over even while Redis still holds it. Every key of a (scope, key)
+ * taken over even while Redis still holds it. A claim that saved a step
+ * binds its key to its request (I6): its record then carries its lease
+ * (by Redis's clock) and outlives it, released or not renewed, until the
+ * step expires or the key completes, so that the plain `SET NX` of another
+ * request finds it and the claim script refuses it, while one of the same
+ * request takes it over and resumes (see redis-record.ts); a key without
+ * steps is claimed, renewed and released as before. Every key of a (scope, key)
  * shares one hash slot (its hash tag is a digest of scope and key), so the
  * store runs on a Redis Cluster. The commands of the requests in flight
  * leave in one socket write (see `batchWrites`).
@@ -233,7 +257,13 @@ export class RedisIdempotencyStore
         return CLAIMED;
       }
       const found = decodeRecord(held);
-      if (found.state === 'in_progress' && found.owner === request.owner) {
+      // Its claim sent again (see CLAIM). A claim bound by a step holds
+      // its lease in its value: the script tells whether it still holds.
+      if (
+        found.state === 'in_progress' &&
+        !found.bound &&
+        found.owner === request.owner
+      ) {
         return CLAIMED;
       }
       if (found.state === 'finished' && found.expiresAt > Date.now()) {
@@ -476,8 +506,13 @@ export class RedisIdempotencyStore
     }
   }
 
+  /**
+   * The step's result, for the claim's owner, if it has not expired and was
+   * saved by the same request (fingerprint), or by the previous version of
+   * the store (no fingerprint, see `parseStep`).
+   */
   async readStep(
-    lease: Lease,
+    lease: StepLease,
     step: string,
   ): Promise<{ readonly result: unknown } | undefined> {
     const id = RedisKeys.id(lease.scope, lease.key);
@@ -490,17 +525,24 @@ export class RedisIdempotencyStore
     if (value === null) {
       return undefined;
     }
-    const { expiresAt, result } = parseStep(value);
-    return expiresAt > Date.now() ? { result } : undefined;
+    const { expiresAt, fingerprint, result } = parseStep(value);
+    return expiresAt > Date.now() &&
+      (fingerprint === undefined || fingerprint === lease.fingerprint)
+      ? { result }
+      : undefined;
   }
 
   /**
-   * Saves a step's result, fenced by the owner. Its expiry is the saving
-   * instance's clock; the step is indexed by it (in the same round trip) for
-   * {@link collect}.
+   * Saves a step's result with its request's fingerprint, fenced by the
+   * owner, and binds the key to that request until the step expires or the
+   * key completes (see `SAVE_STEP`, `CLAIM`): released or past its lease,
+   * the key is claimed again by the same request only. Nothing is saved
+   * for a lease whose fingerprint is not its claim's. Its expiry is the
+   * saving instance's clock; the step is indexed by it (in the same round
+   * trip) for {@link collect}.
    */
   async saveStep(
-    lease: Lease,
+    lease: StepLease,
     step: string,
     result: unknown,
     ttlMs: number,
@@ -511,9 +553,13 @@ export class RedisIdempotencyStore
     const expiresAt = Date.now() + ms(ttlMs);
     const field = `s:${step}`;
     // Indexed first: an entry without its step is dropped by the collector,
-    // a step without its entry would never be reported.
+    // a step without its entry would never be reported. The index is not
+    // fenced (a Cluster keeps it on another node than the step): GT, so
+    // that an owner fenced out never moves an entry before the expiry of
+    // the step saved there (the collector would drop the entry, the step
+    // unexpired, and never report it); later, it is reported late at most.
     const [, saved] = await Promise.all([
-      this.client.zadd(this.keys.stepsIndex, expiresAt, `${id}:${step}`),
+      this.client.zadd(this.keys.stepsIndex, 'GT', expiresAt, `${id}:${step}`),
       runScript<number>(
         this.client,
         SAVE_STEP,
@@ -521,9 +567,11 @@ export class RedisIdempotencyStore
         [
           lease.owner,
           field,
-          stepValue(expiresAt, result),
+          stepValue(expiresAt, lease.fingerprint, result),
           RedisKeys.identity(lease.scope, lease.key),
           ms(ttlMs) + this.options.abandonedStepsGraceMs,
+          ms(ttlMs),
+          fingerprintLine(lease.fingerprint),
         ],
       ),
     ]);
