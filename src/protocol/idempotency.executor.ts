@@ -632,8 +632,12 @@ export class Execution implements RunningLink {
         );
       }
     }
-    // A step whose attempt already lost its transaction would start an
-    // effect for an attempt that cannot commit: 503, and the retry runs it.
+    // A step of an attempt that already lost its transaction or its claim
+    // would start an effect for an attempt that cannot commit (and, its
+    // claim lost, without reading the new owner's steps): 503 instead.
+    if (this.lost) {
+      throw new LeaseLostError(lease.key);
+    }
     if (this.transaction.isLost) {
       throw new IdempotencyUnavailableException(options.retryAfter);
     }

@@ -5,6 +5,7 @@ import {
   IDEMPOTENCY_TABLE_NAME,
   type IdempotencyEvent,
 } from '../../src/index.js';
+import { IdempotencyExecutor } from '../../src/protocol/idempotency.executor.js';
 import { takeOver } from '../utils/claims.js';
 import {
   send,
@@ -123,6 +124,31 @@ describe.each(PLATFORMS)('recovery points (%s)', (platform) => {
         })
       ).status,
     ).toBe(422);
+  });
+
+  it('answers 503 without running a step whose claim the renewal found taken over: the gateway is not called', async () => {
+    const request = send(target, '/checkout/paused', {
+      key: 'paused-1',
+      body: { amount: 40, reference: 'paused-1' },
+    });
+    await faults.beforeCharge.reached(1);
+    const taker = await takeOver(target.db.url, 'paused-1');
+    // The instance's next renewal, now: it finds the claim gone.
+    await (
+      target.app.get(IdempotencyExecutor) as unknown as {
+        renew(): Promise<void>;
+      }
+    ).renew();
+    faults.beforeCharge.open();
+    const response = await request;
+    expect(response.status).toBe(503);
+    expect(gateway.calls.get('paused-1:charge')).toBeUndefined();
+    expect(await steps('paused-1')).toEqual([]);
+    expect(
+      await target.db.query(
+        `SELECT status, owner FROM ${IDEMPOTENCY_TABLE_NAME} WHERE key = 'paused-1'`,
+      ),
+    ).toEqual([{ status: 'in_progress', owner: taker }]);
   });
 
   it('keeps the steps of different keys apart, and derives downstream keys from the request key', async () => {

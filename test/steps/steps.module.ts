@@ -23,6 +23,8 @@ export class Faults {
   runs = 0;
   /** Where the charge of `/checkout/held` waits, after calling the gateway. */
   readonly charged = new Barrier();
+  /** Where `/checkout/paused` waits, before its charge step. */
+  readonly beforeCharge = new Barrier();
 }
 
 @Controller('checkout')
@@ -76,6 +78,21 @@ export class CheckoutController {
       ),
     );
     return { orderId: order.id, charge };
+  }
+
+  /** Waits for the test, then charges. */
+  @Post('paused')
+  @Idempotent()
+  async paused(@Body() body: { amount: number; reference: string }) {
+    await this.faults.beforeCharge.wait();
+    const charge = await this.idempotency.step('charge', () =>
+      requestCharge(
+        this.gatewayUrl,
+        body.amount,
+        this.idempotency.deriveKey('charge'),
+      ),
+    );
+    return { charge };
   }
 
   /** Charges, and waits for the test before the step's result is saved. */
