@@ -2,6 +2,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Barrier } from '../utils/barrier.js';
 import type { FakeGateway } from '../utils/fake-gateway.js';
+import { fetchResending } from '../utils/http-client.js';
 
 /**
  * A gateway in front of a {@link FakeGateway} that holds every charge call at
@@ -11,6 +12,8 @@ import type { FakeGateway } from '../utils/fake-gateway.js';
 export class HeldGateway {
   /** Charge calls wait here; `reached(n)` tells the test they arrived. */
   barrier = new Barrier();
+  /** Charge calls sent again after a connection lost before any response. */
+  resent = 0;
   private server?: Server;
   url = '';
 
@@ -24,7 +27,7 @@ export class HeldGateway {
         void this.barrier
           .wait()
           .then(() =>
-            fetch(`${this.gateway.url}${request.url ?? '/'}`, {
+            fetchResending(`${this.gateway.url}${request.url ?? '/'}`, {
               method: request.method,
               headers: {
                 'content-type': 'application/json',
@@ -33,7 +36,8 @@ export class HeldGateway {
               body: Buffer.concat(chunks),
             }),
           )
-          .then(async (answer) => {
+          .then(async ({ response: answer, attempts }) => {
+            this.resent += attempts > 1 ? 1 : 0;
             response
               .writeHead(answer.status, {
                 'content-type':

@@ -88,7 +88,8 @@ describe('four instances of the sample app on one database', () => {
     );
     console.log(
       `multi-instance (${INSTANCES} processes): ${describeCounts(counts)}; ` +
-        `claims held by ${claimedBy.length} instances while the gateway held every charge`,
+        `claims held by ${claimedBy.length} instances while the gateway held every charge; ` +
+        `${held.resent} charge calls sent again to the gateway`,
     );
   });
 });

@@ -2,6 +2,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Barrier } from '../utils/barrier.js';
 import type { FakeGateway } from '../utils/fake-gateway.js';
+import { fetchResending } from '../utils/http-client.js';
 
 /** One `POST /payments` as its client saw it. */
 export interface PaymentAttempt {
@@ -20,6 +21,12 @@ export interface PaymentAttempt {
   readonly body?: Buffer;
   /** What the client saw instead of a response. */
   readonly error?: string;
+  /**
+   * How many times it was sent: more than once when a connection was lost
+   * before any response, and the client sent it again with the same key and
+   * body ({@link fetchResending}).
+   */
+  readonly attempts?: number;
 }
 
 /** The body of the payment for `key`: the same for every retry of it. */
@@ -34,20 +41,32 @@ export function paymentFor(key: string): Record<string, unknown> {
 /**
  * Sends `POST /payments` for `key` and records what comes back, whatever it
  * is: an answer, a transport error, or nothing within `timeoutMs` (a hang).
+ * A connection lost before any response is sent again, up to `attempts`
+ * times in all; the transport error recorded is the last attempt's.
  */
 export async function postPayment(
   url: string,
   key: string,
   timeoutMs = 10_000,
+  attempts = 3,
 ): Promise<PaymentAttempt> {
   try {
-    const response = await fetch(`${url}/payments`, {
-      method: 'POST',
-      headers: { 'Content-Type': 'application/json', 'Idempotency-Key': key },
-      body: JSON.stringify(paymentFor(key)),
-      signal: AbortSignal.timeout(timeoutMs),
-    });
+    const sent = await fetchResending(
+      `${url}/payments`,
+      {
+        method: 'POST',
+        headers: {
+          'Content-Type': 'application/json',
+          'Idempotency-Key': key,
+        },
+        body: JSON.stringify(paymentFor(key)),
+        timeoutMs,
+      },
+      attempts,
+    );
+    const { response } = sent;
     return {
+      attempts: sent.attempts,
       key,
       outcome: 'answered',
       status: response.status,
@@ -170,7 +189,9 @@ export class PaymentLoad {
       const key = this.nextKey(this.sent);
       const sentIn = this.phase;
       const sentAt = Date.now();
-      const attempt = await postPayment(this.url, key, this.timeoutMs);
+      // Sent once: the load records what each request met, a lost
+      // connection included; the scenarios send those again themselves.
+      const attempt = await postPayment(this.url, key, this.timeoutMs, 1);
       this.attempts.push({
         ...attempt,
         sentIn,

@@ -5,6 +5,7 @@ import {
 } from '../utils/sample-process.js';
 import { Barrier, until } from '../utils/barrier.js';
 import type { FakeGateway } from '../utils/fake-gateway.js';
+import { fetchResending } from '../utils/http-client.js';
 import { inProgress } from '../utils/problems.js';
 import type { TestDatabase } from '../utils/test-database.js';
 import type { HeldGateway } from './held-gateway.js';
@@ -50,6 +51,12 @@ export interface PaymentAnswer {
   readonly retryAfter: string | null;
   /** The body, byte for byte. */
   readonly body: Buffer;
+  /**
+   * How many times it was sent: more than once when a connection was lost
+   * before any response, and the client sent it again with the same key and
+   * body ({@link fetchResending}).
+   */
+  readonly attempts: number;
 }
 
 /** The body of the payment for `key`: the same for every duplicate of it. */
@@ -61,13 +68,16 @@ export function paymentFor(key: string): Record<string, unknown> {
   return { amount: amount + 1, currency: 'EUR', merchantId: `m_${key}` };
 }
 
-/** Sends `POST /payments` for `key` to the instance at `url`. */
+/**
+ * Sends `POST /payments` for `key` to the instance at `url`, and sends it
+ * again, as a client does, if the connection is lost before any response.
+ */
 export async function pay(
   url: string,
   key: string,
   instance = 0,
 ): Promise<PaymentAnswer> {
-  const response = await fetch(`${url}/payments`, {
+  const { response, attempts } = await fetchResending(`${url}/payments`, {
     method: 'POST',
     headers: { 'Content-Type': 'application/json', 'Idempotency-Key': key },
     body: JSON.stringify(paymentFor(key)),
@@ -80,6 +90,7 @@ export async function pay(
     contentType: response.headers.get('content-type'),
     retryAfter: response.headers.get('retry-after'),
     body: Buffer.from(await response.arrayBuffer()),
+    attempts,
   };
 }
 
@@ -124,6 +135,8 @@ export interface ExactlyOnceCounts {
   readonly payments: number;
   readonly ledgerEntries: number;
   readonly charges: number;
+  /** Requests sent again after a connection lost before any response. */
+  readonly resent: number;
 }
 
 const count = async (db: TestDatabase, sql: string, params: unknown[] = []) =>
@@ -216,6 +229,7 @@ export async function expectExactlyOnce(
       `SELECT count(*)::int AS n FROM ledger_entries`,
     ),
     charges: gateway.chargeCount,
+    resent: answers.filter((answer) => answer.attempts > 1).length,
   };
   expect(counts).toMatchObject({
     executed: keys.length,
@@ -294,6 +308,12 @@ export async function expectDuplicatesRefusedThenReplayed(
     instances.length,
   );
 
+  // The keep-alive connections of the first wave sat idle while the test
+  // waited: one the server closed meanwhile loses the request sent on it
+  // before the app reads it, and the client sends it again (same key, same
+  // body). The key completed, so a replay is the only answer either attempt
+  // may get. (A copy of the first wave sent again gets no more leeway: had
+  // its lost attempt executed, its key would lack its non-replayed 201.)
   const secondWave = await sendDuplicates(urls, keys, copies);
   expect(
     secondWave.filter((answer) => answer.status !== 201 || !answer.replayed),
@@ -319,7 +339,8 @@ export function describeCounts(counts: ExactlyOnceCounts): string {
     `(per instance ${counts.executedPerInstance.join('/')}), ` +
     `${counts.replayed} byte-identical replays, ${counts.conflicts} × 409; ` +
     `${counts.payments} payments, ${counts.ledgerEntries} ledger entries, ` +
-    `${counts.charges} gateway charges`
+    `${counts.charges} gateway charges; ` +
+    `${counts.resent} requests sent again after a connection lost before any response`
   );
 }
 
