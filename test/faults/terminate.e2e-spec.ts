@@ -100,13 +100,20 @@ describe("the sample app when PostgreSQL ends a handler's connections", () => {
     const after = await rowsOf(key);
     // Its payment rolled back with its transaction, and its claim was
     // released; the charge step committed on a connection of its own: it
-    // survives.
+    // survives, and the released record, without an owner, keeps the key
+    // bound to this request.
     expect(after).toEqual({
       payments: 0,
       ledgerEntries: 0,
-      records: 0,
+      records: 1,
       steps: 1,
     });
+    expect(
+      await db.query(
+        `SELECT status, owner, has_steps FROM idempotency_records WHERE key = $1`,
+        [key],
+      ),
+    ).toEqual([{ status: 'in_progress', owner: null, has_steps: true }]);
     // The process is healthy: it still reads, and the retry goes through.
     expect((await fetch(`${app.url}/payments/${randomUUID()}`)).status).toBe(
       404,
