@@ -37,12 +37,13 @@ describe.each(PLATFORMS)(
       });
       expect(failed.status).toBe(500);
       expect(target.app.get(Runs).count).toBe(1);
-      // The claim is gone (released at the failure); the charge step stays.
-      expect(
-        await target.db.query(
-          `SELECT 1 FROM idempotency_records WHERE key = 'abandoned-1'`,
-        ),
-      ).toEqual([]);
+      // The claim was released at the failure; the charge step stays, and
+      // the record, without an owner, keeps the key bound to the request.
+      const record = () =>
+        target.db.query(
+          `SELECT status, owner FROM idempotency_records WHERE key = 'abandoned-1'`,
+        );
+      expect(await record()).toEqual([{ status: 'in_progress', owner: null }]);
       expect(await steps()).toEqual([{ key: 'abandoned-1', step: 'charge' }]);
 
       events.length = 0;
