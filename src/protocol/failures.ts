@@ -9,17 +9,16 @@ const QUERY_CANCELED = '57014';
 /** SQLSTATEs of PostgreSQL ending a statement or a transaction on a timeout. */
 const TIMEOUT_CODES = new Set([QUERY_CANCELED, '25P03', '25P04']);
 /**
+ * SQLSTATEs of the server ending a session, or refusing one for now: an
+ * administrator's termination, a crash, a shutdown, a start under way.
+ */
+const SERVER_GONE_CODES = new Set(['57P01', '57P02', '57P03']);
+/**
  * SQLSTATEs of PostgreSQL ending a session: terminated by an administrator, a
  * crash or a shutdown (57P01-57P03), or on the idle-in-transaction or
  * transaction timeout (25P03, 25P04).
  */
-const SESSION_ENDED_CODES = new Set([
-  '57P01',
-  '57P02',
-  '57P03',
-  '25P03',
-  '25P04',
-]);
+const SESSION_ENDED_CODES = new Set([...SERVER_GONE_CODES, '25P03', '25P04']);
 /**
  * SQLSTATEs of a transaction that PostgreSQL rolled back for the sake of a
  * concurrent one: a serialization failure (REPEATABLE READ, SERIALIZABLE)
@@ -70,13 +69,35 @@ export function sqlState(error: unknown): string | undefined {
  * handler's own HTTP clients may fail with the same codes.
  */
 function isConnectionError(error: unknown): boolean {
-  if (!(error as { driverError?: unknown })?.driverError) {
-    return false;
-  }
+  return (
+    !!(error as { driverError?: unknown })?.driverError && isBrokenSocket(error)
+  );
+}
+
+/** A socket error, or the driver's "Connection terminated" (no SQLSTATE). */
+function isBrokenSocket(error: unknown): boolean {
   const { code, message } = driverError(error);
   return (
     (typeof code === 'string' && SOCKET_ERRORS.has(code)) ||
     (typeof message === 'string' && message.startsWith('Connection terminated'))
+  );
+}
+
+/**
+ * @internal Whether a statement sent through the DataSource failed for want
+ * of a connection, not for what it asked: a socket error, the driver's
+ * "Connection terminated", a connection exception (SQLSTATE class 08), or
+ * the server ending the session or refusing it for now (57P01-57P03). The
+ * same statement may succeed on a new connection. TypeORM's error or the
+ * driver's own both count: a connection that cannot be opened fails before
+ * TypeORM wraps the error.
+ */
+export function isConnectionFailure(error: unknown): boolean {
+  const code = sqlState(error);
+  return (
+    (code !== undefined &&
+      (code.startsWith('08') || SERVER_GONE_CODES.has(code))) ||
+    isBrokenSocket(error)
   );
 }
 

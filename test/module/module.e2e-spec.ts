@@ -188,6 +188,25 @@ describe.each(PLATFORMS)('module registration (%s)', (platform) => {
       /The functions of migration LeaseIdempotencyClaims1764000000003 do not exist.*idempotencyMigrations/s,
     );
   });
+
+  it('fails at bootstrap, saying what to do, when the migration binding steps to their requests did not run', async () => {
+    const failure = startTestApp({
+      platform,
+      imports: [ordersModule()],
+      typeorm: {
+        migrations: [
+          ...idempotencyMigrations.filter(
+            (migration) =>
+              migration.name !== 'BindIdempotencySteps1764000000004',
+          ),
+          CreateOrders1764000000001,
+        ],
+      },
+    });
+    await expect(failure).rejects.toThrow(
+      /The columns of migration BindIdempotencySteps1764000000004 do not exist.*idempotencyMigrations/s,
+    );
+  });
 });
 
 describe('module options', () => {

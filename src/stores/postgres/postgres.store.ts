@@ -28,6 +28,7 @@ import type {
 } from '../../protocol/idempotency-store.interface.js';
 import { TransactionLostError } from '../../protocol/transaction-lost.error.js';
 import { COMPLETION_CHANNEL, PostgresPresence } from './postgres-presence.js';
+import { readPostgresSchema } from './postgres-schema-check.js';
 
 /** The connection of a handler's transaction, once it has begun. */
 export interface PostgresTransaction {
@@ -60,6 +61,11 @@ export const POSTGRES_FUNCTIONS = [
   'idempotency_renew(text[],text[],uuid[],float8[])',
   'idempotency_save_step(text,text,uuid,text,jsonb,float8)',
 ];
+/** The columns of migration BindIdempotencySteps1764000000004. */
+const POSTGRES_COLUMNS = [
+  [TABLE, 'has_steps'],
+  [STEPS, 'fingerprint'],
+] as const;
 const ACQUIRE = `SELECT * FROM idempotency_acquire($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`;
 const FINISH = `SELECT * FROM idempotency_finish($1, $2, $3, $4, $5, $6, $7, $8)`;
 const RELEASE = `SELECT * FROM idempotency_release($1, $2, $3)`;
@@ -100,19 +106,24 @@ export class PostgresIdempotencyStore
     return this.source.pool;
   }
 
-  /** Refuses a database without the table or the functions of the migrations. */
+  /**
+   * Refuses a database without the table or the functions of the migrations.
+   * A connection lost during the check is retried (see {@link readPostgresSchema}).
+   */
   async onModuleInit(): Promise<void> {
-    const [{ ready, functions }] = (await this.source.dataSource.query(
-      `SELECT to_regclass($1) IS NOT NULL AS ready,
-              coalesce(bool_and(to_regprocedure(f) IS NOT NULL), false) AS functions
-       FROM unnest($2::text[]) AS f`,
-      [TABLE, POSTGRES_FUNCTIONS],
-    )) as Array<{ ready: boolean; functions: boolean }>;
+    const { ready, functions, columns } = await readPostgresSchema(
+      this.source.dataSource,
+      TABLE,
+      POSTGRES_FUNCTIONS,
+      POSTGRES_COLUMNS,
+    );
     const missing = !ready
       ? `The table ${TABLE} does not exist`
       : !functions
         ? `The functions of migration LeaseIdempotencyClaims1764000000003 do not exist`
-        : undefined;
+        : !columns
+          ? `The columns of migration BindIdempotencySteps1764000000004 do not exist`
+          : undefined;
     if (missing) {
       throw new IdempotencyConfigurationError(
         `${missing} in the database of the DataSource.`,
