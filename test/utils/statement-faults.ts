@@ -1,0 +1,282 @@
+import pg from 'pg';
+import type { Pool } from 'pg';
+import type { DataSource } from 'typeorm';
+import { Barrier } from './barrier.js';
+import { terminateBackend } from './sessions.js';
+
+/** A statement as a connection of the application sends it. */
+export interface Statement {
+  readonly text: string;
+  readonly values: readonly unknown[];
+  /** `application_name` of the session that sends it. */
+  readonly applicationName: string | undefined;
+}
+
+/**
+ * When the session of a statement's connection ends (`pg_terminate_backend`):
+ * - `before`: before the statement is sent. Once the application's driver
+ *   has seen its session end, the statement goes, and fails.
+ * - `after`: once the statement ran on the server, before its reply reaches
+ *   the caller, who gets the session's error instead: the statement took
+ *   effect (or, inside a transaction, rolled back with it), and the caller
+ *   cannot know.
+ * - `after-reply`: once the statement ran, with its reply kept until the
+ *   driver has seen the session end; then the caller gets the reply. The
+ *   connection is lost before whatever the caller does next.
+ */
+export type FaultTiming = 'before' | 'after' | 'after-reply';
+
+/** Where to end a session: at the first statement `matches` takes. */
+export interface StatementFault {
+  readonly matches: (statement: Statement) => boolean;
+  readonly timing: FaultTiming;
+}
+
+/** A fault waiting for its statement. */
+export interface ArmedFault {
+  /** Whether its statement came (and its session was ended). */
+  readonly hit: boolean;
+  /** Resolves with its statement once the session ended and the driver saw it. */
+  readonly injected: Promise<Statement>;
+  /** Takes it back if its statement has not come. */
+  disarm(): void;
+}
+
+/** Statements held before they are sent, until the test lets them go. */
+export interface HeldStatements {
+  /** Resolves once a statement is held. */
+  reached(): Promise<void>;
+  /** Lets every held and later statement go. */
+  release(): void;
+}
+
+/** A pg client as the interceptor reads it. */
+interface DriverClient {
+  readonly processID?: number;
+  readonly connectionParameters?: { readonly application_name?: string };
+  on(event: 'error', listener: (error: Error) => void): unknown;
+  once(event: 'end', listener: () => void): unknown;
+}
+
+type Query = (this: DriverClient, ...args: unknown[]) => unknown;
+
+interface Armed extends StatementFault {
+  hit: boolean;
+  resolve(statement: Statement): void;
+}
+
+interface Hold {
+  readonly matches: (statement: Statement) => boolean;
+  readonly barrier: Barrier;
+}
+
+/** How long the driver may take to see its session end. */
+const SEEN_TIMEOUT_MS = 10_000;
+
+/**
+ * Ends the PostgreSQL session of an application's connection at a chosen
+ * statement, as a network or a server would, without touching the module:
+ * `query` of the pg driver's `Client` (the class the DataSource's pool and
+ * the module's presence session are made of) is wrapped; statements of
+ * other connections (the test's own) pass untouched. A statement is found
+ * by its text and parameters, a session ended from a connection of the
+ * injector's own.
+ */
+export class StatementFaults {
+  private readonly armed: Armed[] = [];
+  private readonly holds: Hold[] = [];
+  private restored = false;
+
+  private constructor(
+    private readonly client: pg.Client,
+    private readonly pool: Pool,
+    private readonly prototype: { query: Query },
+    private readonly query: Query,
+  ) {}
+
+  /**
+   * Starts watching the statements of `dataSource`'s connections (its pool,
+   * and sessions named `applicationNames`), on its database at `url`.
+   */
+  static async install(
+    dataSource: DataSource,
+    url: string,
+    applicationNames: readonly string[] = [],
+  ): Promise<StatementFaults> {
+    const driver = dataSource.driver as unknown as {
+      master?: Pool;
+      postgres: { Client: { prototype: { query: Query } } };
+    };
+    if (!driver.master) {
+      throw new Error('The DataSource has no pg pool: is it PostgreSQL?');
+    }
+    const client = new pg.Client({ connectionString: url });
+    client.on('error', () => undefined);
+    await client.connect();
+    const { prototype } = driver.postgres.Client;
+    const faults = new StatementFaults(
+      client,
+      driver.master,
+      prototype,
+      prototype.query,
+    );
+    const names = new Set(applicationNames);
+    const watched = (connection: DriverClient) =>
+      (faults.pool as unknown as { _clients: unknown[] })._clients.includes(
+        connection,
+      ) || names.has(connection.connectionParameters?.application_name ?? '');
+    const query = faults.query;
+    prototype.query = function (this: DriverClient, ...args: unknown[]) {
+      return watched(this)
+        ? faults.intercept(this, args)
+        : query.apply(this, args);
+    };
+    return faults;
+  }
+
+  /** Ends the session of the next statement `fault` matches, at its timing. */
+  arm(fault: StatementFault): ArmedFault {
+    let resolve!: (statement: Statement) => void;
+    const injected = new Promise<Statement>((done) => (resolve = done));
+    const armed: Armed = { ...fault, hit: false, resolve };
+    this.armed.push(armed);
+    return {
+      get hit() {
+        return armed.hit;
+      },
+      injected,
+      disarm: () => {
+        const index = this.armed.indexOf(armed);
+        if (index >= 0) {
+          this.armed.splice(index, 1);
+        }
+      },
+    };
+  }
+
+  /** Holds every statement `matches` takes before it is sent, until released. */
+  hold(matches: (statement: Statement) => boolean): HeldStatements {
+    const hold: Hold = { matches, barrier: new Barrier() };
+    this.holds.push(hold);
+    return {
+      reached: () => hold.barrier.reached(),
+      release: () => {
+        this.holds.splice(this.holds.indexOf(hold), 1);
+        hold.barrier.open();
+      },
+    };
+  }
+
+  /** Puts the driver's `query` back and closes the injector's connection. */
+  async restore(): Promise<void> {
+    if (this.restored) {
+      return;
+    }
+    this.restored = true;
+    this.prototype.query = this.query;
+    for (const hold of this.holds.splice(0)) {
+      hold.barrier.open();
+    }
+    await this.client.end();
+  }
+
+  private intercept(connection: DriverClient, args: unknown[]): unknown {
+    const [config, second] = args;
+    const text =
+      typeof config === 'string'
+        ? config
+        : (config as { text?: unknown } | undefined)?.text;
+    const submittable =
+      typeof (config as { submit?: unknown } | undefined)?.submit ===
+      'function';
+    if (typeof text !== 'string' || submittable) {
+      return this.query.apply(connection, args);
+    }
+    const statement: Statement = {
+      text,
+      values: Array.isArray(second)
+        ? (second as unknown[])
+        : ((config as { values?: unknown[] } | undefined)?.values ?? []),
+      applicationName: connection.connectionParameters?.application_name,
+    };
+    const hold = this.holds.find((candidate) => candidate.matches(statement));
+    const fault = this.armed.find((candidate) => candidate.matches(statement));
+    if (!hold && !fault) {
+      return this.query.apply(connection, args);
+    }
+    if (fault) {
+      fault.hit = true;
+      this.armed.splice(this.armed.indexOf(fault), 1);
+    }
+    // pg-pool passes a callback; TypeORM and the module await a promise.
+    const callback = args.find((arg) => typeof arg === 'function') as
+      ((error: unknown, result?: unknown) => void) | undefined;
+    const queryArgs = args.filter((arg) => arg !== callback);
+    const send = () =>
+      this.query.apply(connection, queryArgs) as Promise<unknown>;
+    const run = async (): Promise<unknown> => {
+      await hold?.barrier.wait();
+      if (!fault) {
+        return send();
+      }
+      if (fault.timing === 'before') {
+        await this.end(connection);
+        fault.resolve(statement);
+        return send();
+      }
+      const result = await send();
+      const error = await this.end(connection);
+      fault.resolve(statement);
+      if (fault.timing === 'after') {
+        throw error;
+      }
+      return result;
+    };
+    const outcome = run();
+    if (!callback) {
+      return outcome;
+    }
+    outcome.then(
+      (result) => callback(undefined, result),
+      (error: unknown) => callback(error),
+    );
+    return undefined;
+  }
+
+  /**
+   * Ends the session of `connection` and waits until its driver has seen
+   * it (the client ended); returns the error the client got.
+   */
+  private async end(connection: DriverClient): Promise<Error> {
+    let error = new Error('Connection terminated unexpectedly');
+    let first = true;
+    connection.on('error', (received) => {
+      if (first) {
+        first = false;
+        error = received;
+      }
+    });
+    const seen = new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(
+        () => reject(new Error('The driver never saw its session end')),
+        SEEN_TIMEOUT_MS,
+      );
+      connection.once('end', () => {
+        clearTimeout(timer);
+        resolve();
+      });
+    });
+    if (connection.processID === undefined) {
+      throw new Error('The connection has no backend to end');
+    }
+    await terminateBackend(
+      {
+        query: async <T>(sql: string, params?: unknown[]) =>
+          (await this.client.query(sql, params)).rows as T[],
+      },
+      connection.processID,
+    );
+    await seen;
+    return error;
+  }
+}
