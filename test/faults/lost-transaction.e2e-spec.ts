@@ -72,12 +72,20 @@ describe.each(PLATFORMS)(
       body,
     });
 
-    it('writes nothing once PostgreSQL ended its session: 503, its next write fails, its place stays taken until it ends, and the retry executes once', async () => {
+    /**
+     * Sends `body` to `route`, holds its handler idle in its transaction after
+     * its first write, and ends that transaction's session: returns its
+     * barrier (still closed) and its answer to come, once TypeORM released
+     * the lost connection.
+     */
+    const loseHeldTransaction = async (
+      route: string,
+      body: { reference: string },
+      key?: string,
+    ) => {
       const pause = target.app.get(Pause);
-      const key = 'terminated-1';
-      const body = { reference: 'terminated' };
       const held = pause.hold(body.reference);
-      const late = answer(send(target, '/late', { key, body }));
+      const late = answer(send(target, route, { key, body }));
       await held.reached(1);
       // Its transaction, idle after the first write, is the app's only one.
       const [pid] = await untilIdleInTransaction(target.db, 1);
@@ -88,6 +96,14 @@ describe.each(PLATFORMS)(
         async () => pause.queryRunner?.isReleased === true,
         'TypeORM to release the lost connection',
       );
+      return { held, late };
+    };
+
+    it('writes nothing once PostgreSQL ended its session: 503, its next write fails, its place stays taken until it ends, and the retry executes once', async () => {
+      const pause = target.app.get(Pause);
+      const key = 'terminated-1';
+      const body = { reference: 'terminated' };
+      const { held, late } = await loseHeldTransaction('/late', body, key);
       // Meanwhile a request needing a transaction waits for the only place,
       // which the lost transaction keeps until its handler ends: at its own
       // deadline (500 ms) it gets a 503, and its claim is released.
@@ -126,18 +142,9 @@ describe.each(PLATFORMS)(
     });
 
     it('never writes its completion elsewhere once its transaction was lost after its last write: 503, no record, no replay, and the retry executes once', async () => {
-      const pause = target.app.get(Pause);
       const key = 'lost-before-completion-1';
       const body = { reference: 'lost-before-completion' };
-      const held = pause.hold(body.reference);
-      const late = answer(send(target, '/late/once', { key, body }));
-      await held.reached(1);
-      const [pid] = await untilIdleInTransaction(target.db, 1);
-      await terminateBackend(target.db, pid);
-      await until(
-        async () => pause.queryRunner?.isReleased === true,
-        'TypeORM to release the lost connection',
-      );
+      const { held, late } = await loseHeldTransaction('/late/once', body, key);
       // The handler returns without another statement: the completion is
       // the first to need the lost transaction.
       held.open();
@@ -157,16 +164,10 @@ describe.each(PLATFORMS)(
     });
 
     it('answers 503, never success, to a request without a key whose transaction was lost after its last write', async () => {
-      const pause = target.app.get(Pause);
       const body = { reference: 'lost-keyless' };
-      const held = pause.hold(body.reference);
-      const late = answer(send(target, '/late/once-optional', { body }));
-      await held.reached(1);
-      const [pid] = await untilIdleInTransaction(target.db, 1);
-      await terminateBackend(target.db, pid);
-      await until(
-        async () => pause.queryRunner?.isReleased === true,
-        'TypeORM to release the lost connection',
+      const { held, late } = await loseHeldTransaction(
+        '/late/once-optional',
+        body,
       );
       held.open();
       expect(await late).toEqual(UNAVAILABLE_ANSWER);

@@ -170,43 +170,35 @@ describe.each(PLATFORMS)('module registration (%s)', (platform) => {
     await expect(failure).rejects.toThrow(/idempotencyMigrations/);
   });
 
-  it('fails at bootstrap, saying what to do, when the migration of the functions did not run', async () => {
-    const failure = startTestApp({
-      platform,
-      imports: [ordersModule()],
-      typeorm: {
-        migrations: [
-          ...idempotencyMigrations.filter(
-            (migration) =>
-              migration.name !== 'LeaseIdempotencyClaims1764000000003',
-          ),
-          CreateOrders1764000000001,
-        ],
-      },
-    });
-    await expect(failure).rejects.toThrow(
+  it.each([
+    [
+      'of the functions',
+      'LeaseIdempotencyClaims1764000000003',
       /The functions of migration LeaseIdempotencyClaims1764000000003 do not exist.*idempotencyMigrations/s,
-    );
-  });
-
-  it('fails at bootstrap, saying what to do, when the migration binding steps to their requests did not run', async () => {
-    const failure = startTestApp({
-      platform,
-      imports: [ordersModule()],
-      typeorm: {
-        migrations: [
-          ...idempotencyMigrations.filter(
-            (migration) =>
-              migration.name !== 'BindIdempotencySteps1764000000004',
-          ),
-          CreateOrders1764000000001,
-        ],
-      },
-    });
-    await expect(failure).rejects.toThrow(
+    ],
+    [
+      'binding steps to their requests',
+      'BindIdempotencySteps1764000000004',
       /The columns of migration BindIdempotencySteps1764000000004 do not exist.*idempotencyMigrations/s,
-    );
-  });
+    ],
+  ])(
+    'fails at bootstrap, saying what to do, when the migration %s did not run',
+    async (_what, name, message) => {
+      const failure = startTestApp({
+        platform,
+        imports: [ordersModule()],
+        typeorm: {
+          migrations: [
+            ...idempotencyMigrations.filter(
+              (migration) => migration.name !== name,
+            ),
+            CreateOrders1764000000001,
+          ],
+        },
+      });
+      await expect(failure).rejects.toThrow(message);
+    },
+  );
 });
 
 describe('module options', () => {
