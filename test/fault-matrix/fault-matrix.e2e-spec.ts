@@ -25,42 +25,22 @@ import {
 } from './fault-matrix.module.js';
 import { LedgerEntry } from './ledger-entry.entity.js';
 import { Payment } from './payment.entity.js';
+import {
+  AMOUNT,
+  asRefusal,
+  failed,
+  label,
+  LEASE_OVER,
+  MAX_TRIES,
+  OTHER_AMOUNT,
+  OVER_LIMIT,
+  read,
+  refusal,
+  type Reply,
+} from './replies.js';
 
 /** The lease of claims: short, so that a claim left behind frees its key soon. */
 const LEASE_MS = 1_000;
-/** Answers a client takes at most to get past 503 and 409. */
-const MAX_TRIES = 10;
-/** What `POST /payments` charges; `/payments/limited` refuses `OVER_LIMIT`. */
-const AMOUNT = 1250;
-const OVER_LIMIT = 5000;
-
-/** An answer as the matrix compares it: its bytes, as sent. */
-interface Reply {
-  readonly status: number;
-  readonly contentType: string | null;
-  readonly replayed: boolean;
-  readonly text: string;
-}
-
-async function read(response: Promise<Response>): Promise<Reply> {
-  const r = await response;
-  return {
-    status: r.status,
-    contentType: r.headers.get('content-type'),
-    replayed: r.headers.get('idempotent-replayed') === 'true',
-    text: await r.text(),
-  };
-}
-
-/**
- * `201`, `201 replayed` for a replay; a 503 other than the module's own
- * problem (the handler's) is `503 handler`.
- */
-const label = (reply: Reply) =>
-  reply.status === 503 &&
-  !reply.contentType?.startsWith('application/problem+json')
-    ? '503 handler'
-    : `${reply.status}${reply.replayed ? ' replayed' : ''}`;
 
 /** One request of a cell, and what the cell can do with it. */
 interface Run {
@@ -69,6 +49,11 @@ interface Run {
   readonly target: TestApp;
   readonly faults: StatementFaults;
   readonly control: Control;
+  /**
+   * The answers after which the binding probe was sent (another body
+   * under the key, refused with 422), in order.
+   */
+  readonly probed: string[];
   /** Sends the request (same key, same body). */
   send(): Promise<Response>;
   /** The answers of one client: `first`, then retries past 503 and 409. */
@@ -89,6 +74,12 @@ interface Cell {
    * the handler again (and stores it), the one after replays.
    */
   readonly runsAgain?: boolean;
+  /**
+   * The answers of the cell's clients after which a `charge` step of the
+   * key had committed while the request had not (none unless told): after
+   * each, another body under the key gets 422 (see `probeBinding`).
+   */
+  readonly probed?: readonly string[];
   /** Drives the request through the fault; the answers of each client. */
   run(run: Run): Promise<Reply[][]>;
 }
@@ -137,7 +128,9 @@ function statementCell(
   at: (run: Run) => (statement: Statement) => boolean,
   timing: FaultTiming,
   expected: readonly string[],
-  options: Partial<Pick<Cell, 'route' | 'gatewayCalls' | 'runsAgain'>> & {
+  options: Partial<
+    Pick<Cell, 'route' | 'gatewayCalls' | 'runsAgain' | 'probed'>
+  > & {
     prepare?: (run: Run) => void;
   } = {},
 ): Cell {
@@ -301,22 +294,44 @@ const CELLS: readonly Cell[] = [
   statementCell('step save', 'before', saveStep, 'before', ['503', '201'], {
     gatewayCalls: 2,
   }),
-  statementCell('step save', 'after', saveStep, 'after', ['503', '201']),
-  statementCell('transaction begin', 'before', begin, 'before', ['503', '201']),
-  statementCell('transaction begin', 'after', begin, 'after', ['503', '201']),
-  statementCell('first write', 'before', begin, 'after-reply', ['503', '201']),
-  statementCell('first write', 'after', paymentWrite, 'after', ['503', '201']),
+  // From here on, the charge step committed before the attempt failed:
+  // another body under the key is refused after each failed answer.
+  statementCell('step save', 'after', saveStep, 'after', ['503', '201'], {
+    probed: ['503'],
+  }),
+  statementCell(
+    'transaction begin',
+    'before',
+    begin,
+    'before',
+    ['503', '201'],
+    { probed: ['503'] },
+  ),
+  statementCell('transaction begin', 'after', begin, 'after', ['503', '201'], {
+    probed: ['503'],
+  }),
+  statementCell('first write', 'before', begin, 'after-reply', ['503', '201'], {
+    probed: ['503'],
+  }),
+  statementCell('first write', 'after', paymentWrite, 'after', ['503', '201'], {
+    probed: ['503'],
+  }),
   statementCell(
     'last write',
     'before',
     ledgerWrite('customer'),
     'after-reply',
     ['503', '201'],
+    { probed: ['503'] },
   ),
-  statementCell('last write', 'after', ledgerWrite('merchant'), 'after', [
-    '503',
-    '201',
-  ]),
+  statementCell(
+    'last write',
+    'after',
+    ledgerWrite('merchant'),
+    'after',
+    ['503', '201'],
+    { probed: ['503'] },
+  ),
   // The handler returns unaware that its writes are gone.
   statementCell(
     'completion',
@@ -324,10 +339,16 @@ const CELLS: readonly Cell[] = [
     ledgerWrite('merchant'),
     'after-reply',
     ['503', '201'],
+    { probed: ['503'] },
   ),
-  statementCell('completion', 'after', completion, 'after', ['503', '201']),
-  statementCell('commit', 'before', completion, 'after-reply', ['503', '201']),
-  // Committed, the answer lost: the retry replays it.
+  statementCell('completion', 'after', completion, 'after', ['503', '201'], {
+    probed: ['503'],
+  }),
+  statementCell('commit', 'before', completion, 'after-reply', ['503', '201'], {
+    probed: ['503'],
+  }),
+  // Committed, the answer lost: the retry replays it (the steps went with
+  // the completion).
   statementCell('commit', 'after', commit, 'after', ['503', '201 replayed']),
   // The handler fails after its first write; its claim stays until its lease runs out.
   statementCell(
@@ -336,10 +357,14 @@ const CELLS: readonly Cell[] = [
     release,
     'before',
     ['503 handler', '409', '201'],
-    { prepare: (run) => run.control.failOnce(run.key) },
+    {
+      prepare: (run) => run.control.failOnce(run.key),
+      probed: ['503 handler', '409', LEASE_OVER],
+    },
   ),
   statementCell('release', 'after', release, 'after', ['503 handler', '201'], {
     prepare: (run) => run.control.failOnce(run.key),
+    probed: ['503 handler'],
   }),
   // The 402 reaches the client unstored: the next request runs again.
   statementCell('stored error', 'before', storedError, 'before', ['402'], {
@@ -359,10 +384,15 @@ const CELLS: readonly Cell[] = [
  * Issue 28: the connection of each statement the module sends or relies on
  * is lost just before it and just after it, then the client retries. After
  * every answer: the payment and its ledger entries exist exactly when the
- * record is completed, and a 2xx names a payment that committed. After each
- * cell: the answers the cell expects (never a 500; a 409 only until the
- * lease runs out), the same bytes for every client and for a replay, one
- * payment and one charge, no step left behind.
+ * record is completed, and a 2xx names a payment that committed. After
+ * every failed answer whose key has a committed `charge` step, and once
+ * the lease of a claim such an answer left has run out: another body under
+ * the key gets 422 problem+json, runs no handler, calls no gateway and
+ * changes nothing (I6, the key bound to its request). After each cell: the
+ * answers the cell expects (never a 500; a 409 only until the lease runs
+ * out), the same bytes for every client and for a replay, one payment and
+ * one charge, for the request's own amount, no step left behind. The other
+ * stores' matrix: store-matrix.ts.
  */
 describe.each(PLATFORMS)('the fault matrix (%s)', (platform) => {
   let gateway: FakeGateway;
@@ -458,6 +488,59 @@ describe.each(PLATFORMS)('the fault matrix (%s)', (platform) => {
     }
   };
 
+  /** The record of `key` as a probe must leave it. */
+  const recordRow = async (key: string) =>
+    (
+      await target.db.query(
+        `SELECT status, owner, fingerprint, has_steps AS "hasSteps",
+                lease_expires_at::text AS lease, expires_at::text AS expires
+         FROM idempotency_records WHERE key = $1`,
+        [key],
+      )
+    )[0] as unknown;
+
+  /** Whether a `charge` step of `key` has committed. */
+  const chargeCommitted = async (key: string) =>
+    (
+      await target.db.query(
+        `SELECT 1 FROM idempotency_steps WHERE key = $1 AND step = 'charge'`,
+        [key],
+      )
+    ).length === 1;
+
+  /**
+   * I6 after a failed answer whose key has a committed `charge` step:
+   * another body under the key gets 422 problem+json, its handler does not
+   * run, the gateway is not called (not even under the key's derived key),
+   * and the key's record and steps stay as they were, for the request that
+   * charged to resume.
+   */
+  const probeBinding = async (run: Run, after: string) => {
+    run.probed.push(after);
+    const derivedKey = `${run.key}:charge`;
+    const before = {
+      runs: control.runs.get(run.key) ?? 0,
+      gatewayCalls: gateway.calls.get(derivedKey) ?? 0,
+      charges: gateway.chargeCount,
+      record: await recordRow(run.key),
+      state: await state(run.key),
+    };
+    const probe = await read(
+      send(target, '/payments', {
+        key: run.key,
+        body: { reference: run.key, amount: OTHER_AMOUNT },
+      }),
+    );
+    expect(asRefusal(probe, after)).toEqual(refusal(run.key, after));
+    expect({
+      runs: control.runs.get(run.key) ?? 0,
+      gatewayCalls: gateway.calls.get(derivedKey) ?? 0,
+      charges: gateway.chargeCount,
+      record: await recordRow(run.key),
+      state: await state(run.key),
+    }).toEqual(before);
+  };
+
   /** Waits until no live claim holds `key`: a claim nobody renews lapses within its lease. */
   const untilClaimFree = (key: string) =>
     until(
@@ -487,6 +570,7 @@ describe.each(PLATFORMS)('the fault matrix (%s)', (platform) => {
       target,
       faults,
       control,
+      probed: [],
       send: () => send(target, path, { key, body }),
       async settle(first) {
         const replies: Reply[] = [];
@@ -495,6 +579,13 @@ describe.each(PLATFORMS)('the fault matrix (%s)', (platform) => {
           const reply = await read(next);
           replies.push(reply);
           await expectConsistent(run, reply);
+          if (
+            route === 'payments' &&
+            failed(reply) &&
+            (await chargeCommitted(key))
+          ) {
+            await probeBinding(run, label(reply));
+          }
           if (reply.status !== 503 && reply.status !== 409) {
             return replies;
           }
@@ -505,6 +596,10 @@ describe.each(PLATFORMS)('the fault matrix (%s)', (platform) => {
           }
           if (reply.status === 409) {
             await untilClaimFree(key);
+            // Released by its lease's end, the key stays bound.
+            if (route === 'payments' && (await chargeCommitted(key))) {
+              await probeBinding(run, LEASE_OVER);
+            }
           }
           next = run.send();
         }
@@ -536,6 +631,8 @@ describe.each(PLATFORMS)('the fault matrix (%s)', (platform) => {
     }
     const replay = await read(run.send());
     expect(replay).toEqual({ ...final, replayed: true });
+    // The binding was probed after each failed answer with a charge.
+    expect(run.probed).toEqual(cell.probed ?? []);
 
     const now = await state(run.key);
     expect(now.steps).toBe(0);

@@ -3,7 +3,6 @@ import {
   Controller,
   HttpException,
   Inject,
-  Injectable,
   Module,
   Post,
   ServiceUnavailableException,
@@ -11,10 +10,12 @@ import {
 import { InjectRepository, TypeOrmModule } from '@nestjs/typeorm';
 import type { Repository } from 'typeorm';
 import { IdempotencyContext, Idempotent } from '../../src/index.js';
-import { Barrier } from '../utils/barrier.js';
 import { requestCharge } from '../utils/fake-gateway.js';
+import { Control } from './control.js';
 import { LedgerEntry } from './ledger-entry.entity.js';
 import { Payment } from './payment.entity.js';
+
+export { Control };
 
 export const GATEWAY_URL = Symbol('GATEWAY_URL');
 
@@ -31,45 +32,8 @@ export interface PaymentResponse {
   readonly amount: number;
 }
 
-/**
- * What the test makes the next run of a reference do: wait at a barrier
- * once it has charged (holding no connection), or fail once after its
- * first write with an error of its own.
- */
-@Injectable()
-export class Control {
-  private readonly holds = new Map<string, Barrier>();
-  private readonly failures = new Set<string>();
-  /** Runs of the handler, by reference. */
-  readonly runs = new Map<string, number>();
-
-  /** Holds the next run of `reference` after its charge, at the barrier returned. */
-  holdAfterCharge(reference: string): Barrier {
-    const barrier = new Barrier();
-    this.holds.set(reference, barrier);
-    return barrier;
-  }
-
-  /** Makes the next run of `reference` fail after its first write. */
-  failOnce(reference: string): void {
-    this.failures.add(reference);
-  }
-
-  /** @internal The barrier of this run of `reference`, if held (once). */
-  takeHold(reference: string): Barrier | undefined {
-    const barrier = this.holds.get(reference);
-    this.holds.delete(reference);
-    return barrier;
-  }
-
-  /** @internal Whether this run of `reference` fails (once). */
-  takeFailure(reference: string): boolean {
-    return this.failures.delete(reference);
-  }
-}
-
 /** Highest amount `POST /payments/limited` takes. */
-const LIMIT = 1000;
+export const LIMIT = 1000;
 
 @Controller('payments')
 export class PaymentsController {

@@ -1,0 +1,40 @@
+import { Injectable } from '@nestjs/common';
+import { Barrier } from '../utils/barrier.js';
+
+/**
+ * What the test makes the next run of a reference do: wait at a barrier
+ * once it has charged (holding no connection), or fail once after its
+ * first write (on the other stores: after its charge) with an error of its
+ * own. Shared by the matrix's PostgreSQL and other stores' applications.
+ */
+@Injectable()
+export class Control {
+  private readonly holds = new Map<string, Barrier>();
+  private readonly failures = new Set<string>();
+  /** Runs of the handler, by reference. */
+  readonly runs = new Map<string, number>();
+
+  /** Holds the next run of `reference` after its charge, at the barrier returned. */
+  holdAfterCharge(reference: string): Barrier {
+    const barrier = new Barrier();
+    this.holds.set(reference, barrier);
+    return barrier;
+  }
+
+  /** Makes the next run of `reference` fail after its first write. */
+  failOnce(reference: string): void {
+    this.failures.add(reference);
+  }
+
+  /** @internal The barrier of this run of `reference`, if held (once). */
+  takeHold(reference: string): Barrier | undefined {
+    const barrier = this.holds.get(reference);
+    this.holds.delete(reference);
+    return barrier;
+  }
+
+  /** @internal Whether this run of `reference` fails (once). */
+  takeFailure(reference: string): boolean {
+    return this.failures.delete(reference);
+  }
+}

@@ -1,0 +1,266 @@
+import { DynamoDBClient, GetItemCommand } from '@aws-sdk/client-dynamodb';
+import { DEFAULT_SCOPE } from '../../src/index.js';
+import { DynamoDbIdempotencyStore } from '../../src/stores/dynamodb/index.js';
+import {
+  numberOf,
+  partitionKey,
+  stepsOf,
+  stringOf,
+  type Item,
+} from '../../src/stores/dynamodb/dynamodb-item.js';
+import { startDynalite, type LocalDynamoDb } from '../utils/dynalite.js';
+import {
+  HttpRequestFaults,
+  type HttpRequestView,
+} from '../utils/http-request-faults.js';
+import { startStoreApp } from '../utils/store-app.js';
+import type { Platform } from '../utils/test-app.js';
+import { Control } from './control.js';
+import { GATEWAY_URL } from './fault-matrix.module.js';
+import { LEASE_OVER } from './replies.js';
+import {
+  describeStoreMatrix,
+  storeCells,
+  type StorePoint,
+  type StoreRecord,
+  type StoreTarget,
+  type Timing,
+} from './store-matrix.js';
+import { StorePaymentsController } from './store-matrix.module.js';
+
+/** The lease of claims: short, so that a claim left behind frees its key soon. */
+const LEASE_MS = 500;
+const TABLE = 'idempotency_records';
+
+/** A DynamoDB request as the store sends it. */
+interface DynamoRequest {
+  readonly operation: string;
+  readonly pk: string | undefined;
+  readonly input: {
+    readonly UpdateExpression?: string;
+    readonly ProjectionExpression?: string;
+    readonly ExpressionAttributeValues?: Record<string, { S?: string }>;
+  };
+}
+
+function dynamoRequest(request: HttpRequestView): DynamoRequest | undefined {
+  const target = request.headers['x-amz-target'];
+  if (typeof target !== 'string') {
+    return undefined;
+  }
+  const input = JSON.parse(
+    request.body.toString('utf8'),
+  ) as DynamoRequest['input'] & {
+    Key?: { pk?: { S?: string } };
+  };
+  return { operation: target.split('.')[1], pk: input.Key?.pk?.S, input };
+}
+
+/** The store's request of `point` for the item of partition key `pk`. */
+function requestOf(
+  point: StorePoint,
+  pk: string,
+): (request: HttpRequestView) => boolean {
+  const update =
+    (check: (expression: string, input: DynamoRequest['input']) => boolean) =>
+    (request: HttpRequestView) => {
+      const sent = dynamoRequest(request);
+      return (
+        sent?.operation === 'UpdateItem' &&
+        sent.pk === pk &&
+        check(sent.input.UpdateExpression ?? '', sent.input)
+      );
+    };
+  const finishing = (status: string) =>
+    update(
+      (expression, input) =>
+        expression.includes('REMOVE lease_expires_at, steps') &&
+        input.ExpressionAttributeValues?.[':status']?.S === status,
+    );
+  switch (point) {
+    case 'claim':
+      return update((expression) =>
+        expression.startsWith('SET #scope = :scope'),
+      );
+    case 'step read':
+      return (request) => {
+        const sent = dynamoRequest(request);
+        return (
+          sent?.operation === 'GetItem' &&
+          sent.pk === pk &&
+          sent.input.ProjectionExpression === 'steps.#step'
+        );
+      };
+    case 'step save':
+      return update((expression) => expression.includes('steps.#step = :step'));
+    case 'completion':
+      return finishing('completed');
+    case 'stored error':
+      return finishing('failed');
+    // A key with a step is released by keeping its item, ownerless (its
+    // DeleteItem, refused for the step, changes nothing).
+    case 'release':
+      return update((expression) =>
+        expression.startsWith('SET lease_expires_at = :zero REMOVE #owner'),
+      );
+    case 'renewal':
+      return update(
+        (expression) => expression === 'SET lease_expires_at = :lease',
+      );
+  }
+}
+
+/**
+ * The application on a DynamoDB store whose client (with `maxAttempts`)
+ * reaches dynalite through a proxy that resets its connections.
+ */
+function dynamoTarget(maxAttempts: number) {
+  return async (
+    platform: Platform,
+    gatewayUrl: string,
+  ): Promise<StoreTarget> => {
+    const dynamo: LocalDynamoDb = await startDynalite();
+    const direct = dynamo.client();
+    await DynamoDbIdempotencyStore.createTable(direct, { timeToLive: false });
+    const proxy = await new HttpRequestFaults(dynamo.endpoint).start();
+    const client = new DynamoDBClient({
+      endpoint: proxy.url,
+      region: 'local',
+      credentials: { accessKeyId: 'local', secretAccessKey: 'local' },
+      maxAttempts,
+    });
+    const app = await startStoreApp({
+      platform,
+      store: new DynamoDbIdempotencyStore(client),
+      controllers: [StorePaymentsController],
+      providers: [Control, { provide: GATEWAY_URL, useValue: gatewayUrl }],
+      idempotency: { lease: `${LEASE_MS}ms` },
+    });
+    const pkOf = (key: string) => partitionKey(DEFAULT_SCOPE, key);
+    const item = async (key: string): Promise<Item | undefined> =>
+      (
+        await direct.send(
+          new GetItemCommand({
+            TableName: TABLE,
+            Key: { pk: { S: pkOf(key) } },
+            ConsistentRead: true,
+          }),
+        )
+      ).Item;
+    return {
+      app: app.app,
+      url: app.url,
+      arm: (point: StorePoint, timing: Timing, key: string) =>
+        proxy.arm({ matches: requestOf(point, pkOf(key)), timing }),
+      // Every request opens a connection if it has none.
+      ready: () => Promise.resolve(),
+      async record(key): Promise<StoreRecord | undefined> {
+        const found = await item(key);
+        if (!found) {
+          return undefined;
+        }
+        const state = stringOf(found.status) as StoreRecord['state'];
+        if (state !== 'in_progress') {
+          return {
+            state,
+            responseStatus: numberOf(found.response_status) ?? 0,
+          };
+        }
+        // The store's leases are the application's clock.
+        const leaseEnds = numberOf(found.lease_expires_at) ?? 0;
+        return { state, leaseEnds, live: leaseEnds > Date.now() };
+      },
+      async steps(key) {
+        const found = await item(key);
+        return found ? [...stepsOf(found).keys()] : [];
+      },
+      snapshot: item,
+      async close() {
+        await app.close();
+        client.destroy();
+        await proxy.stop();
+        await dynamo.close();
+      },
+    };
+  };
+}
+
+describe('DynamoDB', () => {
+  /*
+   * The SDK's defaults (3 attempts): a request whose connection was reset
+   * is sent again; one that took effect (its answer lost) runs twice.
+   */
+  describeStoreMatrix({
+    name: "DynamoDB (dynalite), the SDK's retries",
+    leaseMs: LEASE_MS,
+    start: dynamoTarget(3),
+    cells: storeCells((point, when) => {
+      switch (point) {
+        // Its own completion, sent again, no longer finds its claim: 503
+        // (the store cannot tell it from a takeover), then the retry replays.
+        case 'completion':
+          return {
+            expected: when === 'before' ? ['201'] : ['503', '201 replayed'],
+          };
+        // The handler fails after its charge: released, bound to its request.
+        case 'release':
+          return { expected: ['503 handler', '201'], probed: ['503 handler'] };
+        case 'stored error':
+          return { expected: ['402'] };
+        default:
+          return { expected: ['201'] };
+      }
+    }),
+  });
+
+  /*
+   * A client without retries (`maxAttempts: 1`): the request fails, whether
+   * it took effect or not. The next request opens a connection of its own:
+   * the release that follows a failure goes through.
+   */
+  describeStoreMatrix({
+    name: 'DynamoDB (dynalite), no retries',
+    leaseMs: LEASE_MS,
+    start: dynamoTarget(1),
+    cells: storeCells((point, when) => {
+      switch (point) {
+        case 'claim':
+          // Written, unknown to its attempt: it holds the key for its lease.
+          return {
+            expected:
+              when === 'before' ? ['503', '201'] : ['503', '409', '201'],
+          };
+        case 'step read':
+          return { expected: ['503', '201'] };
+        case 'step save':
+          // Before: the charge was made, its step never saved: the retry
+          // charges again under the derived key (the gateway's answer is
+          // the same charge).
+          return when === 'before'
+            ? { expected: ['503', '201'], gatewayCalls: 2 }
+            : { expected: ['503', '201'], probed: ['503'] };
+        case 'completion':
+          return when === 'before'
+            ? { expected: ['503', '201'], probed: ['503'] }
+            : { expected: ['503', '201 replayed'] };
+        case 'release':
+          // Before: the claim holds its key until its lease runs out.
+          return when === 'before'
+            ? {
+                expected: ['503 handler', '409', '201'],
+                probed: ['503 handler', '409', LEASE_OVER],
+              }
+            : { expected: ['503 handler', '201'], probed: ['503 handler'] };
+        case 'stored error':
+          // Before: the 402 reaches the client unstored; the claim is
+          // released: the next request runs again.
+          return when === 'before'
+            ? { expected: ['402'], again: ['402'] }
+            : { expected: ['402'] };
+        case 'renewal':
+          // A later renewal keeps the lease.
+          return { expected: ['201'] };
+      }
+    }),
+  });
+});
