@@ -39,6 +39,12 @@ export function describeStoreConformance(
      */
     readonly resentClaims?: boolean;
     /**
+     * Whether a completion sent again by the attempt that wrote it is
+     * acknowledged again (fenced, writing nothing): for a store whose client
+     * resends a request when a lost connection lost its reply.
+     */
+    readonly resentCompletions?: boolean;
+    /**
      * Whether the suite hands the store bare leases (scope, key and owner),
      * as a caller other than the module would, instead of the claim
      * requests that the module hands as leases (see `Lease`).
@@ -210,9 +216,23 @@ export function describeStoreConformance(
       expect(
         await store.complete(leaseOf(claim), completion, undefined),
       ).toEqual({ fenced: true, waiting: false });
-      expect(
-        await store.complete(leaseOf(claim), completion, undefined),
-      ).toEqual({ fenced: false, waiting: false });
+      // Sent again: acknowledged again or refused, never written again.
+      const again: Completion = {
+        ...completion,
+        response: { ...response, status: 500 },
+      };
+      expect(await store.complete(leaseOf(claim), again, undefined)).toEqual({
+        fenced: capabilities.resentCompletions === true,
+        waiting: false,
+      });
+      expect(await store.claim(attempt('complete'))).toMatchObject({
+        state: 'finished',
+        record: { response: { status: 201 } },
+      });
+      expect(await store.complete(stranger, completion, undefined)).toEqual({
+        fenced: false,
+        waiting: false,
+      });
     });
 
     it('returns the finished record to later attempts, byte for byte', async () => {

@@ -31,7 +31,7 @@ describeStoreConformance(
       close: () => dynamo.close(),
     };
   },
-  { resentClaims: true },
+  { resentClaims: true, resentCompletions: true },
 );
 
 /** The commands a client sends: name and input. */

@@ -339,7 +339,7 @@ export class DynamoDbIdempotencyStore implements IdempotencyStore {
     values[':inProgress'] = IN_PROGRESS;
     const sdk = await loadDynamoDbSdk();
     try {
-      const old = await this.fenced(
+      const outcome = await this.conditional(
         new sdk.UpdateItemCommand({
           TableName: this.options.tableName,
           Key: this.keyOf(lease),
@@ -354,11 +354,21 @@ export class DynamoDbIdempotencyStore implements IdempotencyStore {
           ExpressionAttributeNames: { ...NAMES, '#ttl': 'ttl' },
           ExpressionAttributeValues: values,
           ReturnValues: 'ALL_OLD',
+          ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
         }),
       );
-      return old
-        ? { fenced: true, waiting: isWaiting(old) }
-        : { fenced: false, waiting: false };
+      if (outcome.written) {
+        return { fenced: true, waiting: isWaiting(outcome.written) };
+      }
+      // This very completion, sent again by the SDK after its answer was
+      // lost, finds the record it finished: its own, not a takeover. (Its
+      // waiters poll: the flag went with the first write.)
+      return {
+        fenced:
+          outcome.current !== undefined &&
+          finishedBy(outcome.current, lease.owner),
+        waiting: false,
+      };
     } catch (error) {
       if (stored && isItemTooLarge(error)) {
         return this.complete(lease, notReplayable(completion));
@@ -679,6 +689,11 @@ function ownedBy(item: Item, owner: string, fingerprint?: string): boolean {
     stringOf(item.owner) === owner &&
     (fingerprint === undefined || stringOf(item.fingerprint) === fingerprint)
   );
+}
+
+/** Whether an item is a record that the attempt `owner` finished. */
+function finishedBy(item: Item, owner: string): boolean {
+  return !inProgress(item) && stringOf(item.owner) === owner;
 }
 
 /** Whether a duplicate waits for the claim of an item. */
