@@ -1,0 +1,372 @@
+import type pg from 'pg';
+import { PRESENCE_APPLICATION_NAME } from '../utils/sessions.js';
+import type { SeededRandom } from './seeded-random.js';
+import { unreadBytes } from './socket-queue.js';
+import { delay } from './soak-client.js';
+import {
+  instanceAppName,
+  instanceOfAppName,
+  type SoakInstances,
+} from './soak-instances.js';
+
+/** One fault the soak injects. */
+export type Fault =
+  /** SIGKILL of an instance, which then starts again. */
+  | { readonly kind: 'kill'; readonly instance: number }
+  /** SIGSTOP of an instance for `pauseMs` (past its lease), then SIGCONT. */
+  | {
+      readonly kind: 'pause';
+      readonly instance: number;
+      readonly pauseMs: number;
+    }
+  /**
+   * An instance stopped (SIGSTOP) once a handler of it has run its last
+   * statement and before it reads the result; the server ends its sessions
+   * idle in a transaction; it goes on (SIGCONT) after `frozenMs` and finds
+   * the transaction lost between the handler's last write and its
+   * completion (see `freezeAndTerminate`).
+   */
+  | { readonly kind: 'freeze-terminate'; readonly frozenMs: number }
+  /** `pg_terminate_backend` of `count` sessions of the app, whatever they do. */
+  | { readonly kind: 'terminate'; readonly count: number }
+  /** The database server goes down (`pg_ctl stop -m <mode>`) for `downMs`. */
+  | {
+      readonly kind: 'db-restart';
+      readonly mode: 'fast' | 'immediate';
+      readonly downMs: number;
+    };
+
+/** A fault, after a gap of `gapMs` since the previous one ended. */
+export interface PlannedFault {
+  readonly gapMs: number;
+  readonly fault: Fault;
+}
+
+/** What a fault did, for the summary and the failure message. */
+export interface FaultRecord {
+  /** When it started, in ms since the run started. */
+  readonly at: number;
+  readonly tookMs: number;
+  readonly fault: Fault;
+  readonly detail: string;
+}
+
+/** How many of each fault a run injects, and one database restart. */
+export const FAULT_COUNTS = {
+  kill: 2,
+  pause: 2,
+  'freeze-terminate': 5,
+  terminate: 4,
+} as const;
+
+/**
+ * The run's faults, in a seeded order with seeded gaps. Pauses outlast the
+ * lease (`leaseMs`): another instance takes the paused one's keys over, and
+ * its late completions must be fenced off.
+ */
+export function planFaults(
+  random: SeededRandom,
+  instances: number,
+  leaseMs: number,
+): PlannedFault[] {
+  const faults: Fault[] = [];
+  const times = (kind: keyof typeof FAULT_COUNTS, make: () => Fault) => {
+    for (let i = 0; i < FAULT_COUNTS[kind]; i += 1) {
+      faults.push(make());
+    }
+  };
+  times('kill', () => ({
+    kind: 'kill',
+    instance: random.int(0, instances - 1),
+  }));
+  times('pause', () => ({
+    kind: 'pause',
+    instance: random.int(0, instances - 1),
+    pauseMs: leaseMs + random.int(500, 1_500),
+  }));
+  times('freeze-terminate', () => ({
+    kind: 'freeze-terminate',
+    frozenMs: random.int(50, 400),
+  }));
+  times('terminate', () => ({ kind: 'terminate', count: random.int(1, 4) }));
+  const order = random.shuffle(faults);
+  // The database restart comes mid-run, with traffic before and after it.
+  order.splice(random.int(3, order.length - 3), 0, {
+    kind: 'db-restart',
+    mode: random.pick(['fast', 'immediate'] as const),
+    downMs: random.int(300, 1_500),
+  });
+  return order.map((fault) => ({ gapMs: random.int(200, 900), fault }));
+}
+
+/** A fault as one line. */
+export function describeFault(fault: Fault): string {
+  switch (fault.kind) {
+    case 'kill':
+      return `kill #${fault.instance}`;
+    case 'pause':
+      return `pause #${fault.instance} ${fault.pauseMs}ms`;
+    case 'freeze-terminate':
+      return `freeze-terminate ${fault.frozenMs}ms`;
+    case 'terminate':
+      return `terminate ×${fault.count}`;
+    case 'db-restart':
+      return `db-restart ${fault.mode} ${fault.downMs}ms`;
+  }
+}
+
+/** What the faults act on. */
+export interface FaultTarget {
+  readonly instances: SoakInstances;
+  /** A pool on the app's database (application_name other than the app's). */
+  readonly db: pg.Pool;
+  /** The database server, which the test started and may restart. */
+  readonly server: {
+    readonly port: number;
+    shutdown(mode: 'fast' | 'immediate'): Promise<void>;
+    restart(): Promise<void>;
+  };
+  /** Picks the victims among sessions found at run time. */
+  readonly random: SeededRandom;
+  /** Epoch ms the run started. */
+  readonly startedAt: number;
+}
+
+/** Sessions of the app (its pools, and the presence sessions). */
+const APP_SESSIONS = `datname = current_database() AND backend_type = 'client backend'
+  AND (application_name LIKE 'soak-app-%' OR application_name = '${PRESENCE_APPLICATION_NAME}')`;
+
+/**
+ * What the test's own connections see of a server that a fault restarted: a
+ * connection that died with it, or a server not ready yet.
+ */
+const SERVER_GONE =
+  /Connection terminated|terminating connection|ECONNRESET|ECONNREFUSED|the database system is (starting up|shutting down|in recovery mode)/;
+
+/**
+ * Runs a statement of the test on `db`, again (a few times) when the
+ * server was restarted under it.
+ */
+async function rows<T extends pg.QueryResultRow>(
+  db: pg.Pool,
+  sql: string,
+  params?: unknown[],
+): Promise<T[]> {
+  for (let attempt = 1; ; attempt += 1) {
+    try {
+      return (await db.query<T>(sql, params)).rows;
+    } catch (error) {
+      if (attempt >= 5 || !SERVER_GONE.test((error as Error).message)) {
+        throw error;
+      }
+      await delay(100);
+    }
+  }
+}
+
+/** Injects `plan`, one fault after the other, and says what each did. */
+export async function injectFaults(
+  plan: readonly PlannedFault[],
+  target: FaultTarget,
+): Promise<FaultRecord[]> {
+  const records: FaultRecord[] = [];
+  for (const { gapMs, fault } of plan) {
+    await delay(gapMs);
+    const started = Date.now();
+    const detail = await inject(fault, target).catch((error: unknown) => {
+      throw new Error(
+        `${describeFault(fault)} at ${started - target.startedAt}ms failed: ${(error as Error).message}`,
+        { cause: error },
+      );
+    });
+    records.push({
+      at: started - target.startedAt,
+      tookMs: Date.now() - started,
+      fault,
+      detail,
+    });
+  }
+  return records;
+}
+
+async function inject(fault: Fault, target: FaultTarget): Promise<string> {
+  const { instances, db, server, random } = target;
+  switch (fault.kind) {
+    case 'kill': {
+      const started = Date.now();
+      await instances.kill(fault.instance);
+      return `killed and started again in ${Date.now() - started}ms`;
+    }
+    case 'pause': {
+      instances.pause(fault.instance);
+      try {
+        await delay(fault.pauseMs);
+      } finally {
+        instances.resume(fault.instance);
+      }
+      return 'stopped and resumed';
+    }
+    case 'freeze-terminate':
+      return freezeAndTerminate(target, fault.frozenMs);
+    case 'terminate': {
+      const sessions = await rows<{ pid: number }>(
+        db,
+        `SELECT pid FROM pg_stat_activity WHERE ${APP_SESSIONS} ORDER BY pid`,
+      );
+      const victims = random
+        .shuffle(sessions.map((row) => row.pid))
+        .slice(0, fault.count);
+      const ended = await terminate(db, victims);
+      return `${ended} of ${sessions.length} sessions ended`;
+    }
+    case 'db-restart': {
+      await server.shutdown(fault.mode);
+      await delay(fault.downMs);
+      await server.restart();
+      return 'down and up again';
+    }
+  }
+}
+
+/**
+ * The sample's last statement in a handler's transaction (it reads the
+ * payment back); the completion comes next.
+ */
+const LAST_READ = `query LIKE 'SELECT "Payment"."id"%'`;
+
+/** A session of the app as a freeze-terminate looks at it. */
+interface AppSession {
+  readonly pid: number;
+  readonly app: string;
+  /** The app's end of the connection. */
+  readonly port: number;
+  /** Whether its last statement is the handler's last ({@link LAST_READ}). */
+  readonly last: boolean;
+}
+
+/**
+ * Waits (a few seconds at most) for a handler of the app at its last
+ * statement ({@link LAST_READ}: running, or done), or else for any session
+ * idle in a transaction; stops its instance (SIGSTOP) and lets the server
+ * finish what the instance had sent. When the instance has not read the
+ * last statement's result yet (its socket's receive queue says so; any
+ * session will do after 3 s), the fault ends the instance's sessions idle
+ * in a transaction, as `idle_in_transaction_session_timeout` would, and
+ * resumes it after `frozenMs`: the instance reads the last result and the
+ * end of its connection at once, its transaction lost after the handler's
+ * last statement, before its completion. Otherwise it resumes the instance
+ * and looks again.
+ */
+async function freezeAndTerminate(
+  { instances, db, server }: FaultTarget,
+  frozenMs: number,
+): Promise<string> {
+  const started = Date.now();
+  let stops = 0;
+  while (Date.now() < started + 4_000) {
+    const anyWillDo = Date.now() > started + 3_000;
+    const sessions = await rows<AppSession>(
+      db,
+      `SELECT pid, application_name AS app, client_port AS port, ${LAST_READ} AS last
+       FROM pg_stat_activity
+       WHERE datname = current_database() AND application_name LIKE 'soak-app-%'
+         AND (state = 'idle in transaction' OR (state = 'active' AND ${LAST_READ}))`,
+    );
+    const found = sessions.find((row) => row.last) ?? sessions[0];
+    const index = found && instanceOfAppName(found.app);
+    if (index === undefined || (!found.last && !anyWillDo)) {
+      continue;
+    }
+    instances.pause(index);
+    stops += 1;
+    try {
+      const idle = await settledSessions(db, instanceAppName(index));
+      let unread = 0;
+      for (const session of idle.filter((row) => row.last)) {
+        // Unknown (not Linux): taken as unread.
+        if (((await unreadBytes(session.port, server.port)) ?? 1) > 0) {
+          unread += 1;
+        }
+      }
+      if (unread === 0 && !anyWillDo) {
+        continue;
+      }
+      const ended = await terminate(
+        db,
+        idle.map((row) => row.pid),
+      );
+      await delay(frozenMs);
+      return `#${index} frozen (${stops}× stopped), ${ended} sessions idle in a transaction ended, ${unread} with the last read's result unread`;
+    } finally {
+      instances.resume(index);
+    }
+  }
+  return `no transaction open (${stops}× stopped)`;
+}
+
+/**
+ * The sessions of `app` idle in a transaction, once the statements its
+ * (stopped) instance sent have run to their end.
+ */
+async function settledSessions(
+  db: pg.Pool,
+  app: string,
+): Promise<AppSession[]> {
+  const settled = Date.now() + 500;
+  while (
+    Date.now() < settled &&
+    (
+      await rows(
+        db,
+        `SELECT 1 FROM pg_stat_activity
+         WHERE datname = current_database() AND application_name = $1
+           AND state = 'active'`,
+        [app],
+      )
+    ).length > 0
+  ) {
+    await new Promise<void>((resolve) => setImmediate(resolve));
+  }
+  return rows<AppSession>(
+    db,
+    `SELECT pid, application_name AS app, client_port AS port, ${LAST_READ} AS last
+     FROM pg_stat_activity
+     WHERE datname = current_database() AND application_name = $1
+       AND state = 'idle in transaction'`,
+    [app],
+  );
+}
+
+/**
+ * Ends the sessions `pids` of the database (checked in the same statement:
+ * a pid may have been reused by then) and waits until they are gone.
+ * @returns how many were ended.
+ */
+async function terminate(db: pg.Pool, pids: number[]): Promise<number> {
+  if (pids.length === 0) {
+    return 0;
+  }
+  const ended = (
+    await rows<{ pid: number; ended: boolean }>(
+      db,
+      `SELECT pid, pg_terminate_backend(pid) AS ended FROM pg_stat_activity
+       WHERE pid = ANY($1::int[]) AND datname = current_database()`,
+      [pids],
+    )
+  )
+    .filter((row) => row.ended)
+    .map((row) => row.pid);
+  const deadline = Date.now() + 10_000;
+  while (Date.now() < deadline) {
+    const alive = await rows(
+      db,
+      'SELECT 1 FROM pg_stat_activity WHERE pid = ANY($1::int[])',
+      [ended],
+    );
+    if (alive.length === 0) {
+      break;
+    }
+    await new Promise<void>((resolve) => setImmediate(resolve));
+  }
+  return ended.length;
+}

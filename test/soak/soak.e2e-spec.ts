@@ -1,0 +1,237 @@
+import pg from 'pg';
+import { startEmbeddedPostgres } from '../setup/embedded-postgres.js';
+import { RecordingGateway } from './recording-gateway.js';
+import { SeededRandom, soakSeed } from './seeded-random.js';
+import { checkSoak, describeExchange, readTables } from './soak-checker.js';
+import { SoakClient, type Exchange } from './soak-client.js';
+import {
+  describeFault,
+  injectFaults,
+  planFaults,
+  type FaultRecord,
+} from './soak-faults.js';
+import { SoakInstances } from './soak-instances.js';
+import { planPayments, runPayments } from './soak-payments.js';
+
+type EmbeddedServer = Awaited<ReturnType<typeof startEmbeddedPostgres>>;
+
+const INSTANCES = 3;
+/** Short, so that a pause outlasts it in a few seconds. */
+const LEASE_MS = 2_000;
+/** 24 clients of 5 payments each, their starts spread over 24 s. */
+const LOAD = { clients: 24, perClient: 5, windowMs: 24_000 };
+/** A request that takes longer is given up and sent again (same key and body). */
+const REQUEST_TIMEOUT_MS = 2_500;
+const RETRY_AFTER_CAP_MS = 250;
+/** How long the clients still have for their 2xx once the faults are over. */
+const SETTLE_MS = 20_000;
+/** How long each key's last request has for its 2xx: the lease and a margin. */
+const FINAL_BOUND_MS = LEASE_MS + 5_000;
+
+const seed = soakSeed();
+const replay = `replay with SOAK_SEED=${seed}`;
+
+/** `error` with the seed in its message, to replay the run. */
+function withSeed(error: unknown): Error {
+  const message = error instanceof Error ? error.message : String(error);
+  return new Error(`soak seed ${seed} (${replay}): ${message}`, {
+    cause: error,
+  });
+}
+
+/** The statuses of `exchanges`, counted: `201×310, 409×12, ECONNRESET×3`. */
+function tally(exchanges: readonly Exchange[]): string {
+  const counts = new Map<string, number>();
+  for (const x of exchanges) {
+    const what = String(x.status ?? x.error);
+    counts.set(what, (counts.get(what) ?? 0) + 1);
+  }
+  return [...counts]
+    .sort(([a], [b]) => a.localeCompare(b))
+    .map(([what, n]) => `${what}×${n}`)
+    .join(', ');
+}
+
+/**
+ * What the instances logged of the module's failed attempts, counted:
+ * `lease-lost×1, failed×9 (4 transactions lost)`.
+ */
+function moduleEvents(output: string): string {
+  const counts = new Map<string, number>();
+  for (const [, event] of output.matchAll(
+    /event=(failed|lease-lost|timeout)\b/g,
+  )) {
+    counts.set(event, (counts.get(event) ?? 0) + 1);
+  }
+  const lost = output.match(/transaction is no longer open/g)?.length ?? 0;
+  return `${[...counts].map(([event, n]) => `${event}×${n}`).join(', ') || 'none'} (${lost} transactions lost)`;
+}
+
+describe('a seeded soak: three instances of the sample app under kills, pauses past the lease, terminated backends and a database restart', () => {
+  let server: EmbeddedServer | undefined;
+  let db: pg.Pool | undefined;
+  let gateway: RecordingGateway | undefined;
+  let instances: SoakInstances | undefined;
+  const random = new SeededRandom(seed);
+
+  beforeAll(async () => {
+    console.log(`soak seed ${seed} (${replay})`);
+    try {
+      // A server of its own, whatever DATABASE_URL says: the soak restarts it.
+      server = await startEmbeddedPostgres();
+      const admin = new pg.Client({ connectionString: server.url });
+      await admin.connect();
+      await admin.query('CREATE DATABASE soak');
+      await admin.end();
+      const url = new URL(server.url);
+      url.pathname = '/soak';
+      db = new pg.Pool({
+        connectionString: url.href,
+        max: 4,
+        application_name: 'soak-test',
+      });
+      // Its connections die with the server; it opens new ones after.
+      db.on('error', () => undefined);
+      const delays = random.fork('gateway');
+      gateway = await new RecordingGateway(() => delays.int(20, 800)).start();
+      instances = new SoakInstances(INSTANCES, {
+        DATABASE_URL: url.href,
+        GATEWAY_URL: gateway.url,
+        SAMPLE_LEASE: `${LEASE_MS}ms`,
+        SAMPLE_RETRY_AFTER: '1',
+      });
+      await instances.start();
+    } catch (error) {
+      throw withSeed(error);
+    }
+  }, 60_000);
+
+  afterAll(async () => {
+    await instances?.stop();
+    await gateway?.stop();
+    await db?.end();
+    await server?.stop();
+  });
+
+  it('loses no payment, makes none twice, replays each byte for byte, answers no 500 and leaves no key stuck', async () => {
+    let violations: string[];
+    try {
+      violations = await soak();
+    } catch (error) {
+      throw String((error as { message?: unknown }).message).startsWith(
+        'soak seed',
+      )
+        ? error
+        : withSeed(error);
+    }
+    expect(violations).toEqual([]);
+  }, 150_000);
+
+  /**
+   * Runs the clients and the faults, then every key once more, and checks
+   * what they left.
+   * @returns no violations (it throws them, with the seed and a trace).
+   */
+  async function soak(): Promise<string[]> {
+    const plans = planPayments(random.fork('payments'), LOAD);
+    const faultPlan = planFaults(random.fork('faults'), INSTANCES, LEASE_MS);
+    const startedAt = Date.now();
+    let deadline = Number.POSITIVE_INFINITY;
+    const client = new SoakClient({
+      urls: () => instances!.urls(),
+      startedAt,
+      timeoutMs: REQUEST_TIMEOUT_MS,
+      retryAfterCapMs: RETRY_AFTER_CAP_MS,
+      deadline: () => deadline,
+    });
+    const clients = Promise.all(
+      Array.from({ length: LOAD.clients }, (_, c) =>
+        runPayments(
+          plans.filter((plan) => plan.client === c),
+          client,
+          random.fork(`client-${c}`),
+          startedAt,
+          INSTANCES,
+        ),
+      ),
+    );
+    let faults: FaultRecord[];
+    try {
+      faults = await injectFaults(faultPlan, {
+        instances: instances!,
+        db: db!,
+        server: server!,
+        random: random.fork('victims'),
+        startedAt,
+      });
+    } finally {
+      deadline = Date.now() + SETTLE_MS;
+      await clients;
+    }
+
+    // Every key once more, now that nothing fails any more: each gets its
+    // 2xx within the lease and a margin, or it is stuck.
+    const final = { at: Date.now() - startedAt, boundMs: FINAL_BOUND_MS };
+    deadline = Date.now() + FINAL_BOUND_MS;
+    await Promise.all(
+      plans.map((plan) =>
+        client.send(
+          plan.key,
+          plan.body,
+          'final',
+          random.fork(`${plan.key}/final`),
+        ),
+      ),
+    );
+
+    const tables = await readTables(db!);
+    const violations = checkSoak({
+      plans,
+      exchanges: client.exchanges,
+      ...tables,
+      calls: gateway!.calls,
+      charges: [...gateway!.charges.values()],
+      final,
+    });
+    const faultLog = faults
+      .map(
+        (f) =>
+          `  ${f.at}ms +${f.tookMs}ms ${describeFault(f.fault)}: ${f.detail}`,
+      )
+      .join('\n');
+    const summary =
+      `soak seed ${seed}: ${Date.now() - startedAt}ms, ${plans.length} payments, ` +
+      `${client.exchanges.length} requests (${tally(client.exchanges)}); ` +
+      `${tables.payments.length} payments, ${tables.ledger.length} ledger rows, ` +
+      `${gateway!.charges.size} charges from ${gateway!.calls.length} gateway calls; ` +
+      `attempts that failed: ${moduleEvents(instances!.outputs(Number.POSITIVE_INFINITY))}; faults:\n${faultLog}`;
+    if (violations.length > 0) {
+      const keys = new Set(
+        violations.flatMap((line) => /^(pay-\d+-\d+):/.exec(line)?.[1] ?? []),
+      );
+      const trace = client.exchanges
+        .filter((x) => keys.has(x.key))
+        .slice(0, 60)
+        .map((x) => `  ${describeExchange(x)}`)
+        .join('\n');
+      // Errors, and what the module logged of those keys.
+      const logged = instances!
+        .outputs(Number.POSITIVE_INFINITY)
+        .split('\n')
+        .filter(
+          (line) =>
+            /ERROR|^--- instance/.test(line) ||
+            [...keys].some((key) => line.includes(`"${key}"`)),
+        )
+        .slice(-60)
+        .join('\n');
+      throw new Error(
+        `soak seed ${seed} (${replay}): ${violations.length} violations:\n` +
+          violations.slice(0, 40).join('\n') +
+          `\n\n${summary}\n\nexchanges of those keys:\n${trace}\n\nwhat the instances logged of them:\n${logged}`,
+      );
+    }
+    console.log(summary);
+    return violations;
+  }
+});
