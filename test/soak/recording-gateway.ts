@@ -14,15 +14,36 @@ export interface GatewayCall {
   readonly key: string;
   readonly amount: number;
   readonly currency: string;
+  /** When it arrived (epoch ms). */
+  readonly at: number;
+  /**
+   * Refused (409): its key had a charge for another amount or currency,
+   * which it was not given.
+   */
+  readonly refused: boolean;
 }
 
 /**
- * A payment gateway stand-in for the soak: idempotent per key (a call with a
- * key it has seen answers that key's charge, whatever its body), it records
- * every call and every charge, and answers after a delay the test chooses
- * (`delayMs`), as a real gateway takes its time. The charge is made when the
- * call arrives: a caller killed while it waits leaves the charge behind, and
- * its retry must get it back by the same key.
+ * The refusal of a key reused with other parameters, as Stripe words it
+ * (`idempotency_error`).
+ */
+export const KEY_REUSED = {
+  error: {
+    type: 'idempotency_error',
+    message:
+      'Keys for idempotent requests can only be used with the same parameters they were first used with.',
+  },
+};
+
+/**
+ * A payment gateway stand-in for the soak: idempotent per key as real
+ * gateways are (a call with a key it has seen and the same amount and
+ * currency answers that key's charge; with another amount or currency it is
+ * refused with 409 and {@link KEY_REUSED}, never given the charge), it
+ * records every call and every charge, and answers after a delay the test
+ * chooses (`delayMs`), as a real gateway takes its time. The charge is made
+ * when the call arrives: a caller killed while it waits leaves the charge
+ * behind, and its retry must get it back by the same key.
  */
 export class RecordingGateway {
   readonly calls: GatewayCall[] = [];
@@ -43,19 +64,23 @@ export class RecordingGateway {
         const { amount, currency } = JSON.parse(
           Buffer.concat(chunks).toString(),
         ) as { amount: number; currency: string };
-        this.calls.push({ key, amount, currency });
         let charge = this.charges.get(key);
         if (!charge) {
           charge = { id: `ch_${this.charges.size + 1}`, key, amount, currency };
           this.charges.set(key, charge);
         }
-        const body = JSON.stringify({ id: charge.id, amount: charge.amount });
+        const refused =
+          charge.amount !== amount || charge.currency !== currency;
+        this.calls.push({ key, amount, currency, at: Date.now(), refused });
+        const body = JSON.stringify(
+          refused ? KEY_REUSED : { id: charge.id, amount: charge.amount },
+        );
         const timer = setTimeout(() => {
           this.timers.delete(timer);
           // No keep-alive: a connection the gateway closes while idle is
           // then never one the app sends its next call on.
           response
-            .writeHead(200, {
+            .writeHead(refused ? 409 : 200, {
               'content-type': 'application/json',
               connection: 'close',
             })

@@ -1,7 +1,8 @@
 import type pg from 'pg';
 import type { GatewayCall, GatewayCharge } from './recording-gateway.js';
-import type { Exchange } from './soak-client.js';
-import type { PaymentPlan } from './soak-payments.js';
+import type { Exchange, PaymentBody } from './soak-client.js';
+import { winningBody, type PaymentPlan } from './soak-payments.js';
+import { readStepLog, type LoggedStep } from './step-log.js';
 
 interface PaymentRow {
   readonly id: string;
@@ -33,6 +34,10 @@ export interface SoakEvidence {
   readonly records: readonly RecordRow[];
   /** Keys of the steps left in `idempotency_steps`. */
   readonly steps: readonly string[];
+  /** Every step save that committed (see `step-log.ts`). */
+  readonly stepLog: readonly LoggedStep[];
+  /** Epoch ms the run started: exchanges are timed from it. */
+  readonly startedAt: number;
   readonly calls: readonly GatewayCall[];
   readonly charges: readonly GatewayCharge[];
   /**
@@ -45,8 +50,10 @@ export interface SoakEvidence {
 /** Reads the tables the checker needs from the app's database. */
 export async function readTables(
   db: pg.Pool,
-): Promise<Pick<SoakEvidence, 'payments' | 'ledger' | 'records' | 'steps'>> {
-  const [payments, ledger, records, steps] = await Promise.all([
+): Promise<
+  Pick<SoakEvidence, 'payments' | 'ledger' | 'records' | 'steps' | 'stepLog'>
+> {
+  const [payments, ledger, records, steps, stepLog] = await Promise.all([
     db.query<PaymentRow>(
       'SELECT id, merchant_id, amount, currency, charge_id FROM payments',
     ),
@@ -57,12 +64,14 @@ export async function readTables(
       'SELECT key, status, response_body FROM idempotency_records',
     ),
     db.query<{ key: string }>('SELECT key FROM idempotency_steps'),
+    readStepLog(db),
   ]);
   return {
     payments: payments.rows,
     ledger: ledger.rows,
     records: records.rows,
     steps: steps.rows.map((row) => row.key),
+    stepLog,
   };
 }
 
@@ -75,7 +84,9 @@ const is2xx = (status: number | undefined) =>
  * it is replayed, never refused as in progress.
  */
 const EXPECTED: Record<Exchange['role'], readonly number[]> = {
+  // And 422 once its rival completed (checked below).
   payment: [201, 409, 503],
+  rival: [201, 409, 422, 502, 503],
   replay: [201, 503],
   final: [201, 503],
   conflict: [422, 503],
@@ -88,13 +99,56 @@ const PROBLEMS: Record<number, string> = {
   503: 'urn:idempotency:unavailable',
 };
 
+/**
+ * What the sample answers when the gateway refused its charge (409, the key
+ * reused with another amount): its `BadGatewayException`.
+ */
+const GATEWAY_REFUSED = {
+  statusCode: 502,
+  message: 'The payment gateway answered 409',
+};
+
 /** An exchange as one line. */
 export function describeExchange(exchange: Exchange): string {
   const answer =
     exchange.status === undefined
       ? exchange.error
       : `${exchange.status}${exchange.replayed ? ' replayed' : ''} ${exchange.body?.toString().slice(0, 160) ?? ''}`;
-  return `${exchange.key} ${exchange.role} → #${exchange.instance} at ${exchange.sentAt}ms (${exchange.tookMs}ms): ${answer}`;
+  return `${exchange.key} ${exchange.role} (${exchange.sent.amount} ${exchange.sent.currency}) → #${exchange.instance} at ${exchange.sentAt}ms (${exchange.tookMs}ms): ${answer}`;
+}
+
+const sameBody = (a: PaymentBody, b: PaymentBody) =>
+  a.amount === b.amount &&
+  a.currency === b.currency &&
+  a.merchantId === b.merchantId;
+
+/**
+ * Whether the request's handler ran: a 2xx that is not a replay, or the
+ * sample's 502 for a charge the gateway refused.
+ */
+const handlerRan = (x: Exchange) =>
+  (is2xx(x.status) && !x.replayed) || x.status === 502;
+
+/**
+ * The first committed step of `key` that binds it to a body other than
+ * `body` (its charge was made for another amount or currency, or by no
+ * call of the gateway), logged before `epochMs`.
+ */
+function boundElsewhere(
+  steps: readonly LoggedStep[],
+  charges: ReadonlyMap<string, GatewayCharge>,
+  body: PaymentBody,
+  epochMs: number,
+): LoggedStep | undefined {
+  return steps.find((step) => {
+    const charge = charges.get(step.chargeId);
+    return (
+      step.at < epochMs &&
+      (!charge ||
+        charge.amount !== body.amount ||
+        charge.currency !== body.currency)
+    );
+  });
 }
 
 function groupBy<T>(items: readonly T[], by: (item: T) => string) {
@@ -133,21 +187,26 @@ function parse(body: Buffer | undefined): PaymentBodyJson | undefined {
  * Checks what the soak left against what must hold, and returns every
  * violation found, one line each (none: the run kept every promise):
  *
- * - no 5xx other than the module's 503, no status a request of its role
+ * - no 5xx other than the module's 503 and, to a rival only, the sample's
+ *   502 for a charge the gateway refused; no status a request of its role
  *   cannot get (another body under a used key gets 422, never a 2xx; a
- *   duplicate after the 2xx is never refused), every 409, 422 and 503 the
- *   module's problem;
+ *   duplicate after the 2xx is never refused; a payment gets 422 only once
+ *   its rival completed), every 409, 422 and 503 the module's problem;
  * - every key got a 2xx, all of its 2xx bodies byte for byte the same, at
- *   most one of them executed (not replayed), each describing its own
- *   request's payment;
+ *   most one of them executed (not replayed), each describing the payment
+ *   of the body that completed (the payment's, or its rival's: never both);
  * - that payment is the key's only one, in the database with the id of the
  *   body, booked on the gateway's charge for the key's derived key
- *   (`<key>:charge`), made for the request's amount and currency, with two
+ *   (`<key>:charge`), made for that body's amount and currency, with two
  *   ledger rows (the customer's debit, the merchant's credit);
  * - its record is completed and stores that payment; no record completed
  *   without a payment, none still in progress, no step left;
- * - the gateway: every call for a key carries the request's amount (no other
- *   body reached it), no charge booked by two payments, none never booked;
+ * - the binding: a key's committed steps all carry one fingerprint, and
+ *   once one committed, no request of another body runs its handler (no
+ *   2xx executed, no 502 from its own gateway call);
+ * - the gateway: every call for a key carries the payment's or its rival's
+ *   body (no other body reached it), every refusal answered to a rival as
+ *   the sample's 502, no charge booked by two payments, none never booked;
  * - no key stuck: the last request of each key, sent once the faults were
  *   over, got its 2xx within the bound.
  */
@@ -162,14 +221,29 @@ export function checkSoak(evidence: SoakEvidence): string[] {
   const callsOf = groupBy(evidence.calls, (call) => call.key);
   const chargeById = new Map(evidence.charges.map((c) => [c.id, c]));
   const stepsLeft = new Set(evidence.steps);
+  const stepLogOf = groupBy(evidence.stepLog, (step) => step.key);
 
   for (const exchange of evidence.exchanges) {
     if (exchange.status === undefined) {
       continue;
     }
-    if (exchange.status >= 500 && exchange.status !== 503) {
+    const expected =
+      exchange.role === 'payment' && planned.get(exchange.key)?.rival
+        ? [...EXPECTED.payment, 422]
+        : EXPECTED[exchange.role];
+    if (exchange.status === 502 && exchange.role === 'rival') {
+      const json = parse(exchange.body) as Record<string, unknown> | undefined;
+      if (
+        json?.statusCode !== GATEWAY_REFUSED.statusCode ||
+        json.message !== GATEWAY_REFUSED.message
+      ) {
+        flag(
+          `a 502 that is not the sample's answer to a refused charge: ${describeExchange(exchange)}`,
+        );
+      }
+    } else if (exchange.status >= 500 && exchange.status !== 503) {
       flag(`a ${exchange.status}: ${describeExchange(exchange)}`);
-    } else if (!EXPECTED[exchange.role].includes(exchange.status)) {
+    } else if (!expected.includes(exchange.status)) {
       flag(
         `unexpected ${exchange.status} to a ${exchange.role} request: ${describeExchange(exchange)}`,
       );
@@ -184,8 +258,10 @@ export function checkSoak(evidence: SoakEvidence): string[] {
   }
 
   for (const plan of evidence.plans) {
-    const { key, body } = plan;
+    const { key } = plan;
     const exchanges = exchangesOf.get(key) ?? [];
+    // The body that completed: the payment's, or its rival's.
+    const body = winningBody(plan, exchanges);
     const rows = paymentsOf.get(body.merchantId) ?? [];
     const payment = rows.length === 1 ? rows[0] : undefined;
     if (rows.length > 1) {
@@ -197,7 +273,9 @@ export function checkSoak(evidence: SoakEvidence): string[] {
     const oks = exchanges.filter(
       (x) => x.role !== 'conflict' && is2xx(x.status),
     );
-    const payments = exchanges.filter((x) => x.role === 'payment');
+    const payments = exchanges.filter(
+      (x) => x.role === 'payment' || x.role === 'rival',
+    );
     if (!payments.some((x) => is2xx(x.status))) {
       flag(
         `${key}: its client got no 2xx before it gave up, last answers: ${payments
@@ -205,6 +283,22 @@ export function checkSoak(evidence: SoakEvidence): string[] {
           .map(describeExchange)
           .join(' | ')}`,
       );
+    }
+    const foreignOk = oks.find((x) => !sameBody(x.sent, body));
+    if (foreignOk) {
+      flag(
+        `${key}: both its payment and its rival got a 2xx: ${describeExchange(foreignOk)}`,
+      );
+    }
+    if (plan.rival && body !== plan.rival) {
+      const refused = exchanges.find(
+        (x) => x.role === 'payment' && x.status === 422,
+      );
+      if (refused) {
+        flag(
+          `${key}: its payment got 422, and its rival never completed: ${describeExchange(refused)}`,
+        );
+      }
     }
     if (oks.length > 0) {
       const [first] = oks;
@@ -218,7 +312,9 @@ export function checkSoak(evidence: SoakEvidence): string[] {
       if (executed.length > 1) {
         flag(`${key}: ${executed.length} 2xx answers not replayed`);
       }
-      const unreplayed = oks.filter((x) => x.role !== 'payment' && !x.replayed);
+      const unreplayed = oks.filter(
+        (x) => x.role !== 'payment' && x.role !== 'rival' && !x.replayed,
+      );
       if (unreplayed.length > 0) {
         flag(
           `${key}: a duplicate after its 2xx was not a replay: ${describeExchange(unreplayed[0])}`,
@@ -287,13 +383,56 @@ export function checkSoak(evidence: SoakEvidence): string[] {
       }
     }
 
-    const foreign = (callsOf.get(`${key}:charge`) ?? []).filter(
-      (call) => call.amount !== body.amount || call.currency !== body.currency,
+    const calls = callsOf.get(`${key}:charge`) ?? [];
+    const foreign = calls.filter(
+      (call) =>
+        ![plan.body, plan.rival].some(
+          (sent) =>
+            sent?.amount === call.amount && sent.currency === call.currency,
+        ),
     );
     if (foreign.length > 0) {
       flag(
         `${key}: the gateway got ${foreign.length} charge calls for another body (${foreign[0].amount} ${foreign[0].currency})`,
       );
+    }
+    for (const x of exchanges.filter(
+      (x) => x.role === 'rival' && x.status === 502,
+    )) {
+      if (
+        !calls.some(
+          (call) =>
+            call.refused &&
+            call.amount === x.sent.amount &&
+            call.currency === x.sent.currency,
+        )
+      ) {
+        flag(
+          `${key}: a 502 to its rival, and the gateway refused none of its calls: ${describeExchange(x)}`,
+        );
+      }
+    }
+
+    // The binding: once a step of one body committed, no other body runs.
+    const logged = stepLogOf.get(key) ?? [];
+    const fingerprints = new Set(logged.map((step) => step.fingerprint));
+    if (fingerprints.size > 1) {
+      flag(
+        `${key}: steps committed for ${fingerprints.size} requests (charges ${logged.map((step) => step.chargeId).join(', ')})`,
+      );
+    }
+    for (const x of exchanges.filter(handlerRan)) {
+      const bound = boundElsewhere(
+        logged,
+        chargeById,
+        x.sent,
+        evidence.startedAt + x.sentAt,
+      );
+      if (bound) {
+        flag(
+          `${key}: its handler ran for a body it was not bound to, a step of charge ${bound.chargeId} having committed at ${Math.round(bound.at - evidence.startedAt)}ms: ${describeExchange(x)}`,
+        );
+      }
     }
 
     if (plan.conflict) {
@@ -366,4 +505,43 @@ export function checkSoak(evidence: SoakEvidence): string[] {
     }
   }
   return violations;
+}
+
+/**
+ * What the rivals met, for the summary: how many were sent and how they
+ * ended, and how many of them after a step of their payment committed (the
+ * key bound), e.g. `20 sent (201×4, 422×13, 502×3), 6 of them after a step
+ * of their payment committed (422×6)`.
+ */
+export function describeRivals(evidence: SoakEvidence): string {
+  const chargeById = new Map(evidence.charges.map((c) => [c.id, c]));
+  const stepLogOf = groupBy(evidence.stepLog, (step) => step.key);
+  const ends: string[] = [];
+  const boundEnds: string[] = [];
+  for (const plan of evidence.plans) {
+    const rivals = evidence.exchanges.filter(
+      (x) => x.key === plan.key && x.role === 'rival',
+    );
+    if (!plan.rival || rivals.length === 0) {
+      continue;
+    }
+    const end = String(rivals.at(-1)!.status ?? rivals.at(-1)!.error);
+    ends.push(end);
+    if (
+      boundElsewhere(
+        stepLogOf.get(plan.key) ?? [],
+        chargeById,
+        plan.rival,
+        evidence.startedAt + rivals[0].sentAt,
+      )
+    ) {
+      boundEnds.push(end);
+    }
+  }
+  const count = (list: string[]) =>
+    [...groupBy(list, (end) => end)]
+      .sort(([a], [b]) => a.localeCompare(b))
+      .map(([end, all]) => `${end}×${all.length}`)
+      .join(', ');
+  return `${ends.length} sent (${count(ends)}), ${boundEnds.length} of them after a step of their payment committed (${count(boundEnds)})`;
 }

@@ -9,16 +9,20 @@ export interface PaymentBody {
 }
 
 /**
- * Why a request was sent: the payment itself (until a 2xx), a duplicate of
- * it after its 2xx, another body under its key (must get 422), or the check
- * after the run that no key is stuck.
+ * Why a request was sent: the payment itself (until a 2xx); its rival,
+ * another body under its key sent right after the payment's first failed
+ * answer (until 422, its own 2xx, or 502 for a charge the gateway refused);
+ * a duplicate of the key's 2xx; another body under the key after its 2xx
+ * (must get 422); or the check after the run that no key is stuck.
  */
-export type Role = 'payment' | 'replay' | 'conflict' | 'final';
+export type Role = 'payment' | 'rival' | 'replay' | 'conflict' | 'final';
 
 /** One request and what came back, as the client saw it. */
 export interface Exchange {
   readonly key: string;
   readonly role: Role;
+  /** The body sent. */
+  readonly sent: PaymentBody;
   /** Index of the instance it was sent to. */
   readonly instance: number;
   /** When it was sent, in ms since the run started. */
@@ -108,9 +112,10 @@ type Verdict = 'done' | 'retry' | 'stop';
 
 /**
  * A 2xx ends a payment, its duplicates and the final check; a 422 ends a
- * request with another body. 409 (the key is being executed), 503 (retry
- * with the same key) and a connection lost or timed out are retried; any
- * other answer stops the request, for the checker to report.
+ * request with another body; a rival ends with a 2xx, a 422 or a 502. 409
+ * (the key is being executed), 503 (retry with the same key) and a
+ * connection lost or timed out are retried; any other answer stops the
+ * request, for the checker to report.
  */
 function verdict(role: Role, reply: Reply): Verdict {
   if ('error' in reply) {
@@ -123,7 +128,21 @@ function verdict(role: Role, reply: Reply): Verdict {
   if (role === 'conflict') {
     return status === 422 ? 'done' : 'stop';
   }
+  if (role === 'rival' && (status === 422 || status === 502)) {
+    return 'done';
+  }
   return status >= 200 && status < 300 ? 'done' : 'stop';
+}
+
+/** Where a request goes first, and what is done after its first failure. */
+export interface SendOptions {
+  /** The instance of the first attempt (else the random stream picks). */
+  readonly instance?: number;
+  /**
+   * Run once, after the first answer that is retried (409, 503, a lost
+   * connection), before the retry.
+   */
+  readonly afterFailure?: () => Promise<unknown>;
 }
 
 export interface SoakClientOptions {
@@ -160,12 +179,13 @@ export class SoakClient {
     body: PaymentBody,
     role: Role,
     random: SeededRandom,
-    firstInstance?: number,
+    { instance: firstInstance, afterFailure }: SendOptions = {},
   ): Promise<Exchange | undefined> {
     const { urls, startedAt, timeoutMs, retryAfterCapMs, deadline } =
       this.options;
     let last: Exchange | undefined;
     let next = firstInstance;
+    let failed = false;
     while (Date.now() < deadline()) {
       const all = urls();
       const first = next ?? random.int(0, all.length - 1);
@@ -182,6 +202,7 @@ export class SoakClient {
       last = {
         key,
         role,
+        sent: body,
         instance,
         sentAt: sentAt - startedAt,
         tookMs: Date.now() - sentAt,
@@ -191,6 +212,10 @@ export class SoakClient {
       const then = verdict(role, reply);
       if (then !== 'retry') {
         return last;
+      }
+      if (!failed) {
+        failed = true;
+        await afterFailure?.();
       }
       if ('error' in reply) {
         await delay(reply.error === 'timeout' ? 0 : random.int(20, 100));

@@ -29,6 +29,13 @@ export type Fault =
   | { readonly kind: 'freeze-terminate'; readonly frozenMs: number }
   /** `pg_terminate_backend` of `count` sessions of the app, whatever they do. */
   | { readonly kind: 'terminate'; readonly count: number }
+  /**
+   * `pg_terminate_backend` of up to `count` sessions of the app idle in a
+   * handler's transaction: the sample's handlers open theirs after their
+   * charge step committed, so each such request fails (503) with its key
+   * bound to it.
+   */
+  | { readonly kind: 'terminate-in-transaction'; readonly count: number }
   /** The database server goes down (`pg_ctl stop -m <mode>`) for `downMs`. */
   | {
       readonly kind: 'db-restart';
@@ -57,6 +64,7 @@ export const FAULT_COUNTS = {
   pause: 2,
   'freeze-terminate': 5,
   terminate: 4,
+  'terminate-in-transaction': 3,
 } as const;
 
 /**
@@ -89,6 +97,10 @@ export function planFaults(
     frozenMs: random.int(50, 400),
   }));
   times('terminate', () => ({ kind: 'terminate', count: random.int(1, 4) }));
+  times('terminate-in-transaction', () => ({
+    kind: 'terminate-in-transaction',
+    count: random.int(1, 2),
+  }));
   const order = random.shuffle(faults);
   // The database restart comes mid-run, with traffic before and after it.
   order.splice(random.int(3, order.length - 3), 0, {
@@ -96,7 +108,7 @@ export function planFaults(
     mode: random.pick(['fast', 'immediate'] as const),
     downMs: random.int(300, 1_500),
   });
-  return order.map((fault) => ({ gapMs: random.int(200, 900), fault }));
+  return order.map((fault) => ({ gapMs: random.int(150, 750), fault }));
 }
 
 /** A fault as one line. */
@@ -110,6 +122,8 @@ export function describeFault(fault: Fault): string {
       return `freeze-terminate ${fault.frozenMs}ms`;
     case 'terminate':
       return `terminate ×${fault.count}`;
+    case 'terminate-in-transaction':
+      return `terminate-in-transaction ×${fault.count}`;
     case 'db-restart':
       return `db-restart ${fault.mode} ${fault.downMs}ms`;
   }
@@ -219,6 +233,8 @@ async function inject(fault: Fault, target: FaultTarget): Promise<string> {
       const ended = await terminate(db, victims);
       return `${ended} of ${sessions.length} sessions ended`;
     }
+    case 'terminate-in-transaction':
+      return terminateInTransaction(target, fault.count);
     case 'db-restart': {
       await server.shutdown(fault.mode);
       await delay(fault.downMs);
@@ -302,6 +318,35 @@ async function freezeAndTerminate(
     }
   }
   return `no transaction open (${stops}× stopped)`;
+}
+
+/**
+ * Waits (2 s at most) for sessions of the app idle in a transaction (a
+ * handler's, between its statements), and ends up to `count` of them.
+ */
+async function terminateInTransaction(
+  { db, random }: FaultTarget,
+  count: number,
+): Promise<string> {
+  const started = Date.now();
+  while (Date.now() < started + 2_000) {
+    const sessions = await rows<{ pid: number }>(
+      db,
+      `SELECT pid FROM pg_stat_activity
+       WHERE datname = current_database() AND application_name LIKE 'soak-app-%'
+         AND state = 'idle in transaction'
+       ORDER BY pid`,
+    );
+    if (sessions.length > 0) {
+      const victims = random
+        .shuffle(sessions.map((row) => row.pid))
+        .slice(0, count);
+      const ended = await terminate(db, victims);
+      return `${ended} of ${sessions.length} sessions idle in a transaction ended after ${Date.now() - started}ms`;
+    }
+    await new Promise<void>((resolve) => setImmediate(resolve));
+  }
+  return 'no session idle in a transaction';
 }
 
 /**

@@ -1,5 +1,10 @@
 import type { SeededRandom } from './seeded-random.js';
-import { delay, type PaymentBody, type SoakClient } from './soak-client.js';
+import {
+  delay,
+  type Exchange,
+  type PaymentBody,
+  type SoakClient,
+} from './soak-client.js';
 
 /** One logical payment of the soak and what its client does with it. */
 export interface PaymentPlan {
@@ -15,7 +20,21 @@ export interface PaymentPlan {
   readonly replayGapsMs: readonly number[];
   /** Another body under its key, sent after its first 2xx: must get 422. */
   readonly conflict?: PaymentBody;
+  /**
+   * Another amount under its key, sent right after the payment's first
+   * failed answer (409, 503, a lost connection), before the payment is sent
+   * again; only for a payment sent as one copy. It gets 422 when the key is
+   * bound to the payment (a step of it committed, or its claim is held or
+   * completed); when the failed attempt left nothing behind, it may claim
+   * the key and complete with its own charge (then the payment gets 422),
+   * or get 502 for a charge the gateway refused (the failed attempt was
+   * charged before its step could commit).
+   */
+  readonly rival?: PaymentBody;
 }
+
+/** Share of the payments sent as one copy that have a rival. */
+const RIVALS = 0.85;
 
 export interface PaymentLoad {
   readonly clients: number;
@@ -44,16 +63,24 @@ export function planPayments(
           ? { ...body, amount: body.amount + random.int(1, 500) }
           : { ...body, currency: body.currency === 'EUR' ? 'USD' : 'EUR' }
         : undefined;
+      const copies = random.chance(0.2) ? 2 : 1;
+      // From a stream of its own: the draws above stay those of the seed.
+      const rivalry = random.fork(`${key}/rival`);
+      const rival: PaymentBody | undefined =
+        copies === 1 && rivalry.chance(RIVALS)
+          ? { ...body, amount: body.amount + rivalry.int(1_000, 9_000) }
+          : undefined;
       plans.push({
         key,
         client,
         body,
         startAtMs: slot * slotMs + random.int(0, Math.floor(slotMs * 0.8)),
-        copies: random.chance(0.2) ? 2 : 1,
+        copies,
         replayGapsMs: Array.from({ length: random.int(0, 2) }, () =>
           random.int(0, 800),
         ),
         ...(conflict && { conflict }),
+        ...(rival && { rival }),
       });
     }
   }
@@ -64,10 +91,27 @@ const is2xx = (status: number | undefined) =>
   status !== undefined && status >= 200 && status < 300;
 
 /**
+ * The body that completed under the plan's key, as `exchanges` tell: its
+ * rival if the rival got a 2xx, else the payment's own.
+ */
+export function winningBody(
+  plan: PaymentPlan,
+  exchanges: readonly Exchange[],
+): PaymentBody {
+  const rivalWon =
+    plan.rival !== undefined &&
+    exchanges.some(
+      (x) => x.key === plan.key && x.role === 'rival' && is2xx(x.status),
+    );
+  return rivalWon ? plan.rival! : plan.body;
+}
+
+/**
  * Runs one client's payments in order, each at its start time at the
- * earliest: its copies until each gets a 2xx, then its duplicates, then its
- * other body. Each request draws its instances and back-offs from a stream
- * of its own.
+ * earliest: its copies until each gets a 2xx (a payment with a rival sends
+ * it after its first failed answer, until it ends), then duplicates of the
+ * body that completed, then its other body. Each request draws its
+ * instances and back-offs from a stream of its own.
  */
 export async function runPayments(
   plans: readonly PaymentPlan[],
@@ -79,6 +123,8 @@ export async function runPayments(
   for (const plan of plans) {
     await delay(Math.max(0, startedAt + plan.startAtMs - Date.now()));
     const first = random.fork(plan.key).int(0, instances - 1);
+    const { rival } = plan;
+    let rivalAnswer: Exchange | undefined;
     const answers = await Promise.all(
       Array.from({ length: plan.copies }, (_, copy) =>
         client.send(
@@ -86,18 +132,35 @@ export async function runPayments(
           plan.body,
           'payment',
           random.fork(`${plan.key}/copy-${copy}`),
-          (first + copy) % instances,
+          {
+            instance: (first + copy) % instances,
+            ...(rival && {
+              afterFailure: async () => {
+                rivalAnswer = await client.send(
+                  plan.key,
+                  rival,
+                  'rival',
+                  random.fork(`${plan.key}/rival`),
+                );
+              },
+            }),
+          },
         ),
       ),
     );
-    if (!answers.some((answer) => is2xx(answer?.status))) {
+    const winner = answers.some((answer) => is2xx(answer?.status))
+      ? plan.body
+      : rival && is2xx(rivalAnswer?.status)
+        ? rival
+        : undefined;
+    if (!winner) {
       continue;
     }
     for (const [i, gapMs] of plan.replayGapsMs.entries()) {
       await delay(gapMs);
       await client.send(
         plan.key,
-        plan.body,
+        winner,
         'replay',
         random.fork(`${plan.key}/replay-${i}`),
       );

@@ -2,7 +2,12 @@ import pg from 'pg';
 import { startEmbeddedPostgres } from '../setup/embedded-postgres.js';
 import { RecordingGateway } from './recording-gateway.js';
 import { SeededRandom, soakSeed } from './seeded-random.js';
-import { checkSoak, describeExchange, readTables } from './soak-checker.js';
+import {
+  checkSoak,
+  describeExchange,
+  describeRivals,
+  readTables,
+} from './soak-checker.js';
 import { SoakClient, type Exchange } from './soak-client.js';
 import {
   describeFault,
@@ -11,7 +16,8 @@ import {
   type FaultRecord,
 } from './soak-faults.js';
 import { SoakInstances } from './soak-instances.js';
-import { planPayments, runPayments } from './soak-payments.js';
+import { planPayments, runPayments, winningBody } from './soak-payments.js';
+import { installStepLog } from './step-log.js';
 
 type EmbeddedServer = Awaited<ReturnType<typeof startEmbeddedPostgres>>;
 
@@ -101,6 +107,7 @@ describe('a seeded soak: three instances of the sample app under kills, pauses p
         SAMPLE_RETRY_AFTER: '1',
       });
       await instances.start();
+      await installStepLog(db);
     } catch (error) {
       throw withSeed(error);
     }
@@ -169,15 +176,16 @@ describe('a seeded soak: three instances of the sample app under kills, pauses p
       await clients;
     }
 
-    // Every key once more, now that nothing fails any more: each gets its
-    // 2xx within the lease and a margin, or it is stuck.
+    // Every key once more (the body that completed under it), now that
+    // nothing fails any more: each gets its 2xx within the lease and a
+    // margin, or it is stuck.
     const final = { at: Date.now() - startedAt, boundMs: FINAL_BOUND_MS };
     deadline = Date.now() + FINAL_BOUND_MS;
     await Promise.all(
       plans.map((plan) =>
         client.send(
           plan.key,
-          plan.body,
+          winningBody(plan, client.exchanges),
           'final',
           random.fork(`${plan.key}/final`),
         ),
@@ -185,14 +193,16 @@ describe('a seeded soak: three instances of the sample app under kills, pauses p
     );
 
     const tables = await readTables(db!);
-    const violations = checkSoak({
+    const evidence = {
       plans,
       exchanges: client.exchanges,
       ...tables,
+      startedAt,
       calls: gateway!.calls,
       charges: [...gateway!.charges.values()],
       final,
-    });
+    };
+    const violations = checkSoak(evidence);
     const faultLog = faults
       .map(
         (f) =>
@@ -203,7 +213,9 @@ describe('a seeded soak: three instances of the sample app under kills, pauses p
       `soak seed ${seed}: ${Date.now() - startedAt}ms, ${plans.length} payments, ` +
       `${client.exchanges.length} requests (${tally(client.exchanges)}); ` +
       `${tables.payments.length} payments, ${tables.ledger.length} ledger rows, ` +
-      `${gateway!.charges.size} charges from ${gateway!.calls.length} gateway calls; ` +
+      `${gateway!.charges.size} charges from ${gateway!.calls.length} gateway calls ` +
+      `(${gateway!.calls.filter((call) => call.refused).length} refused); ` +
+      `rivals: ${describeRivals(evidence)}; ` +
       `attempts that failed: ${moduleEvents(instances!.outputs(Number.POSITIVE_INFINITY))}; faults:\n${faultLog}`;
     if (violations.length > 0) {
       const keys = new Set(
