@@ -13,23 +13,17 @@ import {
   HttpRequestFaults,
   type HttpRequestView,
 } from '../utils/http-request-faults.js';
-import { startStoreApp } from '../utils/store-app.js';
 import type { Platform } from '../utils/test-app.js';
-import { Control } from './control.js';
-import { GATEWAY_URL } from './fault-matrix.module.js';
-import { LEASE_OVER } from './replies.js';
 import {
   describeStoreMatrix,
-  storeCells,
+  failingFastCells,
+  resendingCells,
   type StorePoint,
   type StoreRecord,
   type StoreTarget,
-  type Timing,
 } from './store-matrix.js';
-import { StorePaymentsController } from './store-matrix.module.js';
+import { startStorePayments } from './store-matrix.module.js';
 
-/** The lease of claims: short, so that a claim left behind frees its key soon. */
-const LEASE_MS = 500;
 const TABLE = 'idempotency_records';
 
 /** A DynamoDB request as the store sends it. */
@@ -118,7 +112,7 @@ function dynamoTarget(maxAttempts: number) {
   return async (
     platform: Platform,
     gatewayUrl: string,
-  ): Promise<StoreTarget> => {
+  ): Promise<StoreTarget<HttpRequestView>> => {
     const dynamo: LocalDynamoDb = await startDynalite();
     const direct = dynamo.client();
     await DynamoDbIdempotencyStore.createTable(direct, { timeToLive: false });
@@ -129,13 +123,11 @@ function dynamoTarget(maxAttempts: number) {
       credentials: { accessKeyId: 'local', secretAccessKey: 'local' },
       maxAttempts,
     });
-    const app = await startStoreApp({
+    const app = await startStorePayments(
       platform,
-      store: new DynamoDbIdempotencyStore(client),
-      controllers: [StorePaymentsController],
-      providers: [Control, { provide: GATEWAY_URL, useValue: gatewayUrl }],
-      idempotency: { lease: `${LEASE_MS}ms` },
-    });
+      new DynamoDbIdempotencyStore(client),
+      gatewayUrl,
+    );
     const pkOf = (key: string) => partitionKey(DEFAULT_SCOPE, key);
     const item = async (key: string): Promise<Item | undefined> =>
       (
@@ -150,11 +142,10 @@ function dynamoTarget(maxAttempts: number) {
     return {
       app: app.app,
       url: app.url,
-      arm: (point: StorePoint, timing: Timing, key: string) =>
-        proxy.arm({ matches: requestOf(point, pkOf(key)), timing }),
-      // Every request opens a connection if it has none.
-      ready: () => Promise.resolve(),
-      async record(key): Promise<StoreRecord | undefined> {
+      // Every request opens a connection if it has none: always ready.
+      faults: proxy,
+      callOf: (point, key) => requestOf(point, pkOf(key)),
+      async record(key) {
         const found = await item(key);
         if (!found) {
           return undefined;
@@ -188,26 +179,13 @@ function dynamoTarget(maxAttempts: number) {
 describe('DynamoDB', () => {
   /*
    * The SDK's defaults (3 attempts): a request whose connection was reset
-   * is sent again; one that took effect (its answer lost) runs twice.
+   * is sent again; one that took effect (its answer lost) runs twice. Its
+   * own completion, sent again, finds the record it finished.
    */
   describeStoreMatrix({
     name: "DynamoDB (dynalite), the SDK's retries",
-    leaseMs: LEASE_MS,
     start: dynamoTarget(3),
-    cells: storeCells((point) => {
-      switch (point) {
-        // Its own completion, sent again, finds the record it finished.
-        case 'completion':
-          return { expected: ['201'] };
-        // The handler fails after its charge: released, bound to its request.
-        case 'release':
-          return { expected: ['503 handler', '201'], probed: ['503 handler'] };
-        case 'stored error':
-          return { expected: ['402'] };
-        default:
-          return { expected: ['201'] };
-      }
-    }),
+    cells: resendingCells({ resentCompletion: ['201'] }),
   });
 
   /*
@@ -217,47 +195,7 @@ describe('DynamoDB', () => {
    */
   describeStoreMatrix({
     name: 'DynamoDB (dynalite), no retries',
-    leaseMs: LEASE_MS,
     start: dynamoTarget(1),
-    cells: storeCells((point, when) => {
-      switch (point) {
-        case 'claim':
-          // Written, unknown to its attempt: it holds the key for its lease.
-          return {
-            expected:
-              when === 'before' ? ['503', '201'] : ['503', '409', '201'],
-          };
-        case 'step read':
-          return { expected: ['503', '201'] };
-        case 'step save':
-          // Before: the charge was made, its step never saved: the retry
-          // charges again under the derived key (the gateway's answer is
-          // the same charge).
-          return when === 'before'
-            ? { expected: ['503', '201'], gatewayCalls: 2 }
-            : { expected: ['503', '201'], probed: ['503'] };
-        case 'completion':
-          return when === 'before'
-            ? { expected: ['503', '201'], probed: ['503'] }
-            : { expected: ['503', '201 replayed'] };
-        case 'release':
-          // Before: the claim holds its key until its lease runs out.
-          return when === 'before'
-            ? {
-                expected: ['503 handler', '409', '201'],
-                probed: ['503 handler', '409', LEASE_OVER],
-              }
-            : { expected: ['503 handler', '201'], probed: ['503 handler'] };
-        case 'stored error':
-          // Before: the 402 reaches the client unstored; the claim is
-          // released: the next request runs again.
-          return when === 'before'
-            ? { expected: ['402'], again: ['402'] }
-            : { expected: ['402'] };
-        case 'renewal':
-          // A later renewal keeps the lease.
-          return { expected: ['201'] };
-      }
-    }),
+    cells: failingFastCells({ claimLeft: false }),
   });
 });

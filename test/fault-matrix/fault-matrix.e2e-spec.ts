@@ -1,6 +1,6 @@
 import { IdempotencyStore, idempotencyMigrations } from '../../src/index.js';
 import { until } from '../utils/barrier.js';
-import { FakeGateway, requestCharge } from '../utils/fake-gateway.js';
+import { FakeGateway } from '../utils/fake-gateway.js';
 import {
   PRESENCE_APPLICATION_NAME,
   presenceSessions,
@@ -11,12 +11,13 @@ import {
   type FaultTiming,
   type Statement,
 } from '../utils/statement-faults.js';
+import { PLATFORMS, startTestApp, type TestApp } from '../utils/test-app.js';
 import {
-  PLATFORMS,
-  send,
-  startTestApp,
-  type TestApp,
-} from '../utils/test-app.js';
+  cellClient,
+  expectNoServerError,
+  expectOneCharge,
+  type CellClient,
+} from './client.js';
 import { CreatePayments1764000000100 } from './create-payments.migration.js';
 import {
   Control,
@@ -24,40 +25,18 @@ import {
   type PaymentResponse,
 } from './fault-matrix.module.js';
 import { LedgerEntry } from './ledger-entry.entity.js';
+import { renewalLost } from './renewal-lost.js';
 import { Payment } from './payment.entity.js';
-import {
-  AMOUNT,
-  asRefusal,
-  failed,
-  label,
-  LEASE_OVER,
-  MAX_TRIES,
-  OTHER_AMOUNT,
-  OVER_LIMIT,
-  read,
-  refusal,
-  type Reply,
-} from './replies.js';
+import { AMOUNT, label, LEASE_OVER, read, type Reply } from './replies.js';
 
 /** The lease of claims: short, so that a claim left behind frees its key soon. */
 const LEASE_MS = 1_000;
 
 /** One request of a cell, and what the cell can do with it. */
-interface Run {
-  readonly key: string;
-  readonly route: 'payments' | 'limited';
+interface Run extends CellClient {
   readonly target: TestApp;
   readonly faults: StatementFaults;
   readonly control: Control;
-  /**
-   * The answers after which the binding probe was sent (another body
-   * under the key, refused with 422), in order.
-   */
-  readonly probed: string[];
-  /** Sends the request (same key, same body). */
-  send(): Promise<Response>;
-  /** The answers of one client: `first`, then retries past 503 and 409. */
-  settle(first: Promise<Response>): Promise<Reply[]>;
 }
 
 /** A point of the matrix. */
@@ -77,7 +56,7 @@ interface Cell {
   /**
    * The answers of the cell's clients after which a `charge` step of the
    * key had committed while the request had not (none unless told): after
-   * each, another body under the key gets 422 (see `probeBinding`).
+   * each, another body under the key gets 422 (see `cellClient`).
    */
   readonly probed?: readonly string[];
   /** Drives the request through the fault; the answers of each client. */
@@ -156,51 +135,28 @@ function statementCell(
 
 /**
  * The renewal's session ends while the handler waits (after its charge,
- * holding no connection): a later renewal keeps the lease, and a duplicate
- * is refused meanwhile.
+ * holding no connection): a later renewal keeps the lease (`renewalLost`).
  */
 function renewalCell(when: 'before' | 'after'): Cell {
   return {
     point: 'renewal',
     when,
     expected: [['201']],
-    async run(run) {
-      const held = run.control.holdAfterCharge(run.key);
-      const fault = run.faults.arm({ matches: renewal(run), timing: when });
-      try {
-        const first = run.send();
-        await held.reached();
-        await until(
-          () => Promise.resolve(fault.hit),
-          `a renewal of ${run.key}`,
-          LEASE_MS,
-        );
-        await fault.injected;
-        const [{ lease }] = await run.target.db.query<{ lease: string }>(
-          `SELECT lease_expires_at::text AS lease FROM idempotency_records WHERE key = $1`,
-          [run.key],
-        );
-        await until(
-          async () =>
-            (
-              await run.target.db.query(
-                `SELECT 1 FROM idempotency_records
-                 WHERE key = $1 AND lease_expires_at > $2::timestamptz`,
-                [run.key, lease],
-              )
-            ).length === 1,
-          `a renewal of ${run.key} after the lost one`,
-          LEASE_MS,
-        );
-        const duplicate = await read(run.send());
-        expect(label(duplicate)).toBe('409');
-        held.open();
-        return [await run.settle(first)];
-      } finally {
-        held.open();
-        fault.disarm();
-      }
-    },
+    run: async (run) => [
+      await renewalLost(run, {
+        control: run.control,
+        leaseMs: LEASE_MS,
+        arm: () => run.faults.arm({ matches: renewal(run), timing: when }),
+        leaseEnds: async () =>
+          (
+            await run.target.db.query<{ ends: number }>(
+              `SELECT (extract(epoch FROM lease_expires_at) * 1000)::float8 AS ends
+               FROM idempotency_records WHERE key = $1`,
+              [run.key],
+            )
+          )[0].ends,
+      }),
+    ],
   };
 }
 
@@ -296,57 +252,25 @@ const CELLS: readonly Cell[] = [
   }),
   // From here on, the charge step committed before the attempt failed:
   // another body under the key is refused after each failed answer.
-  statementCell('step save', 'after', saveStep, 'after', ['503', '201'], {
-    probed: ['503'],
-  }),
-  statementCell(
-    'transaction begin',
-    'before',
-    begin,
-    'before',
-    ['503', '201'],
-    { probed: ['503'] },
+  ...(
+    [
+      ['step save', 'after', saveStep, 'after'],
+      ['transaction begin', 'before', begin, 'before'],
+      ['transaction begin', 'after', begin, 'after'],
+      ['first write', 'before', begin, 'after-reply'],
+      ['first write', 'after', paymentWrite, 'after'],
+      ['last write', 'before', ledgerWrite('customer'), 'after-reply'],
+      ['last write', 'after', ledgerWrite('merchant'), 'after'],
+      // The handler returns unaware that its writes are gone.
+      ['completion', 'before', ledgerWrite('merchant'), 'after-reply'],
+      ['completion', 'after', completion, 'after'],
+      ['commit', 'before', completion, 'after-reply'],
+    ] as const
+  ).map(([point, when, at, timing]) =>
+    statementCell(point, when, at, timing, ['503', '201'], {
+      probed: ['503'],
+    }),
   ),
-  statementCell('transaction begin', 'after', begin, 'after', ['503', '201'], {
-    probed: ['503'],
-  }),
-  statementCell('first write', 'before', begin, 'after-reply', ['503', '201'], {
-    probed: ['503'],
-  }),
-  statementCell('first write', 'after', paymentWrite, 'after', ['503', '201'], {
-    probed: ['503'],
-  }),
-  statementCell(
-    'last write',
-    'before',
-    ledgerWrite('customer'),
-    'after-reply',
-    ['503', '201'],
-    { probed: ['503'] },
-  ),
-  statementCell(
-    'last write',
-    'after',
-    ledgerWrite('merchant'),
-    'after',
-    ['503', '201'],
-    { probed: ['503'] },
-  ),
-  // The handler returns unaware that its writes are gone.
-  statementCell(
-    'completion',
-    'before',
-    ledgerWrite('merchant'),
-    'after-reply',
-    ['503', '201'],
-    { probed: ['503'] },
-  ),
-  statementCell('completion', 'after', completion, 'after', ['503', '201'], {
-    probed: ['503'],
-  }),
-  statementCell('commit', 'before', completion, 'after-reply', ['503', '201'], {
-    probed: ['503'],
-  }),
   // Committed, the answer lost: the retry replays it (the steps went with
   // the completion).
   statementCell('commit', 'after', commit, 'after', ['503', '201 replayed']),
@@ -458,10 +382,10 @@ describe.each(PLATFORMS)('the fault matrix (%s)', (platform) => {
    * I2 after every answer: the payment and its two entries exist exactly
    * when the record is completed; a 2xx names a payment that committed.
    */
-  const expectConsistent = async (run: Run, reply: Reply) => {
-    const now = await state(run.key);
+  const expectConsistent = async (client: CellClient, reply: Reply) => {
+    const now = await state(client.key);
     const completed = now.record?.status === 'completed';
-    if (run.route === 'limited') {
+    if (client.limited) {
       expect({
         answer: label(reply),
         payments: now.payments.length,
@@ -499,113 +423,41 @@ describe.each(PLATFORMS)('the fault matrix (%s)', (platform) => {
       )
     )[0] as unknown;
 
-  /** Whether a `charge` step of `key` has committed. */
-  const chargeCommitted = async (key: string) =>
-    (
-      await target.db.query(
-        `SELECT 1 FROM idempotency_steps WHERE key = $1 AND step = 'charge'`,
-        [key],
-      )
-    ).length === 1;
-
-  /**
-   * I6 after a failed answer whose key has a committed `charge` step:
-   * another body under the key gets 422 problem+json, its handler does not
-   * run, the gateway is not called (not even under the key's derived key),
-   * and the key's record and steps stay as they were, for the request that
-   * charged to resume.
-   */
-  const probeBinding = async (run: Run, after: string) => {
-    run.probed.push(after);
-    const derivedKey = `${run.key}:charge`;
-    const before = {
-      runs: control.runs.get(run.key) ?? 0,
-      gatewayCalls: gateway.calls.get(derivedKey) ?? 0,
-      charges: gateway.chargeCount,
-      record: await recordRow(run.key),
-      state: await state(run.key),
-    };
-    const probe = await read(
-      send(target, '/payments', {
-        key: run.key,
-        body: { reference: run.key, amount: OTHER_AMOUNT },
-      }),
-    );
-    expect(asRefusal(probe, after)).toEqual(refusal(run.key, after));
-    expect({
-      runs: control.runs.get(run.key) ?? 0,
-      gatewayCalls: gateway.calls.get(derivedKey) ?? 0,
-      charges: gateway.chargeCount,
-      record: await recordRow(run.key),
-      state: await state(run.key),
-    }).toEqual(before);
-  };
-
-  /** Waits until no live claim holds `key`: a claim nobody renews lapses within its lease. */
-  const untilClaimFree = (key: string) =>
-    until(
-      async () =>
-        (
-          await target.db.query(
-            `SELECT 1 FROM idempotency_records
-             WHERE key = $1 AND status = 'in_progress' AND lease_expires_at > now()`,
-            [key],
-          )
-        ).length === 0,
-      `the claim of ${key} to lapse within its lease`,
-      LEASE_MS + 1_000,
-    );
-
   const runOf = (cell: Cell): Run => {
-    const key = `fm-${platform}-${cell.point.replaceAll(' ', '-')}-${cell.when}`;
-    const route = cell.route ?? 'payments';
-    const path = route === 'limited' ? '/payments/limited' : '/payments';
-    const body = {
-      reference: key,
-      amount: route === 'limited' ? OVER_LIMIT : AMOUNT,
-    };
-    const run: Run = {
-      key,
-      route,
-      target,
-      faults,
-      control,
-      probed: [],
-      send: () => send(target, path, { key, body }),
-      async settle(first) {
-        const replies: Reply[] = [];
-        let next = first;
-        for (;;) {
-          const reply = await read(next);
-          replies.push(reply);
-          await expectConsistent(run, reply);
-          if (
-            route === 'payments' &&
-            failed(reply) &&
-            (await chargeCommitted(key))
-          ) {
-            await probeBinding(run, label(reply));
-          }
-          if (reply.status !== 503 && reply.status !== 409) {
-            return replies;
-          }
-          if (replies.length >= MAX_TRIES) {
-            throw new Error(
-              `${key}: no answer past ${replies.map(label).join(', ')}`,
-            );
-          }
-          if (reply.status === 409) {
-            await untilClaimFree(key);
-            // Released by its lease's end, the key stays bound.
-            if (route === 'payments' && (await chargeCommitted(key))) {
-              await probeBinding(run, LEASE_OVER);
-            }
-          }
-          next = run.send();
-        }
+    const client = cellClient(
+      {
+        platform,
+        url: target.url,
+        control,
+        gateway,
+        leaseMs: LEASE_MS,
+        checkAnswer: expectConsistent,
+        // Whether a `charge` step of `key` has committed.
+        charged: async (key) =>
+          (
+            await target.db.query(
+              `SELECT 1 FROM idempotency_steps WHERE key = $1 AND step = 'charge'`,
+              [key],
+            )
+          ).length === 1,
+        held: async (key) => ({
+          record: await recordRow(key),
+          state: await state(key),
+        }),
+        // A claim nobody renews lapses within its lease.
+        claimed: async (key) =>
+          (
+            await target.db.query(
+              `SELECT 1 FROM idempotency_records
+               WHERE key = $1 AND status = 'in_progress' AND lease_expires_at > now()`,
+              [key],
+            )
+          ).length > 0,
       },
-    };
-    return run;
+      cell,
+      cell.route === 'limited',
+    );
+    return { ...client, target, faults, control };
   };
 
   it.each(CELLS)('$point / $when', async (cell) => {
@@ -614,9 +466,7 @@ describe.each(PLATFORMS)('the fault matrix (%s)', (platform) => {
     const clients = await cell.run(run);
 
     // No 500, and each client got what the cell expects.
-    expect(
-      clients.flat().filter((r) => r.status >= 500 && r.status !== 503),
-    ).toEqual([]);
+    expectNoServerError(clients.flat());
     expect(clients.map((replies) => replies.map(label))).toEqual(cell.expected);
     // Every client ends with the same bytes, and so do the next requests.
     const finals = clients.map((replies) => replies[replies.length - 1]);
@@ -636,7 +486,7 @@ describe.each(PLATFORMS)('the fault matrix (%s)', (platform) => {
 
     const now = await state(run.key);
     expect(now.steps).toBe(0);
-    if (run.route === 'limited') {
+    if (run.limited) {
       // The rejected payment never committed; the 402 is the record.
       expect(now.payments).toEqual([]);
       expect(now.record).toEqual({ status: 'failed', responseStatus: 402 });
@@ -653,11 +503,12 @@ describe.each(PLATFORMS)('the fault matrix (%s)', (platform) => {
       { account: 'customer', amount: -AMOUNT },
       { account: 'merchant', amount: AMOUNT },
     ]);
-    const derivedKey = `${run.key}:charge`;
-    expect(gateway.chargeCount).toBe(charges + 1);
-    expect(gateway.calls.get(derivedKey)).toBe(cell.gatewayCalls ?? 1);
-    // The gateway's charge for the key (it answers a known key with it).
-    const charge = await requestCharge(gateway.url, AMOUNT, derivedKey);
-    expect(charge).toEqual({ id: body.chargeId, amount: AMOUNT });
+    await expectOneCharge(
+      gateway,
+      run.key,
+      charges,
+      cell.gatewayCalls ?? 1,
+      body.chargeId,
+    );
   });
 });

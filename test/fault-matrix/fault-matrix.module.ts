@@ -1,29 +1,17 @@
-import {
-  Body,
-  Controller,
-  HttpException,
-  Inject,
-  Module,
-  Post,
-  ServiceUnavailableException,
-} from '@nestjs/common';
+import { Body, Controller, Module, Post } from '@nestjs/common';
 import { InjectRepository, TypeOrmModule } from '@nestjs/typeorm';
 import type { Repository } from 'typeorm';
-import { IdempotencyContext, Idempotent } from '../../src/index.js';
-import { requestCharge } from '../utils/fake-gateway.js';
+import { Idempotent } from '../../src/index.js';
+import {
+  Charging,
+  chargingProviders,
+  type PaymentRequest,
+} from './charging.js';
 import { Control } from './control.js';
 import { LedgerEntry } from './ledger-entry.entity.js';
 import { Payment } from './payment.entity.js';
 
 export { Control };
-
-export const GATEWAY_URL = Symbol('GATEWAY_URL');
-
-/** The request body of both routes. */
-export interface PaymentRequest {
-  readonly reference: string;
-  readonly amount: number;
-}
 
 /** What `POST /payments` answers. */
 export interface PaymentResponse {
@@ -32,18 +20,13 @@ export interface PaymentResponse {
   readonly amount: number;
 }
 
-/** Highest amount `POST /payments/limited` takes. */
-export const LIMIT = 1000;
-
 @Controller('payments')
 export class PaymentsController {
   constructor(
     @InjectRepository(Payment) private readonly payments: Repository<Payment>,
     @InjectRepository(LedgerEntry)
     private readonly ledger: Repository<LedgerEntry>,
-    private readonly idempotency: IdempotencyContext,
-    private readonly control: Control,
-    @Inject(GATEWAY_URL) private readonly gatewayUrl: string,
+    private readonly charging: Charging,
   ) {}
 
   /**
@@ -54,27 +37,14 @@ export class PaymentsController {
   @Idempotent()
   async create(@Body() body: PaymentRequest): Promise<PaymentResponse> {
     const { reference, amount } = body;
-    this.control.runs.set(
-      reference,
-      (this.control.runs.get(reference) ?? 0) + 1,
-    );
-    const charge = await this.idempotency.step('charge', () =>
-      requestCharge(
-        this.gatewayUrl,
-        amount,
-        this.idempotency.deriveKey('charge'),
-      ),
-    );
-    await this.control.takeHold(reference)?.wait();
+    const charge = await this.charging.charge(body);
     const { identifiers } = await this.payments.insert({
       reference,
       amount,
       chargeId: charge.id,
     });
     const paymentId = (identifiers[0] as { id: number }).id;
-    if (this.control.takeFailure(reference)) {
-      throw new ServiceUnavailableException('The ledger is busy: retry');
-    }
+    this.charging.failIfTold(reference);
     await this.ledger.insert({
       paymentId,
       account: 'customer',
@@ -94,21 +64,13 @@ export class PaymentsController {
     @Body() body: PaymentRequest,
   ): Promise<{ paymentId: number }> {
     const { reference, amount } = body;
-    this.control.runs.set(
-      reference,
-      (this.control.runs.get(reference) ?? 0) + 1,
-    );
+    this.charging.count(reference);
     const { identifiers } = await this.payments.insert({
       reference,
       amount,
       chargeId: null,
     });
-    if (amount > LIMIT) {
-      throw new HttpException(
-        { statusCode: 402, message: 'Over the limit', reference },
-        402,
-      );
-    }
+    this.charging.refuseOverLimit(body);
     return { paymentId: (identifiers[0] as { id: number }).id };
   }
 }
@@ -118,7 +80,7 @@ export function faultMatrixModule(gatewayUrl: string) {
   @Module({
     imports: [TypeOrmModule.forFeature([Payment, LedgerEntry])],
     controllers: [PaymentsController],
-    providers: [Control, { provide: GATEWAY_URL, useValue: gatewayUrl }],
+    providers: chargingProviders(gatewayUrl),
   })
   class FaultMatrixTestModule {}
   return FaultMatrixTestModule;

@@ -18,24 +18,21 @@ import {
 } from '../utils/redis-command-faults.js';
 import { keysOf } from '../utils/redis-server.js';
 import { describeWithServer } from '../utils/server.js';
-import { startStoreApp } from '../utils/store-app.js';
 import { REDIS } from '../utils/store-subjects.js';
 import type { Platform } from '../utils/test-app.js';
-import { Control } from './control.js';
-import { GATEWAY_URL, LIMIT } from './fault-matrix.module.js';
-import { AMOUNT, LEASE_OVER } from './replies.js';
+import { LIMIT } from './charging.js';
+import { AMOUNT } from './replies.js';
 import {
   describeStoreMatrix,
-  storeCells,
+  failingFastCells,
+  resendingCells,
   type StorePoint,
-  type StoreRecord,
   type StoreTarget,
-  type Timing,
 } from './store-matrix.js';
-import { StorePaymentsController } from './store-matrix.module.js';
+import { startStorePayments } from './store-matrix.module.js';
 
-/** The lease of claims: short, so that a claim left behind frees its key soon. */
-const LEASE_MS = 500;
+/** The store's scripts (loaded before the cells). */
+const SCRIPTS = [CLAIM, COMPLETE, READ_STEP, RELEASE, RENEW, SAVE_STEP];
 
 const text = (arg: unknown) =>
   Buffer.isBuffer(arg) ? arg.toString('latin1') : String(arg);
@@ -86,7 +83,7 @@ async function startRedisTarget(
   platform: Platform,
   gatewayUrl: string,
   clientOptions: RedisOptions,
-): Promise<StoreTarget> {
+): Promise<StoreTarget<RedisCommand>> {
   const prefix = `idempotency-fault-matrix-${randomUUID().slice(0, 8)}:`;
   const keys = new RedisKeys(prefix);
   const recordOf = (key: string) =>
@@ -104,23 +101,14 @@ async function startRedisTarget(
   await faults.ready();
   // Redis has every script: a command the server runs is the command itself
   // (not a NOSCRIPT answered, then an EVAL).
-  for (const { lua } of [
-    CLAIM,
-    COMPLETE,
-    READ_STEP,
-    RELEASE,
-    RENEW,
-    SAVE_STEP,
-  ]) {
+  for (const { lua } of SCRIPTS) {
     await admin.script('LOAD', lua);
   }
-  const app = await startStoreApp({
+  const app = await startStorePayments(
     platform,
-    store: new RedisIdempotencyStore(client, { prefix }),
-    controllers: [StorePaymentsController],
-    providers: [Control, { provide: GATEWAY_URL, useValue: gatewayUrl }],
-    idempotency: { lease: `${LEASE_MS}ms` },
-  });
+    new RedisIdempotencyStore(client, { prefix }),
+    gatewayUrl,
+  );
   // The store finds out at its first completion of a key without steps
   // whether Redis has SET IFEQ (Redis 7 does not): before the cells.
   const warmUp = randomUUID();
@@ -145,10 +133,10 @@ async function startRedisTarget(
   return {
     app: app.app,
     url: app.url,
-    arm: (point: StorePoint, timing: Timing, key: string) =>
-      faults.arm({ matches: commandOf(point, recordOf(key)), timing }),
+    faults,
+    callOf: (point, key) => commandOf(point, recordOf(key)),
     ready: () => faults.ready(),
-    async record(key): Promise<StoreRecord | undefined> {
+    async record(key) {
       const value = await admin.getBuffer(recordOf(key));
       if (!value) {
         return undefined;
@@ -198,31 +186,16 @@ describeRedis('Redis', () => {
   /*
    * ioredis's defaults (as `new Redis(url)`): a command written before the
    * connection was lost waits in the offline queue and goes once the
-   * client is back; one whose reply was lost is sent again, and runs twice.
+   * client is back; one whose reply was lost is sent again, and runs twice:
+   * a stored error is stored either way (the second run of the script is
+   * refused, and the client gets its 402 all the same), but its own
+   * completion, run again, is no longer its claim: 503 (the store cannot
+   * tell it from a takeover), then the retry replays.
    */
   describeStoreMatrix({
     name: "Redis 7, ioredis's defaults",
-    leaseMs: LEASE_MS,
     start: (platform, gatewayUrl) => startRedisTarget(platform, gatewayUrl, {}),
-    cells: storeCells((point, when) => {
-      switch (point) {
-        // Its own completion, run again, is no longer its claim: 503 (the
-        // store cannot tell it from a takeover), then the retry replays.
-        case 'completion':
-          return {
-            expected: when === 'before' ? ['201'] : ['503', '201 replayed'],
-          };
-        // The handler fails after its charge: released, bound to its request.
-        case 'release':
-          return { expected: ['503 handler', '201'], probed: ['503 handler'] };
-        // Stored either way (the second run of the script is refused, and the
-        // client gets its 402 all the same).
-        case 'stored error':
-          return { expected: ['402'] };
-        default:
-          return { expected: ['201'] };
-      }
-    }),
+    cells: resendingCells({ resentCompletion: ['503', '201 replayed'] }),
   });
 
   /*
@@ -234,56 +207,11 @@ describeRedis('Redis', () => {
    */
   describeStoreMatrix({
     name: 'Redis 7, a client failing fast',
-    leaseMs: LEASE_MS,
     start: (platform, gatewayUrl) =>
       startRedisTarget(platform, gatewayUrl, {
         maxRetriesPerRequest: 0,
         enableOfflineQueue: false,
       }),
-    cells: storeCells((point, when) => {
-      switch (point) {
-        case 'claim':
-          // Written, unknown to its attempt: it holds the key for its lease.
-          return {
-            expected:
-              when === 'before' ? ['503', '201'] : ['503', '409', '201'],
-          };
-        case 'step read':
-          return { expected: ['503', '409', '201'] };
-        case 'step save':
-          // Before: the charge was made, its step never saved: the retry
-          // charges again under the derived key (the gateway's answer is
-          // the same charge).
-          return when === 'before'
-            ? { expected: ['503', '409', '201'], gatewayCalls: 2 }
-            : {
-                expected: ['503', '409', '201'],
-                probed: ['503', '409', LEASE_OVER],
-              };
-        case 'completion':
-          return when === 'before'
-            ? {
-                expected: ['503', '409', '201'],
-                probed: ['503', '409', LEASE_OVER],
-              }
-            : { expected: ['503', '201 replayed'] };
-        case 'release':
-          return when === 'before'
-            ? {
-                expected: ['503 handler', '409', '201'],
-                probed: ['503 handler', '409', LEASE_OVER],
-              }
-            : { expected: ['503 handler', '201'], probed: ['503 handler'] };
-        case 'stored error':
-          // Before: the 402 reaches the client unstored, the claim left
-          // for its lease: the next request waits for it, then runs again.
-          return when === 'before'
-            ? { expected: ['402'], again: ['409', '402'] }
-            : { expected: ['402'] };
-        case 'renewal':
-          // A later renewal keeps the lease.
-          return { expected: ['201'] };
-      }
-    }),
+    cells: failingFastCells({ claimLeft: true }),
   });
 });

@@ -1,20 +1,16 @@
 import { randomUUID } from 'node:crypto';
+import { Body, Controller, Post } from '@nestjs/common';
+import { Idempotent, type IdempotencyStoreOption } from '../../src/index.js';
+import { startStoreApp, type StoreApp } from '../utils/store-app.js';
+import type { Platform } from '../utils/test-app.js';
 import {
-  Body,
-  Controller,
-  HttpException,
-  Inject,
-  Post,
-  ServiceUnavailableException,
-} from '@nestjs/common';
-import { IdempotencyContext, Idempotent } from '../../src/index.js';
-import { requestCharge } from '../utils/fake-gateway.js';
-import { Control } from './control.js';
-import {
-  GATEWAY_URL,
-  LIMIT,
+  Charging,
+  chargingProviders,
   type PaymentRequest,
-} from './fault-matrix.module.js';
+} from './charging.js';
+
+/** The lease of claims: short, so that a claim left behind frees its key soon. */
+export const STORE_LEASE_MS = 500;
 
 /** What `POST /payments` answers on a store other than PostgreSQL. */
 export interface ChargeResponse {
@@ -34,29 +30,15 @@ export interface ChargeResponse {
  */
 @Controller('payments')
 export class StorePaymentsController {
-  constructor(
-    private readonly idempotency: IdempotencyContext,
-    private readonly control: Control,
-    @Inject(GATEWAY_URL) private readonly gatewayUrl: string,
-  ) {}
+  constructor(private readonly charging: Charging) {}
 
   /** Charges the gateway in a step (under the derived key), then answers. */
   @Post()
   @Idempotent()
   async create(@Body() body: PaymentRequest): Promise<ChargeResponse> {
     const { reference, amount } = body;
-    this.count(reference);
-    const charge = await this.idempotency.step('charge', () =>
-      requestCharge(
-        this.gatewayUrl,
-        amount,
-        this.idempotency.deriveKey('charge'),
-      ),
-    );
-    await this.control.takeHold(reference)?.wait();
-    if (this.control.takeFailure(reference)) {
-      throw new ServiceUnavailableException('The ledger is busy: retry');
-    }
+    const charge = await this.charging.charge(body);
+    this.charging.failIfTold(reference);
     return { reference, amount, chargeId: charge.id, receipt: randomUUID() };
   }
 
@@ -67,21 +49,26 @@ export class StorePaymentsController {
   @Post('limited')
   @Idempotent({ storeErrors: true })
   createLimited(@Body() body: PaymentRequest): { receipt: string } {
-    const { reference, amount } = body;
-    this.count(reference);
-    if (amount > LIMIT) {
-      throw new HttpException(
-        { statusCode: 402, message: 'Over the limit', reference },
-        402,
-      );
-    }
+    this.charging.count(body.reference);
+    this.charging.refuseOverLimit(body);
     return { receipt: randomUUID() };
   }
+}
 
-  private count(reference: string): void {
-    this.control.runs.set(
-      reference,
-      (this.control.runs.get(reference) ?? 0) + 1,
-    );
-  }
+/**
+ * The matrix's payments on `platform` and `store` (claims leased for
+ * {@link STORE_LEASE_MS}), charging the gateway at `gatewayUrl`.
+ */
+export function startStorePayments(
+  platform: Platform,
+  store: IdempotencyStoreOption,
+  gatewayUrl: string,
+): Promise<StoreApp> {
+  return startStoreApp({
+    platform,
+    store,
+    controllers: [StorePaymentsController],
+    providers: chargingProviders(gatewayUrl),
+    idempotency: { lease: `${STORE_LEASE_MS}ms` },
+  });
 }

@@ -1,22 +1,17 @@
 import type { INestApplication } from '@nestjs/common';
-import { until } from '../utils/barrier.js';
-import { FakeGateway, requestCharge } from '../utils/fake-gateway.js';
+import type { FaultInjector } from '../utils/armed-faults.js';
+import { FakeGateway } from '../utils/fake-gateway.js';
 import { PLATFORMS, type Platform } from '../utils/test-app.js';
-import { Control } from './control.js';
 import {
-  AMOUNT,
-  asRefusal,
-  failed,
-  label,
-  LEASE_OVER,
-  MAX_TRIES,
-  OTHER_AMOUNT,
-  OVER_LIMIT,
-  read,
-  refusal,
-  type Reply,
-} from './replies.js';
-import type { ChargeResponse } from './store-matrix.module.js';
+  cellClient,
+  expectNoServerError,
+  expectOneCharge,
+  type CellClient,
+} from './client.js';
+import { Control } from './control.js';
+import { renewalLost } from './renewal-lost.js';
+import { AMOUNT, label, LEASE_OVER, read } from './replies.js';
+import { STORE_LEASE_MS, type ChargeResponse } from './store-matrix.module.js';
 
 /** A command (or request) of a store that an attempt sends or relies on. */
 export type StorePoint =
@@ -30,14 +25,6 @@ export type StorePoint =
 
 /** Whether the connection is lost before the command, or after it ran. */
 export type Timing = 'before' | 'after';
-
-/** A fault waiting for its command. */
-export interface StoreFault {
-  readonly hit: boolean;
-  /** Resolves once the connection was lost (rejects if it could not be). */
-  readonly injected: Promise<unknown>;
-  disarm(): void;
-}
 
 /** A key's record, as the store holds it. */
 export type StoreRecord =
@@ -55,16 +42,18 @@ export type StoreRecord =
 
 /**
  * The application of one store (one client configuration) on one
- * platform, with what the matrix needs of the store: faults at its
- * commands, and reads of what it holds.
+ * platform, with what the matrix needs of the store: faults at its calls
+ * (`Call`: a command, a request), and reads of what it holds.
  */
-export interface StoreTarget {
+export interface StoreTarget<Call> {
   readonly app: INestApplication;
   readonly url: string;
-  /** Loses the store's connection at the command of `point` for `key`. */
-  arm(point: StorePoint, timing: Timing, key: string): StoreFault;
-  /** Resolves once the store's client can reach it again. */
-  ready(): Promise<void>;
+  /** Loses the store's connection at a call. */
+  readonly faults: FaultInjector<Call, Timing>;
+  /** The store's call of `point` for `key`. */
+  callOf(point: StorePoint, key: string): (call: Call) => boolean;
+  /** Resolves once the store's client can reach it again (at once unless given). */
+  ready?(): Promise<void>;
   record(key: string): Promise<StoreRecord | undefined>;
   /** The steps of `key` the store holds, by name. */
   steps(key: string): Promise<readonly string[]>;
@@ -117,14 +106,96 @@ export function storeCells(
   );
 }
 
+/**
+ * The cells of a client that sends a command again once its connection is
+ * back (its defaults): each request gets its answer at once, but for the
+ * handler's own failure at the release (a 503, retried), and for what the
+ * store makes of a completion sent again after its answer was lost
+ * (`resentCompletion`: the answers then).
+ */
+export function resendingCells(options: {
+  readonly resentCompletion: readonly string[];
+}): StoreCell[] {
+  return storeCells((point, when) => {
+    switch (point) {
+      case 'completion':
+        return {
+          expected: when === 'before' ? ['201'] : options.resentCompletion,
+        };
+      // The handler fails after its charge: released, bound to its request.
+      case 'release':
+        return { expected: ['503 handler', '201'], probed: ['503 handler'] };
+      case 'stored error':
+        return { expected: ['402'] };
+      default:
+        return { expected: ['201'] };
+    }
+  });
+}
+
+/**
+ * The cells of a client that fails fast: a command whose connection was
+ * lost fails, whether it ran or not. `claimLeft`: whether the release that
+ * follows a failed command fails too (the client not back yet), leaving
+ * the claim to hold its key until its lease runs out (a 409 first).
+ */
+export function failingFastCells(options: {
+  readonly claimLeft: boolean;
+}): StoreCell[] {
+  // The answers of a request whose command failed, before its retry's.
+  const failure = options.claimLeft ? ['503', '409'] : ['503'];
+  // The probes of a key bound before its command failed.
+  const probed = options.claimLeft ? ['503', '409', LEASE_OVER] : ['503'];
+  return storeCells((point, when) => {
+    switch (point) {
+      case 'claim':
+        // Written, unknown to its attempt: it holds the key for its lease.
+        return {
+          expected: when === 'before' ? ['503', '201'] : ['503', '409', '201'],
+        };
+      case 'step read':
+        return { expected: [...failure, '201'] };
+      case 'step save':
+        // Before: the charge was made, its step never saved: the retry
+        // charges again under the derived key (the gateway's answer is
+        // the same charge).
+        return when === 'before'
+          ? { expected: [...failure, '201'], gatewayCalls: 2 }
+          : { expected: [...failure, '201'], probed };
+      case 'completion':
+        return when === 'before'
+          ? { expected: [...failure, '201'], probed }
+          : { expected: ['503', '201 replayed'] };
+      case 'release':
+        // Before: the claim holds its key until its lease runs out.
+        return when === 'before'
+          ? {
+              expected: ['503 handler', '409', '201'],
+              probed: ['503 handler', '409', LEASE_OVER],
+            }
+          : { expected: ['503 handler', '201'], probed: ['503 handler'] };
+      case 'stored error':
+        // Before: the 402 reaches the client unstored: the next request
+        // runs again (once a claim left lapsed).
+        return when === 'before'
+          ? {
+              expected: ['402'],
+              again: options.claimLeft ? ['409', '402'] : ['402'],
+            }
+          : { expected: ['402'] };
+      case 'renewal':
+        // A later renewal keeps the lease.
+        return { expected: ['201'] };
+    }
+  });
+}
+
 /** A store under one client configuration, and its cells. */
-export interface StoreMatrix {
-  /** `Redis 7 (ioredis's defaults)`: how the suite is named. */
+export interface StoreMatrix<Call> {
+  /** `Redis 7, ioredis's defaults`: how the suite is named. */
   readonly name: string;
-  /** The claims' lease: what a key left claimed may take to come back. */
-  readonly leaseMs: number;
   /** Starts the application on `platform`, charging the gateway at `gatewayUrl`. */
-  start(platform: Platform, gatewayUrl: string): Promise<StoreTarget>;
+  start(platform: Platform, gatewayUrl: string): Promise<StoreTarget<Call>>;
   readonly cells: readonly StoreCell[];
 }
 
@@ -142,14 +213,12 @@ export interface StoreMatrix {
  * same bytes, naming the key's one charge, for its amount; the record
  * completed, no step left behind.
  */
-export function describeStoreMatrix(matrix: StoreMatrix): void {
-  const { leaseMs } = matrix;
-
+export function describeStoreMatrix<Call>(matrix: StoreMatrix<Call>): void {
   describe.each(PLATFORMS)(
     `the fault matrix on ${matrix.name} (%s)`,
     (platform) => {
       let gateway: FakeGateway;
-      let target: StoreTarget;
+      let target: StoreTarget<Call>;
       let control: Control;
 
       beforeAll(async () => {
@@ -162,110 +231,44 @@ export function describeStoreMatrix(matrix: StoreMatrix): void {
         await gateway?.stop();
       });
 
-      const post = (path: string, key: string, body: unknown) =>
-        fetch(`${target.url}${path}`, {
-          method: 'POST',
-          headers: {
-            'Idempotency-Key': key,
-            'Content-Type': 'application/json',
-          },
-          body: JSON.stringify(body),
-        });
+      const ready = async () => {
+        await target.ready?.();
+      };
+      /** Loses the connection at the store's call of `point` for `key`. */
+      const arm = (point: StorePoint, timing: Timing, key: string) =>
+        target.faults.arm({ matches: target.callOf(point, key), timing });
 
-      /** Waits until no live claim holds `key`: within its lease, or the key is stuck. */
-      const untilClaimFree = (key: string) =>
-        until(
-          async () => {
-            const record = await target.record(key);
-            return !(record?.state === 'in_progress' && record.live);
+      const clientOf = (cell: StoreCell) =>
+        cellClient(
+          {
+            platform,
+            url: target.url,
+            control,
+            gateway,
+            leaseMs: STORE_LEASE_MS,
+            // The store's client is back before anything else is sent.
+            checkAnswer: ready,
+            charged: async (key) =>
+              (await target.steps(key)).includes('charge'),
+            held: (key) => target.snapshot(key),
+            async claimed(key) {
+              const record = await target.record(key);
+              return record?.state === 'in_progress' && record.live;
+            },
           },
-          `the claim of ${key} to lapse within its lease`,
-          leaseMs + 1_000,
+          cell,
+          cell.point === 'stored error',
         );
 
-      /** One request of a cell, its retries, and the binding's probes. */
-      const runOf = (cell: StoreCell) => {
-        const key = `fm-${platform}-${cell.point.replaceAll(' ', '-')}-${cell.when}`;
-        const limited = cell.point === 'stored error';
-        const path = limited ? '/payments/limited' : '/payments';
-        const body = { reference: key, amount: limited ? OVER_LIMIT : AMOUNT };
-        const derivedKey = `${key}:charge`;
-        const probed: string[] = [];
-
-        /**
-         * I6: another body under the key gets 422 problem+json, runs no
-         * handler, calls no gateway, and leaves the store as it was.
-         */
-        const probe = async (after: string) => {
-          probed.push(after);
-          const before = {
-            runs: control.runs.get(key) ?? 0,
-            gatewayCalls: gateway.calls.get(derivedKey) ?? 0,
-            charges: gateway.chargeCount,
-            held: await target.snapshot(key),
-          };
-          const answer = await read(
-            post('/payments', key, { reference: key, amount: OTHER_AMOUNT }),
-          );
-          expect(asRefusal(answer, after)).toEqual(refusal(key, after));
-          expect({
-            runs: control.runs.get(key) ?? 0,
-            gatewayCalls: gateway.calls.get(derivedKey) ?? 0,
-            charges: gateway.chargeCount,
-            held: await target.snapshot(key),
-          }).toEqual(before);
-        };
-
-        const send = () => post(path, key, body);
-        /** The answers of one client: `first`, then retries past 503 and 409. */
-        const settle = async (first: Promise<Response>) => {
-          const replies: Reply[] = [];
-          let next = first;
-          for (;;) {
-            const reply = await read(next);
-            replies.push(reply);
-            // The store's client is back before anything else is sent.
-            await target.ready();
-            if (
-              !limited &&
-              failed(reply) &&
-              (await target.steps(key)).includes('charge')
-            ) {
-              await probe(label(reply));
-            }
-            if (reply.status !== 503 && reply.status !== 409) {
-              return replies;
-            }
-            if (replies.length >= MAX_TRIES) {
-              throw new Error(
-                `${key}: no answer past ${replies.map(label).join(', ')}`,
-              );
-            }
-            if (reply.status === 409) {
-              await untilClaimFree(key);
-              // Released by its lease's end, the key stays bound.
-              if (!limited && (await target.steps(key)).includes('charge')) {
-                await probe(LEASE_OVER);
-              }
-            }
-            next = send();
-          }
-        };
-        return { key, limited, derivedKey, probed, send, settle };
-      };
-
       /** The connection is lost at the command of the cell's point. */
-      const commandRun = async (
-        cell: StoreCell,
-        run: ReturnType<typeof runOf>,
-      ) => {
+      const commandRun = async (cell: StoreCell, client: CellClient) => {
         if (cell.point === 'release') {
           // The handler fails after its charge: its claim is released.
-          control.failOnce(run.key);
+          control.failOnce(client.key);
         }
-        const fault = target.arm(cell.point, cell.when, run.key);
+        const fault = arm(cell.point, cell.when, client.key);
         try {
-          const replies = await run.settle(run.send());
+          const replies = await client.settle(client.send());
           expect(fault.hit).toBe(true);
           await fault.injected;
           return replies;
@@ -276,89 +279,62 @@ export function describeStoreMatrix(matrix: StoreMatrix): void {
 
       /**
        * A renewal's connection is lost while the handler waits (after its
-       * charge): a later renewal keeps the lease, and a duplicate is refused
-       * meanwhile.
+       * charge): a later renewal keeps the lease (`renewalLost`).
        */
-      const renewalRun = async (
-        cell: StoreCell,
-        run: ReturnType<typeof runOf>,
-      ) => {
-        const held = control.holdAfterCharge(run.key);
-        const fault = target.arm('renewal', cell.when, run.key);
-        try {
-          const first = run.send();
-          await held.reached();
-          await until(
-            () => Promise.resolve(fault.hit),
-            `a renewal of ${run.key}`,
-            leaseMs,
-          );
-          await fault.injected;
-          await target.ready();
-          const leaseEnds = async () => {
-            const record = await target.record(run.key);
+      const renewalRun = (cell: StoreCell, client: CellClient) =>
+        renewalLost(client, {
+          control,
+          leaseMs: STORE_LEASE_MS,
+          arm: () => arm('renewal', cell.when, client.key),
+          async leaseEnds() {
+            await ready();
+            const record = await target.record(client.key);
             return record?.state === 'in_progress' ? record.leaseEnds : 0;
-          };
-          const lost = await leaseEnds();
-          await until(
-            async () => (await leaseEnds()) > lost,
-            `a renewal of ${run.key} after the lost one`,
-            leaseMs,
-          );
-          const duplicate = await read(run.send());
-          expect(label(duplicate)).toBe('409');
-          held.open();
-          return await run.settle(first);
-        } finally {
-          held.open();
-          fault.disarm();
-        }
-      };
+          },
+        });
 
       it.each(matrix.cells)('$point / $when', async (cell) => {
-        const run = runOf(cell);
+        const client = clientOf(cell);
         const charges = gateway.chargeCount;
         const replies =
           cell.point === 'renewal'
-            ? await renewalRun(cell, run)
-            : await commandRun(cell, run);
+            ? await renewalRun(cell, client)
+            : await commandRun(cell, client);
 
         // No 500, and the client got what the cell expects.
-        expect(
-          replies.filter((r) => r.status >= 500 && r.status !== 503),
-        ).toEqual([]);
+        expectNoServerError(replies);
         expect(replies.map(label)).toEqual(cell.expected);
         const final = replies[replies.length - 1];
         const answers = [...replies];
         if (cell.again) {
           // The answer was never stored: the next request runs again.
-          const runs = control.runs.get(run.key) ?? 0;
-          const again = await run.settle(run.send());
+          const runs = control.runs.get(client.key) ?? 0;
+          const again = await client.settle(client.send());
           expect(again.map(label)).toEqual(cell.again);
           expect(again[again.length - 1]).toEqual({
             ...final,
             replayed: false,
           });
-          expect(control.runs.get(run.key)).toBe(runs + 1);
+          expect(control.runs.get(client.key)).toBe(runs + 1);
           answers.push(...again);
         }
-        const replay = await read(run.send());
+        const replay = await read(client.send());
         expect(replay).toEqual({ ...final, replayed: true });
         answers.push(replay);
         // The binding was probed after each failed answer with a charge.
-        expect(run.probed).toEqual(cell.probed ?? []);
+        expect(client.probed).toEqual(cell.probed ?? []);
 
-        expect(await target.steps(run.key)).toEqual([]);
-        if (run.limited) {
+        expect(await target.steps(client.key)).toEqual([]);
+        if (client.limited) {
           // The 402 is the record; nothing was charged.
-          expect(await target.record(run.key)).toEqual({
+          expect(await target.record(client.key)).toEqual({
             state: 'failed',
             responseStatus: 402,
           });
           expect(gateway.chargeCount).toBe(charges);
           return;
         }
-        expect(await target.record(run.key)).toEqual({
+        expect(await target.record(client.key)).toEqual({
           state: 'completed',
           responseStatus: 201,
         });
@@ -368,12 +344,14 @@ export function describeStoreMatrix(matrix: StoreMatrix): void {
         );
         expect(new Set(successes.map((r) => r.text)).size).toBe(1);
         const body = JSON.parse(final.text) as ChargeResponse;
-        expect(body).toMatchObject({ reference: run.key, amount: AMOUNT });
-        expect(gateway.chargeCount).toBe(charges + 1);
-        expect(gateway.calls.get(run.derivedKey)).toBe(cell.gatewayCalls ?? 1);
-        // The gateway's charge for the key (it answers a known key with it).
-        const charge = await requestCharge(gateway.url, AMOUNT, run.derivedKey);
-        expect(charge).toEqual({ id: body.chargeId, amount: AMOUNT });
+        expect(body).toMatchObject({ reference: client.key, amount: AMOUNT });
+        await expectOneCharge(
+          gateway,
+          client.key,
+          charges,
+          cell.gatewayCalls ?? 1,
+          body.chargeId,
+        );
       });
     },
   );

@@ -7,6 +7,7 @@ import {
   type Server,
 } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
+import { ArmedFaults, type ArmedFault, type Fault } from './armed-faults.js';
 
 /** A request as the proxy received it. */
 export interface HttpRequestView {
@@ -27,25 +28,7 @@ export interface HttpRequestView {
 export type RequestFaultTiming = 'before' | 'after';
 
 /** Where to reset the connection: at the first request `matches` takes. */
-export interface RequestFault {
-  readonly matches: (request: HttpRequestView) => boolean;
-  readonly timing: RequestFaultTiming;
-}
-
-/** A fault waiting for its request. */
-export interface ArmedRequestFault {
-  /** Whether its request came (and its connection was reset). */
-  readonly hit: boolean;
-  /** Resolves with its request once its connection was reset. */
-  readonly injected: Promise<HttpRequestView>;
-  /** Takes it back if its request has not come. */
-  disarm(): void;
-}
-
-interface Armed extends RequestFault {
-  hit: boolean;
-  resolve(request: HttpRequestView): void;
-}
+export type RequestFault = Fault<HttpRequestView, RequestFaultTiming>;
 
 async function bodyOf(message: IncomingMessage): Promise<Buffer> {
   const chunks: Buffer[] = [];
@@ -63,7 +46,10 @@ async function bodyOf(message: IncomingMessage): Promise<Buffer> {
  */
 export class HttpRequestFaults {
   private server?: Server;
-  private readonly armed: Armed[] = [];
+  private readonly armed = new ArmedFaults<
+    HttpRequestView,
+    RequestFaultTiming
+  >();
   private readonly sockets = new Set<Socket>();
   private readonly agent = new Agent({ keepAlive: true });
   private port = 0;
@@ -80,14 +66,10 @@ export class HttpRequestFaults {
           headers: request.headers,
           body: await bodyOf(request),
         };
-        const fault = this.armed.find((candidate) => candidate.matches(view));
-        if (fault) {
-          fault.hit = true;
-          this.armed.splice(this.armed.indexOf(fault), 1);
-        }
+        const fault = this.armed.take(view);
         if (fault?.timing === 'before') {
           request.socket.destroy();
-          fault.resolve(view);
+          fault.injected();
           return;
         }
         const forwarded = httpRequest({
@@ -112,7 +94,7 @@ export class HttpRequestFaults {
         const body = await bodyOf(answer);
         if (fault) {
           request.socket.destroy();
-          fault.resolve(view);
+          fault.injected();
           return;
         }
         response.writeHead(answer.statusCode ?? 502, answer.headers);
@@ -135,24 +117,12 @@ export class HttpRequestFaults {
     return `http://127.0.0.1:${this.port}`;
   }
 
-  /** Resets the connection of the next request `fault` matches, at its timing. */
-  arm(fault: RequestFault): ArmedRequestFault {
-    let resolve!: (request: HttpRequestView) => void;
-    const injected = new Promise<HttpRequestView>((done) => (resolve = done));
-    const armed: Armed = { ...fault, hit: false, resolve };
-    this.armed.push(armed);
-    return {
-      get hit() {
-        return armed.hit;
-      },
-      injected,
-      disarm: () => {
-        const index = this.armed.indexOf(armed);
-        if (index >= 0) {
-          this.armed.splice(index, 1);
-        }
-      },
-    };
+  /**
+   * Resets the connection of the next request `fault` matches, at its
+   * timing; its `injected` resolves once the connection was reset.
+   */
+  arm(fault: RequestFault): ArmedFault<HttpRequestView> {
+    return this.armed.arm(fault);
   }
 
   async stop(): Promise<void> {

@@ -1,6 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
 import { Redis, type RedisOptions } from 'ioredis';
+import {
+  ArmedFaults,
+  type ArmedFault,
+  type Fault,
+  type HitFault,
+} from './armed-faults.js';
 import { until } from './barrier.js';
 
 /** A command as an ioredis client sends it. */
@@ -26,20 +32,7 @@ export interface RedisCommand {
 export type CommandFaultTiming = 'before' | 'after';
 
 /** Where to lose the connection: at the first command `matches` takes. */
-export interface CommandFault {
-  readonly matches: (command: RedisCommand) => boolean;
-  readonly timing: CommandFaultTiming;
-}
-
-/** A fault waiting for its command. */
-export interface ArmedCommandFault {
-  /** Whether its command came (and the connection was lost). */
-  readonly hit: boolean;
-  /** Resolves with its command once the client has seen its connection close. */
-  readonly injected: Promise<RedisCommand>;
-  /** Takes it back if its command has not come. */
-  disarm(): void;
-}
+export type CommandFault = Fault<RedisCommand, CommandFaultTiming>;
 
 /** The part of ioredis's `Command` the injector uses. */
 interface DriverCommand {
@@ -49,12 +42,6 @@ interface DriverCommand {
 }
 
 type SendCommand = (command: DriverCommand, stream?: unknown) => unknown;
-
-interface Armed extends CommandFault {
-  hit: boolean;
-  resolve(command: RedisCommand): void;
-  reject(error: unknown): void;
-}
 
 /** A command in RESP, as the server reads it. */
 function resp(...args: string[]): string {
@@ -74,7 +61,7 @@ function resp(...args: string[]): string {
  * connection after the command.
  */
 export class RedisCommandFaults {
-  private readonly armed: Armed[] = [];
+  private readonly armed = new ArmedFaults<RedisCommand, CommandFaultTiming>();
   /** Commands held while a fault is under way. */
   private held: Array<[DriverCommand, unknown]> | undefined;
   private restored = false;
@@ -108,30 +95,13 @@ export class RedisCommandFaults {
     return faults;
   }
 
-  /** Loses the connection at the next command `fault` matches, at its timing. */
-  arm(fault: CommandFault): ArmedCommandFault {
-    let resolve!: (command: RedisCommand) => void;
-    let reject!: (error: unknown) => void;
-    const injected = new Promise<RedisCommand>((done, fail) => {
-      resolve = done;
-      reject = fail;
-    });
-    // A fault never hit is never awaited.
-    injected.catch(() => undefined);
-    const armed: Armed = { ...fault, hit: false, resolve, reject };
-    this.armed.push(armed);
-    return {
-      get hit() {
-        return armed.hit;
-      },
-      injected,
-      disarm: () => {
-        const index = this.armed.indexOf(armed);
-        if (index >= 0) {
-          this.armed.splice(index, 1);
-        }
-      },
-    };
+  /**
+   * Loses the connection at the next command `fault` matches, at its
+   * timing; its `injected` resolves once the client saw its connection
+   * close.
+   */
+  arm(fault: CommandFault): ArmedFault<RedisCommand> {
+    return this.armed.arm(fault);
   }
 
   /** Resolves once the client is connected and ready for commands. */
@@ -159,26 +129,24 @@ export class RedisCommandFaults {
       return command.promise;
     }
     const view: RedisCommand = { name: command.name, args: command.args };
-    const fault = this.armed.find((candidate) => candidate.matches(view));
+    const fault = this.armed.take(view);
     if (!fault) {
       return this.send(command, stream);
     }
-    fault.hit = true;
-    this.armed.splice(this.armed.indexOf(fault), 1);
     this.held = [];
     this.inject(fault, command, stream).then(
-      () => fault.resolve(view),
+      () => fault.injected(),
       (error: unknown) => {
         // The command goes as it is: the test fails on `injected`.
         this.flush(command, stream);
-        fault.reject(error);
+        fault.failed(error);
       },
     );
     return command.promise;
   }
 
   private async inject(
-    fault: Armed,
+    fault: HitFault<RedisCommand, CommandFaultTiming>,
     command: DriverCommand,
     stream: unknown,
   ): Promise<void> {

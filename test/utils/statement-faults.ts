@@ -1,6 +1,7 @@
 import pg from 'pg';
 import type { Pool } from 'pg';
 import type { DataSource } from 'typeorm';
+import { ArmedFaults, type ArmedFault, type Fault } from './armed-faults.js';
 import { Barrier } from './barrier.js';
 import { terminateBackend } from './sessions.js';
 
@@ -27,20 +28,7 @@ export interface Statement {
 export type FaultTiming = 'before' | 'after' | 'after-reply';
 
 /** Where to end a session: at the first statement `matches` takes. */
-export interface StatementFault {
-  readonly matches: (statement: Statement) => boolean;
-  readonly timing: FaultTiming;
-}
-
-/** A fault waiting for its statement. */
-export interface ArmedFault {
-  /** Whether its statement came (and its session was ended). */
-  readonly hit: boolean;
-  /** Resolves with its statement once the session ended and the driver saw it. */
-  readonly injected: Promise<Statement>;
-  /** Takes it back if its statement has not come. */
-  disarm(): void;
-}
+export type StatementFault = Fault<Statement, FaultTiming>;
 
 /** Statements held before they are sent, until the test lets them go. */
 export interface HeldStatements {
@@ -60,11 +48,6 @@ interface DriverClient {
 
 type Query = (this: DriverClient, ...args: unknown[]) => unknown;
 
-interface Armed extends StatementFault {
-  hit: boolean;
-  resolve(statement: Statement): void;
-}
-
 interface Hold {
   readonly matches: (statement: Statement) => boolean;
   readonly barrier: Barrier;
@@ -83,7 +66,7 @@ const SEEN_TIMEOUT_MS = 10_000;
  * injector's own.
  */
 export class StatementFaults {
-  private readonly armed: Armed[] = [];
+  private readonly armed = new ArmedFaults<Statement, FaultTiming>();
   private readonly holds: Hold[] = [];
   private restored = false;
 
@@ -134,24 +117,12 @@ export class StatementFaults {
     return faults;
   }
 
-  /** Ends the session of the next statement `fault` matches, at its timing. */
-  arm(fault: StatementFault): ArmedFault {
-    let resolve!: (statement: Statement) => void;
-    const injected = new Promise<Statement>((done) => (resolve = done));
-    const armed: Armed = { ...fault, hit: false, resolve };
-    this.armed.push(armed);
-    return {
-      get hit() {
-        return armed.hit;
-      },
-      injected,
-      disarm: () => {
-        const index = this.armed.indexOf(armed);
-        if (index >= 0) {
-          this.armed.splice(index, 1);
-        }
-      },
-    };
+  /**
+   * Ends the session of the next statement `fault` matches, at its timing;
+   * its `injected` resolves once the driver saw its session end.
+   */
+  arm(fault: StatementFault): ArmedFault<Statement> {
+    return this.armed.arm(fault);
   }
 
   /** Holds every statement `matches` takes before it is sent, until released. */
@@ -200,13 +171,9 @@ export class StatementFaults {
       applicationName: connection.connectionParameters?.application_name,
     };
     const hold = this.holds.find((candidate) => candidate.matches(statement));
-    const fault = this.armed.find((candidate) => candidate.matches(statement));
+    const fault = this.armed.take(statement);
     if (!hold && !fault) {
       return this.query.apply(connection, args);
-    }
-    if (fault) {
-      fault.hit = true;
-      this.armed.splice(this.armed.indexOf(fault), 1);
     }
     // pg-pool passes a callback; TypeORM and the module await a promise.
     const callback = args.find((arg) => typeof arg === 'function') as
@@ -221,12 +188,12 @@ export class StatementFaults {
       }
       if (fault.timing === 'before') {
         await this.end(connection);
-        fault.resolve(statement);
+        fault.injected();
         return send();
       }
       const result = await send();
       const error = await this.end(connection);
-      fault.resolve(statement);
+      fault.injected();
       if (fault.timing === 'after') {
         throw error;
       }

@@ -1,0 +1,168 @@
+import { until } from '../utils/barrier.js';
+import { requestCharge, type FakeGateway } from '../utils/fake-gateway.js';
+import type { Platform } from '../utils/test-app.js';
+import type { Control } from './control.js';
+import {
+  AMOUNT,
+  asRefusal,
+  failed,
+  label,
+  LEASE_OVER,
+  MAX_TRIES,
+  OTHER_AMOUNT,
+  OVER_LIMIT,
+  read,
+  refusal,
+  type Reply,
+} from './replies.js';
+
+/** What the clients of a matrix's cells need of its application and store. */
+export interface MatrixApp {
+  readonly platform: Platform;
+  /** The application's base URL. */
+  readonly url: string;
+  readonly control: Control;
+  readonly gateway: FakeGateway;
+  /** The claims' lease: what a key left claimed may take to come back. */
+  readonly leaseMs: number;
+  /** Checks an answer once it came, before anything else is sent. */
+  checkAnswer(client: CellClient, reply: Reply): Promise<void>;
+  /** Whether a `charge` step of `key` is stored: the key is bound. */
+  charged(key: string): Promise<boolean>;
+  /** What the store holds for `key`, as a refused request must leave it. */
+  held(key: string): Promise<unknown>;
+  /** Whether a live claim holds `key`. */
+  claimed(key: string): Promise<boolean>;
+}
+
+/** The client of one cell: its request, its retries, the binding's probes. */
+export interface CellClient {
+  readonly key: string;
+  /** Whether it asks `POST /payments/limited` (over the limit: a 402). */
+  readonly limited: boolean;
+  /**
+   * The answers after which the binding was probed (another body under the
+   * key, refused with 422), in order.
+   */
+  readonly probed: string[];
+  /** Sends the request (same key, same body). */
+  send(): Promise<Response>;
+  /** The answers of one client: `first`, then retries past 503 and 409. */
+  settle(first: Promise<Response>): Promise<Reply[]>;
+}
+
+/** `POST path` to the application at `url`, under `key`, with a JSON body. */
+const post = (url: string, path: string, key: string, body: unknown) =>
+  fetch(`${url}${path}`, {
+    method: 'POST',
+    headers: { 'Idempotency-Key': key, 'Content-Type': 'application/json' },
+    body: JSON.stringify(body),
+  });
+
+/**
+ * The client of the cell at `point`/`when` (a key of its own). After each
+ * of its failed answers whose key is bound, and once a 409's claim lapsed
+ * with the key bound, it probes the binding (I6): another body under the
+ * key gets 422 problem+json, runs no handler, calls no gateway (not even
+ * under the derived key), and leaves the store as it was, for the request
+ * that charged to resume.
+ */
+export function cellClient(
+  app: MatrixApp,
+  cell: { readonly point: string; readonly when: string },
+  limited: boolean,
+): CellClient {
+  const { url, control, gateway } = app;
+  const key = `fm-${app.platform}-${cell.point.replaceAll(' ', '-')}-${cell.when}`;
+  const path = limited ? '/payments/limited' : '/payments';
+  const body = { reference: key, amount: limited ? OVER_LIMIT : AMOUNT };
+  const derivedKey = `${key}:charge`;
+  const bound = async () => !limited && (await app.charged(key));
+
+  const observe = async () => ({
+    runs: control.runs.get(key) ?? 0,
+    gatewayCalls: gateway.calls.get(derivedKey) ?? 0,
+    charges: gateway.chargeCount,
+    held: await app.held(key),
+  });
+  const probe = async (after: string) => {
+    client.probed.push(after);
+    const before = await observe();
+    const answer = await read(
+      post(url, '/payments', key, { reference: key, amount: OTHER_AMOUNT }),
+    );
+    expect(asRefusal(answer, after)).toEqual(refusal(key, after));
+    expect(await observe()).toEqual(before);
+  };
+
+  /** Waits until no live claim holds the key: within its lease, or it is stuck. */
+  const untilClaimFree = () =>
+    until(
+      async () => !(await app.claimed(key)),
+      `the claim of ${key} to lapse within its lease`,
+      app.leaseMs + 1_000,
+    );
+
+  const client: CellClient = {
+    key,
+    limited,
+    probed: [],
+    send: () => post(url, path, key, body),
+    async settle(first) {
+      const replies: Reply[] = [];
+      let next = first;
+      for (;;) {
+        const reply = await read(next);
+        replies.push(reply);
+        await app.checkAnswer(client, reply);
+        if (failed(reply) && (await bound())) {
+          await probe(label(reply));
+        }
+        if (reply.status !== 503 && reply.status !== 409) {
+          return replies;
+        }
+        if (replies.length >= MAX_TRIES) {
+          throw new Error(
+            `${key}: no answer past ${replies.map(label).join(', ')}`,
+          );
+        }
+        if (reply.status === 409) {
+          await untilClaimFree();
+          // Released by its lease's end, the key stays bound.
+          if (await bound()) {
+            await probe(LEASE_OVER);
+          }
+        }
+        next = client.send();
+      }
+    },
+  };
+  return client;
+}
+
+/** No answer is a 5xx other than a 503 (a 500 least of all). */
+export function expectNoServerError(replies: readonly Reply[]): void {
+  expect(replies.filter((r) => r.status >= 500 && r.status !== 503)).toEqual(
+    [],
+  );
+}
+
+/**
+ * The gateway made one charge since it had `charges`, called `calls` times
+ * under the derived key of `key`, and answers that key with the charge the
+ * application named (`chargeId`), for `AMOUNT`.
+ */
+export async function expectOneCharge(
+  gateway: FakeGateway,
+  key: string,
+  charges: number,
+  calls: number,
+  chargeId: string,
+): Promise<void> {
+  const derivedKey = `${key}:charge`;
+  expect(gateway.chargeCount).toBe(charges + 1);
+  expect(gateway.calls.get(derivedKey)).toBe(calls);
+  // The gateway answers a known key with its charge.
+  const charge = await requestCharge(gateway.url, AMOUNT, derivedKey);
+  expect(charge).toEqual({ id: chargeId, amount: AMOUNT });
+}

@@ -1,0 +1,50 @@
+import type { ArmedFault } from '../utils/armed-faults.js';
+import { until } from '../utils/barrier.js';
+import type { CellClient } from './client.js';
+import type { Control } from './control.js';
+import { label, read, type Reply } from './replies.js';
+
+/**
+ * A renewal's connection is lost while the handler waits after its charge
+ * (holding no connection): once the fault took place, a later renewal
+ * moves the lease's end past the one it had, and a duplicate is refused
+ * meanwhile (409). The answers of the request.
+ */
+export async function renewalLost(
+  client: CellClient,
+  options: {
+    readonly control: Control;
+    readonly leaseMs: number;
+    /** Arms the fault at the renewal of the client's key. */
+    readonly arm: () => ArmedFault<unknown>;
+    /** When the lease of the client's key ends (ms; 0 if not claimed). */
+    readonly leaseEnds: () => Promise<number>;
+  },
+): Promise<Reply[]> {
+  const { key } = client;
+  const held = options.control.holdAfterCharge(key);
+  const fault = options.arm();
+  try {
+    const first = client.send();
+    await held.reached();
+    await until(
+      () => Promise.resolve(fault.hit),
+      `a renewal of ${key}`,
+      options.leaseMs,
+    );
+    await fault.injected;
+    const lost = await options.leaseEnds();
+    await until(
+      async () => (await options.leaseEnds()) > lost,
+      `a renewal of ${key} after the lost one`,
+      options.leaseMs,
+    );
+    const duplicate = await read(client.send());
+    expect(label(duplicate)).toBe('409');
+    held.open();
+    return await client.settle(first);
+  } finally {
+    held.open();
+    fault.disarm();
+  }
+}
