@@ -172,13 +172,15 @@ export class LazyTransaction {
    */
   async commit(): Promise<void> {
     try {
-      // A statement still opening the transaction is one of the handler's.
-      await this.opening;
-      if (this.isLost || (this.began && this.state !== 'open')) {
-        // Nothing to commit any more: the handler's writes are gone.
+      if (this.opening) {
+        // A statement still opening the transaction is one of the handler's.
+        await this.opening;
+      }
+      if (this.began && !this.client) {
+        // Lost or ended: the handler's writes are gone.
         throw new TransactionLostError();
       }
-      if (this.state === 'open' && this.runner?.isTransactionActive) {
+      if (this.client && this.runner?.isTransactionActive) {
         await this.runner.commitTransaction();
       }
     } finally {

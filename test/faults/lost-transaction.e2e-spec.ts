@@ -1,4 +1,3 @@
-import pg from 'pg';
 import { advisoryLocks, until, untilAdvisoryLocks } from '../utils/barrier.js';
 import { answer, inProgress, UNAVAILABLE_ANSWER } from '../utils/problems.js';
 import {
@@ -8,7 +7,7 @@ import {
   terminateBackend,
   untilIdleInTransaction,
 } from '../utils/sessions.js';
-import { holdInTransaction } from '../utils/test-database.js';
+import { holdInTransaction, onServer } from '../utils/test-database.js';
 import {
   PLATFORMS,
   send,
@@ -52,18 +51,6 @@ describe.each(PLATFORMS)(
         `SELECT key, status FROM idempotency_records WHERE key = ANY($1) ORDER BY key`,
         [keys],
       );
-    /** Runs `sql` on the server's `postgres` database. */
-    const onServer = async (sql: string) => {
-      const url = new URL(target.db.url);
-      url.pathname = '/postgres';
-      const client = new pg.Client({ connectionString: url.href });
-      await client.connect();
-      try {
-        await client.query(sql);
-      } finally {
-        await client.end();
-      }
-    };
     const created = (body: unknown) => ({
       status: 201,
       contentType: expect.stringMatching(/^application\/json/) as unknown,

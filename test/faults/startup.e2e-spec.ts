@@ -36,6 +36,7 @@ import {
 import {
   createTestDatabase,
   type TestDatabase,
+  onServer,
 } from '../utils/test-database.js';
 
 @Controller('startup')
@@ -142,19 +143,6 @@ async function lockFunctions(url: string) {
       }
     },
   };
-}
-
-/** Runs `sql` on the server's `postgres` database. */
-async function onServer(db: TestDatabase, sql: string): Promise<void> {
-  const url = new URL(db.url);
-  url.pathname = '/postgres';
-  const client = new pg.Client({ connectionString: url.href });
-  await client.connect();
-  try {
-    await client.query(sql);
-  } finally {
-    await client.end();
-  }
 }
 
 describe('start-up of an instance whose connection drops during the check of the database', () => {
@@ -329,7 +317,7 @@ describe('start-up of an instance whose connection drops during the check of the
       const db = await database();
       const moduleRef = await compile(db.url);
       const name = new URL(db.url).pathname.slice(1);
-      await onServer(db, `ALTER DATABASE "${name}" ALLOW_CONNECTIONS false`);
+      await onServer(`ALTER DATABASE "${name}" ALLOW_CONNECTIONS false`);
       // The pool's connection goes: the check needs a new one.
       for (const { pid } of await sessions(db)) {
         await terminateBackend(db, pid);

@@ -18,6 +18,7 @@ import {
 } from '../utils/redis-server.js';
 import { CLAIM, COMPLETE } from '../../src/stores/redis/redis.scripts.js';
 import { describeIf, describeWithServer } from '../utils/server.js';
+import { until } from '../utils/barrier.js';
 import { describeStoreConformance } from './conformance.js';
 
 /** Where a server listens. */
@@ -653,8 +654,10 @@ function storeTests(server: () => Address): void {
     // Once the step expired, Redis has deleted the record: another request
     // claims the key by the plain SET NX, unbound, and never reads the
     // step, which stays for the collector.
-    await new Promise((resolve) => setTimeout(resolve, 500));
-    expect(await client.exists(recordOf('bound-record'))).toBe(0);
+    await until(
+      async () => (await client.exists(recordOf('bound-record'))) === 0,
+      'Redis to expire the bound record with its binding',
+    );
     expect(await store.claim(other)).toEqual({ state: 'claimed' });
     expect(await client.get(recordOf('bound-record'))).toMatch(
       new RegExp(`^i- ${other.owner}\n"fp-2"\n`),

@@ -22,7 +22,12 @@ function serverUrl(): URL {
   return new URL(url);
 }
 
-async function onServer(sql: string): Promise<void> {
+/**
+ * Runs `sql` on the suite's server, outside of any test's database: for what
+ * a session cannot do to its own database (`CREATE`, `DROP`, `ALTER
+ * DATABASE ... ALLOW_CONNECTIONS`).
+ */
+export async function onServer(sql: string): Promise<void> {
   const client = new pg.Client({ connectionString: serverUrl().href });
   await client.connect();
   try {
