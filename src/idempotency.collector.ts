@@ -9,7 +9,7 @@ import { SchedulerRegistry } from '@nestjs/schedule';
 import { CronJob } from 'cron';
 import { IDEMPOTENCY_RESOLVED_OPTIONS } from './idempotency.tokens.js';
 import type { ResolvedIdempotencyOptions } from './idempotency.options.js';
-import { IdempotencyStore } from './protocol/idempotency-store.interface.js';
+import { IdempotencyStore } from './interfaces/idempotency-store.interface.js';
 import { IdempotencyEvents } from './idempotency.events.js';
 
 /** Name of the module's job in the `SchedulerRegistry`. */

@@ -4,7 +4,7 @@ import { ambientTransactions } from './typeorm/ambient-transaction.js';
 import { IdempotencyDataSource } from './typeorm/idempotency-data-source.js';
 import { outsideHandlerTransaction } from './typeorm/transaction-participants.js';
 import { IdempotencyConfigurationError } from './exceptions/idempotency-configuration.error.js';
-import { noTransactionError } from './protocol/store-transaction.js';
+import { noTransactionError } from './core/store-transaction.js';
 import type { IdempotencyIsolationLevel } from './interfaces/idempotency-options.interface.js';
 
 /**

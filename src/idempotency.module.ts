@@ -15,7 +15,7 @@ import {
 import type { IdempotencyModuleOptions } from './interfaces/idempotency-options.interface.js';
 import { IdempotencyContext } from './idempotency.context.js';
 import { IdempotencyInterceptor } from './http/idempotency.interceptor.js';
-import { IdempotencyExecutor } from './protocol/idempotency.executor.js';
+import { IdempotencyExecutor } from './core/idempotency.executor.js';
 import { IdempotencyExplorer } from './idempotency.explorer.js';
 import { IdempotencyRoutes } from './idempotency.routes.js';
 import { IdempotencyCollector } from './idempotency.collector.js';

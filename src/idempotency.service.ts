@@ -6,14 +6,11 @@ import {
   resolveRouteOptions,
   type ResolvedIdempotencyOptions,
 } from './idempotency.options.js';
-import { validKey } from './http/idempotency-key.js';
+import { validKey } from './core/idempotency-key.js';
 import type { IdempotencyRunOptions } from './interfaces/idempotency-run-options.interface.js';
-import type { Attempt } from './protocol/attempt.js';
-import { IdempotencyExecutor } from './protocol/idempotency.executor.js';
-import {
-  missingManager,
-  StoreTransaction,
-} from './protocol/store-transaction.js';
+import type { Attempt } from './core/attempt.js';
+import { IdempotencyExecutor } from './core/idempotency.executor.js';
+import { missingManager, StoreTransaction } from './core/store-transaction.js';
 
 /** Fingerprint of runs that give none: every run with the key is the same. */
 const ANY_RUN = '-';

@@ -17,7 +17,7 @@ export {
   type StepLease,
   type StoredRecord,
   type StoredResponse,
-} from './protocol/idempotency-store.interface.js';
+} from './interfaces/idempotency-store.interface.js';
 export type { IdempotencyRunOptions } from './interfaces/idempotency-run-options.interface.js';
 export {
   DEFAULT_SCOPE,

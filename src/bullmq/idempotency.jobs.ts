@@ -13,13 +13,13 @@ import type {
   IdempotentOptions,
 } from '../interfaces/idempotency-options.interface.js';
 import { IdempotencyHttpException } from '../exceptions/idempotency-http.exception.js';
-import { validKey } from '../http/idempotency-key.js';
+import { validKey } from '../core/idempotency-key.js';
 import {
   resolveFingerprint,
   resolveScope,
   type Attempt,
-} from '../protocol/attempt.js';
-import { IdempotencyExecutor } from '../protocol/idempotency.executor.js';
+} from '../core/attempt.js';
+import { IdempotencyExecutor } from '../core/idempotency.executor.js';
 
 /**
  * What `ExecutionContext.getType()` says inside the `key`, `scope` and

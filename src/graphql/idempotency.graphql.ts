@@ -19,16 +19,16 @@ import {
   resolveFingerprint,
   resolveScope,
   type Attempt,
-} from '../protocol/attempt.js';
+} from '../core/attempt.js';
 import {
   IdempotencyExecutor,
   type Beginning,
   type Execution,
-} from '../protocol/idempotency.executor.js';
+} from '../core/idempotency.executor.js';
 import type {
   Completion,
   StoredRecord,
-} from '../protocol/idempotency-store.interface.js';
+} from '../interfaces/idempotency-store.interface.js';
 import { toGraphqlError } from './graphql-refusals.js';
 import { errorStatus, restoreError, storeError } from './stored-error.js';
 

@@ -1,5 +1,5 @@
 import { HttpException } from '@nestjs/common';
-import type { StoredResponse } from '../protocol/idempotency-store.interface.js';
+import type { StoredResponse } from '../interfaces/idempotency-store.interface.js';
 
 /**
  * What is kept of an error a mutation threw, when the error policy stores it:

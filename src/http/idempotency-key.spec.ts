@@ -5,7 +5,8 @@ import { connect, Socket, type AddressInfo } from 'node:net';
 import type { ResolvedKeyValidation } from '../idempotency.options.js';
 import { IdempotencyKeyInvalidException } from '../exceptions/idempotency-key-invalid.exception.js';
 import type { IdempotencyProblem } from '../exceptions/idempotency-http.exception.js';
-import { keyProblem, readKeyHeader, validKey } from './idempotency-key.js';
+import { keyProblem, validKey } from '../core/idempotency-key.js';
+import { readKeyHeader } from './idempotency-key.js';
 
 const FIELD = 'idempotency-key';
 const REPEATED = { problem: 'it is repeated' };

@@ -1,9 +1,7 @@
 import type { IncomingMessage } from 'node:http';
 import type { ExecutionContext } from '@nestjs/common';
-import type {
-  ResolvedKeyValidation,
-  ResolvedRouteOptions,
-} from '../idempotency.options.js';
+import type { ResolvedRouteOptions } from '../idempotency.options.js';
+import { validKey } from '../core/idempotency-key.js';
 import { IdempotencyKeyInvalidException } from '../exceptions/idempotency-key-invalid.exception.js';
 
 /** @internal A key, or why the header does not carry a usable one. */
@@ -33,38 +31,6 @@ function parseSfString(value: string): string | undefined {
     }
   }
   return undefined;
-}
-
-/** @internal Why `key` breaks the rules, or `undefined` when it is valid. */
-export function keyProblem(
-  key: string,
-  rules: ResolvedKeyValidation,
-): string | undefined {
-  if (key.length < rules.minLength || key.length > rules.maxLength) {
-    return `it must be ${rules.minLength} to ${rules.maxLength} characters long`;
-  }
-  if (!rules.pattern.test(key) || (rules.validate && !rules.validate(key))) {
-    return 'it has an invalid format';
-  }
-  return undefined;
-}
-
-/**
- * @internal The key, once it follows the rules.
- * @param field where the key came from (a header or a field name), for the message.
- * @throws IdempotencyKeyInvalidException otherwise.
- */
-export function validKey(
-  key: unknown,
-  rules: ResolvedKeyValidation,
-  field: string,
-): string {
-  const problem =
-    typeof key === 'string' ? keyProblem(key, rules) : 'it is not a string';
-  if (problem) {
-    throw new IdempotencyKeyInvalidException(field, problem);
-  }
-  return key as string;
 }
 
 /**

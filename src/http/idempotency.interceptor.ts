@@ -37,17 +37,17 @@ import {
   resolveFingerprint,
   resolveScope,
   type Attempt,
-} from '../protocol/attempt.js';
+} from '../core/attempt.js';
 import {
   IdempotencyExecutor,
   type Beginning,
   type Execution,
-} from '../protocol/idempotency.executor.js';
+} from '../core/idempotency.executor.js';
 import type {
   Completion,
   StoredRecord,
   StoredResponse,
-} from '../protocol/idempotency-store.interface.js';
+} from '../interfaces/idempotency-store.interface.js';
 import {
   holdResponse,
   sendInPlaceOfEmpty,
@@ -57,7 +57,7 @@ import { resolveRequestKey } from './idempotency-key.js';
 import {
   queryParameters,
   type FingerprintParts,
-} from './request-fingerprint.js';
+} from '../core/request-fingerprint.js';
 
 type HttpRequest = IncomingMessage & {
   body?: unknown;

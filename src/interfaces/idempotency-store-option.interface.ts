@@ -1,5 +1,5 @@
 import type { DynamicModule, InjectionToken, Type } from '@nestjs/common';
-import type { IdempotencyStore } from '../protocol/idempotency-store.interface.js';
+import type { IdempotencyStore } from './idempotency-store.interface.js';
 
 /** Modules whose providers the factory of a store injects. */
 type StoreImports = Array<Type | DynamicModule | Promise<DynamicModule>>;

@@ -6,7 +6,7 @@ import {
 } from '@nestjs/common';
 import { lastValueFrom } from 'rxjs';
 import type { ResolvedRouteOptions } from '../idempotency.options.js';
-import { validKey } from '../http/idempotency-key.js';
+import { validKey } from '../core/idempotency-key.js';
 import { IdempotencyHttpException } from '../exceptions/idempotency-http.exception.js';
 import { IdempotencyKeyMissingException } from '../exceptions/idempotency-key-missing.exception.js';
 import {
@@ -14,8 +14,8 @@ import {
   resolveFingerprint,
   resolveScope,
   type Attempt,
-} from '../protocol/attempt.js';
-import { IdempotencyExecutor } from '../protocol/idempotency.executor.js';
+} from '../core/attempt.js';
+import { IdempotencyExecutor } from '../core/idempotency.executor.js';
 
 /** Field of a message's data that carries its key by default. */
 export const MESSAGE_KEY_FIELD = 'idempotencyKey';

@@ -1,4 +1,4 @@
-import type { Completion } from '../protocol/idempotency-store.interface.js';
+import type { Completion } from '../interfaces/idempotency-store.interface.js';
 
 /**
  * @internal A completion whose response is larger than a store keeps: its

@@ -1,7 +1,7 @@
 import type { DynamicModule, Provider } from '@nestjs/common';
 import { IdempotencyConfigurationError } from '../exceptions/idempotency-configuration.error.js';
 import type { IdempotencyStoreOption } from '../interfaces/idempotency-store-option.interface.js';
-import { IdempotencyStore } from '../protocol/idempotency-store.interface.js';
+import { IdempotencyStore } from '../interfaces/idempotency-store.interface.js';
 import { IdempotencyDataSource } from '../typeorm/idempotency-data-source.js';
 import {
   loadTypeormRuntime,

@@ -1,8 +1,8 @@
 import { Logger } from '@nestjs/common';
 import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
 import type { IdempotencyEventType } from '../interfaces/idempotency-event.interface.js';
-import type { Attempt } from '../protocol/attempt.js';
-import type { FailureKind } from '../protocol/failures.js';
+import type { Attempt } from '../core/attempt.js';
+import type { FailureKind } from '../core/failures.js';
 import type {
   OpenTelemetryApi,
   TelemetryRecorder,

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import type { Attempt } from '../protocol/attempt.js';
+import type { Attempt } from '../core/attempt.js';
 import {
   keyHash,
   routeAttributes,

@@ -1,6 +1,6 @@
 import { hash } from 'node:crypto';
 import type { IdempotencyTelemetryKeys } from '../interfaces/idempotency-options.interface.js';
-import type { Attempt } from '../protocol/attempt.js';
+import type { Attempt } from '../core/attempt.js';
 
 /** @internal Attributes of a span or a data point, as OpenTelemetry takes them. */
 export type TelemetryAttributes = Record<string, string>;

@@ -11,7 +11,7 @@ import type {
 } from '@opentelemetry/api';
 import type { IdempotencyTelemetryKeys } from '../interfaces/idempotency-options.interface.js';
 import type { IdempotencyEventType } from '../interfaces/idempotency-event.interface.js';
-import type { Attempt } from '../protocol/attempt.js';
+import type { Attempt } from '../core/attempt.js';
 import {
   ATTRIBUTES,
   METRIC_NAMES,

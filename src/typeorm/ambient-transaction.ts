@@ -1,7 +1,7 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import type { DataSource } from 'typeorm';
 import type { LazyTransaction } from './lazy-transaction.js';
-import type { StoreTransaction } from '../protocol/store-transaction.js';
+import type { StoreTransaction } from '../core/store-transaction.js';
 
 /**
  * @internal What the code of a decorated handler runs with: its lazy

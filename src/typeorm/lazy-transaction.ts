@@ -3,8 +3,8 @@ import type { PoolClient } from 'pg';
 import type { DataSource, EntityManager, QueryRunner } from 'typeorm';
 import { IdempotencyConfigurationError } from '../exceptions/idempotency-configuration.error.js';
 import type { IdempotencyIsolationLevel } from '../interfaces/idempotency-options.interface.js';
-import { ownStatement } from '../protocol/own-statement.js';
-import { TransactionLostError } from '../protocol/transaction-lost.error.js';
+import { ownStatement } from '../core/own-statement.js';
+import { TransactionLostError } from '../core/transaction-lost.error.js';
 import type { TransactionGate } from './transaction-gate.js';
 import {
   TransactionHooks,

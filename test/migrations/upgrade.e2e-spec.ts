@@ -7,7 +7,7 @@ import {
   CreateIdempotencySteps1764000000001,
   idempotencyMigrations,
 } from '../../src/index.js';
-import { legacyRequestFingerprint } from '../../src/http/request-fingerprint.js';
+import { legacyRequestFingerprint } from '../../src/core/request-fingerprint.js';
 import { CreateOrders1764000000001 } from '../fixtures/create-orders.migration.js';
 import {
   PLATFORMS,

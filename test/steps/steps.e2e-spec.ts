@@ -5,7 +5,7 @@ import {
   IDEMPOTENCY_TABLE_NAME,
   type IdempotencyEvent,
 } from '../../src/index.js';
-import { IdempotencyExecutor } from '../../src/protocol/idempotency.executor.js';
+import { IdempotencyExecutor } from '../../src/core/idempotency.executor.js';
 import { takeOver } from '../utils/claims.js';
 import {
   send,

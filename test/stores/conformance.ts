@@ -7,7 +7,7 @@ import type {
   Lease,
   StepLease,
   StoredResponse,
-} from '../../src/protocol/idempotency-store.interface.js';
+} from '../../src/interfaces/idempotency-store.interface.js';
 
 /** A store to run the conformance suite on, and how to let it go. */
 export interface StoreUnderTest {

@@ -9,7 +9,7 @@ import {
 } from '@aws-sdk/client-dynamodb';
 import { IdempotencyConfigurationError } from '../../src/index.js';
 import { DynamoDbIdempotencyStore } from '../../src/stores/dynamodb/index.js';
-import type { ClaimRequest } from '../../src/protocol/idempotency-store.interface.js';
+import type { ClaimRequest } from '../../src/interfaces/idempotency-store.interface.js';
 import { partitionKey } from '../../src/stores/dynamodb/dynamodb-item.js';
 import {
   dynaliteFeatures,

@@ -3,7 +3,7 @@ import {
   IdempotencyConfigurationError,
   MemoryIdempotencyStore,
 } from '../../src/index.js';
-import type { ClaimRequest } from '../../src/protocol/idempotency-store.interface.js';
+import type { ClaimRequest } from '../../src/interfaces/idempotency-store.interface.js';
 import { describeStoreConformance } from './conformance.js';
 
 describeStoreConformance('memory', () =>

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { IdempotencyStore } from '../../src/index.js';
-import type { ClaimRequest } from '../../src/protocol/idempotency-store.interface.js';
+import type { ClaimRequest } from '../../src/interfaces/idempotency-store.interface.js';
 import { listen } from '../utils/notifications.js';
 import { poolOf } from '../utils/statement-counter.js';
 import { startTestApp, type TestApp } from '../utils/test-app.js';

@@ -5,7 +5,7 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { Cluster, Redis, type RedisOptions } from 'ioredis';
 import { IdempotencyConfigurationError } from '../../src/index.js';
 import { RedisIdempotencyStore } from '../../src/stores/redis/index.js';
-import type { ClaimRequest } from '../../src/protocol/idempotency-store.interface.js';
+import type { ClaimRequest } from '../../src/interfaces/idempotency-store.interface.js';
 import { RedisKeys } from '../../src/stores/redis/redis-keys.js';
 import { startRedisCluster } from '../utils/redis-cluster.js';
 import {

@@ -3,7 +3,7 @@ import type { AttributeValue } from '@aws-sdk/client-dynamodb';
 import type {
   RecordStatus,
   StoredRecord,
-} from '../../protocol/idempotency-store.interface.js';
+} from '../../interfaces/idempotency-store.interface.js';
 
 /** An item as DynamoDB sends and takes it. */
 export type Item = Record<string, AttributeValue>;

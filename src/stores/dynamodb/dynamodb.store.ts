@@ -9,7 +9,7 @@ import type {
   Lease,
   Renewal,
   StepLease,
-} from '../../protocol/idempotency-store.interface.js';
+} from '../../interfaces/idempotency-store.interface.js';
 import {
   DEFAULT_DYNAMODB_TABLE_NAME,
   type DynamoDbIdempotencyStoreOptions,

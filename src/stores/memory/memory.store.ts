@@ -11,7 +11,7 @@ import type {
   Renewal,
   StepLease,
   StoredResponse,
-} from '../../protocol/idempotency-store.interface.js';
+} from '../../interfaces/idempotency-store.interface.js';
 
 /** Options of the {@link MemoryIdempotencyStore}. */
 export interface MemoryIdempotencyStoreOptions {

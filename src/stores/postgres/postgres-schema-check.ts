@@ -1,7 +1,7 @@
 import { Logger } from '@nestjs/common';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { DataSource } from 'typeorm';
-import { isConnectionFailure, sqlState } from '../../protocol/failures.js';
+import { isConnectionFailure, sqlState } from '../../core/failures.js';
 
 /** Attempts in all, unless the TypeORM module's `retryAttempts` says otherwise. */
 const DEFAULT_ATTEMPTS = 10;

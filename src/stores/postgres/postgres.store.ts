@@ -25,8 +25,8 @@ import type {
   RecordStatus,
   Renewal,
   StepLease,
-} from '../../protocol/idempotency-store.interface.js';
-import { TransactionLostError } from '../../protocol/transaction-lost.error.js';
+} from '../../interfaces/idempotency-store.interface.js';
+import { TransactionLostError } from '../../core/transaction-lost.error.js';
 import { COMPLETION_CHANNEL, PostgresPresence } from './postgres-presence.js';
 import { readPostgresSchema } from './postgres-schema-check.js';
 

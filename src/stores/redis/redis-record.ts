@@ -2,7 +2,7 @@ import { isUtf8 } from 'node:buffer';
 import type {
   RecordStatus,
   StoredRecord,
-} from '../../protocol/idempotency-store.interface.js';
+} from '../../interfaces/idempotency-store.interface.js';
 
 /**
  * @internal The value of a record in Redis: one string, so that a free key

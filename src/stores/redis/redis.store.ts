@@ -11,7 +11,7 @@ import type {
   Lease,
   Renewal,
   StepLease,
-} from '../../protocol/idempotency-store.interface.js';
+} from '../../interfaces/idempotency-store.interface.js';
 import { notReplayable } from '../not-replayable.js';
 import { RECORD_ID_LENGTH, RedisKeys } from './redis-keys.js';
 import {

@@ -7,7 +7,7 @@ import {
   selectFields,
   selectQuery,
   type FingerprintParts,
-} from '../http/request-fingerprint.js';
+} from './request-fingerprint.js';
 
 /** @internal A request (or message, or run) on its way through the module. */
 export interface Attempt {

@@ -23,11 +23,11 @@ export interface StoredRecord {
 }
 
 /**
- * A claim held by an attempt. The module hands a store, as the lease of a
- * claim it granted, the {@link ClaimRequest} it was granted for: a store may
- * read the request's other fields from it when they are there (the Redis
- * store writes the finished record whole with them), but must not need
- * them.
+ * A claim held by an attempt: what the module hands back to every later
+ * call of the store for that claim (`complete`, `release`, `readStep`,
+ * `saveStep`, `notify`). It is the handle the store returned with the
+ * claim (`ClaimOutcome.lease`), or, when it returned none, the
+ * {@link ClaimRequest} the claim was granted for.
  */
 export interface Lease {
   readonly scope: string;
@@ -69,7 +69,17 @@ export interface ClaimRequest extends StepLease {
  *   or lost its lease: `fingerprint` is that request's.
  */
 export type ClaimOutcome =
-  | { readonly state: 'claimed' }
+  | {
+      readonly state: 'claimed';
+      /**
+       * The store's handle of the claim, handed back to its later calls
+       * for it: a store that needs to remember how it granted the claim
+       * (the Redis store: whether the key had steps) returns an object of
+       * its own here, extending the request's fields. Default: the
+       * {@link ClaimRequest} itself.
+       */
+      readonly lease?: StepLease;
+    }
   | { readonly state: 'finished'; readonly record: StoredRecord }
   | {
       readonly state: 'in_progress';

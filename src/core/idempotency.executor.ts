@@ -20,7 +20,7 @@ import { IdempotencyConflictException } from '../exceptions/idempotency-conflict
 import { IdempotencyKeyReusedException } from '../exceptions/idempotency-key-reused.exception.js';
 import { IdempotencyNotReplayableException } from '../exceptions/idempotency-not-replayable.exception.js';
 import { IdempotencyUnavailableException } from '../exceptions/idempotency-unavailable.exception.js';
-import { isLegacyFingerprint } from '../http/request-fingerprint.js';
+import { isLegacyFingerprint } from './request-fingerprint.js';
 import { IdempotencyDataSource } from '../typeorm/idempotency-data-source.js';
 import type { LazyTransaction } from '../typeorm/lazy-transaction.js';
 import {
@@ -34,10 +34,11 @@ import type { Attempt } from './attempt.js';
 import {
   IdempotencyStore,
   type ClaimRequest,
+  type StepLease,
   type Completion,
   type StoredRecord,
   type StoredResponse,
-} from './idempotency-store.interface.js';
+} from '../interfaces/idempotency-store.interface.js';
 import { ownStatement } from './own-statement.js';
 import {
   classifyFailure,
@@ -154,7 +155,6 @@ export class IdempotencyExecutor
     const waitUntil = Date.now() + options.waitTimeoutMs;
     for (;;) {
       let outcome;
-      // Also the lease of the claim once granted (see Lease).
       const request: ClaimRequest = {
         scope: attempt.scope,
         key,
@@ -179,7 +179,12 @@ export class IdempotencyExecutor
         throw new IdempotencyUnavailableException(options.retryAfter);
       }
       if (outcome.state === 'claimed') {
-        const execution = new Execution(this, attempt, options, request);
+        const execution = new Execution(
+          this,
+          attempt,
+          options,
+          outcome.lease ?? request,
+        );
         this.running.add(execution);
         return { execution };
       }
@@ -376,7 +381,8 @@ export class Execution implements RunningLink {
     private readonly executor: IdempotencyExecutor,
     readonly attempt: Attempt,
     readonly options: ResolvedRouteOptions,
-    readonly lease: ClaimRequest | undefined,
+    /** The store's handle of the claim; none for a keyless request. */
+    readonly lease: StepLease | undefined,
   ) {
     this.deadline = attempt.started + options.transactionTimeoutMs;
     this.transaction =
