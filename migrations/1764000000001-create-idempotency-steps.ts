@@ -1,5 +1,5 @@
 import type { MigrationInterface, QueryRunner } from 'typeorm';
-import { assertPostgresDataSource } from '../src/stores/postgres/postgres-data-source.js';
+import { assertPostgresDataSource } from '../src/typeorm/postgres-data-source.js';
 
 /**
  * Creates the table of recovery points (`idempotency_steps`): the results of

@@ -1,5 +1,5 @@
 import type { MigrationInterface, QueryRunner } from 'typeorm';
-import { assertPostgresDataSource } from '../src/stores/postgres/postgres-data-source.js';
+import { assertPostgresDataSource } from '../src/typeorm/postgres-data-source.js';
 
 /**
  * Creates the two functions the module calls on every request with a key:

@@ -1,5 +1,5 @@
 import type { MigrationInterface, QueryRunner } from 'typeorm';
-import { assertPostgresDataSource } from '../src/stores/postgres/postgres-data-source.js';
+import { assertPostgresDataSource } from '../src/typeorm/postgres-data-source.js';
 
 /** @internal `idempotency_acquire` as 0.3.0 created it (see its migration). */
 export const ACQUIRE_0_3 = `

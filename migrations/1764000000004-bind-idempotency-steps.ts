@@ -1,5 +1,5 @@
 import type { MigrationInterface, QueryRunner } from 'typeorm';
-import { assertPostgresDataSource } from '../src/stores/postgres/postgres-data-source.js';
+import { assertPostgresDataSource } from '../src/typeorm/postgres-data-source.js';
 import {
   ACQUIRE_0_3,
   RELEASE_0_3,

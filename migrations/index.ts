@@ -5,6 +5,11 @@ import { LeaseIdempotencyClaims1764000000003 } from './1764000000003-lease-idemp
 import { BindIdempotencySteps1764000000004 } from './1764000000004-bind-idempotency-steps.js';
 
 export {
+  IDEMPOTENCY_STEPS_TABLE_NAME,
+  IDEMPOTENCY_TABLE_NAME,
+} from '../src/idempotency.constants.js';
+
+export {
   CreateIdempotencyRecords1764000000000,
   CreateIdempotencySteps1764000000001,
   CreateIdempotencyFunctions1764000000002,

@@ -1,10 +1,8 @@
-import { Injectable, Optional } from '@nestjs/common';
+import { Inject, Injectable } from '@nestjs/common';
 import type { EntityManager } from 'typeorm';
-import { ambientTransactions } from './typeorm/ambient-transaction.js';
-import { IdempotencyDataSource } from './typeorm/idempotency-data-source.js';
-import { outsideHandlerTransaction } from './typeorm/transaction-participants.js';
+import { handlerContexts } from './core/handler-context.js';
+import { HandlerTransactions } from './core/handler-transaction.js';
 import { IdempotencyConfigurationError } from './exceptions/idempotency-configuration.error.js';
-import { noTransactionError } from './core/store-transaction.js';
 import type { IdempotencyIsolationLevel } from './interfaces/idempotency-options.interface.js';
 
 /**
@@ -22,11 +20,14 @@ import type { IdempotencyIsolationLevel } from './interfaces/idempotency-options
  */
 @Injectable()
 export class IdempotencyContext {
-  constructor(@Optional() private readonly source?: IdempotencyDataSource) {}
+  constructor(
+    @Inject(HandlerTransactions)
+    private readonly transactions: HandlerTransactions<EntityManager>,
+  ) {}
 
   /** Whether the current code runs inside a decorated handler's transaction. */
   get isActive(): boolean {
-    return ambientTransactions.getStore() !== undefined;
+    return handlerContexts.getStore() !== undefined;
   }
 
   /**
@@ -35,7 +36,7 @@ export class IdempotencyContext {
    * with a store other than PostgreSQL (the handler has no transaction).
    */
   get manager(): EntityManager {
-    return this.current().transaction.manager;
+    return this.current().transaction.manager as EntityManager;
   }
 
   /**
@@ -164,16 +165,9 @@ export class IdempotencyContext {
       IdempotencyIsolationLevel | ((manager: EntityManager) => Promise<T>),
     fn?: (manager: EntityManager) => Promise<T>,
   ): Promise<T> {
-    const dataSource =
-      ambientTransactions.getStore()?.dataSource ?? this.source?.dataSource;
-    if (!dataSource) {
-      throw noTransactionError('IdempotencyContext.newTransaction()');
-    }
-    return outsideHandlerTransaction(() =>
-      typeof levelOrFn === 'function'
-        ? dataSource.transaction(levelOrFn)
-        : dataSource.transaction(levelOrFn, fn!),
-    );
+    return typeof levelOrFn === 'function'
+      ? this.transactions.newTransaction(undefined, levelOrFn)
+      : this.transactions.newTransaction(levelOrFn, fn!);
   }
 
   private requireKey(key: string | undefined, method: string): string {
@@ -187,7 +181,7 @@ export class IdempotencyContext {
   }
 
   private current() {
-    const tx = ambientTransactions.getStore();
+    const tx = handlerContexts.getStore();
     if (!tx) {
       throw new IdempotencyConfigurationError(
         'IdempotencyContext was used outside of an @Idempotent() handler.',

@@ -1,32 +1,15 @@
 import { Global, Module, type DynamicModule } from '@nestjs/common';
-import { APP_INTERCEPTOR, DiscoveryModule } from '@nestjs/core';
+import { DiscoveryModule } from '@nestjs/core';
 import { ScheduleModule } from '@nestjs/schedule';
+import { IdempotencyContext } from './idempotency.context.js';
+import { IdempotencyCollector } from './idempotency.collector.js';
+import { IdempotencyService } from './idempotency.service.js';
 import {
   ConfigurableModuleClass,
-  IDEMPOTENCY_MODULE_OPTIONS,
+  IDEMPOTENCY_PROVIDERS,
   type ASYNC_OPTIONS_TYPE,
   type OPTIONS_TYPE,
-} from './idempotency.module-definition.js';
-import { IDEMPOTENCY_RESOLVED_OPTIONS } from './idempotency.tokens.js';
-import {
-  resolveModuleOptions,
-  type ResolvedIdempotencyOptions,
-} from './idempotency.options.js';
-import type { IdempotencyModuleOptions } from './interfaces/idempotency-options.interface.js';
-import { IdempotencyContext } from './idempotency.context.js';
-import { IdempotencyInterceptor } from './http/idempotency.interceptor.js';
-import { IdempotencyExecutor } from './core/idempotency.executor.js';
-import { IdempotencyExplorer } from './idempotency.explorer.js';
-import { IdempotencyRoutes } from './idempotency.routes.js';
-import { IdempotencyCollector } from './idempotency.collector.js';
-import { IdempotencyEvents } from './idempotency.events.js';
-import { IdempotencyService } from './idempotency.service.js';
-import { IdempotencyMessages } from './messages/idempotency.messages.js';
-import { idempotencyOpenApi } from './openapi/idempotency-openapi.js';
-import { IdempotencyGraphql } from './graphql/idempotency.graphql.js';
-import { IdempotencyTelemetry } from './telemetry/idempotency.telemetry.js';
-import { IdempotencyJobs } from './bullmq/idempotency.jobs.js';
-import { IdempotencyProcessors } from './bullmq/idempotency.processors.js';
+} from './idempotency.providers.js';
 
 /**
  * Makes handlers decorated with `@Idempotent()` idempotent, on the
@@ -48,35 +31,7 @@ import { IdempotencyProcessors } from './bullmq/idempotency.processors.js';
 @Global()
 @Module({
   imports: [DiscoveryModule, ScheduleModule.forRoot()],
-  providers: [
-    {
-      provide: IDEMPOTENCY_RESOLVED_OPTIONS,
-      useFactory: (options: IdempotencyModuleOptions) =>
-        resolveModuleOptions(options),
-      inject: [IDEMPOTENCY_MODULE_OPTIONS],
-    },
-    // The store's providers are added by forRoot()/forRootAsync() (their
-    // `store` option, or the PostgreSQL store).
-    IdempotencyRoutes,
-    IdempotencyEvents,
-    {
-      provide: IdempotencyTelemetry,
-      useFactory: (options: ResolvedIdempotencyOptions) =>
-        IdempotencyTelemetry.load(options),
-      inject: [IDEMPOTENCY_RESOLVED_OPTIONS],
-    },
-    IdempotencyExecutor,
-    IdempotencyService,
-    IdempotencyMessages,
-    IdempotencyGraphql,
-    IdempotencyJobs,
-    IdempotencyProcessors,
-    IdempotencyExplorer,
-    idempotencyOpenApi,
-    IdempotencyCollector,
-    IdempotencyContext,
-    { provide: APP_INTERCEPTOR, useClass: IdempotencyInterceptor },
-  ],
+  providers: IDEMPOTENCY_PROVIDERS,
   exports: [IdempotencyContext, IdempotencyCollector, IdempotencyService],
 })
 export class IdempotencyModule extends ConfigurableModuleClass {

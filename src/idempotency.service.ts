@@ -10,7 +10,24 @@ import { validKey } from './core/idempotency-key.js';
 import type { IdempotencyRunOptions } from './interfaces/idempotency-run-options.interface.js';
 import type { Attempt } from './core/attempt.js';
 import { IdempotencyExecutor } from './core/idempotency.executor.js';
-import { missingManager, StoreTransaction } from './core/store-transaction.js';
+import { noTransactionError } from './core/no-transaction.js';
+
+/**
+ * The `manager` handed to `run()` with a store outside of the application's
+ * database: a run that ignores it works, and any use of it throws the
+ * configuration error.
+ */
+const missingManager = new Proxy({} as EntityManager, {
+  get(_target, property) {
+    // Awaiting or inspecting it must not throw.
+    if (property === 'then' || typeof property === 'symbol') {
+      return undefined;
+    }
+    throw noTransactionError(
+      `The manager of IdempotencyService.run() (its \`${String(property)}\`)`,
+    );
+  },
+});
 
 /** Fingerprint of runs that give none: every run with the key is the same. */
 const ANY_RUN = '-';
@@ -77,9 +94,9 @@ export class IdempotencyService {
       route,
       async (transaction) =>
         fn(
-          transaction instanceof StoreTransaction
+          transaction.state === 'none'
             ? missingManager
-            : transaction.manager,
+            : (transaction.manager as EntityManager),
         ),
     );
     return result;

@@ -1,30 +1,14 @@
 export { IdempotencyModule } from './idempotency.module.js';
 export { Idempotent } from './idempotent.decorator.js';
-export { IdempotencyInterceptor } from './http/idempotency.interceptor.js';
 export { IdempotencyContext } from './idempotency.context.js';
 export { IdempotencyCollector } from './idempotency.collector.js';
 export { IdempotencyService } from './idempotency.service.js';
-export {
-  IdempotencyStore,
-  type AbandonedKey,
-  type ClaimOutcome,
-  type ClaimRequest,
-  type Completion,
-  type FencedWrite,
-  type Lease,
-  type RecordStatus,
-  type Renewal,
-  type StepLease,
-  type StoredRecord,
-  type StoredResponse,
-} from './interfaces/idempotency-store.interface.js';
+export { IdempotencyStore } from './interfaces/idempotency-store.interface.js';
+export type { IdempotencyStoreOption } from './interfaces/idempotency-store-option.interface.js';
 export type { IdempotencyRunOptions } from './interfaces/idempotency-run-options.interface.js';
 export {
   DEFAULT_SCOPE,
   IDEMPOTENCY_KEY_HEADER,
-  IDEMPOTENCY_STEPS_TABLE_NAME,
-  IDEMPOTENCY_TABLE_NAME,
-  IDEMPOTENT_METADATA,
   IDEMPOTENT_REPLAYED_HEADER,
   UNSAFE_REPLAY_HEADERS,
 } from './idempotency.constants.js';
@@ -62,19 +46,6 @@ export { IdempotencyNotReplayableException } from './exceptions/idempotency-not-
 export { IdempotencyConfigurationError } from './exceptions/idempotency-configuration.error.js';
 export { IDEMPOTENCY_GRAPHQL_CODES } from './graphql/graphql-refusals.js';
 export {
-  CreateIdempotencyRecords1764000000000,
-  CreateIdempotencySteps1764000000001,
-  CreateIdempotencyFunctions1764000000002,
-  LeaseIdempotencyClaims1764000000003,
-  BindIdempotencySteps1764000000004,
-  idempotencyMigrations,
-} from '../migrations/index.js';
-export type {
-  IdempotencyStoreExtras,
-  IdempotencyStoreOption,
-} from './interfaces/idempotency-store-option.interface.js';
-export {
   MemoryIdempotencyStore,
   type MemoryIdempotencyStoreOptions,
 } from './stores/memory/memory.store.js';
-export { IdempotencyTestingModule } from './stores/memory/idempotency-testing.module.js';

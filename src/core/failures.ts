@@ -1,8 +1,10 @@
 import { HttpException } from '@nestjs/common';
-import { AbandonedTransactionError } from '../typeorm/lazy-transaction.js';
-import { TransactionSlotTimeoutError } from '../typeorm/transaction-gate.js';
 import { isOwnStatementError } from './own-statement.js';
-import { TransactionLostError } from './transaction-lost.error.js';
+import {
+  AbandonedTransactionError,
+  TransactionLostError,
+  TransactionSlotTimeoutError,
+} from './transaction.errors.js';
 
 /** SQLSTATE of a statement cancelled: by the module at the deadline, or by an administrator. */
 const QUERY_CANCELED = '57014';

@@ -22,13 +22,11 @@ import {
 } from '../core/attempt.js';
 import {
   IdempotencyExecutor,
+  jsonResponse,
   type Beginning,
-  type Execution,
 } from '../core/idempotency.executor.js';
-import type {
-  Completion,
-  StoredRecord,
-} from '../interfaces/idempotency-store.interface.js';
+import type { Execution } from '../core/execution.js';
+import type { StoredRecord } from '../interfaces/idempotency-store.interface.js';
 import { toGraphqlError } from './graphql-refusals.js';
 import { errorStatus, restoreError, storeError } from './stored-error.js';
 
@@ -166,44 +164,20 @@ export class IdempotencyGraphql {
 
   /** Runs the resolver, and completes with its result or fails. */
   private async run(execution: Execution, next: CallHandler): Promise<unknown> {
-    const { options } = execution;
     let result: unknown;
-    let body: Buffer;
+    let json: string | undefined;
     try {
       result = await execution.run(() =>
         lastValueFrom(next.handle(), { defaultValue: undefined }),
       );
-      const json = result === undefined ? undefined : JSON.stringify(result);
-      body = json === undefined ? Buffer.alloc(0) : Buffer.from(json);
+      json = result === undefined ? undefined : JSON.stringify(result);
     } catch (error) {
       throw await this.failed(execution, error);
     }
-    let completion: Completion | undefined;
-    if (execution.lease) {
-      if (body.length > options.maxResponseSize) {
-        this.executor.logger.warn(
-          `Result of ${execution.attempt.path} (${body.length} bytes) exceeds maxResponseSize (${options.maxResponseSize}): key ${JSON.stringify(execution.lease.key)} is not replayable`,
-        );
-      }
-      completion =
-        body.length <= options.maxResponseSize
-          ? {
-              status: 'completed',
-              response: {
-                status: 200,
-                headers: { 'content-type': 'application/json' },
-                body,
-              },
-              ttlMs: options.ttlMs,
-            }
-          : {
-              status: 'not_replayable',
-              response: { status: 200 },
-              ttlMs: options.ttlMs,
-            };
-    }
     try {
-      await execution.complete(completion);
+      await execution.completeWith(
+        jsonResponse(json, { 'content-type': 'application/json' }),
+      );
     } catch (error) {
       throw await toGraphqlError(error);
     }
@@ -244,19 +218,17 @@ export class IdempotencyGraphql {
     record: StoredRecord,
     attempt: Attempt,
   ): Promise<unknown> {
-    if (
-      record.status === 'failed' &&
-      this.executor.sameRequest(record, attempt)
-    ) {
-      this.executor.emit('replayed', attempt, {
-        status: record.response.status,
-      });
-      throw restoreError(record.response);
-    }
+    let response;
     try {
-      return this.executor.storedResult(attempt, record);
+      response = this.executor.replay(attempt, record);
     } catch (error) {
       throw await toGraphqlError(error);
     }
+    if (record.status === 'failed') {
+      throw restoreError(response);
+    }
+    return response.body.length === 0
+      ? undefined
+      : (JSON.parse(response.body.toString('utf8')) as unknown);
   }
 }

@@ -1,33 +1,21 @@
-import { AsyncLocalStorage } from 'node:async_hooks';
 import type { DataSource } from 'typeorm';
-import type { LazyTransaction } from './lazy-transaction.js';
-import type { StoreTransaction } from '../core/store-transaction.js';
+import { handlerContexts } from '../core/handler-context.js';
+import { LazyTransaction } from './lazy-transaction.js';
 
 /**
- * @internal What the code of a decorated handler runs with: its lazy
- * transaction, and what identifies its request.
+ * @internal The transaction of the decorated handler running, when it is a
+ * transaction on `dataSource` that its statements still go through.
  */
-export type AmbientTransaction =
-  | (HandlerRequest & {
-      readonly dataSource: DataSource;
-      readonly transaction: LazyTransaction;
-    })
-  | (HandlerRequest & {
-      /** A store outside of the application's database: no DataSource. */
-      readonly dataSource: undefined;
-      readonly transaction: StoreTransaction;
-    });
-
-/** @internal What identifies the request of a decorated handler. */
-export interface HandlerRequest {
-  readonly scope: string;
-  readonly key: string | undefined;
-  /** Runs a recovery point of the request (see `IdempotencyContext.step`). */
-  step<T>(name: string, fn: () => T | Promise<T>): Promise<T>;
+export function handlerTransactionOf(
+  dataSource: DataSource,
+): LazyTransaction | undefined {
+  const transaction = handlerContexts.getStore()?.transaction;
+  return transaction instanceof LazyTransaction &&
+    transaction.dataSource === dataSource &&
+    transaction.routable
+    ? transaction
+    : undefined;
 }
-
-/** @internal Carries the ambient transaction through the handler's async calls. */
-export const ambientTransactions = new AsyncLocalStorage<AmbientTransaction>();
 
 type AnyFunction = (...args: unknown[]) => unknown;
 
@@ -72,12 +60,7 @@ export function bindAmbientTransaction(dataSource: DataSource): () => void {
   // connection broke) or abandoned at the deadline stays the ambient one:
   // the handler's next statements then fail, instead of running, and
   // committing, outside of it.
-  const current = (): LazyTransaction | undefined => {
-    const tx = ambientTransactions.getStore();
-    return tx && tx.dataSource === dataSource && tx.transaction.routable
-      ? tx.transaction
-      : undefined;
-  };
+  const current = () => handlerTransactionOf(dataSource);
   // Repositories hold the default manager, so redirecting its methods covers
   // them all, including those created before the module started.
   const manager = dataSource.manager as unknown as Record<string, AnyFunction>;

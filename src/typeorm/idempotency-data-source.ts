@@ -7,7 +7,11 @@ import {
 } from '@nestjs/common';
 import { ModuleRef } from '@nestjs/core';
 import type { Pool } from 'pg';
-import type { DataSource } from 'typeorm';
+import type { DataSource, EntityManager } from 'typeorm';
+import type {
+  HandlerTransaction,
+  HandlerTransactions,
+} from '../core/handler-transaction.js';
 import { IDEMPOTENCY_RESOLVED_OPTIONS } from '../idempotency.tokens.js';
 import {
   isIsolationLevel,
@@ -15,11 +19,12 @@ import {
 } from '../idempotency.options.js';
 import type { IdempotencyIsolationLevel } from '../interfaces/idempotency-options.interface.js';
 import { IdempotencyConfigurationError } from '../exceptions/idempotency-configuration.error.js';
-import { assertPostgresDataSource } from '../stores/postgres/postgres-data-source.js';
+import { assertPostgresDataSource } from './postgres-data-source.js';
 import { bindAmbientTransaction } from './ambient-transaction.js';
 import { LazyTransaction } from './lazy-transaction.js';
 import { TransactionGate } from './transaction-gate.js';
 import {
+  outsideHandlerTransaction,
   transactionParticipants,
   type TransactionParticipant,
 } from './transaction-participants.js';
@@ -30,7 +35,8 @@ import {
 } from './typeorm-transactional.js';
 
 /**
- * @internal The module's side of TypeORM: the application's DataSource (the
+ * @internal The module's side of TypeORM, and the TypeORM implementation of
+ * the handler's transactions: the application's DataSource (the
  * default one, or the one named by the `dataSource` option), whose manager,
  * repositories and `query()` are bound to the ambient transaction of the
  * decorated handler running, the share of its pool that handler
@@ -38,7 +44,11 @@ import {
  */
 @Injectable()
 export class IdempotencyDataSource
-  implements OnModuleInit, OnApplicationBootstrap, OnApplicationShutdown
+  implements
+    HandlerTransactions<EntityManager>,
+    OnModuleInit,
+    OnApplicationBootstrap,
+    OnApplicationShutdown
 {
   private source: DataSource | undefined;
   private driverPool: Pool | undefined;
@@ -92,15 +102,13 @@ export class IdempotencyDataSource
    * `isolationLevel` (by default, the DataSource's `isolationLevel` option,
    * else the server's default).
    */
-  transaction(
-    deadline: number,
-    isolationLevel?: IdempotencyIsolationLevel,
-  ): LazyTransaction {
+  begin(deadline: number, isolationLevel?: string): LazyTransaction {
     return new LazyTransaction(
       this.resolve(),
       this.transactionGate,
       deadline,
-      isolationLevel ?? this.defaultLevel,
+      (isolationLevel as IdempotencyIsolationLevel | undefined) ??
+        this.defaultLevel,
     );
   }
 
@@ -108,7 +116,8 @@ export class IdempotencyDataSource
    * Runs a handler, `fn`, with the transaction libraries in use on the
    * DataSource seeing `transaction` as their current transaction.
    */
-  join<T>(transaction: LazyTransaction, fn: () => Promise<T>): Promise<T> {
+  join<T>(handler: HandlerTransaction, fn: () => Promise<T>): Promise<T> {
+    const transaction = handler as LazyTransaction;
     const dataSource = this.resolve();
     const participants = transactionParticipants(dataSource);
     if (
@@ -119,6 +128,25 @@ export class IdempotencyDataSource
       return fn();
     }
     return this.joinAll(participants, transaction, fn);
+  }
+
+  /**
+   * Runs `fn` in a transaction of its own on another connection of the
+   * pool, outside of the handler's: TypeORM's `dataSource.transaction()`.
+   */
+  newTransaction<T>(
+    isolationLevel: string | undefined,
+    fn: (manager: EntityManager) => Promise<T>,
+  ): Promise<T> {
+    const dataSource = this.resolve();
+    return outsideHandlerTransaction(() =>
+      isolationLevel === undefined
+        ? dataSource.transaction(fn)
+        : dataSource.transaction(
+            isolationLevel as IdempotencyIsolationLevel,
+            fn,
+          ),
+    );
   }
 
   private async joinAll<T>(

@@ -3,26 +3,18 @@ import type { PoolClient } from 'pg';
 import type { DataSource, EntityManager, QueryRunner } from 'typeorm';
 import { IdempotencyConfigurationError } from '../exceptions/idempotency-configuration.error.js';
 import type { IdempotencyIsolationLevel } from '../interfaces/idempotency-options.interface.js';
+import type {
+  HandlerTransaction,
+  HandlerTransactionState,
+  TransactionListener,
+} from '../core/handler-transaction.js';
 import { ownStatement } from '../core/own-statement.js';
-import { TransactionLostError } from '../core/transaction-lost.error.js';
-import type { TransactionGate } from './transaction-gate.js';
 import {
-  TransactionHooks,
-  type TransactionListener,
-} from './transaction-hooks.js';
-
-/**
- * @internal Raised by a statement of a handler that the module abandoned (its
- * deadline passed): nothing it does commits any more.
- */
-export class AbandonedTransactionError extends Error {
-  constructor() {
-    super(
-      'The idempotent request was abandoned at its deadline (transactionTimeout): its transaction is closed',
-    );
-    this.name = 'AbandonedTransactionError';
-  }
-}
+  AbandonedTransactionError,
+  TransactionLostError,
+} from '../core/transaction.errors.js';
+import { TransactionHooks } from '../core/transaction-hooks.js';
+import type { TransactionGate } from './transaction-gate.js';
 
 type State = 'idle' | 'open' | 'ended' | 'abandoned';
 
@@ -94,9 +86,9 @@ const logger = new Logger('Idempotency');
  * it first asks the pool for its connection, after taking a place in the
  * module's share of the pool (see {@link TransactionGate}).
  */
-export class LazyTransaction {
+export class LazyTransaction implements HandlerTransaction {
   private runner: QueryRunner | undefined;
-  private state: State = 'idle';
+  private phase: State = 'idle';
   private opening: Promise<PoolClient> | undefined;
   private holdsPlace = false;
   private readonly hooks = new TransactionHooks();
@@ -104,7 +96,8 @@ export class LazyTransaction {
   private serverLevel: string | undefined;
 
   constructor(
-    private readonly dataSource: DataSource,
+    /** The DataSource whose connection it holds. */
+    readonly dataSource: DataSource,
     private readonly gate: TransactionGate,
     /** When the request's time is up (epoch ms): no place is awaited past it. */
     private readonly deadline: number,
@@ -117,14 +110,14 @@ export class LazyTransaction {
 
   /** The transaction's connection, once it has begun. */
   get client(): PoolClient | undefined {
-    return this.state === 'open' && this.runner && !this.runner.isReleased
+    return this.phase === 'open' && this.runner && !this.runner.isReleased
       ? (this.runner as unknown as RunnerInternals).databaseConnection
       : undefined;
   }
 
   /** Whether the handler's statements go through this transaction. */
   get routable(): boolean {
-    return this.state !== 'ended';
+    return this.phase !== 'ended';
   }
 
   /**
@@ -133,17 +126,20 @@ export class LazyTransaction {
    * for the attempt goes in it or nowhere.
    */
   get began(): boolean {
-    return this.state !== 'idle' || this.opening !== undefined;
+    return this.phase !== 'idle' || this.opening !== undefined;
   }
 
-  /** Whether a statement began the transaction (and it has not ended). */
-  get isOpen(): boolean {
-    return this.state === 'open' || this.opening !== undefined;
-  }
-
-  /** Whether its connection broke (TypeORM then released the runner). */
-  get isLost(): boolean {
-    return this.runner?.isReleased === true && this.state === 'open';
+  /** What became of it, as the request sequence sees it. */
+  get state(): HandlerTransactionState {
+    switch (this.phase) {
+      case 'idle':
+        return this.opening ? 'open' : 'idle';
+      case 'open':
+        // TypeORM releases the runner of a connection that broke.
+        return this.runner?.isReleased === true ? 'lost' : 'open';
+      default:
+        return 'ended';
+    }
   }
 
   /** The manager of the transaction, as the handler's code sees it. */
@@ -195,13 +191,17 @@ export class LazyTransaction {
    * connection that broke has rolled back on the server already.
    * @returns false when the rollback failed: the transaction was lost.
    */
-  async rollback(
-    state: 'ended' | 'abandoned' = 'ended',
-    error?: unknown,
+  rollback(error?: unknown): Promise<boolean> {
+    return this.rollbackAs('ended', error);
+  }
+
+  private async rollbackAs(
+    state: 'ended' | 'abandoned',
+    error: unknown,
   ): Promise<boolean> {
     const opening = this.opening;
     if (state === 'abandoned') {
-      this.state = 'abandoned';
+      this.phase = 'abandoned';
     }
     await opening?.catch(() => undefined);
     const runner = this.runner as (QueryRunner & RunnerInternals) | undefined;
@@ -237,7 +237,7 @@ export class LazyTransaction {
   async abandon(): Promise<void> {
     // Read while the transaction is still open: `client` is undefined after.
     const client = this.client as unknown as DriverClient | undefined;
-    this.state = 'abandoned';
+    this.phase = 'abandoned';
     const running = client?._getActiveQuery
       ? client._getActiveQuery()
       : client?.activeQuery;
@@ -250,7 +250,7 @@ export class LazyTransaction {
         );
       }
     }
-    await this.rollback('abandoned', new AbandonedTransactionError());
+    await this.rollbackAs('abandoned', new AbandonedTransactionError());
   }
 
   /**
@@ -262,8 +262,8 @@ export class LazyTransaction {
     state: 'ended' | 'abandoned',
     failure?: Error,
   ): Promise<void> {
-    if (this.state !== 'abandoned') {
-      this.state = state;
+    if (this.phase !== 'abandoned') {
+      this.phase = state;
     }
     if (this.runner && !this.runner.isReleased) {
       await (this.runner as unknown as RunnerInternals)
@@ -293,10 +293,10 @@ export class LazyTransaction {
     const connect = internals.connect.bind(runner);
     const startTransaction = internals.startTransaction.bind(runner);
     internals.connect = () => {
-      if (this.state === 'open') {
+      if (this.phase === 'open') {
         return connect();
       }
-      if (this.state !== 'idle') {
+      if (this.phase !== 'idle') {
         return Promise.reject(new AbandonedTransactionError());
       }
       this.opening ??= this.open(connect);
@@ -360,7 +360,7 @@ export class LazyTransaction {
       return await ownStatement(async () => {
         await this.gate.acquire(this.deadline - Date.now());
         this.holdsPlace = true;
-        if (this.state !== 'idle') {
+        if (this.phase !== 'idle') {
           throw new AbandonedTransactionError();
         }
         const client = await connect();
@@ -371,10 +371,10 @@ export class LazyTransaction {
             ? `START TRANSACTION ISOLATION LEVEL ${this.isolationLevel}`
             : 'START TRANSACTION',
         );
-        if (this.state !== 'idle') {
+        if (this.phase !== 'idle') {
           throw new AbandonedTransactionError();
         }
-        this.state = 'open';
+        this.phase = 'open';
         return client;
       });
     } finally {

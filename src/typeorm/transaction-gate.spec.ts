@@ -1,7 +1,5 @@
-import {
-  TransactionGate,
-  TransactionSlotTimeoutError,
-} from './transaction-gate.js';
+import { TransactionSlotTimeoutError } from '../core/transaction.errors.js';
+import { TransactionGate } from './transaction-gate.js';
 
 describe('TransactionGate', () => {
   it('lets capacity transactions in at once', async () => {

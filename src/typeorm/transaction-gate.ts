@@ -1,15 +1,4 @@
-/**
- * @internal Raised when a handler's transaction could not begin: no
- * connection of the module's share of the pool came free in time.
- */
-export class TransactionSlotTimeoutError extends Error {
-  constructor(waitMs: number, capacity: number) {
-    super(
-      `No transaction of the module ended within ${Math.max(0, Math.round(waitMs))} ms (${capacity} open)`,
-    );
-    this.name = 'TransactionSlotTimeoutError';
-  }
-}
+import { TransactionSlotTimeoutError } from '../core/transaction.errors.js';
 
 /**
  * @internal How many handler transactions may be open at once: one fewer

@@ -1,5 +1,6 @@
 import type { DataSource } from 'typeorm';
-import { ambientTransactions } from './ambient-transaction.js';
+import { handlerContexts } from '../core/handler-context.js';
+import { handlerTransactionOf } from './ambient-transaction.js';
 import type { LazyTransaction } from './lazy-transaction.js';
 
 /**
@@ -43,8 +44,7 @@ export function transactionParticipants(
  * `dataSource`: its statements then go through the handler's transaction.
  */
 export function inHandlerTransaction(dataSource: DataSource): boolean {
-  const ambient = ambientTransactions.getStore();
-  return ambient?.dataSource === dataSource && ambient.transaction.routable;
+  return handlerTransactionOf(dataSource) !== undefined;
 }
 
 /**
@@ -53,5 +53,5 @@ export function inHandlerTransaction(dataSource: DataSource): boolean {
  * the `dataSource.transaction()` that `fn` calls.
  */
 export function outsideHandlerTransaction<T>(fn: () => T): T {
-  return ambientTransactions.exit(fn);
+  return handlerContexts.exit(fn);
 }

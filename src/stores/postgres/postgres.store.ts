@@ -26,7 +26,7 @@ import type {
   Renewal,
   StepLease,
 } from '../../interfaces/idempotency-store.interface.js';
-import { TransactionLostError } from '../../core/transaction-lost.error.js';
+import { TransactionLostError } from '../../core/transaction.errors.js';
 import { COMPLETION_CHANNEL, PostgresPresence } from './postgres-presence.js';
 import { readPostgresSchema } from './postgres-schema-check.js';
 

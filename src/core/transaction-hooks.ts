@@ -1,16 +1,10 @@
 import { Logger } from '@nestjs/common';
 import { IdempotencyConfigurationError } from '../exceptions/idempotency-configuration.error.js';
-import { ambientTransactions } from './ambient-transaction.js';
-
-/** @internal How a handler's transaction ended. */
-export type TransactionOutcome =
-  | { readonly committed: true }
-  | { readonly committed: false; readonly error: unknown };
-
-/** @internal Told how a handler's transaction ended. */
-export type TransactionListener = (
-  outcome: TransactionOutcome,
-) => unknown | Promise<unknown>;
+import { handlerContexts } from './handler-context.js';
+import type {
+  TransactionListener,
+  TransactionOutcome,
+} from './handler-transaction.js';
 
 const logger = new Logger('Idempotency');
 
@@ -50,7 +44,7 @@ export class TransactionHooks {
     }
     // Out of the handler's context (its transaction is gone), and after the
     // current I/O: never before the module's own work of the request.
-    ambientTransactions.exit(() =>
+    handlerContexts.exit(() =>
       setImmediate(() => void run(listeners, outcome)),
     );
   }

@@ -1,16 +1,14 @@
 import {
   Inject,
   Injectable,
-  Logger,
   StreamableFile,
   type CallHandler,
   type ExecutionContext,
-  type NestInterceptor,
 } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { Readable } from 'node:stream';
-import { defer, lastValueFrom, type Observable } from 'rxjs';
+import { lastValueFrom } from 'rxjs';
 import {
   IDEMPOTENT_REPLAYED_HEADER,
   UNSAFE_REPLAY_HEADERS,
@@ -22,16 +20,9 @@ import {
 } from '../idempotency.options.js';
 import { IdempotencyHttpException } from '../exceptions/idempotency-http.exception.js';
 import { IdempotencyKeyMissingException } from '../exceptions/idempotency-key-missing.exception.js';
-import { IdempotencyKeyReusedException } from '../exceptions/idempotency-key-reused.exception.js';
-import { IdempotencyNotReplayableException } from '../exceptions/idempotency-not-replayable.exception.js';
 import { IdempotencyUnavailableException } from '../exceptions/idempotency-unavailable.exception.js';
 import { IdempotencyConfigurationError } from '../exceptions/idempotency-configuration.error.js';
-import {
-  IdempotencyRoutes,
-  type DecoratedRoute,
-} from '../idempotency.routes.js';
-import { IdempotencyMessages } from '../messages/idempotency.messages.js';
-import { IdempotencyGraphql } from '../graphql/idempotency.graphql.js';
+import type { DecoratedRoute } from '../idempotency.routes.js';
 import {
   legacyFingerprint,
   resolveFingerprint,
@@ -41,10 +32,9 @@ import {
 import {
   IdempotencyExecutor,
   type Beginning,
-  type Execution,
 } from '../core/idempotency.executor.js';
+import type { Execution } from '../core/execution.js';
 import type {
-  Completion,
   StoredRecord,
   StoredResponse,
 } from '../interfaces/idempotency-store.interface.js';
@@ -105,61 +95,27 @@ function isStream(value: unknown): boolean {
 }
 
 /**
- * Global interceptor registered by `IdempotencyModule`. For a handler
- * decorated with `@Idempotent()`, it claims the request's key, runs the
- * handler in a transaction that the application's repositories share (begun
- * by the handler's first statement), stores the response in that
- * transaction, and replays it for duplicates. The sequence itself belongs to
- * the module's executor: this class only turns an HTTP request into an
- * attempt and the outcome back into a response (messages and GraphQL
- * mutations go to adapters of their own). Other handlers pass through
- * untouched.
- *
- * Subclass it and override the `protected` hooks to change how the key, the
- * scope or the fingerprint of a request are found.
+ * @internal The HTTP adapter of the request sequence: turns a request into
+ * an attempt (its key from the key header or the `key` option, its scope,
+ * its fingerprint), and the outcome back into a response: the handler's,
+ * committed before it is sent, or the stored one replayed, or a refusal.
  */
 @Injectable()
-export class IdempotencyInterceptor implements NestInterceptor {
-  private readonly logger = new Logger('Idempotency');
-
+export class IdempotencyHttp {
   constructor(
-    private readonly routes: IdempotencyRoutes,
     private readonly adapterHost: HttpAdapterHost,
     private readonly executor: IdempotencyExecutor,
-    private readonly messages: IdempotencyMessages,
-    private readonly graphql: IdempotencyGraphql,
     @Inject(IDEMPOTENCY_RESOLVED_OPTIONS)
     private readonly options: ResolvedIdempotencyOptions,
   ) {}
 
-  intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
-    const type = context.getType<string>();
-    if (type !== 'http' && type !== 'rpc' && type !== 'graphql') {
-      return next.handle();
-    }
-    const route = this.routes.get(
-      context.getClass(),
-      context.getHandler() as (...args: never[]) => unknown,
-    );
-    if (!route) {
-      return next.handle();
-    }
-    return defer(() =>
-      type === 'http'
-        ? this.execute(context, next, route)
-        : type === 'graphql'
-          ? this.graphql.execute(context, next, route)
-          : this.messages.execute(context, next, route.options, route.pattern),
-    );
-  }
-
   /**
    * The idempotency key of a request, or `undefined` when it carries none:
    * the `key` option's resolver, else the key header (a token or a quoted
-   * sf-string). Override to take the key from elsewhere.
+   * sf-string).
    * @throws IdempotencyKeyInvalidException for a malformed or repeated key.
    */
-  protected async resolveKey(
+  private resolveKey(
     context: ExecutionContext,
     options: ResolvedRouteOptions,
   ): Promise<string | undefined> {
@@ -172,33 +128,8 @@ export class IdempotencyInterceptor implements NestInterceptor {
     );
   }
 
-  /** The scope of a request. Override to derive it differently. */
-  protected async resolveScope(
-    context: ExecutionContext,
-    options: ResolvedRouteOptions,
-  ): Promise<string> {
-    return resolveScope(context, options);
-  }
-
-  /**
-   * Fingerprint of a request: by default the sha256 of its method, route
-   * template, path parameters, query parameters and canonical body (or the
-   * fields of them the `fingerprint` option names). Override to include or
-   * exclude other parts of the request.
-   */
-  protected async fingerprint(
-    context: ExecutionContext,
-    options: ResolvedRouteOptions,
-    routePath: string,
-  ): Promise<string> {
-    return resolveFingerprint(
-      context,
-      options,
-      fingerprintParts(context, routePath),
-    );
-  }
-
-  private async execute(
+  /** Runs a decorated handler, or answers for it. */
+  async execute(
     context: ExecutionContext,
     next: CallHandler,
     route: DecoratedRoute,
@@ -217,14 +148,18 @@ export class IdempotencyInterceptor implements NestInterceptor {
       const method = request.method ?? 'GET';
       attempt = {
         started,
-        scope: await this.resolveScope(context, options),
+        scope: await resolveScope(context, options),
         key,
         method,
         path: route.path,
         fingerprint:
           key === undefined
             ? ''
-            : await this.fingerprint(context, options, route.path),
+            : await resolveFingerprint(
+                context,
+                options,
+                fingerprintParts(context, route.path),
+              ),
         legacyFingerprint:
           key === undefined
             ? undefined
@@ -303,11 +238,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
       // stream was sent when this fails: the client gets a 503 to retry.
       const status =
         (response as { statusCode?: number }).statusCode ?? raw.statusCode;
-      await execution.complete({
-        status: 'not_replayable',
-        response: { status },
-        ttlMs: options.ttlMs,
-      });
+      await execution.completeUnreplayable(status);
       return;
     }
     this.commitWithResponse(response, execution, async (captured) => {
@@ -315,27 +246,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
         await execution.fail(new Error(`The response is a ${captured.status}`));
         return;
       }
-      let completion: Completion | undefined;
-      if (execution.lease) {
-        const replayable = captured.body.length <= options.maxResponseSize;
-        if (!replayable) {
-          this.logger.warn(
-            `Response of ${execution.attempt.method} ${execution.attempt.path} (${captured.body.length} bytes) exceeds maxResponseSize (${options.maxResponseSize}): key ${JSON.stringify(execution.lease.key)} is not replayable`,
-          );
-        }
-        completion = replayable
-          ? {
-              status: 'completed',
-              response: toStored(captured, options),
-              ttlMs: options.ttlMs,
-            }
-          : {
-              status: 'not_replayable',
-              response: { status: captured.status },
-              ttlMs: options.ttlMs,
-            };
-      }
-      await execution.complete(completion);
+      await execution.completeWith(toStored(captured, options));
     });
   }
 
@@ -459,17 +370,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     record: StoredRecord,
     attempt: Attempt,
   ): undefined {
-    const key = attempt.key ?? '';
-    if (!this.executor.sameRequest(record, attempt)) {
-      this.executor.emit('mismatch', attempt, { status: 422 });
-      throw new IdempotencyKeyReusedException(key);
-    }
-    if (record.status === 'not_replayable') {
-      this.executor.emit('not-replayable', attempt, { status: 422 });
-      throw new IdempotencyNotReplayableException(key);
-    }
-    this.executor.emit('replayed', attempt, { status: record.response.status });
-    const stored = record.response;
+    const stored = this.executor.replay(attempt, record);
     const headers: Record<string, string | string[]> = {
       ...stored.headers,
       [REPLAYED_HEADER_NAME]: 'true',

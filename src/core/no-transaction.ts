@@ -1,9 +1,10 @@
-import type { EntityManager } from 'typeorm';
 import { IdempotencyConfigurationError } from '../exceptions/idempotency-configuration.error.js';
-import {
-  TransactionHooks,
-  type TransactionListener,
-} from '../typeorm/transaction-hooks.js';
+import type {
+  HandlerTransaction,
+  HandlerTransactions,
+  TransactionListener,
+} from './handler-transaction.js';
+import { TransactionHooks } from './transaction-hooks.js';
 
 /**
  * @internal The error of what needs the handler's database transaction
@@ -27,15 +28,12 @@ export function noTransactionError(
  * all, only the hooks (`afterCommit()`) that run once the store completed
  * the record, or not at all when the attempt failed.
  */
-export class StoreTransaction {
-  /** Statements of the handler never go through it. */
-  readonly routable = false;
-  readonly isOpen = false;
-  readonly isLost = false;
+export class NoTransaction implements HandlerTransaction {
+  readonly state = 'none';
   private readonly hooks = new TransactionHooks();
 
   /** @throws IdempotencyConfigurationError: there is no database transaction. */
-  get manager(): EntityManager {
+  get manager(): never {
     throw noTransactionError('IdempotencyContext.manager');
   }
 
@@ -50,29 +48,21 @@ export class StoreTransaction {
   }
 
   /** Runs the hooks of a rollback. */
-  rollback(_state?: 'ended' | 'abandoned', error?: unknown): Promise<boolean> {
+  rollback(error?: unknown): Promise<boolean> {
     this.hooks.end({ committed: false, error });
     return Promise.resolve(true);
   }
 
   abandon(): Promise<void> {
-    return this.rollback('abandoned').then(() => undefined);
+    return this.rollback().then(() => undefined);
   }
 }
 
-/**
- * @internal The `manager` handed to `IdempotencyService.run()` with a store
- * outside of the application's database: a run that ignores it works, and
- * any use of it throws the configuration error.
- */
-export const missingManager = new Proxy({} as EntityManager, {
-  get(_target, property) {
-    // Awaiting or inspecting it must not throw.
-    if (property === 'then' || typeof property === 'symbol') {
-      return undefined;
-    }
-    throw noTransactionError(
-      `The manager of IdempotencyService.run() (its \`${String(property)}\`)`,
-    );
+/** @internal The port without a database: every handler runs in none. */
+export const NO_HANDLER_TRANSACTIONS: HandlerTransactions = {
+  begin: () => new NoTransaction(),
+  join: (_transaction, fn) => fn(),
+  newTransaction: () => {
+    throw noTransactionError('IdempotencyContext.newTransaction()');
   },
-});
+};

@@ -1,5 +1,5 @@
 import type { DataSource } from 'typeorm';
-import { IdempotencyConfigurationError } from '../../exceptions/idempotency-configuration.error.js';
+import { IdempotencyConfigurationError } from '../exceptions/idempotency-configuration.error.js';
 
 /**
  * @internal Refuses a DataSource that is not PostgreSQL (TypeORM `type:

@@ -1,0 +1,38 @@
+import type { IdempotencyEventType } from '../interfaces/idempotency-event.interface.js';
+import type { Attempt } from './attempt.js';
+import type { FailureKind } from './failures.js';
+
+/**
+ * @internal What the request sequence tells about an attempt, for spans and
+ * metrics: the OpenTelemetry recorder (`telemetry/`) implements it, and
+ * {@link NO_TELEMETRY} does nothing.
+ *
+ * The interface doubles as its injection token.
+ */
+export interface AttemptTelemetry {
+  /** Runs `fn`, the claim of an attempt's key, in its span. */
+  claim<T extends object>(attempt: Attempt, fn: () => Promise<T>): Promise<T>;
+  /** `fn`, an attempt's handler, to run in its span. */
+  handler<T>(attempt: Attempt, fn: () => Promise<T>): () => Promise<T>;
+  /** The completion of an attempt begins. */
+  committing(attempt: Attempt): void;
+  /** An attempt's handler or transaction failed, as `kind` tells. */
+  failed(attempt: Attempt, kind: FailureKind): void;
+  /** An attempt's claim was released (or it had none). */
+  released(attempt: Attempt): void;
+  /** An event of an attempt: the first that ends it is its outcome. */
+  event(attempt: Attempt, type: IdempotencyEventType, error?: unknown): void;
+}
+
+/** @internal Injection token of the {@link AttemptTelemetry}. */
+export const AttemptTelemetry = Symbol('AttemptTelemetry');
+
+/** @internal Telemetry that records nothing. */
+export const NO_TELEMETRY: AttemptTelemetry = {
+  claim: (_attempt, fn) => fn(),
+  handler: (_attempt, fn) => fn,
+  committing: () => undefined,
+  failed: () => undefined,
+  released: () => undefined,
+  event: () => undefined,
+};

@@ -1,0 +1,383 @@
+import type { ResolvedRouteOptions } from '../idempotency.options.js';
+import type { IdempotencyEventType } from '../interfaces/idempotency-event.interface.js';
+import type {
+  Completion,
+  IdempotencyStore,
+  StepLease,
+  StoredResponse,
+} from '../interfaces/idempotency-store.interface.js';
+import { IdempotencyConfigurationError } from '../exceptions/idempotency-configuration.error.js';
+import { IdempotencyUnavailableException } from '../exceptions/idempotency-unavailable.exception.js';
+import type { Attempt } from './attempt.js';
+import type { AttemptTelemetry } from './attempt-telemetry.js';
+import {
+  classifyFailure,
+  LeaseLostError,
+  type FailureKind,
+} from './failures.js';
+import { handlerContexts, type HandlerContext } from './handler-context.js';
+import type {
+  HandlerTransaction,
+  HandlerTransactions,
+} from './handler-transaction.js';
+import { ownStatement } from './own-statement.js';
+import type { RunningLink } from './running-executions.js';
+
+/**
+ * @internal What an execution needs of the executor that started it: the
+ * store, the handler's transactions, telemetry and events, and the
+ * registry of the claims held by this instance.
+ */
+export interface ExecutionHost {
+  readonly store: IdempotencyStore;
+  readonly transactions: HandlerTransactions;
+  readonly telemetry: AttemptTelemetry;
+  emit(
+    type: IdempotencyEventType,
+    attempt: Attempt,
+    extra?: { status?: number; error?: unknown },
+  ): void;
+  /** Whether `execution` still holds its claim here (renewed, releasable). */
+  holds(execution: Execution): boolean;
+  /** `execution` no longer holds its claim here: it is no longer renewed. */
+  forget(execution: Execution): void;
+  /**
+   * `execution`'s claim ended (completed, stored or released): it is
+   * forgotten, the key's waiters here are woken, and, with `waiting` (one
+   * waits elsewhere), those of the other instances.
+   */
+  ended(execution: Execution, waiting: boolean): void;
+  /** Logs a warning; with `once`, only the first time for that subject. */
+  warn(message: string, once?: string): void;
+}
+
+/**
+ * @internal One attempt that owns its key (or needs none): runs the handler
+ * in its transaction until the deadline, then completes, fails or is
+ * abandoned.
+ */
+export class Execution implements RunningLink {
+  previousRunning: RunningLink | undefined = undefined;
+  nextRunning: RunningLink | undefined = undefined;
+  isRunning = false;
+  /**
+   * The handler's transaction, begun lazily by its first statement with
+   * the PostgreSQL store; none with the others (only the hooks that run
+   * after the completion).
+   */
+  readonly transaction: HandlerTransaction;
+  /** When the attempt's time is up (epoch ms). */
+  readonly deadline: number;
+  private abandoned = false;
+  private lost = false;
+  private settled = false;
+
+  constructor(
+    private readonly host: ExecutionHost,
+    readonly attempt: Attempt,
+    readonly options: ResolvedRouteOptions,
+    /** The store's handle of the claim; none for a keyless request. */
+    readonly lease: StepLease | undefined,
+  ) {
+    this.deadline = attempt.started + options.transactionTimeoutMs;
+    this.transaction = host.transactions.begin(
+      this.deadline,
+      options.isolationLevel,
+    );
+  }
+
+  /**
+   * Runs the handler in its context and transaction, until the deadline:
+   * then the attempt is abandoned (its claim released, its transaction
+   * rolled back, its later statements refused) and `run` rejects with a 503.
+   */
+  async run<T>(fn: () => Promise<T>): Promise<T> {
+    let timer: NodeJS.Timeout | undefined;
+    let abandoning: Promise<void> | undefined;
+    let result: T | undefined;
+    const { host, attempt, transaction } = this;
+    const context: HandlerContext = {
+      scope: attempt.scope,
+      key: attempt.key,
+      step: (name, step) => this.step(name, step),
+      transaction,
+    };
+    const handler = host.telemetry.handler(attempt, () =>
+      host.transactions.join(transaction, fn),
+    );
+    try {
+      // The handler's outcome, or the deadline's 503 once the attempt is
+      // abandoned, whichever comes first.
+      result = await new Promise<T>((resolve, reject) => {
+        timer = setTimeout(
+          () => {
+            abandoning = this.abandon();
+            void abandoning.then(() =>
+              reject(
+                new IdempotencyUnavailableException(this.options.retryAfter),
+              ),
+            );
+          },
+          Math.max(0, this.deadline - Date.now()),
+        ).unref();
+        handlerContexts.run(context, handler).then(resolve, reject);
+      });
+    } catch (error) {
+      if (!abandoning) {
+        throw error;
+      }
+    } finally {
+      clearTimeout(timer);
+    }
+    if (!abandoning) {
+      return result as T;
+    }
+    // The handler settled while being abandoned (the statement cancelled
+    // made it fail): the answer is still the 503, once the key is free.
+    await abandoning;
+    throw new IdempotencyUnavailableException(this.options.retryAfter);
+  }
+
+  /**
+   * Completes with `response`, the answer the client gets: stored whole
+   * for duplicates when its body fits `maxResponseSize`, else the record
+   * is marked not replayable (a duplicate is refused), on every transport
+   * alike.
+   * @throws IdempotencyUnavailableException as `complete()`.
+   */
+  completeWith(response: StoredResponse): Promise<void> {
+    const { lease, attempt, options } = this;
+    if (!lease) {
+      return this.complete(undefined);
+    }
+    if (response.body.length <= options.maxResponseSize) {
+      return this.complete({
+        status: 'completed',
+        response,
+        ttlMs: options.ttlMs,
+      });
+    }
+    this.host.warn(
+      `Response of ${attempt.method} ${attempt.path} (${response.body.length} bytes) exceeds maxResponseSize (${options.maxResponseSize}): key ${JSON.stringify(lease.key)} is not replayable`,
+    );
+    return this.completeUnreplayable(response.status);
+  }
+
+  /**
+   * Completes with a response that cannot be stored (a stream): a
+   * duplicate is refused rather than run again.
+   * @throws IdempotencyUnavailableException as `complete()`.
+   */
+  completeUnreplayable(status: number): Promise<void> {
+    return this.complete(
+      this.lease
+        ? {
+            status: 'not_replayable',
+            response: { status },
+            ttlMs: this.options.ttlMs,
+          }
+        : undefined,
+    );
+  }
+
+  /**
+   * Writes the response into the record (in the handler's transaction when
+   * the store completes in it), fenced by the owner, and commits; then
+   * wakes the key's waiters.
+   * @throws IdempotencyUnavailableException when the lease was lost or the
+   * commit failed: nothing of the attempt committed (or, for a failed
+   * COMMIT, its outcome is unknown and a retry finds out).
+   */
+  private async complete(completion: Completion | undefined): Promise<void> {
+    const { host, lease, attempt, options, transaction } = this;
+    if (this.abandoned || this.settled) {
+      throw new IdempotencyUnavailableException(options.retryAfter);
+    }
+    this.settled = true;
+    host.telemetry.committing(attempt);
+    let waiting = false;
+    try {
+      if (lease && completion) {
+        // A store outside of the database completes on its own, after the
+        // handler: a crash before this line lets a retry run it again.
+        const write = await host.store.complete(
+          lease,
+          completion,
+          transaction.state === 'none' ? undefined : transaction,
+        );
+        if (!write.fenced) {
+          throw new LeaseLostError(lease.key);
+        }
+        waiting = write.waiting;
+      }
+      await transaction.commit();
+    } catch (error) {
+      await transaction.rollback(error);
+      await this.release();
+      const lost = error instanceof LeaseLostError;
+      host.emit(lost ? 'lease-lost' : 'failed', attempt, { error });
+      throw new IdempotencyUnavailableException(options.retryAfter);
+    }
+    host.ended(this, waiting);
+    host.emit('executed', attempt, { status: completion?.response.status });
+  }
+
+  /**
+   * Ends an attempt whose handler failed: rolls its transaction back, and
+   * releases the claim (unless `keepClaim`: the error response may be stored
+   * by `storeError()` or released by `release()`).
+   * @returns how the failure is answered.
+   */
+  async fail(error: unknown, keepClaim = false): Promise<FailureKind> {
+    if (this.settled) {
+      // Abandoned at the deadline, the handler may fail before the deadline's
+      // own rejection (its statement cancelled, no place for a transaction):
+      // the answer is still the deadline's 503.
+      return this.abandoned ? 'timeout' : 'handler';
+    }
+    this.settled = true;
+    const { host, attempt } = this;
+    const lost = this.transaction.state === 'lost';
+    const rolledBack = await this.transaction.rollback(error);
+    const kind = this.abandoned
+      ? 'timeout'
+      : classifyFailure(error, { lost, rolledBack });
+    host.telemetry.failed(attempt, kind);
+    if (kind === 'timeout') {
+      host.emit('timeout', attempt, { error });
+    } else if (kind === 'unavailable') {
+      host.emit(
+        error instanceof LeaseLostError || this.lost ? 'lease-lost' : 'failed',
+        attempt,
+        { error },
+      );
+    }
+    if (!keepClaim || kind !== 'handler') {
+      await this.release();
+    }
+    return kind;
+  }
+
+  /**
+   * Stores an error response in the record (the error policy), fenced by the
+   * owner, in a statement of its own.
+   */
+  async storeError(response: StoredResponse): Promise<void> {
+    const { host, lease, attempt, options } = this;
+    if (!lease) {
+      return;
+    }
+    try {
+      const write = await host.store.complete(
+        lease,
+        { status: 'failed', response, ttlMs: options.ttlMs },
+        undefined,
+      );
+      if (write.fenced) {
+        host.ended(this, write.waiting);
+        host.emit('stored-error', attempt, { status: response.status });
+        return;
+      }
+    } catch (error) {
+      // The client still gets its error; a retry runs again.
+      host.warn(
+        `Could not store an error response: ${(error as Error).message}`,
+      );
+    }
+    await this.release();
+  }
+
+  /** Gives the claim up, so that the next attempt runs at once. Never throws. */
+  async release(): Promise<void> {
+    const { host, lease } = this;
+    host.telemetry.released(this.attempt);
+    if (!lease || !host.holds(this)) {
+      return;
+    }
+    // Out of the running set first: a second release finds it gone.
+    host.forget(this);
+    let waiting = false;
+    try {
+      ({ waiting } = await host.store.release(lease));
+    } catch (error) {
+      host.warn(
+        `Releasing key ${JSON.stringify(lease.key)} failed: the next attempt claims it when its lease runs out (${(error as Error).message})`,
+      );
+    }
+    host.ended(this, waiting);
+  }
+
+  /** Called when a renewal found the claim taken over. */
+  leaseLost(): void {
+    this.lost = true;
+    this.host.forget(this);
+  }
+
+  /**
+   * A recovery point (see `IdempotencyContext.step`): the stored result of
+   * step `name` of this key, else `fn`'s, committed at once, fenced by the
+   * owner.
+   */
+  private async step<T>(name: string, fn: () => T | Promise<T>): Promise<T> {
+    const { host, lease, attempt, options, transaction } = this;
+    if (!lease) {
+      throw new IdempotencyConfigurationError(
+        'IdempotencyContext.step() needs an idempotency key, and this request has none.',
+        'Require a key on this route (the default), or derive one with the `key` option.',
+      );
+    }
+    if (typeof name !== 'string' || name.length === 0) {
+      throw new IdempotencyConfigurationError(
+        `Invalid step name: ${JSON.stringify(name)}.`,
+        'Give every step a non-empty name, unique within the handler.',
+      );
+    }
+    const stored = await ownStatement(() => host.store.readStep(lease, name));
+    if (stored) {
+      return stored.result as T;
+    }
+    if (transaction.state === 'open') {
+      const route = `${attempt.method} ${attempt.path} step ${JSON.stringify(name)}`;
+      host.warn(
+        `${route} runs while the handler's transaction is open: its connection is held during the step. Run steps before the handler's first database statement.`,
+        route,
+      );
+    }
+    // A step of an attempt that already lost its transaction or its claim
+    // would start an effect for an attempt that cannot commit (and, its
+    // claim lost, without reading the new owner's steps): 503 instead.
+    if (this.lost) {
+      throw new LeaseLostError(lease.key);
+    }
+    if (transaction.state === 'lost') {
+      throw new IdempotencyUnavailableException(options.retryAfter);
+    }
+    const result = await fn();
+    if (this.abandoned) {
+      throw new IdempotencyUnavailableException(options.retryAfter);
+    }
+    const saved = await ownStatement(() =>
+      host.store.saveStep(lease, name, result, options.ttlMs),
+    );
+    if (!saved) {
+      throw new LeaseLostError(lease.key);
+    }
+    return (result ?? null) as T;
+  }
+
+  /** At the deadline: abandons the attempt and frees its key. */
+  private async abandon(): Promise<void> {
+    if (this.settled) {
+      return;
+    }
+    this.abandoned = true;
+    this.settled = true;
+    await this.transaction.abandon();
+    this.host.emit('timeout', this.attempt, {
+      error: new Error(
+        `The handler ran past its deadline (transactionTimeout, ${this.options.transactionTimeoutMs} ms)`,
+      ),
+    });
+    await this.release();
+  }
+}

@@ -1,0 +1,19 @@
+import { AsyncLocalStorage } from 'node:async_hooks';
+import type { HandlerTransaction } from './handler-transaction.js';
+
+/**
+ * @internal What the code of a decorated handler runs with, through its
+ * async calls: what identifies its request, its recovery points and its
+ * transaction (see `IdempotencyContext`).
+ */
+export interface HandlerContext {
+  readonly scope: string;
+  /** `undefined` for a keyless request. */
+  readonly key: string | undefined;
+  /** Runs a recovery point of the request (see `IdempotencyContext.step`). */
+  step<T>(name: string, fn: () => T | Promise<T>): Promise<T>;
+  readonly transaction: HandlerTransaction;
+}
+
+/** @internal Carries the handler's context through its async calls. */
+export const handlerContexts = new AsyncLocalStorage<HandlerContext>();

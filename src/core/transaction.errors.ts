@@ -1,0 +1,39 @@
+/**
+ * @internal Raised when a write of the module must go in the handler's
+ * transaction (the completion), and that transaction began but is no longer
+ * open: its connection broke, or it ended. Nothing of the attempt commits.
+ */
+export class TransactionLostError extends Error {
+  constructor() {
+    super(
+      "The handler's transaction is no longer open (its connection broke, or it ended): the record is not written anywhere else, and nothing of this attempt commits",
+    );
+    this.name = 'TransactionLostError';
+  }
+}
+
+/**
+ * @internal Raised by a statement of a handler that the module abandoned (its
+ * deadline passed): nothing it does commits any more.
+ */
+export class AbandonedTransactionError extends Error {
+  constructor() {
+    super(
+      'The idempotent request was abandoned at its deadline (transactionTimeout): its transaction is closed',
+    );
+    this.name = 'AbandonedTransactionError';
+  }
+}
+
+/**
+ * @internal Raised when a handler's transaction could not begin: no
+ * connection of the module's share of the pool came free in time.
+ */
+export class TransactionSlotTimeoutError extends Error {
+  constructor(waitMs: number, capacity: number) {
+    super(
+      `No transaction of the module ended within ${Math.max(0, Math.round(waitMs))} ms (${capacity} open)`,
+    );
+    this.name = 'TransactionSlotTimeoutError';
+  }
+}
