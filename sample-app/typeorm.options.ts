@@ -1,5 +1,5 @@
 import { TypeOrmModule, type TypeOrmModuleOptions } from '@nestjs/typeorm';
-import { idempotencyMigrations } from 'nestjs-idempotency';
+import { idempotencyMigrations } from 'nestjs-idempotency/migrations';
 import { Database } from './database.js';
 import { DatabaseModule } from './database.module.js';
 import { CreatePayments1764000000100 } from './migrations/1764000000100-create-payments.js';

@@ -1,5 +1,6 @@
 /**
- * Name of the table that holds idempotency records.
+ * Name of the table that holds idempotency records, exported by
+ * `nestjs-idempotency/migrations`.
  *
  * The shipped migrations create it under this name. Never rename the table once
  * records are in use: a renamed table means every stored key is forgotten and
@@ -9,11 +10,15 @@ export const IDEMPOTENCY_TABLE_NAME = 'idempotency_records';
 
 /**
  * Name of the table that holds the results of completed steps (recovery
- * points) of requests in progress. Never rename it once in use.
+ * points) of requests in progress, exported by
+ * `nestjs-idempotency/migrations`. Never rename it once in use.
  */
 export const IDEMPOTENCY_STEPS_TABLE_NAME = 'idempotency_steps';
 
-/** Metadata key under which `@Idempotent()` stores its route options. */
+/**
+ * @internal Metadata key under which `@Idempotent()` stores its route
+ * options; read only by the module itself, never exported by the package.
+ */
 export const IDEMPOTENT_METADATA = 'idempotency:route-options';
 
 /** Request header that carries the idempotency key (default of `headerName`). */

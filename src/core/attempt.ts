@@ -1,6 +1,8 @@
 import type { ExecutionContext } from '@nestjs/common';
 import type { ResolvedRouteOptions } from '../idempotency.options.js';
 import { IdempotencyConfigurationError } from '../exceptions/idempotency-configuration.error.js';
+import { IdempotencyKeyMissingException } from '../exceptions/idempotency-key-missing.exception.js';
+import { validKey } from './idempotency-key.js';
 import {
   legacyRequestFingerprint,
   requestFingerprint,
@@ -88,4 +90,62 @@ export function legacyFingerprint(
           ...parts,
           body: selectFields(parts.body, fingerprint),
         });
+}
+
+/** @internal What a transport found of a request, for its attempt. */
+export interface AttemptSource {
+  /** When it arrived (epoch ms); by default, now. */
+  readonly started?: number;
+  /** The key as found (the header's, the resolver's), or `undefined`. */
+  readonly key: unknown;
+  /** Where a key is looked for, as errors name it (a header, a field). */
+  readonly keyField: string;
+  /** What the default fingerprint is made of; its method and route are the attempt's. */
+  readonly parts: FingerprintParts;
+  /**
+   * Appended to a valid key: what tells apart the attempts of one request
+   * (the response path of a GraphQL mutation).
+   */
+  readonly keySuffix?: string;
+  /** Whether records of 0.1.0 may hold its key (HTTP and messages). */
+  readonly legacy?: boolean;
+}
+
+/**
+ * @internal The attempt of a request, message or job, by the same rules on
+ * every transport: a key where the route requires one, valid by the key
+ * rules; its scope; its fingerprint (none for a keyless request).
+ * @throws IdempotencyKeyMissingException for a required key not found.
+ * @throws IdempotencyKeyInvalidException for a key that breaks the rules.
+ * @throws IdempotencyConfigurationError for a resolver's invalid result.
+ */
+export async function newAttempt(
+  context: ExecutionContext,
+  options: ResolvedRouteOptions,
+  source: AttemptSource,
+): Promise<Attempt> {
+  const started = source.started ?? Date.now();
+  const { parts } = source;
+  if (source.key === undefined && options.required) {
+    throw new IdempotencyKeyMissingException(source.keyField);
+  }
+  const key =
+    source.key === undefined
+      ? undefined
+      : validKey(source.key, options.keyValidation, source.keyField);
+  return {
+    started,
+    scope: await resolveScope(context, options),
+    key: key === undefined ? undefined : key + (source.keySuffix ?? ''),
+    method: parts.method,
+    path: parts.route,
+    fingerprint:
+      key === undefined
+        ? ''
+        : await resolveFingerprint(context, options, parts),
+    legacyFingerprint:
+      key !== undefined && source.legacy
+        ? legacyFingerprint(options, parts)
+        : undefined,
+  };
 }

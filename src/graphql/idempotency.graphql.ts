@@ -12,14 +12,9 @@ import type {
   ResolvedRouteOptions,
 } from '../idempotency.options.js';
 import type { DecoratedRoute } from '../idempotency.routes.js';
-import { IdempotencyKeyMissingException } from '../exceptions/idempotency-key-missing.exception.js';
 import { IdempotencyUnavailableException } from '../exceptions/idempotency-unavailable.exception.js';
 import { resolveRequestKey } from '../http/idempotency-key.js';
-import {
-  resolveFingerprint,
-  resolveScope,
-  type Attempt,
-} from '../core/attempt.js';
+import { newAttempt, type Attempt } from '../core/attempt.js';
 import {
   IdempotencyExecutor,
   jsonResponse,
@@ -111,27 +106,19 @@ export class IdempotencyGraphql {
     let attempt: Attempt;
     let beginning: Beginning;
     try {
-      const key = await this.resolveKey(context, graphqlContext, options);
-      if (key === undefined && options.required) {
-        throw new IdempotencyKeyMissingException(this.options.headerName);
-      }
-      attempt = {
+      attempt = await newAttempt(context, options, {
         started,
-        scope: await resolveScope(context, options),
-        key: key === undefined ? undefined : `${key}#${responsePath(info)}`,
-        method: MUTATION_METHOD,
-        path: route.path,
-        fingerprint:
-          key === undefined
-            ? ''
-            : await resolveFingerprint(context, options, {
-                method: MUTATION_METHOD,
-                route: route.path,
-                params: {},
-                query: [],
-                body: jsonArguments(args),
-              }),
-      };
+        key: await this.resolveKey(context, graphqlContext, options),
+        keyField: this.options.headerName,
+        keySuffix: `#${responsePath(info)}`,
+        parts: {
+          method: MUTATION_METHOD,
+          route: route.path,
+          params: {},
+          query: [],
+          body: jsonArguments(args),
+        },
+      });
       beginning = await this.executor.begin(attempt, options);
     } catch (error) {
       throw await toGraphqlError(error);

@@ -1,43 +1,28 @@
 import {
   Inject,
   Injectable,
-  StreamableFile,
   type CallHandler,
   type ExecutionContext,
 } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
-import type { IncomingMessage, ServerResponse } from 'node:http';
-import { Readable } from 'node:stream';
 import { lastValueFrom } from 'rxjs';
-import {
-  IDEMPOTENT_REPLAYED_HEADER,
-  UNSAFE_REPLAY_HEADERS,
-} from '../idempotency.constants.js';
+import { IDEMPOTENT_REPLAYED_HEADER } from '../idempotency.constants.js';
 import { IDEMPOTENCY_RESOLVED_OPTIONS } from '../idempotency.tokens.js';
 import {
   type ResolvedIdempotencyOptions,
   type ResolvedRouteOptions,
 } from '../idempotency.options.js';
 import { IdempotencyHttpException } from '../exceptions/idempotency-http.exception.js';
-import { IdempotencyKeyMissingException } from '../exceptions/idempotency-key-missing.exception.js';
 import { IdempotencyUnavailableException } from '../exceptions/idempotency-unavailable.exception.js';
 import { IdempotencyConfigurationError } from '../exceptions/idempotency-configuration.error.js';
 import type { DecoratedRoute } from '../idempotency.routes.js';
-import {
-  legacyFingerprint,
-  resolveFingerprint,
-  resolveScope,
-  type Attempt,
-} from '../core/attempt.js';
+import { newAttempt, type Attempt } from '../core/attempt.js';
 import {
   IdempotencyExecutor,
   type Beginning,
 } from '../core/idempotency.executor.js';
 import type { Execution } from '../core/execution.js';
-import type {
-  StoredRecord,
-  StoredResponse,
-} from '../interfaces/idempotency-store.interface.js';
+import type { StoredRecord } from '../interfaces/idempotency-store.interface.js';
 import {
   holdResponse,
   sendInPlaceOfEmpty,
@@ -45,54 +30,15 @@ import {
 } from './response-capture.js';
 import { resolveRequestKey } from './idempotency-key.js';
 import {
-  queryParameters,
-  type FingerprintParts,
-} from '../core/request-fingerprint.js';
+  fingerprintParts,
+  isStream,
+  rawResponse,
+  toStored,
+  type HttpRequest,
+  type HttpResponse,
+} from './http-messages.js';
 
-type HttpRequest = IncomingMessage & {
-  body?: unknown;
-  params?: Record<string, unknown>;
-  /** Express: the URL as received, before any mount point was cut off. */
-  originalUrl?: string;
-  raw?: IncomingMessage;
-};
-
-/**
- * What the default fingerprint of an HTTP request is made of. The query is
- * read from the URL itself, the same way on every platform.
- */
-function fingerprintParts(
-  context: ExecutionContext,
-  route: string,
-): FingerprintParts {
-  const request = context.switchToHttp().getRequest<HttpRequest>();
-  return {
-    method: request.method ?? 'GET',
-    route,
-    params: { ...request.params },
-    query: queryParameters(request.originalUrl ?? (request.raw ?? request).url),
-    body: request.body,
-  };
-}
-type HttpResponse = { raw?: ServerResponse } & object;
-
-const UNSAFE_HEADERS = new Set(UNSAFE_REPLAY_HEADERS);
 const REPLAYED_HEADER_NAME = IDEMPOTENT_REPLAYED_HEADER.toLowerCase();
-
-/** A body the platform streams: it is sent as it is produced, never whole. */
-function isStream(value: unknown): boolean {
-  return (
-    value instanceof StreamableFile ||
-    value instanceof Readable ||
-    value instanceof ReadableStream ||
-    value instanceof Response ||
-    (typeof value === 'object' &&
-      value !== null &&
-      typeof (value as AsyncIterable<unknown>)[Symbol.asyncIterator] ===
-        'function' &&
-      typeof (value as PromiseLike<unknown>).then !== 'function')
-  );
-}
 
 /**
  * @internal The HTTP adapter of the request sequence: turns a request into
@@ -140,35 +86,13 @@ export class IdempotencyHttp {
     const { options } = route;
     let attempt: Attempt;
     try {
-      const key = await this.resolveKey(context, options);
-      if (key === undefined && options.required) {
-        throw new IdempotencyKeyMissingException(this.options.headerName);
-      }
-      const request = http.getRequest<HttpRequest>();
-      const method = request.method ?? 'GET';
-      attempt = {
+      attempt = await newAttempt(context, options, {
         started,
-        scope: await resolveScope(context, options),
-        key,
-        method,
-        path: route.path,
-        fingerprint:
-          key === undefined
-            ? ''
-            : await resolveFingerprint(
-                context,
-                options,
-                fingerprintParts(context, route.path),
-              ),
-        legacyFingerprint:
-          key === undefined
-            ? undefined
-            : legacyFingerprint(options, {
-                method,
-                route: route.path,
-                body: request.body,
-              }),
-      };
+        key: await this.resolveKey(context, options),
+        keyField: this.options.headerName,
+        parts: fingerprintParts(context, route.path),
+        legacy: true,
+      });
     } catch (error) {
       throw this.answer(response, error);
     }
@@ -386,26 +310,4 @@ export class IdempotencyHttp {
     });
     return undefined;
   }
-}
-
-function rawResponse(response: HttpResponse): ServerResponse {
-  return (response.raw ?? response) as ServerResponse;
-}
-
-function toStored(
-  captured: CapturedResponse,
-  options: ResolvedRouteOptions,
-): StoredResponse {
-  const headers: Record<string, string | string[]> = {};
-  for (const [name, value] of Object.entries(captured.headers)) {
-    const replayed =
-      name === 'content-type' ||
-      (!UNSAFE_HEADERS.has(name) &&
-        !options.replayDeny.has(name) &&
-        (options.replayAllow === undefined || options.replayAllow.has(name)));
-    if (replayed) {
-      headers[name] = value;
-    }
-  }
-  return { status: captured.status, headers, body: captured.body };
 }

@@ -213,9 +213,14 @@ export interface IdempotentOptions {
    */
   storeErrors?: boolean | IdempotencyErrorPolicy;
   /**
-   * Largest response body (bytes) stored for replay. A larger response is
-   * still sent and its writes committed, but the key is marked "not
-   * replayable": a duplicate gets `422`.
+   * Largest response body (bytes) stored for replay, on every path alike:
+   * the body of an HTTP response, the JSON of a GraphQL mutation's result,
+   * of a message handler's, a BullMQ job's or an `IdempotencyService.run()`
+   * result. A larger one is still returned and its writes committed, but
+   * the key is marked "not replayable": a duplicate is refused (`422`,
+   * `IdempotencyNotReplayableException`). The bound keeps one result from
+   * filling the store (a DynamoDB item holds 400 KB; a Redis value sits in
+   * memory).
    * @default 1048576 (1 MiB)
    */
   maxResponseSize?: number;

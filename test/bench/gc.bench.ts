@@ -10,11 +10,8 @@
 import { Body, Controller, Module, Post } from '@nestjs/common';
 import { InjectRepository, TypeOrmModule } from '@nestjs/typeorm';
 import type { Repository } from 'typeorm';
-import {
-  IdempotencyCollector,
-  IDEMPOTENCY_TABLE_NAME,
-  Idempotent,
-} from '../../src/index.js';
+import { IdempotencyCollector, Idempotent } from '../../src/index.js';
+import { IDEMPOTENCY_TABLE_NAME } from '../../migrations/index.js';
 import { Order } from '../fixtures/order.entity.js';
 import { startEmbeddedPostgres } from '../setup/embedded-postgres.js';
 import { startTestApp } from '../utils/test-app.js';

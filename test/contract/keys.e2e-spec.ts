@@ -1,5 +1,5 @@
 import { request as httpRequest } from 'node:http';
-import { IDEMPOTENCY_TABLE_NAME } from '../../src/index.js';
+import { IDEMPOTENCY_TABLE_NAME } from '../../migrations/index.js';
 import { send, PLATFORMS, type TestApp } from '../utils/test-app.js';
 import { useContractApp } from './contract-app.js';
 import type { Runs } from './contract.module.js';

@@ -1,9 +1,6 @@
 import { Controller, Module, Post, Res } from '@nestjs/common';
-import {
-  IdempotencyConfigurationError,
-  IDEMPOTENCY_TABLE_NAME,
-  Idempotent,
-} from '../../src/index.js';
+import { IdempotencyConfigurationError, Idempotent } from '../../src/index.js';
+import { IDEMPOTENCY_TABLE_NAME } from '../../migrations/index.js';
 import {
   send,
   PLATFORMS,

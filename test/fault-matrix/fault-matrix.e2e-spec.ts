@@ -1,4 +1,5 @@
-import { IdempotencyStore, idempotencyMigrations } from '../../src/index.js';
+import { IdempotencyStore } from '../../src/index.js';
+import { idempotencyMigrations } from '../../migrations/index.js';
 import { until } from '../utils/barrier.js';
 import { FakeGateway } from '../utils/fake-gateway.js';
 import {

@@ -18,8 +18,8 @@ import {
   IdempotencyConfigurationError,
   IdempotencyModule,
   Idempotent,
-  idempotencyMigrations,
 } from '../../src/index.js';
+import { idempotencyMigrations } from '../../migrations/index.js';
 import { CreateOrders1764000000001 } from '../fixtures/create-orders.migration.js';
 import { Order } from '../fixtures/order.entity.js';
 import { until } from '../utils/barrier.js';

@@ -36,7 +36,7 @@
  * of a counterexample that fast-check printed (with its seed).
  */
 import fc from 'fast-check';
-import { IDEMPOTENCY_TABLE_NAME } from '../../src/index.js';
+import { IDEMPOTENCY_TABLE_NAME } from '../../migrations/index.js';
 import {
   PLATFORMS,
   startTestApp,

@@ -11,12 +11,14 @@ import { TypeOrmModule } from '@nestjs/typeorm';
 import {
   IdempotencyCollector,
   IdempotencyModule,
-  IDEMPOTENCY_STEPS_TABLE_NAME,
   type IdempotencyEvent,
-  IDEMPOTENCY_TABLE_NAME,
-  idempotencyMigrations,
   type IdempotencyModuleOptions,
 } from '../../src/index.js';
+import {
+  IDEMPOTENCY_STEPS_TABLE_NAME,
+  IDEMPOTENCY_TABLE_NAME,
+  idempotencyMigrations,
+} from '../../migrations/index.js';
 import { until, untilAdvisoryLocks } from '../utils/barrier.js';
 import {
   createTestDatabase,

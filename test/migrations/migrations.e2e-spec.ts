@@ -3,7 +3,7 @@ import {
   IDEMPOTENCY_STEPS_TABLE_NAME,
   IDEMPOTENCY_TABLE_NAME,
   idempotencyMigrations,
-} from '../../src/index.js';
+} from '../../migrations/index.js';
 import {
   createTestDatabase,
   type TestDatabase,

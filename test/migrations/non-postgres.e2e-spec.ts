@@ -3,11 +3,13 @@ import { Test } from '@nestjs/testing';
 import { TypeOrmModule, type TypeOrmModuleOptions } from '@nestjs/typeorm';
 import { DataSource, type DataSourceOptions, type Logger } from 'typeorm';
 import {
-  CreateIdempotencyRecords1764000000000,
   IdempotencyConfigurationError,
   IdempotencyModule,
-  idempotencyMigrations,
 } from '../../src/index.js';
+import {
+  CreateIdempotencyRecords1764000000000,
+  idempotencyMigrations,
+} from '../../migrations/index.js';
 import { describeWithServer } from '../utils/server.js';
 import {
   createMariaDbDatabase,

@@ -6,7 +6,7 @@ import {
   CreateIdempotencyRecords1764000000000,
   CreateIdempotencySteps1764000000001,
   idempotencyMigrations,
-} from '../../src/index.js';
+} from '../../migrations/index.js';
 import { legacyRequestFingerprint } from '../../src/core/request-fingerprint.js';
 import { CreateOrders1764000000001 } from '../fixtures/create-orders.migration.js';
 import {

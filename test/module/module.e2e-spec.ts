@@ -2,9 +2,11 @@ import { Test } from '@nestjs/testing';
 import {
   IdempotencyConfigurationError,
   IdempotencyModule,
+} from '../../src/index.js';
+import {
   IDEMPOTENCY_TABLE_NAME,
   idempotencyMigrations,
-} from '../../src/index.js';
+} from '../../migrations/index.js';
 import { CreateOrders1764000000001 } from '../fixtures/create-orders.migration.js';
 import {
   PLATFORMS,

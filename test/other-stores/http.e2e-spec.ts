@@ -3,9 +3,9 @@ import {
   DEFAULT_SCOPE,
   IdempotencyConfigurationError,
   IdempotencyService,
-  type ClaimOutcome,
   type IdempotencyStore,
 } from '../../src/index.js';
+import type { ClaimOutcome } from '../../src/stores/index.js';
 import { Barrier, until } from '../utils/barrier.js';
 import { describeWithValkeyServer } from '../utils/redis-server.js';
 import { describeWithServer } from '../utils/server.js';

@@ -4,9 +4,9 @@ import {
   IdempotencyConfigurationError,
   IdempotencyModule,
   IdempotencyService,
-  IdempotencyTestingModule,
   MemoryIdempotencyStore,
 } from '../../src/index.js';
+import { IdempotencyTestingModule } from '../../src/testing/index.js';
 
 const STORE = Symbol('STORE');
 

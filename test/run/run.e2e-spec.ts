@@ -4,10 +4,11 @@ import {
   IdempotencyConflictException,
   IdempotencyKeyInvalidException,
   IdempotencyKeyReusedException,
+  IdempotencyNotReplayableException,
   IdempotencyService,
   IdempotencyUnavailableException,
-  IDEMPOTENCY_TABLE_NAME,
 } from '../../src/index.js';
+import { IDEMPOTENCY_TABLE_NAME } from '../../migrations/index.js';
 import { Order } from '../fixtures/order.entity.js';
 import { Barrier, untilWaiting } from '../utils/barrier.js';
 import { startTestApp, type TestApp } from '../utils/test-app.js';
@@ -196,5 +197,42 @@ describe('IdempotencyService.run()', () => {
     expect(
       await idempotency.run({ key: 'job-6', scope: 'tenant-a' }, () => 'again'),
     ).toBe('a');
+  });
+});
+
+describe('IdempotencyService.run() with maxResponseSize', () => {
+  let target: TestApp;
+  let idempotency: IdempotencyService;
+
+  beforeAll(async () => {
+    target = await startTestApp({ idempotency: { maxResponseSize: 64 } });
+    idempotency = target.app.get(IdempotencyService);
+  });
+  afterAll(() => target.close());
+
+  it('stores a result within maxResponseSize, and marks a larger one not replayable: its duplicate is refused without running', async () => {
+    let runs = 0;
+    const large = 'x'.repeat(100);
+    const job = (key: string, result: string) => () =>
+      idempotency.run({ key }, () => {
+        runs += 1;
+        return result;
+      });
+    expect(await job('run-small', 'fits')()).toBe('fits');
+    expect(await job('run-small', 'fits')()).toBe('fits');
+    expect(runs).toBe(1);
+    expect(await job('run-large', large)()).toBe(large);
+    await expect(job('run-large', large)()).rejects.toBeInstanceOf(
+      IdempotencyNotReplayableException,
+    );
+    expect(runs).toBe(2);
+    expect(
+      await target.db.query(
+        `SELECT key, status FROM ${IDEMPOTENCY_TABLE_NAME} WHERE key IN ('run-small', 'run-large') ORDER BY key`,
+      ),
+    ).toEqual([
+      { key: 'run-large', status: 'not_replayable' },
+      { key: 'run-small', status: 'completed' },
+    ]);
   });
 });

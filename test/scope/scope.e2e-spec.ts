@@ -1,5 +1,5 @@
 import type { ExecutionContext } from '@nestjs/common';
-import { IDEMPOTENCY_TABLE_NAME } from '../../src/index.js';
+import { IDEMPOTENCY_TABLE_NAME } from '../../migrations/index.js';
 import {
   PLATFORMS,
   send,

@@ -1,10 +1,10 @@
 import { Logger } from '@nestjs/common';
 import { jest } from '@jest/globals';
+import type { IdempotencyEvent } from '../../src/index.js';
 import {
   IDEMPOTENCY_STEPS_TABLE_NAME,
   IDEMPOTENCY_TABLE_NAME,
-  type IdempotencyEvent,
-} from '../../src/index.js';
+} from '../../migrations/index.js';
 import { IdempotencyExecutor } from '../../src/core/idempotency.executor.js';
 import { takeOver } from '../utils/claims.js';
 import {

@@ -14,11 +14,8 @@ import { Body, Controller, Inject, Module, Post } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { TypeOrmModule, getRepositoryToken } from '@nestjs/typeorm';
 import { EntitySchema } from 'typeorm';
-import {
-  IdempotencyModule,
-  Idempotent,
-  idempotencyMigrations,
-} from 'nestjs-idempotency';
+import { IdempotencyModule, Idempotent } from 'nestjs-idempotency';
+import { idempotencyMigrations } from 'nestjs-idempotency/migrations';
 
 const Payment = new EntitySchema({
   name: 'Payment',

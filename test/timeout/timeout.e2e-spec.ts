@@ -1,7 +1,5 @@
-import {
-  IDEMPOTENCY_TABLE_NAME,
-  type IdempotencyEvent,
-} from '../../src/index.js';
+import type { IdempotencyEvent } from '../../src/index.js';
+import { IDEMPOTENCY_TABLE_NAME } from '../../migrations/index.js';
 import { until } from '../utils/barrier.js';
 import {
   PLATFORMS,

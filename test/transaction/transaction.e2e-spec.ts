@@ -1,4 +1,4 @@
-import { IDEMPOTENCY_TABLE_NAME } from '../../src/index.js';
+import { IDEMPOTENCY_TABLE_NAME } from '../../migrations/index.js';
 import {
   PLATFORMS,
   send,

@@ -1,11 +1,11 @@
 import { Controller, Post } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import {
-  IDEMPOTENCY_TABLE_NAME,
   IdempotencyConfigurationError,
   IdempotencyModule,
   Idempotent,
 } from '../../src/index.js';
+import { IDEMPOTENCY_TABLE_NAME } from '../../migrations/index.js';
 import { answer, UNAVAILABLE } from '../utils/problems.js';
 import {
   PLATFORMS,

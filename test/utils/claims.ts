@@ -1,11 +1,8 @@
 import type { INestApplication } from '@nestjs/common';
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
-import {
-  IdempotencyStore,
-  type ClaimOutcome,
-  type ClaimRequest,
-} from '../../src/index.js';
+import { IdempotencyStore } from '../../src/index.js';
+import type { ClaimOutcome, ClaimRequest } from '../../src/stores/index.js';
 import { until } from './barrier.js';
 import type { TestDatabase } from './test-database.js';
 

@@ -15,7 +15,8 @@ import {
 } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
 import { getDataSourceToken } from '@nestjs/typeorm';
-import { IdempotencyModule, idempotencyMigrations } from '../../src/index.js';
+import { IdempotencyModule } from '../../src/index.js';
+import { idempotencyMigrations } from '../../migrations/index.js';
 import type { IdempotencyModuleOptions } from '../../src/index.js';
 import { Order } from '../fixtures/order.entity.js';
 import { CreateOrders1764000000001 } from '../fixtures/create-orders.migration.js';

@@ -1,7 +1,7 @@
 import type { DynamicModule } from '@nestjs/common';
-import { IdempotencyModule } from '../../idempotency.module.js';
-import type { IdempotencyModuleOptions } from '../../interfaces/idempotency-options.interface.js';
-import { MemoryIdempotencyStore } from './memory.store.js';
+import { IdempotencyModule } from '../idempotency.module.js';
+import type { IdempotencyModuleOptions } from '../interfaces/idempotency-options.interface.js';
+import { MemoryIdempotencyStore } from '../stores/memory/memory.store.js';
 
 /**
  * `IdempotencyModule` on a {@link MemoryIdempotencyStore}, for the tests of
@@ -9,6 +9,8 @@ import { MemoryIdempotencyStore } from './memory.store.js';
  * it in for the application's own registration in one line.
  *
  * @example
+ * import { IdempotencyTestingModule } from 'nestjs-idempotency/testing';
+ *
  * const moduleRef = await Test.createTestingModule({ imports: [AppModule] })
  *   .overrideModule(IdempotencyModule)
  *   .useModule(IdempotencyTestingModule.forRoot())

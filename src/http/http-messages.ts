@@ -1,0 +1,84 @@
+import { StreamableFile, type ExecutionContext } from '@nestjs/common';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { Readable } from 'node:stream';
+import { UNSAFE_REPLAY_HEADERS } from '../idempotency.constants.js';
+import type { ResolvedRouteOptions } from '../idempotency.options.js';
+import type { StoredResponse } from '../interfaces/idempotency-store.interface.js';
+import {
+  queryParameters,
+  type FingerprintParts,
+} from '../core/request-fingerprint.js';
+import type { CapturedResponse } from './response-capture.js';
+
+/** @internal A request as the HTTP platforms (Express, Fastify) give it. */
+export type HttpRequest = IncomingMessage & {
+  body?: unknown;
+  params?: Record<string, unknown>;
+  /** Express: the URL as received, before any mount point was cut off. */
+  originalUrl?: string;
+  raw?: IncomingMessage;
+};
+
+/**
+ * @internal What the default fingerprint of an HTTP request is made of. The query is
+ * read from the URL itself, the same way on every platform.
+ */
+export function fingerprintParts(
+  context: ExecutionContext,
+  route: string,
+): FingerprintParts {
+  const request = context.switchToHttp().getRequest<HttpRequest>();
+  return {
+    method: request.method ?? 'GET',
+    route,
+    params: { ...request.params },
+    query: queryParameters(request.originalUrl ?? (request.raw ?? request).url),
+    body: request.body,
+  };
+}
+/** @internal A response as the HTTP platforms give it. */
+export type HttpResponse = { raw?: ServerResponse } & object;
+
+const UNSAFE_HEADERS = new Set(UNSAFE_REPLAY_HEADERS);
+
+/** @internal A body the platform streams: it is sent as it is produced, never whole. */
+export function isStream(value: unknown): boolean {
+  return (
+    value instanceof StreamableFile ||
+    value instanceof Readable ||
+    value instanceof ReadableStream ||
+    value instanceof Response ||
+    (typeof value === 'object' &&
+      value !== null &&
+      typeof (value as AsyncIterable<unknown>)[Symbol.asyncIterator] ===
+        'function' &&
+      typeof (value as PromiseLike<unknown>).then !== 'function')
+  );
+}
+
+/** @internal The Node.js response under the platform's. */
+export function rawResponse(response: HttpResponse): ServerResponse {
+  return (response.raw ?? response) as ServerResponse;
+}
+
+/**
+ * @internal The response to store for replay: its status, body and the
+ * headers the replay options keep.
+ */
+export function toStored(
+  captured: CapturedResponse,
+  options: ResolvedRouteOptions,
+): StoredResponse {
+  const headers: Record<string, string | string[]> = {};
+  for (const [name, value] of Object.entries(captured.headers)) {
+    const replayed =
+      name === 'content-type' ||
+      (!UNSAFE_HEADERS.has(name) &&
+        !options.replayDeny.has(name) &&
+        (options.replayAllow === undefined || options.replayAllow.has(name)));
+    if (replayed) {
+      headers[name] = value;
+    }
+  }
+  return { status: captured.status, headers, body: captured.body };
+}

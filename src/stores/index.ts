@@ -1,0 +1,19 @@
+/*
+ * The `nestjs-idempotency/store` entry: the contract a store implements, for
+ * the authors of stores. An application that only configures a store, or
+ * injects it, needs the main entry alone (`IdempotencyStore` is there too).
+ */
+export {
+  IdempotencyStore,
+  type AbandonedKey,
+  type ClaimOutcome,
+  type ClaimRequest,
+  type Completion,
+  type FencedWrite,
+  type Lease,
+  type RecordStatus,
+  type Renewal,
+  type StepLease,
+  type StoredRecord,
+  type StoredResponse,
+} from '../interfaces/idempotency-store.interface.js';

@@ -1,0 +1,1 @@
+export { IdempotencyTestingModule } from './idempotency-testing.module.js';
