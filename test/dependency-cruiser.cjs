@@ -1,3 +1,4 @@
+/* global module */
 /**
  * The dependency rules of the library, checked by `npm run lint`.
  *
@@ -48,7 +49,7 @@ module.exports = {
       severity: 'error',
       from: { path: '^src/core/' },
       to: {
-        path: '^node_modules/(typeorm|pg|@nestjs/typeorm|@nestjs/platform-[^/]+|express|fastify)/|^(node:)?https?$',
+        path: '(^|/)node_modules/(typeorm|pg|@nestjs/typeorm|@nestjs/platform-[^/]+|express|fastify)/|^(node:)?https?$',
       },
     },
     {
@@ -58,7 +59,7 @@ module.exports = {
       severity: 'error',
       from: { path: CORE, pathNot: COMPOSITION },
       to: {
-        path: '^node_modules/(typeorm|@nestjs/typeorm)/',
+        path: '(^|/)node_modules/(typeorm|@nestjs/typeorm)/',
         dependencyTypesNot: ['type-only'],
       },
     },

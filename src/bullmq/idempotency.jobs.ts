@@ -13,13 +13,9 @@ import type {
   IdempotentOptions,
 } from '../interfaces/idempotency-options.interface.js';
 import { IdempotencyHttpException } from '../exceptions/idempotency-http.exception.js';
-import { validKey } from '../core/idempotency-key.js';
-import {
-  resolveFingerprint,
-  resolveScope,
-  type Attempt,
-} from '../core/attempt.js';
+import { newAttempt, type Attempt } from '../core/attempt.js';
 import { IdempotencyExecutor } from '../core/idempotency.executor.js';
+import { loadRequiredPeer } from '../core/optional-peer.js';
 
 /**
  * What `ExecutionContext.getType()` says inside the `key`, `scope` and
@@ -73,7 +69,11 @@ async function toJobError(error: unknown): Promise<unknown> {
   }
   const problem = error.getProblem();
   // Loaded here only: applications without BullMQ do not need it.
-  const { UnrecoverableError } = await import('bullmq');
+  const { UnrecoverableError } = await loadRequiredPeer(
+    'bullmq',
+    () => import('bullmq'),
+    'Idempotent BullMQ processors need bullmq, which is not installed.',
+  );
   const unrecoverable = new UnrecoverableError(
     `${problem.title}: ${problem.detail}`,
   );
@@ -121,26 +121,17 @@ export class IdempotencyJobs {
       const key: unknown = options.key
         ? await options.key(context)
         : `${job.queueName}:${job.id}`;
-      attempt = {
-        started: Date.now(),
-        scope: await resolveScope(context, options),
-        key:
-          key === undefined && !options.required
-            ? undefined
-            : validKey(key, options.keyValidation, 'key'),
-        method: 'JOB',
-        path: job.queueName,
-        fingerprint:
-          key === undefined
-            ? ''
-            : await resolveFingerprint(context, options, {
-                method: 'JOB',
-                route: job.queueName,
-                params: { name: job.name },
-                query: [],
-                body: job.data,
-              }),
-      };
+      attempt = await newAttempt(context, options, {
+        key,
+        keyField: 'key',
+        parts: {
+          method: 'JOB',
+          route: job.queueName,
+          params: { name: job.name },
+          query: [],
+          body: job.data,
+        },
+      });
     } catch (error) {
       throw await toJobError(error);
     }

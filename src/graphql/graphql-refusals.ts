@@ -1,4 +1,5 @@
 import { IdempotencyHttpException } from '../exceptions/idempotency-http.exception.js';
+import { loadRequiredPeer } from '../core/optional-peer.js';
 
 /**
  * The `extensions.code` of each refusal of the module to a GraphQL mutation,
@@ -40,7 +41,11 @@ export async function toGraphqlError(error: unknown): Promise<unknown> {
   }
   // Loaded here only: the peer of every GraphQL driver, needed by no other
   // application.
-  const { GraphQLError } = await import('graphql');
+  const { GraphQLError } = await loadRequiredPeer(
+    'graphql',
+    () => import('graphql'),
+    'Idempotent GraphQL mutations need graphql, which is not installed.',
+  );
   const { status, ...problem } = error.getProblem();
   const retryAfter = error.headers['Retry-After'];
   return new GraphQLError(problem.detail, {

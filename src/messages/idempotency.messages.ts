@@ -6,16 +6,11 @@ import {
 } from '@nestjs/common';
 import { lastValueFrom } from 'rxjs';
 import type { ResolvedRouteOptions } from '../idempotency.options.js';
-import { validKey } from '../core/idempotency-key.js';
 import { IdempotencyHttpException } from '../exceptions/idempotency-http.exception.js';
 import { IdempotencyKeyMissingException } from '../exceptions/idempotency-key-missing.exception.js';
-import {
-  legacyFingerprint,
-  resolveFingerprint,
-  resolveScope,
-  type Attempt,
-} from '../core/attempt.js';
+import { newAttempt, type Attempt } from '../core/attempt.js';
 import { IdempotencyExecutor } from '../core/idempotency.executor.js';
+import { loadRequiredPeer } from '../core/optional-peer.js';
 
 /** Field of a message's data that carries its key by default. */
 export const MESSAGE_KEY_FIELD = 'idempotencyKey';
@@ -183,22 +178,18 @@ export class IdempotencyMessages {
           throw error;
         }
       }
-      const parts = {
-        method: 'MESSAGE',
-        route: pattern,
-        params: { channel: messageChannel(transport, pattern) },
-        query: [],
-        body: data,
-      };
-      attempt = {
-        started: Date.now(),
-        scope: await resolveScope(context, options),
-        key: validKey(key, options.keyValidation, MESSAGE_KEY_FIELD),
-        method: 'MESSAGE',
-        path: pattern,
-        fingerprint: await resolveFingerprint(context, options, parts),
-        legacyFingerprint: legacyFingerprint(options, parts),
-      };
+      attempt = await newAttempt(context, options, {
+        key,
+        keyField: MESSAGE_KEY_FIELD,
+        parts: {
+          method: 'MESSAGE',
+          route: pattern,
+          params: { channel: messageChannel(transport, pattern) },
+          query: [],
+          body: data,
+        },
+        legacy: true,
+      });
     } catch (error) {
       // A message without a usable key never succeeds: not redelivered.
       settle(
@@ -247,6 +238,10 @@ async function toRpcException(error: unknown): Promise<unknown> {
     return error;
   }
   // Loaded here only: applications without microservices do not need it.
-  const { RpcException } = await import('@nestjs/microservices');
+  const { RpcException } = await loadRequiredPeer(
+    '@nestjs/microservices',
+    () => import('@nestjs/microservices'),
+    'Idempotent message handlers need @nestjs/microservices, which is not installed.',
+  );
   return new RpcException({ ...error.getProblem() });
 }

@@ -13,6 +13,7 @@ import type {
 } from '../idempotency.options.js';
 import { IdempotencyRoutes } from '../idempotency.routes.js';
 import { IDEMPOTENT_REPLAYED_HEADER } from '../idempotency.constants.js';
+import { loadOptionalPeer } from '../core/optional-peer.js';
 
 /** What the module uses of `@nestjs/swagger`. */
 interface Swagger {
@@ -260,14 +261,10 @@ function restoreDeclared(): void {
  * `@nestjs/swagger`, or `undefined` when the application does not have it.
  */
 async function loadSwagger(): Promise<Swagger | undefined> {
-  try {
-    return (await import('@nestjs/swagger')) as unknown as Swagger;
-  } catch (error) {
-    if ((error as { code?: string }).code === 'ERR_MODULE_NOT_FOUND') {
-      return undefined;
-    }
-    throw error;
-  }
+  return (await loadOptionalPeer(
+    '@nestjs/swagger',
+    () => import('@nestjs/swagger'),
+  )) as unknown as Swagger | undefined;
 }
 
 /**

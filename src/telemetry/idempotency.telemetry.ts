@@ -2,7 +2,9 @@ import { Logger } from '@nestjs/common';
 import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
 import type { IdempotencyEventType } from '../interfaces/idempotency-event.interface.js';
 import type { Attempt } from '../core/attempt.js';
+import type { AttemptTelemetry } from '../core/attempt-telemetry.js';
 import type { FailureKind } from '../core/failures.js';
+import { loadOptionalPeer } from '../core/optional-peer.js';
 import type {
   OpenTelemetryApi,
   TelemetryRecorder,
@@ -19,12 +21,12 @@ function isAttemptOutcome(
 }
 
 /**
- * @internal OpenTelemetry spans and metrics of the request sequence, called by
- * the executor around the claim, the handler and the commit, and with every
- * outcome. Without `@opentelemetry/api` (or with `telemetry: false`) every
+ * @internal OpenTelemetry spans and metrics of the request sequence (the
+ * core's AttemptTelemetry), called by the executor around the claim, the
+ * handler and the commit, and with every outcome. Without `@opentelemetry/api` (or with `telemetry: false`) every
  * method is a no-op that loads and allocates nothing.
  */
-export class IdempotencyTelemetry {
+export class IdempotencyTelemetry implements AttemptTelemetry {
   private constructor(private readonly recorder?: TelemetryRecorder) {}
 
   /**
@@ -37,20 +39,22 @@ export class IdempotencyTelemetry {
     if (!options.telemetry) {
       return new IdempotencyTelemetry();
     }
-    let api: OpenTelemetryApi;
+    let api: OpenTelemetryApi | undefined;
     try {
-      api = await import('@opentelemetry/api');
+      api = await loadOptionalPeer(
+        OPENTELEMETRY_API,
+        () => import('@opentelemetry/api'),
+      );
     } catch (error) {
-      const logger = new Logger('Idempotency');
-      if (isNotFound(error)) {
-        logger.debug(
-          `${OPENTELEMETRY_API} is not installed: no spans nor metrics are recorded`,
-        );
-      } else {
-        logger.warn(
-          `${OPENTELEMETRY_API} could not be loaded, no spans nor metrics are recorded: ${(error as Error).message}`,
-        );
-      }
+      new Logger('Idempotency').warn(
+        `${OPENTELEMETRY_API} could not be loaded, no spans nor metrics are recorded: ${(error as Error).message}`,
+      );
+      return new IdempotencyTelemetry();
+    }
+    if (!api) {
+      new Logger('Idempotency').debug(
+        `${OPENTELEMETRY_API} is not installed: no spans nor metrics are recorded`,
+      );
       return new IdempotencyTelemetry();
     }
     const { TelemetryRecorder } = await import('./telemetry-recorder.js');
@@ -93,17 +97,4 @@ export class IdempotencyTelemetry {
       this.recorder.ended(attempt, type, error);
     }
   }
-}
-
-/** Whether `import()` failed because the package is not installed. */
-function isNotFound(error: unknown): boolean {
-  const { code, message } = (error ?? {}) as {
-    code?: unknown;
-    message?: unknown;
-  };
-  return (
-    (code === 'ERR_MODULE_NOT_FOUND' || code === 'MODULE_NOT_FOUND') &&
-    typeof message === 'string' &&
-    message.includes(OPENTELEMETRY_API)
-  );
 }

@@ -2,6 +2,7 @@ import { Logger } from '@nestjs/common';
 import { EventEmitter } from 'node:events';
 import type { DataSource, EntityManager } from 'typeorm';
 import { IdempotencyConfigurationError } from '../exceptions/idempotency-configuration.error.js';
+import { loadOptionalPeer } from '../core/optional-peer.js';
 import type { LazyTransaction } from './lazy-transaction.js';
 import {
   inHandlerTransaction,
@@ -51,14 +52,25 @@ export function typeormTransactionalName(
 }
 
 async function loadContext(): Promise<TransactionalContext> {
-  let loaded: Partial<TransactionalContext> & {
-    default?: Partial<TransactionalContext>;
-  };
+  let loaded:
+    | (Partial<TransactionalContext> & {
+        default?: Partial<TransactionalContext>;
+      })
+    | undefined;
   try {
-    loaded = (await import(CONTEXT_MODULE)) as unknown as typeof loaded;
+    loaded = (await loadOptionalPeer(
+      CONTEXT_MODULE,
+      () => import(CONTEXT_MODULE),
+    )) as typeof loaded;
   } catch (error) {
     throw new IdempotencyConfigurationError(
       `The DataSource was added to typeorm-transactional, whose context module could not be loaded: ${(error as Error).message}`,
+      'Install typeorm-transactional 0.5 (npm install typeorm-transactional@^0.5).',
+    );
+  }
+  if (!loaded) {
+    throw new IdempotencyConfigurationError(
+      'The DataSource was added to typeorm-transactional, which nestjs-idempotency cannot find: it is not installed next to nestjs-idempotency.',
       'Install typeorm-transactional 0.5 (npm install typeorm-transactional@^0.5).',
     );
   }

@@ -11,6 +11,9 @@ export type Item = Record<string, AttributeValue>;
 /** DynamoDB's limit on the size of one item: 400 KB. */
 export const DYNAMODB_ITEM_LIMIT_BYTES = 400 * 1024;
 
+/** Room kept in an item for the attributes that its size checks leave out. */
+export const RECORD_OVERHEAD_BYTES = 2048;
+
 /**
  * The partition key of a (scope, key) record: the SHA-256 digest of the
  * scope's length, the scope and the key, as UTF-16 code units (so that two
@@ -35,6 +38,11 @@ export function partitionKey(scope: string, key: string): string {
 export const num = (value: number): AttributeValue => ({ N: String(value) });
 /** A string attribute. */
 export const str = (value: string): AttributeValue => ({ S: value });
+
+/** The primary key of the item of a (scope, key) record. */
+export function itemKey(lease: { scope: string; key: string }): Item {
+  return { pk: str(partitionKey(lease.scope, lease.key)) };
+}
 
 /** A number attribute of an item, or undefined. */
 export function numberOf(
@@ -79,83 +87,6 @@ export function stepsOf(item: Item): Map<string, StoredStep> {
   }
   return steps;
 }
-
-/**
- * Whether a stored step is the request's (fingerprint) and alive at `now`.
- * A step without a fingerprint was saved by a version of the store before
- * steps carried one (and keys were bound to them): it stays readable by any
- * request of its key, as it was then, until it expires or the key completes.
- */
-export function stepReadable(
-  step: StoredStep,
-  fingerprint: string,
-  now: number,
-): boolean {
-  return (
-    step.expiresAt > now &&
-    (step.fingerprint === undefined || step.fingerprint === fingerprint)
-  );
-}
-
-/**
- * Whether the key of an item is bound at `now` to a request other than the
- * one of `fingerprint`: a step of the request that claimed it (the item's
- * `fingerprint`) committed and has not expired (`bound_until`, the latest
- * expiry of its steps), whatever became of the claim that saved it
- * (released, lease run out). Completion clears the binding with the steps.
- */
-export function boundElsewhere(
-  item: Item,
-  fingerprint: string,
-  now: number,
-): boolean {
-  const boundUntil = numberOf(item.bound_until);
-  return (
-    boundUntil !== undefined &&
-    boundUntil > now &&
-    stringOf(item.fingerprint) !== fingerprint
-  );
-}
-
-/**
- * The condition of a key not {@link boundElsewhere} to another request than
- * `:fingerprint`, as a condition expression (`:now` as in
- * {@link CLAIMABLE_CONDITION}).
- */
-export const UNBOUND_CONDITION =
-  '(attribute_not_exists(bound_until) OR bound_until <= :now OR fingerprint = :fingerprint)';
-
-/** Whether a record item is in progress (claimed, or released). */
-export const inProgress = (item: Item): boolean =>
-  stringOf(item.status) === 'in_progress';
-
-/**
- * Whether an item is free to claim at `now`, from its own timestamps (never
- * from DynamoDB's TTL, which deletes expired items up to days late): a
- * finished record whose time to live ran out, or a claim whose lease did.
- */
-export function claimable(item: Item, now: number): boolean {
-  const deadline = inProgress(item)
-    ? numberOf(item.lease_expires_at)
-    : numberOf(item.expires_at);
-  return deadline === undefined || deadline <= now;
-}
-
-/**
- * Whether the collector may delete a record item at `now`: a finished record
- * past its time to live, or a claim past both its lease and its time to live
- * and bound to its request no more (see {@link boundElsewhere}).
- */
-export function collectable(item: Item, now: number): boolean {
-  const expiresAt = numberOf(item.expires_at) ?? 0;
-  const boundUntil = numberOf(item.bound_until) ?? 0;
-  return expiresAt < now && boundUntil <= now && claimable(item, now);
-}
-
-/** The condition of {@link claimable}, as a condition expression. */
-export const CLAIMABLE_CONDITION =
-  '(attribute_not_exists(pk) OR (#status <> :inProgress AND expires_at <= :now)' +
-  ' OR (#status = :inProgress AND (attribute_not_exists(lease_expires_at) OR lease_expires_at <= :now)))';
 
 /** The finished record of an item. */
 export function recordOf(item: Item): StoredRecord {

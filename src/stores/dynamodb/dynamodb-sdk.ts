@@ -1,3 +1,4 @@
+import { loadOptionalPeer } from '../../core/optional-peer.js';
 import { IdempotencyConfigurationError } from '../../exceptions/idempotency-configuration.error.js';
 
 /** The AWS SDK's DynamoDB module, as the store uses it. */
@@ -8,15 +9,28 @@ let loading: Promise<DynamoDbSdk> | undefined;
 /**
  * @internal Loads the AWS SDK's DynamoDB client module once, when a DynamoDB
  * store first sends a command: applications on another store never load it.
+ * @throws IdempotencyConfigurationError when the package is not installed;
+ * what its import threw when it is there but fails to load.
  */
 export function loadDynamoDbSdk(): Promise<DynamoDbSdk> {
-  loading ??= import('@aws-sdk/client-dynamodb').catch((error: unknown) => {
-    loading = undefined;
-    throw new IdempotencyConfigurationError(
-      `The DynamoDB store could not load @aws-sdk/client-dynamodb (${String(error)}).`,
-      'Install it next to this package: `npm install @aws-sdk/client-dynamodb`.',
-    );
-  });
+  loading ??= loadOptionalPeer(
+    '@aws-sdk/client-dynamodb',
+    () => import('@aws-sdk/client-dynamodb'),
+  )
+    .then((sdk) => {
+      if (!sdk) {
+        throw new IdempotencyConfigurationError(
+          'The DynamoDB store could not load @aws-sdk/client-dynamodb (it is not installed).',
+          'Install it next to this package: `npm install @aws-sdk/client-dynamodb`.',
+        );
+      }
+      return sdk;
+    })
+    .catch((error: unknown) => {
+      // The next command tries again (the package may be installed by then).
+      loading = undefined;
+      throw error;
+    });
   return loading;
 }
 

@@ -1,0 +1,121 @@
+import type { StepLease } from '../../interfaces/idempotency-store.interface.js';
+import {
+  IN_PROGRESS,
+  OWNED_CONDITION,
+  OWNED_NAMES,
+  ownedBy,
+  stepReadable,
+} from './dynamodb-conditions.js';
+import {
+  DYNAMODB_ITEM_LIMIT_BYTES,
+  RECORD_OVERHEAD_BYTES,
+  itemKey,
+  num,
+  stepsOf,
+  str,
+} from './dynamodb-item.js';
+import type { DynamoDbRecords } from './dynamodb-records.js';
+import { isItemTooLarge, loadDynamoDbSdk } from './dynamodb-sdk.js';
+
+/**
+ * @internal A step's result of the lease's request, read strongly
+ * consistent; none past its expiry, and never another request's
+ * (fingerprint).
+ */
+export async function readStepResult(
+  records: DynamoDbRecords,
+  lease: StepLease,
+  step: string,
+): Promise<{ result: unknown } | undefined> {
+  const sdk = await loadDynamoDbSdk();
+  const { Item: item } = await records.client.send(
+    new sdk.GetItemCommand({
+      TableName: records.tableName,
+      Key: itemKey(lease),
+      ProjectionExpression: 'steps.#step',
+      ExpressionAttributeNames: { '#step': step },
+      ConsistentRead: true,
+    }),
+  );
+  const saved = item ? stepsOf(item).get(step) : undefined;
+  return saved && stepReadable(saved, lease.fingerprint, Date.now())
+    ? { result: JSON.parse(saved.result) as unknown }
+    : undefined;
+}
+
+/**
+ * @internal Writes a step's result, with the lease's fingerprint, into the
+ * claim's item (`steps`), fenced by the owner and the claim's fingerprint,
+ * and binds the key to the request until the step expires: `bound_until` is
+ * raised to the step's expiry in the same write, never lowered (a step saved
+ * with a shorter time to live than an earlier one is written by a second
+ * write that leaves it).
+ * @returns false when the claim was lost.
+ * @throws RangeError when the item would exceed DynamoDB's 400 KB.
+ */
+export async function saveStepResult(
+  records: DynamoDbRecords,
+  lease: StepLease,
+  step: string,
+  result: unknown,
+  ttlMs: number,
+): Promise<boolean> {
+  const json = JSON.stringify(result ?? null);
+  const tooLarge = () =>
+    new RangeError(
+      `The result of step "${step}" (${Buffer.byteLength(json)} bytes of JSON) does not fit in DynamoDB's item of 400 KB, which holds the record and all the steps of its key: store a reference to the result instead.`,
+    );
+  if (
+    Buffer.byteLength(json) +
+      Buffer.byteLength(step) +
+      Buffer.byteLength(lease.fingerprint) +
+      RECORD_OVERHEAD_BYTES >
+    DYNAMODB_ITEM_LIMIT_BYTES
+  ) {
+    throw tooLarge();
+  }
+  const sdk = await loadDynamoDbSdk();
+  const expiresAt = num(Date.now() + ttlMs);
+  const write = (raise: boolean) =>
+    new sdk.UpdateItemCommand({
+      TableName: records.tableName,
+      Key: itemKey(lease),
+      UpdateExpression: raise
+        ? 'SET steps.#step = :step, bound_until = :expires'
+        : 'SET steps.#step = :step',
+      ConditionExpression:
+        `${OWNED_CONDITION} AND fingerprint = :fingerprint AND ` +
+        (raise
+          ? '(attribute_not_exists(bound_until) OR bound_until <= :expires)'
+          : 'bound_until > :expires'),
+      ExpressionAttributeNames: { ...OWNED_NAMES, '#step': step },
+      ExpressionAttributeValues: {
+        ':step': {
+          M: { r: str(json), e: expiresAt, f: str(lease.fingerprint) },
+        },
+        ':expires': expiresAt,
+        ':fingerprint': str(lease.fingerprint),
+        ':owner': str(lease.owner),
+        ':inProgress': IN_PROGRESS,
+      },
+      ReturnValues: 'NONE',
+      ReturnValuesOnConditionCheckFailure: raise ? 'ALL_OLD' : 'NONE',
+    });
+  try {
+    const raised = await records.conditional(write(true));
+    if (raised.written) {
+      return true;
+    }
+    if (
+      raised.current &&
+      !ownedBy(raised.current, lease.owner, lease.fingerprint)
+    ) {
+      return false;
+    }
+    // Bound longer already by an earlier step (or the server did not say
+    // why): the step alone, still fenced.
+    return (await records.fenced(write(false))) !== undefined;
+  } catch (error) {
+    throw isItemTooLarge(error) ? tooLarge() : error;
+  }
+}

@@ -1,0 +1,127 @@
+/**
+ * The dependency rules of `npm run lint` (test/dependency-cruiser.cjs) hold
+ * on the library, and catch what they are for: an import from the core
+ * into TypeORM's side or a transport, and a cycle. Each case runs the
+ * dependency check on a copy of `src` and `migrations` with one import
+ * added.
+ */
+import { execFile } from 'node:child_process';
+import {
+  cp,
+  mkdtemp,
+  readFile,
+  rm,
+  symlink,
+  writeFile,
+} from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { promisify } from 'node:util';
+
+const run = promisify(execFile);
+const root = path.resolve(import.meta.dirname, '../..');
+const depcruise = path.join(root, 'node_modules/.bin/depcruise');
+
+interface Check {
+  readonly passed: boolean;
+  readonly output: string;
+}
+
+describe('the dependency rules', () => {
+  let copy: string;
+
+  beforeAll(async () => {
+    copy = await mkdtemp(path.join(tmpdir(), 'idempotency-layout-'));
+    await Promise.all([
+      cp(path.join(root, 'src'), path.join(copy, 'src'), { recursive: true }),
+      cp(path.join(root, 'migrations'), path.join(copy, 'migrations'), {
+        recursive: true,
+      }),
+      cp(path.join(root, 'tsconfig.json'), path.join(copy, 'tsconfig.json')),
+      cp(
+        path.join(root, 'test/dependency-cruiser.cjs'),
+        path.join(copy, 'dependency-cruiser.cjs'),
+      ),
+      symlink(path.join(root, 'node_modules'), path.join(copy, 'node_modules')),
+    ]);
+  });
+  afterAll(() => rm(copy, { recursive: true, force: true }));
+
+  /** Runs the check on the copy, with `line` added to `file` for the run. */
+  async function check(file?: string, line?: string): Promise<Check> {
+    const target = file && path.join(copy, file);
+    const original = target ? await readFile(target, 'utf8') : undefined;
+    if (target) {
+      await writeFile(target, `${line}\n${original}`);
+    }
+    try {
+      const { stdout } = await run(
+        depcruise,
+        ['src', 'migrations', '--config', 'dependency-cruiser.cjs'],
+        { cwd: copy },
+      );
+      return { passed: true, output: stdout };
+    } catch (error) {
+      const { stdout = '', stderr = '' } = error as {
+        stdout?: string;
+        stderr?: string;
+      };
+      return { passed: false, output: `${stdout}${stderr}` };
+    } finally {
+      if (target) {
+        await writeFile(target, original!);
+      }
+    }
+  }
+
+  it('hold on the library as it is', async () => {
+    const { passed, output } = await check();
+    expect({ passed, output }).toEqual({
+      passed: true,
+      output: expect.any(String),
+    });
+  });
+
+  it.each([
+    [
+      'the core into typeorm/',
+      'src/core/execution.ts',
+      "import '../typeorm/lazy-transaction.js';",
+      'core-is-inward: src/core/execution.ts → src/typeorm/lazy-transaction.ts',
+    ],
+    [
+      'the core into http/',
+      'src/core/idempotency.executor.ts',
+      "import '../http/idempotency-key.js';",
+      'core-is-inward: src/core/idempotency.executor.ts → src/http/idempotency-key.ts',
+    ],
+    [
+      'the public API into a store',
+      'src/idempotency.context.ts',
+      "import './stores/memory/memory.store.js';",
+      'core-is-inward: src/idempotency.context.ts → src/stores/memory/memory.store.ts',
+    ],
+    [
+      'the core into TypeORM itself',
+      'src/core/waiters.ts',
+      "import 'typeorm';",
+      'core-knows-no-driver: src/core/waiters.ts →',
+    ],
+    [
+      'a transport into another one',
+      'src/messages/idempotency.messages.ts',
+      "import '../http/idempotency.http.js';",
+      'transports-are-apart: src/messages/idempotency.messages.ts → src/http/idempotency.http.ts',
+    ],
+    [
+      'a cycle of files',
+      'src/core/waiters.ts',
+      "import './idempotency.executor.js';",
+      'no-circular: src/core/idempotency.executor.ts',
+    ],
+  ])('fail on an import from %s', async (_what, file, line, violation) => {
+    const { passed, output } = await check(file, line);
+    expect(passed).toBe(false);
+    expect(output).toContain(violation);
+  });
+});
