@@ -8,6 +8,7 @@ import type {
   StepLease,
   StoredResponse,
 } from '../../src/interfaces/idempotency-store.interface.js';
+import { asTheModuleCallsIt } from '../utils/store-handles.js';
 
 /** A store to run the conformance suite on, and how to let it go. */
 export interface StoreUnderTest {
@@ -46,8 +47,9 @@ export function describeStoreConformance(
     readonly resentCompletions?: boolean;
     /**
      * Whether the suite hands the store bare leases (scope, key and owner),
-     * as a caller other than the module would, instead of the claim
-     * requests that the module hands as leases (see `Lease`).
+     * as a caller other than the module would, instead of what the module
+     * hands as leases: the store's handle of the claim, else its request
+     * (see `Lease`).
      */
     readonly bareLeases?: boolean;
   } = {},
@@ -59,7 +61,7 @@ export function describeStoreConformance(
 
     beforeAll(async () => {
       subject = await factory();
-      store = subject.store;
+      store = asTheModuleCallsIt(subject.store);
     });
     afterAll(() => subject?.close());
     beforeEach(() => {

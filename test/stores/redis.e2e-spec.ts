@@ -20,6 +20,7 @@ import { CLAIM, COMPLETE } from '../../src/stores/redis/redis.scripts.js';
 import { describeIf, describeWithServer } from '../utils/server.js';
 import { until } from '../utils/barrier.js';
 import { describeStoreConformance } from './conformance.js';
+import { asTheModuleCallsIt } from '../utils/store-handles.js';
 
 /** Where a server listens. */
 interface Address {
@@ -241,7 +242,9 @@ function storeTests(server: () => Address): void {
 
   beforeAll(() => {
     client = new Redis(server());
-    store = new RedisIdempotencyStore(client, { prefix: PREFIX });
+    store = asTheModuleCallsIt(
+      new RedisIdempotencyStore(client, { prefix: PREFIX }),
+    );
   });
   afterAll(async () => {
     await store?.close();
@@ -281,7 +284,9 @@ function storeTests(server: () => Address): void {
   it('completes a claim without steps by SET IFEQ where the server has it, writing the record the script writes; where it refuses it, by the script, and stops asking', async () => {
     const ifEq = await hasIfEq(client);
     // A store of its own: it has not tried SET IFEQ yet.
-    const fresh = new RedisIdempotencyStore(client, { prefix: PREFIX });
+    const fresh = asTheModuleCallsIt(
+      new RedisIdempotencyStore(client, { prefix: PREFIX }),
+    );
     // The test reads on a client of its own: the monitor sees the store's.
     const reader = client.duplicate();
     // The script, by its SHA1 alone: the server has it, whatever ran before.
@@ -898,8 +903,18 @@ function storeTests(server: () => Address): void {
     const own = await RedisIdempotencyStore.connect(`redis://${host}:${port}`, {
       prefix: PREFIX,
     });
-    expect(await own.claim(attempt('own-client'))).toEqual({
+    // A claim of a key without steps comes with the store's handle, which
+    // the module hands back to the completion (SET IFEQ of the value the
+    // claim wrote).
+    const claim = attempt('own-client');
+    expect(await own.claim(claim)).toEqual({
       state: 'claimed',
+      lease: expect.objectContaining({
+        scope: claim.scope,
+        key: claim.key,
+        owner: claim.owner,
+        fingerprint: claim.fingerprint,
+      }),
     });
     // One retry, not ioredis's 20: a 503 comes promptly while Redis is down.
     // The store batches its writes itself: no auto-pipelining.
