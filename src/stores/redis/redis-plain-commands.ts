@@ -69,7 +69,8 @@ export class RedisPlainCommands {
     // would cost Redis and the application a read and a write more.
     // Not sent where the server has no SET IFEQ: a compare-and-set by a
     // script there would save Redis little more than the EXISTS costs the
-    // application, so every completion there is the completion script.
+    // application, so every completion there is the completion script
+    // (figures in test/bench/README.md).
     const steps =
       this.ifEq === false
         ? undefined

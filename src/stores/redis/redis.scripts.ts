@@ -104,9 +104,9 @@ return {1}`,
  * JSON, body), the record's second is only its first line (status letter,
  * expiry, response status), and the script adds the claim's fingerprint,
  * method and path, then those: for a caller that has no claim request to
- * build the record whole from (copying the lines in Lua costs Redis about a
- * tenth more a call: 21 µs against 19 µs in an A/B on 2 cores, alternating
- * the two). Returns {completed, waiting}.
+ * build the record whole from (the module builds it whole when it can:
+ * copying the lines in Lua costs Redis more a call; figures in
+ * test/bench/README.md). Returns {completed, waiting}.
  */
 export const COMPLETE = script(
   'complete',
