@@ -112,6 +112,7 @@ function dynamoTarget(maxAttempts: number) {
   return async (
     platform: Platform,
     gatewayUrl: string,
+    leaseMs: number,
   ): Promise<StoreTarget<HttpRequestView>> => {
     const dynamo: LocalDynamoDb = await startDynalite();
     const direct = dynamo.client();
@@ -127,6 +128,7 @@ function dynamoTarget(maxAttempts: number) {
       platform,
       new DynamoDbIdempotencyStore(client),
       gatewayUrl,
+      leaseMs,
     );
     const pkOf = (key: string) => partitionKey(DEFAULT_SCOPE, key);
     const item = async (key: string): Promise<Item | undefined> =>

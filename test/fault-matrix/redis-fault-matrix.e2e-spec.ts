@@ -82,6 +82,7 @@ function commandOf(
 async function startRedisTarget(
   platform: Platform,
   gatewayUrl: string,
+  leaseMs: number,
   clientOptions: RedisOptions,
 ): Promise<StoreTarget<RedisCommand>> {
   const prefix = `idempotency-fault-matrix-${randomUUID().slice(0, 8)}:`;
@@ -108,6 +109,7 @@ async function startRedisTarget(
     platform,
     new RedisIdempotencyStore(client, { prefix }),
     gatewayUrl,
+    leaseMs,
   );
   // The store finds out at its first completion of a key without steps
   // whether Redis has SET IFEQ (Redis 7 does not): before the cells.
@@ -194,7 +196,8 @@ describeRedis('Redis', () => {
    */
   describeStoreMatrix({
     name: "Redis 7, ioredis's defaults",
-    start: (platform, gatewayUrl) => startRedisTarget(platform, gatewayUrl, {}),
+    start: (platform, gatewayUrl, leaseMs) =>
+      startRedisTarget(platform, gatewayUrl, leaseMs, {}),
     cells: resendingCells({ resentCompletion: ['503', '201 replayed'] }),
   });
 
@@ -207,8 +210,8 @@ describeRedis('Redis', () => {
    */
   describeStoreMatrix({
     name: 'Redis 7, a client failing fast',
-    start: (platform, gatewayUrl) =>
-      startRedisTarget(platform, gatewayUrl, {
+    start: (platform, gatewayUrl, leaseMs) =>
+      startRedisTarget(platform, gatewayUrl, leaseMs, {
         maxRetriesPerRequest: 0,
         enableOfflineQueue: false,
       }),

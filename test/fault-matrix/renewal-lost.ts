@@ -19,14 +19,27 @@ export async function renewalLost(
     readonly arm: () => ArmedFault<unknown>;
     /** When the lease of the client's key ends (ms; 0 if not claimed). */
     readonly leaseEnds: () => Promise<number>;
+    /** Resolves once the store's client can reach it (a cell before may have cut it). */
+    readonly ready?: () => Promise<void>;
   },
 ): Promise<Reply[]> {
   const { key } = client;
+  await options.ready?.();
   const held = options.control.holdAfterCharge(key);
   const fault = options.arm();
   try {
     const first = client.send();
-    await held.reached();
+    // An answer before the hold is a failure to report, not to wait on.
+    const reached = await Promise.race([
+      held.reached().then(() => true),
+      first.then(
+        () => false,
+        () => false,
+      ),
+    ]);
+    if (!reached) {
+      throw new Error(`${key} answered ${label(await read(first))} first`);
+    }
     await until(
       () => Promise.resolve(fault.hit),
       `a renewal of ${key}`,

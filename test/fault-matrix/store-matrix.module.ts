@@ -57,18 +57,19 @@ export class StorePaymentsController {
 
 /**
  * The matrix's payments on `platform` and `store` (claims leased for
- * {@link STORE_LEASE_MS}), charging the gateway at `gatewayUrl`.
+ * `leaseMs`), charging the gateway at `gatewayUrl`.
  */
 export function startStorePayments(
   platform: Platform,
   store: IdempotencyStoreOption,
   gatewayUrl: string,
+  leaseMs: number,
 ): Promise<StoreApp> {
   return startStoreApp({
     platform,
     store,
     controllers: [StorePaymentsController],
     providers: chargingProviders(gatewayUrl),
-    idempotency: { lease: `${STORE_LEASE_MS}ms` },
+    idempotency: { lease: `${leaseMs}ms` },
   });
 }
