@@ -15,7 +15,10 @@ import {
  * Makes handlers decorated with `@Idempotent()` idempotent, on the
  * application's TypeORM PostgreSQL DataSource, or on the store given as
  * `store` (see `IdempotencyStoreOption`). Import it once, in the root
- * module; it is global.
+ * module; it is global. An application's tests replace its store by its
+ * token, whatever the store: `overrideProvider(IdempotencyStore)
+ * .useValue(new MemoryIdempotencyStore())` (Nest's `overrideModule()` cannot
+ * reach the module `forRoot()` returns).
  *
  * @example
  * imports: [

@@ -3,7 +3,7 @@ import {
   type DynamicModule,
   type Provider,
 } from '@nestjs/common';
-import { APP_INTERCEPTOR } from '@nestjs/core';
+import { APP_INTERCEPTOR, ModuleRef } from '@nestjs/core';
 import { IdempotencyConfigurationError } from './exceptions/idempotency-configuration.error.js';
 import type { IdempotencyModuleOptions } from './interfaces/idempotency-options.interface.js';
 import type {
@@ -36,10 +36,7 @@ import { IdempotencyProcessors } from './bullmq/idempotency.processors.js';
 import { idempotencyOpenApi } from './openapi/idempotency-openapi.js';
 import { IdempotencyTelemetry } from './telemetry/idempotency.telemetry.js';
 import { IdempotencyDataSource } from './typeorm/idempotency-data-source.js';
-import {
-  loadTypeormRuntime,
-  TYPEORM_RUNTIME,
-} from './typeorm/typeorm-runtime.js';
+import { loadTypeormRuntime } from './typeorm/typeorm-runtime.js';
 import { PostgresIdempotencyStore } from './stores/postgres/postgres.store.js';
 
 /** @internal */
@@ -98,27 +95,34 @@ export const IDEMPOTENCY_PROVIDERS: Provider[] = [
  * the `store` option, or, without it, the PostgreSQL store and the
  * TypeORM side it runs on (TypeORM is imported then only), which is also
  * where handlers' transactions come from.
+ *
+ * Everything of the PostgreSQL store hangs off the `IdempotencyStore`
+ * provider, and the handlers' transactions follow whichever store that
+ * provider gives: an application's test that replaces the store
+ * (`overrideProvider(IdempotencyStore)`) then imports no TypeORM, looks up
+ * no DataSource and sends no statement.
  */
 function withStore(
   definition: DynamicModule,
   store: IdempotencyStoreOption | undefined,
 ): DynamicModule {
-  const providers: Provider[] = [...(definition.providers ?? [])];
+  const providers: Provider[] = [
+    ...(definition.providers ?? []),
+    {
+      provide: HandlerTransactions,
+      useFactory: handlerTransactionsOf,
+      inject: [IdempotencyStore],
+    },
+  ];
   const imports = [...(definition.imports ?? [])];
   if (store === undefined) {
-    providers.push(
-      { provide: TYPEORM_RUNTIME, useFactory: loadTypeormRuntime },
-      IdempotencyDataSource,
-      PostgresIdempotencyStore,
-      { provide: IdempotencyStore, useExisting: PostgresIdempotencyStore },
-      { provide: HandlerTransactions, useExisting: IdempotencyDataSource },
-    );
+    providers.push({
+      provide: IdempotencyStore,
+      useFactory: postgresStore,
+      inject: [ModuleRef, IDEMPOTENCY_RESOLVED_OPTIONS],
+    });
     return { ...definition, providers, imports };
   }
-  providers.push({
-    provide: HandlerTransactions,
-    useValue: NO_HANDLER_TRANSACTIONS,
-  });
   if (isIdempotencyStore(store)) {
     providers.push({ provide: IdempotencyStore, useValue: store });
   } else if (typeof store === 'object' && store !== null) {
@@ -143,6 +147,40 @@ function withStore(
     throw invalidStore(store);
   }
   return { ...definition, providers, imports };
+}
+
+/** The TypeORM side of each PostgreSQL store the module made. */
+const POSTGRES_TRANSACTIONS = new WeakMap<
+  IdempotencyStore,
+  IdempotencyDataSource
+>();
+
+/**
+ * The PostgreSQL store on the application's DataSource. Nest runs the
+ * lifecycle hooks of both halves: the store's as the `IdempotencyStore`
+ * provider's, the DataSource side's as the `HandlerTransactions` one's.
+ */
+async function postgresStore(
+  moduleRef: ModuleRef,
+  options: ResolvedIdempotencyOptions,
+): Promise<IdempotencyStore> {
+  const source = new IdempotencyDataSource(
+    moduleRef,
+    options,
+    await loadTypeormRuntime(),
+  );
+  const store = new PostgresIdempotencyStore(source, options);
+  POSTGRES_TRANSACTIONS.set(store, source);
+  return store;
+}
+
+/**
+ * The handlers' transactions: the DataSource's with the PostgreSQL store
+ * made above, none with any other store (including one a test put in its
+ * place).
+ */
+function handlerTransactionsOf(store: IdempotencyStore): HandlerTransactions {
+  return POSTGRES_TRANSACTIONS.get(store) ?? NO_HANDLER_TRANSACTIONS;
 }
 
 function invalidStore(store: unknown): IdempotencyConfigurationError {

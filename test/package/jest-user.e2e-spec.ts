@@ -10,33 +10,41 @@ import {
   writeFile,
 } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { dirname, join, relative } from 'node:path';
+import { basename, dirname, join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { assertBuilt } from '../utils/library-build.js';
 
 /*
- * The packed library in the Jest test of an application that installed it
- * with its required peers only: under Jest, whose module registry says
- * `MODULE_NOT_FOUND` of a package that is not installed where Node.js says
- * `ERR_MODULE_NOT_FOUND`, the module must start without any of its
- * optional peers.
+ * The packed library in the Jest tests of applications that installed it,
+ * run as the README's "Testing your application" shows them (its Jest
+ * configuration is jest-user/jest.config.js, quoted there):
  *
- * The application is a directory outside the repository: the library
+ * - an application with the library's required peers only: under Jest,
+ *   whose module registry says `MODULE_NOT_FOUND` of a package that is not
+ *   installed where Node.js says `ERR_MODULE_NOT_FOUND`, the module must
+ *   start without any of its optional peers (jest-user/payments.spec.ts, a
+ *   test module of its own on `IdempotencyTestingModule`);
+ * - an application set up as the README's five-minute setup, on TypeORM,
+ *   @nestjs/typeorm and pg (optional peers of the library, dependencies of
+ *   this application) and no other optional peer, whose test replaces the
+ *   module's store and the DataSource, and runs with no database to reach
+ *   (jest-user/typeorm-app).
+ *
+ * Each application is a directory outside the repository: the library
  * unpacked from `npm pack` (a copy: its imports resolve from there, never
- * from the repository's node_modules), its required peers and what the
- * application's test uses (Nest's Express platform and testing module,
- * supertest, ts-jest) linked from the repository's node_modules, and
- * jest-user/payments.spec.ts, run by the repository's Jest with the
- * application as its root directory.
+ * from the repository's node_modules), the packages it installed linked
+ * from the repository's node_modules, and its files, run by the
+ * repository's Jest with the application as its root directory.
  *
  * Needs `npm run build` first (`npm test` builds before it runs jest).
  */
 
 const run = promisify(execFile);
 const root = fileURLToPath(new URL('../../', import.meta.url));
+const here = join(root, 'test/package/jest-user');
 
-/** What the application's own test needs besides the library's peers. */
+/** What the applications' tests need besides the library's peers. */
 const APPLICATION_PACKAGES = [
   '@nestjs/platform-express',
   '@nestjs/testing',
@@ -44,15 +52,24 @@ const APPLICATION_PACKAGES = [
   'ts-jest',
 ];
 
+/** What the TypeORM application installed for its own setup. */
+const TYPEORM_PACKAGES = ['typeorm', '@nestjs/typeorm', 'pg'];
+
 /**
  * Integrations the library works with that are no peers of its own: they
  * must not be there either.
  */
 const INTEGRATIONS = ['@nestjs/graphql', 'nestjs-cls'];
 
-/** The title of the application's test, as Jest reports it. */
+/** The title of each application's test, as Jest reports it. */
 const USER_TEST =
   'payments executes a payment once and replays it for its duplicate';
+
+/**
+ * Where nothing listens: the TypeORM application's `DATABASE_URL`, so that
+ * a connection attempt fails its test.
+ */
+const NO_DATABASE = 'postgres://postgres@127.0.0.1:9/none';
 
 interface Manifest {
   dependencies?: Record<string, string>;
@@ -101,11 +118,167 @@ function installedFrom(dir: string, name: string): string | undefined {
   }
 }
 
-describe('the packed library in the Jest test of an application without optional peers', () => {
+/** The optional peers of the library, by its manifest. */
+function optionalPeers(manifest: Manifest): string[] {
+  return Object.keys(manifest.peerDependenciesMeta ?? {}).filter(
+    (name) => manifest.peerDependenciesMeta?.[name]?.optional,
+  );
+}
+
+/** An application's directory, and where its copy of the library is. */
+interface Application {
+  readonly dir: string;
+  readonly library: string;
+}
+
+/**
+ * Makes an application in `dir`: the library unpacked from `tarball`, its
+ * required peers, `packages` linked from the repository, the Jest
+ * configuration the README quotes, and `files` (paths relative to
+ * jest-user/, copied to the application's root).
+ */
+async function createApplication(
+  dir: string,
+  tarball: string,
+  packages: readonly string[],
+  files: readonly string[],
+): Promise<Application> {
+  const library = join(dir, 'node_modules/nestjs-idempotency');
+  await mkdir(library, { recursive: true });
+  await run('tar', ['-xzf', tarball, '-C', library, '--strip-components=1']);
+  const manifest = JSON.parse(
+    await readFile(join(library, 'package.json'), 'utf8'),
+  ) as Manifest;
+  const required = [
+    ...Object.keys(manifest.peerDependencies ?? {}).filter(
+      (name) => !optionalPeers(manifest).includes(name),
+    ),
+    ...Object.keys(manifest.dependencies ?? {}),
+  ];
+  for (const name of [...required, ...packages]) {
+    if (!existsSync(join(root, 'node_modules', name))) {
+      throw new Error(
+        `${name} is not in the repository's node_modules: run \`npm install\`.`,
+      );
+    }
+    await mkdir(dirname(join(dir, 'node_modules', name)), { recursive: true });
+    await symlink(
+      join(root, 'node_modules', name),
+      join(dir, 'node_modules', name),
+      'dir',
+    );
+  }
+
+  await writeFile(
+    join(dir, 'package.json'),
+    JSON.stringify(
+      {
+        name: 'jest-user-app',
+        private: true,
+        type: 'module',
+        scripts: { test: 'NODE_OPTIONS=--experimental-vm-modules jest' },
+        dependencies: { 'nestjs-idempotency': `file:../${basename(tarball)}` },
+      },
+      null,
+      2,
+    ),
+  );
+  await writeFile(
+    join(dir, 'tsconfig.json'),
+    JSON.stringify(
+      {
+        compilerOptions: {
+          module: 'nodenext',
+          moduleResolution: 'nodenext',
+          target: 'es2022',
+          // Compiled file by file, without a type check: the test is
+          // about what runs (the repository's lint type-checks the files).
+          isolatedModules: true,
+          experimentalDecorators: true,
+          emitDecoratorMetadata: true,
+          esModuleInterop: true,
+        },
+      },
+      null,
+      2,
+    ),
+  );
+  for (const file of ['jest.config.js', ...files]) {
+    await copyFile(join(here, file), join(dir, basename(file)));
+  }
+  return { dir, library };
+}
+
+/** Runs the application's Jest; what it reported, or why it reported nothing. */
+async function runJest(
+  application: Application,
+  scratch: string,
+  env: Record<string, string> = {},
+) {
+  const outputFile = join(application.dir, 'results.json');
+  const jest = await run(
+    process.execPath,
+    [
+      join(root, 'node_modules/jest/bin/jest.js'),
+      '--rootDir',
+      application.dir,
+      '--ci',
+      '--no-watchman',
+      '--cacheDirectory',
+      join(scratch, 'jest-cache'),
+      // A machine busy with the rest of the suite may take more than
+      // Jest's default 5 s to boot an application.
+      '--testTimeout',
+      '30000',
+      '--json',
+      '--outputFile',
+      outputFile,
+    ],
+    {
+      cwd: application.dir,
+      // The application's `npm test`: its package.json `test` script.
+      env: childEnv({ NODE_OPTIONS: '--experimental-vm-modules', ...env }),
+      timeout: 90_000,
+    },
+  ).then(
+    () => ({ code: 0, stderr: '' }),
+    (error: { code?: unknown; stderr?: string }) => ({
+      code: error.code,
+      stderr: error.stderr ?? String(error),
+    }),
+  );
+  if (!existsSync(outputFile)) {
+    throw new Error(`Jest reported no results:\n${jest.stderr}`);
+  }
+  const results = JSON.parse(await readFile(outputFile, 'utf8')) as JestResults;
+  return {
+    code: jest.code,
+    failures: results.testResults
+      .map((file) => file.message)
+      .filter((message) => message !== ''),
+    tests: results.testResults.flatMap((file) =>
+      file.assertionResults.map(({ fullName, status }) => ({
+        fullName,
+        status,
+      })),
+    ),
+  };
+}
+
+/** The packages of `names` that `application` or its library would find. */
+function foundIn(application: Application, names: readonly string[]): string[] {
+  return names.flatMap((name) =>
+    [application.dir, application.library]
+      .map((from) => installedFrom(from, name))
+      .filter((at) => at !== undefined),
+  );
+}
+
+describe('the packed library in the Jest tests of applications', () => {
   let scratch: string;
-  let app: string;
-  let library: string;
   let manifest: Manifest;
+  let bare: Application;
+  let typeormApp: Application;
 
   beforeAll(async () => {
     await assertBuilt();
@@ -119,86 +292,26 @@ describe('the packed library in the Jest test of an application without optional
     const [{ filename }] = JSON.parse(stdout.slice(stdout.search(/^\[/m))) as [
       { filename: string },
     ];
-
-    app = join(scratch, 'app');
-    library = join(app, 'node_modules/nestjs-idempotency');
-    await mkdir(library, { recursive: true });
-    await run('tar', [
-      '-xzf',
-      join(scratch, filename),
-      '-C',
-      library,
-      '--strip-components=1',
-    ]);
+    const tarball = join(scratch, filename);
+    bare = await createApplication(
+      join(scratch, 'app'),
+      tarball,
+      APPLICATION_PACKAGES,
+      ['payments.spec.ts'],
+    );
+    typeormApp = await createApplication(
+      join(scratch, 'typeorm-app'),
+      tarball,
+      [...APPLICATION_PACKAGES, ...TYPEORM_PACKAGES],
+      [
+        'typeorm-app/app.module.ts',
+        'typeorm-app/payments.controller.ts',
+        'typeorm-app/app.spec.ts',
+      ],
+    );
     manifest = JSON.parse(
-      await readFile(join(library, 'package.json'), 'utf8'),
+      await readFile(join(bare.library, 'package.json'), 'utf8'),
     ) as Manifest;
-
-    const required = [
-      ...Object.keys(manifest.peerDependencies ?? {}).filter(
-        (name) => !manifest.peerDependenciesMeta?.[name]?.optional,
-      ),
-      ...Object.keys(manifest.dependencies ?? {}),
-    ];
-    for (const name of [...required, ...APPLICATION_PACKAGES]) {
-      if (!existsSync(join(root, 'node_modules', name))) {
-        throw new Error(
-          `${name} is not in the repository's node_modules: run \`npm install\`.`,
-        );
-      }
-      await mkdir(dirname(join(app, 'node_modules', name)), {
-        recursive: true,
-      });
-      await symlink(
-        join(root, 'node_modules', name),
-        join(app, 'node_modules', name),
-        'dir',
-      );
-    }
-
-    await writeFile(
-      join(app, 'package.json'),
-      JSON.stringify(
-        {
-          name: 'jest-user-app',
-          private: true,
-          type: 'module',
-          dependencies: { 'nestjs-idempotency': `file:../${filename}` },
-          jest: {
-            testEnvironment: 'node',
-            extensionsToTreatAsEsm: ['.ts'],
-            transform: { '^.+\\.ts$': ['ts-jest', { useESM: true }] },
-            testTimeout: 30_000,
-          },
-        },
-        null,
-        2,
-      ),
-    );
-    await writeFile(
-      join(app, 'tsconfig.json'),
-      JSON.stringify(
-        {
-          compilerOptions: {
-            module: 'nodenext',
-            moduleResolution: 'nodenext',
-            target: 'es2022',
-            // Compiled file by file, without a type check: the test is
-            // about what runs.
-            isolatedModules: true,
-            experimentalDecorators: true,
-            emitDecoratorMetadata: true,
-            esModuleInterop: true,
-          },
-        },
-        null,
-        2,
-      ),
-    );
-    await copyFile(
-      join(root, 'test/package/jest-user/payments.spec.ts'),
-      join(app, 'payments.spec.ts'),
-    );
   }, 60_000);
 
   afterAll(async () => {
@@ -208,10 +321,7 @@ describe('the packed library in the Jest test of an application without optional
   });
 
   it('has none of the optional peers where the application or the library would find them', () => {
-    const optional = Object.keys(manifest.peerDependenciesMeta ?? {}).filter(
-      (name) => manifest.peerDependenciesMeta?.[name]?.optional,
-    );
-    expect(optional).toEqual(
+    expect(optionalPeers(manifest)).toEqual(
       expect.arrayContaining([
         '@nestjs/swagger',
         '@opentelemetry/api',
@@ -219,70 +329,41 @@ describe('the packed library in the Jest test of an application without optional
         'bullmq',
         '@nestjs/bullmq',
         '@nestjs/microservices',
-        'typeorm',
-        '@nestjs/typeorm',
-        'pg',
+        ...TYPEORM_PACKAGES,
         'ioredis',
         '@aws-sdk/client-dynamodb',
         '@nestjs-cls/transactional',
         'typeorm-transactional',
       ]),
     );
-    const found = [...optional, ...INTEGRATIONS].flatMap((name) =>
-      [app, library]
-        .map((from) => installedFrom(from, name))
-        .filter((at) => at !== undefined),
-    );
-    expect(found).toEqual([]);
-    expect(relative(root, library).startsWith('..')).toBe(true);
+    expect(
+      foundIn(bare, [...optionalPeers(manifest), ...INTEGRATIONS]),
+    ).toEqual([]);
+    expect(relative(root, bare.library).startsWith('..')).toBe(true);
   });
 
   it("boots the module in the application's test and replays a duplicate request", async () => {
-    const outputFile = join(scratch, 'results.json');
-    const jest = await run(
-      process.execPath,
-      [
-        join(root, 'node_modules/jest/bin/jest.js'),
-        '--rootDir',
-        app,
-        '--ci',
-        '--no-watchman',
-        '--cacheDirectory',
-        join(scratch, 'jest-cache'),
-        '--json',
-        '--outputFile',
-        outputFile,
-      ],
-      {
-        cwd: app,
-        env: childEnv({ NODE_OPTIONS: '--experimental-vm-modules' }),
-        timeout: 90_000,
-      },
-    ).then(
-      () => ({ code: 0, stderr: '' }),
-      (error: { code?: unknown; stderr?: string }) => ({
-        code: error.code,
-        stderr: error.stderr ?? String(error),
-      }),
+    expect(await runJest(bare, scratch)).toEqual({
+      code: 0,
+      failures: [],
+      tests: [{ fullName: USER_TEST, status: 'passed' }],
+    });
+  }, 120_000);
+
+  it('has of the optional peers only those of its TypeORM setup in the TypeORM application', () => {
+    const others = optionalPeers(manifest).filter(
+      (name) => !TYPEORM_PACKAGES.includes(name),
     );
-    if (!existsSync(outputFile)) {
-      throw new Error(`Jest reported no results:\n${jest.stderr}`);
-    }
-    const results = JSON.parse(
-      await readFile(outputFile, 'utf8'),
-    ) as JestResults;
-    expect({
-      code: jest.code,
-      failures: results.testResults
-        .map((file) => file.message)
-        .filter((message) => message !== ''),
-      tests: results.testResults.flatMap((file) =>
-        file.assertionResults.map(({ fullName, status }) => ({
-          fullName,
-          status,
-        })),
-      ),
-    }).toEqual({
+    expect(foundIn(typeormApp, [...others, ...INTEGRATIONS])).toEqual([]);
+    expect(foundIn(typeormApp, TYPEORM_PACKAGES)).toHaveLength(
+      2 * TYPEORM_PACKAGES.length,
+    );
+  });
+
+  it("runs the application module's test on a memory store, with no database to reach", async () => {
+    expect(
+      await runJest(typeormApp, scratch, { DATABASE_URL: NO_DATABASE }),
+    ).toEqual({
       code: 0,
       failures: [],
       tests: [{ fullName: USER_TEST, status: 'passed' }],
