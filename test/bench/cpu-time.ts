@@ -1,4 +1,5 @@
 import { readdirSync, readFileSync } from 'node:fs';
+import type { LoadResult } from './load.js';
 
 /** Clock ticks per second of `/proc/<pid>/stat` times (USER_HZ: 100 on Linux). */
 const TICKS_PER_SECOND = 100;
@@ -71,4 +72,58 @@ export function postmasterOf(backendPid: number): number | undefined {
   } catch {
     return undefined;
   }
+}
+
+/**
+ * Microseconds of CPU a request (user + system, from `/proc`), of the
+ * app's process, of the Redis server, and of the PostgreSQL server (its
+ * postmaster and every child); each only where this machine runs it.
+ */
+export interface CpuPerRequest {
+  readonly app?: number;
+  readonly redis?: number;
+  readonly db?: number;
+}
+
+/** A load run, and the CPU it cost. */
+export interface Measured extends LoadResult {
+  readonly cpu: CpuPerRequest;
+}
+
+/** Where the CPU time of a run is read: the processes on this machine. */
+export interface CpuSources {
+  readonly app?: number;
+  readonly redis?: number;
+  readonly postmaster?: number;
+}
+
+/** CPU milliseconds so far of each of `sources`. */
+export function cpuNow(sources: CpuSources): CpuPerRequest {
+  return {
+    app: processCpuMs(sources.app),
+    redis: processCpuMs(sources.redis),
+    db: serverCpuMs(sources.postmaster),
+  };
+}
+
+/** The CPU between `before` and `after`, a request of `result`, in µs. */
+export function withCpu(
+  result: LoadResult,
+  before: CpuPerRequest,
+  after: CpuPerRequest,
+): Measured {
+  const perRequest = (of: keyof CpuPerRequest) => {
+    const [a, b] = [before[of], after[of]];
+    return a === undefined || b === undefined || result.requests === 0
+      ? undefined
+      : ((b - a) * 1000) / result.requests;
+  };
+  return {
+    ...result,
+    cpu: {
+      app: perRequest('app'),
+      redis: perRequest('redis'),
+      db: perRequest('db'),
+    },
+  };
 }

@@ -16,7 +16,7 @@ export interface LoadSettings {
   readonly seconds: number;
   /** Rounds of every scenario (`BENCH_ROUNDS`, 5). */
   readonly rounds: number;
-  /** Connections of the scenarios without a gateway wait (`BENCH_CONNECTIONS`, 10). */
+  /** Connections of the scenarios without a gateway wait (`BENCH_CONNECTIONS`, 10 unless a bench says). */
   readonly connections: number;
   /** Connections of the gateway pair (`BENCH_GATEWAY_CONNECTIONS`, 50). */
   readonly gatewayConnections: number;
@@ -28,15 +28,19 @@ export interface LoadSettings {
   readonly replayKeys: number;
 }
 
-/** The load settings from the environment, with a bench's own defaults for its lengths. */
+/**
+ * The load settings from the environment, with a bench's own defaults for
+ * its lengths (and its connections without a gateway wait, 10 otherwise).
+ */
 export function loadSettings(defaults: {
   seconds: number;
   warmupSeconds: number;
+  connections?: number;
 }): LoadSettings {
   return {
     seconds: setting('BENCH_SECONDS', defaults.seconds),
     rounds: setting('BENCH_ROUNDS', 5),
-    connections: setting('BENCH_CONNECTIONS', 10),
+    connections: setting('BENCH_CONNECTIONS', defaults.connections ?? 10),
     gatewayConnections: setting('BENCH_GATEWAY_CONNECTIONS', 50),
     gatewayMs: setting('BENCH_GATEWAY_MS', 50, 0),
     warmupSeconds: setting('BENCH_WARMUP_SECONDS', defaults.warmupSeconds),

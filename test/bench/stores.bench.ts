@@ -82,20 +82,24 @@
  * BENCH_REDIS_URL=redis://127.0.0.1:6379 BENCH_NODE_IDEMPOTENCY=1.0.4 (0: not
  * compared) BENCH_STORES_OUTPUT=dist-bench/stores-bench-results.json
  */
-import { execFile } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import { cpus, loadavg, tmpdir, totalmem } from 'node:os';
-import { dirname, join } from 'node:path';
-import { promisify } from 'node:util';
+import { mkdir, rm, writeFile } from 'node:fs/promises';
+import { cpus, loadavg, totalmem } from 'node:os';
+import { dirname } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { Redis } from 'ioredis';
 import pg from 'pg';
 import { startEmbeddedPostgres } from '../setup/embedded-postgres.js';
-import { serverIdentity } from '../utils/redis-info.js';
 import { startSample, type SampleProcess } from '../utils/sample-process.js';
 import { quiesce } from './app-state.js';
-import { postmasterOf, processCpuMs, serverCpuMs } from './cpu-time.js';
+import {
+  cpuNow,
+  postmasterOf,
+  withCpu,
+  type CpuPerRequest,
+  type CpuSources,
+  type Measured,
+} from './cpu-time.js';
 import { onServer } from './database.js';
 import {
   median,
@@ -104,8 +108,9 @@ import {
   type LoadResult,
   type MedianInterval,
 } from './load.js';
+import { cleanRedis, localRedisPid, serverName } from './redis-server.js';
+import { checkReplay, printCheck, type ReplayCheck } from './replay-check.js';
 import {
-  BODY,
   completed,
   fresh,
   interleave,
@@ -117,6 +122,7 @@ import {
 } from './scenario.js';
 import { loadSettings } from './settings.js';
 import { fixed, printTable } from './table.js';
+import { installTheirs, type Theirs } from './theirs.js';
 
 const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
 
@@ -146,13 +152,6 @@ for (const store of STORES) {
     );
   }
 }
-
-/** The same key with this body is another request: 422 expected. */
-const OTHER_BODY = JSON.stringify({
-  amount: 990,
-  currency: 'EUR',
-  merchantId: 'm_42',
-});
 
 /** A way of sending requests, measured in every round. */
 interface Scenario extends LoadScenario {
@@ -256,139 +255,6 @@ const PAIRS = [
   { name: 'no-op handler', ours: noop, theirs: theirsNoop, target: false },
 ] as const;
 
-/** The other library, installed for this run. */
-interface Theirs {
-  readonly dir: string;
-  /** Installed versions, by package. */
-  readonly versions: Readonly<Record<string, string>>;
-}
-
-/**
- * Installs @node-idempotency/nestjs and its Redis storage adapter in a
- * temporary directory. Its peers (NestJS ^9 || ^10) are not installed
- * (--legacy-peer-deps): the app gives it the repository's NestJS.
- */
-async function installTheirs(): Promise<Theirs> {
-  const dir = await mkdtemp(join(tmpdir(), 'idempotency-bench-theirs-'));
-  const packages = [
-    '@node-idempotency/nestjs',
-    '@node-idempotency/storage-adapter-redis',
-  ];
-  try {
-    await promisify(execFile)('npm', [
-      'install',
-      '--prefix',
-      dir,
-      '--no-save',
-      '--legacy-peer-deps',
-      '--no-audit',
-      '--no-fund',
-      '--loglevel=error',
-      `${packages[0]}@${THEIRS_VERSION}`,
-      packages[1],
-    ]);
-    const versions: Record<string, string> = {};
-    for (const name of packages) {
-      const manifest = JSON.parse(
-        await readFile(join(dir, 'node_modules', name, 'package.json'), 'utf8'),
-      ) as { version: string };
-      versions[name] = manifest.version;
-    }
-    return { dir, versions };
-  } catch (error) {
-    await rm(dir, { recursive: true, force: true });
-    throw error;
-  }
-}
-
-/** What one check of a route's replay saw. */
-interface ReplayCheck {
-  readonly store: string;
-  readonly library: string;
-  readonly path: string;
-  /** Statuses of the request, of its duplicate, and of the key with another body. */
-  readonly statuses: readonly [number, number, number];
-  /** The duplicate said `Idempotent-Replayed: true`. */
-  readonly replayedHeader: boolean;
-  /** The duplicate's body is the first response's, byte for byte. */
-  readonly sameBody: boolean;
-  /** Payments written with the first response's charge (1: the handler ran once). */
-  readonly payments: number;
-  readonly ok: boolean;
-}
-
-/**
- * Sends a request, the same again, then the same key with another body,
- * and counts the payments written for that charge in the app's database.
- */
-async function checkReplay(
-  app: SampleProcess,
-  database: string,
-  store: Store,
-  library: string,
-  path: string,
-): Promise<ReplayCheck> {
-  const key = `check-${randomUUID()}`;
-  const post = async (body: string) => {
-    const response = await fetch(`${app.url}${path}`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json', 'idempotency-key': key },
-      body,
-    });
-    return { response, text: await response.text() };
-  };
-  const one = await post(BODY);
-  const two = await post(BODY);
-  const other = await post(OTHER_BODY);
-  const db = new pg.Client({ connectionString: database });
-  await db.connect();
-  let payments: number;
-  try {
-    const { chargeId } = JSON.parse(one.text) as { chargeId: string };
-    const { rows } = await db.query<{ n: number }>(
-      'SELECT count(*)::int AS n FROM payments WHERE charge_id = $1',
-      [chargeId],
-    );
-    payments = rows[0].n;
-  } finally {
-    await db.end();
-  }
-  const statuses = [
-    one.response.status,
-    two.response.status,
-    other.response.status,
-  ] as const;
-  const replayedHeader =
-    two.response.headers.get('idempotent-replayed') === 'true';
-  const sameBody = two.text === one.text;
-  return {
-    store: STORE_NAMES[store],
-    library,
-    path,
-    statuses,
-    replayedHeader,
-    sameBody,
-    payments,
-    ok:
-      statuses[0] === 201 &&
-      statuses[1] === 201 &&
-      statuses[2] === 422 &&
-      replayedHeader &&
-      sameBody &&
-      payments === 1,
-  };
-}
-
-function printCheck(check: ReplayCheck): void {
-  const [one, two, other] = check.statuses;
-  console.log(
-    `replay check, ${check.library} on ${check.store} (POST ${check.path}): ${one}, then ${two}` +
-      `${check.replayedHeader ? ' with Idempotent-Replayed: true' : ' WITHOUT Idempotent-Replayed'}, ` +
-      `${check.sameBody ? 'the same body' : 'ANOTHER body'}, ${check.payments} payment written; ` +
-      `the key with another body: ${other} (${check.ok ? 'ok' : 'NOT as expected'})`,
-  );
-}
-
 /** Completes the keys of `scenario` (BENCH_REPLAY_KEYS) before its runs replay them. */
 async function createReplayKeys(
   app: SampleProcess,
@@ -445,17 +311,6 @@ interface Pair {
   readonly cpu: Partial<Record<keyof CpuPerRequest, CpuPair>>;
 }
 
-/**
- * Microseconds of CPU a request (user + system, from `/proc`), of the
- * app's process, of the Redis server, and of the PostgreSQL server (its
- * postmaster and every child); each only where this machine runs it.
- */
-interface CpuPerRequest {
-  readonly app?: number;
-  readonly redis?: number;
-  readonly db?: number;
-}
-
 /** One process's CPU a request under ours and theirs, over the rounds. */
 interface CpuPair {
   /** Medians of the rounds (µs). */
@@ -463,49 +318,6 @@ interface CpuPair {
   readonly theirs: number;
   /** Median of ours minus theirs within each round (µs). */
   readonly difference: number;
-}
-
-/** A load run, and the CPU it cost. */
-interface Measured extends LoadResult {
-  readonly cpu: CpuPerRequest;
-}
-
-/** Where the CPU time of a run is read: the processes on this machine. */
-interface CpuSources {
-  readonly app?: number;
-  readonly redis?: number;
-  readonly postmaster?: number;
-}
-
-/** CPU milliseconds so far of each of `sources`. */
-function cpuNow(sources: CpuSources): CpuPerRequest {
-  return {
-    app: processCpuMs(sources.app),
-    redis: processCpuMs(sources.redis),
-    db: serverCpuMs(sources.postmaster),
-  };
-}
-
-/** The CPU between `before` and `after`, a request of `result`, in µs. */
-function withCpu(
-  result: LoadResult,
-  before: CpuPerRequest,
-  after: CpuPerRequest,
-): Measured {
-  const perRequest = (of: keyof CpuPerRequest) => {
-    const [a, b] = [before[of], after[of]];
-    return a === undefined || b === undefined || result.requests === 0
-      ? undefined
-      : ((b - a) * 1000) / result.requests;
-  };
-  return {
-    ...result,
-    cpu: {
-      app: perRequest('app'),
-      redis: perRequest('redis'),
-      db: perRequest('db'),
-    },
-  };
 }
 
 /** Ours and theirs of each process, where every round measured it. */
@@ -526,26 +338,6 @@ function cpuPairs(
     }
   }
   return pairs;
-}
-
-/**
- * The pid of the Redis server, if it runs on this machine (`INFO server`
- * names it, and `/proc` shows a redis-server or valkey-server there).
- */
-async function localRedisPid(redis: Redis): Promise<number | undefined> {
-  const pid = Number(/process_id:(\d+)/.exec(await redis.info('server'))?.[1]);
-  try {
-    const command = (await readFile(`/proc/${pid}/comm`, 'utf8')).trim();
-    return /^(redis|valkey)-server$/.test(command) ? pid : undefined;
-  } catch {
-    return undefined;
-  }
-}
-
-/** The server behind a Redis URL and its version, e.g. `Valkey 8.1.1`. */
-function serverName(info: string): string {
-  const { name, version } = serverIdentity(info);
-  return `${name === 'valkey' ? 'Valkey' : 'Redis'} ${version || 'unknown'}`;
 }
 
 /** The postmaster of the server `database` is on, if it runs on this machine. */
@@ -625,7 +417,7 @@ async function benchStore(store: Store, shared: Shared): Promise<StoreRun> {
       await checkReplay(
         app,
         appUrl.href,
-        store,
+        STORE_NAMES[store],
         'nestjs-idempotency',
         first.path,
       ),
@@ -635,7 +427,7 @@ async function benchStore(store: Store, shared: Shared): Promise<StoreRun> {
         await checkReplay(
           app,
           appUrl.href,
-          store,
+          STORE_NAMES[store],
           `@node-idempotency/nestjs ${theirs.versions['@node-idempotency/nestjs']}`,
           theirsFirst.path,
         ),
@@ -832,26 +624,6 @@ async function serverVersion(serverUrl: string): Promise<string> {
   }
 }
 
-/** Deletes every Redis key of this run (ours and theirs), by prefix. */
-async function cleanRedis(redis: Redis, runId: string): Promise<number> {
-  let deleted = 0;
-  let cursor = '0';
-  do {
-    const [next, keys] = await redis.scan(
-      cursor,
-      'MATCH',
-      `idempotency-bench-${runId}*`,
-      'COUNT',
-      1000,
-    );
-    cursor = next;
-    if (keys.length > 0) {
-      deleted += await redis.del(...keys);
-    }
-  } while (cursor !== '0');
-  return deleted;
-}
-
 async function main(): Promise<void> {
   const runId = randomUUID().replaceAll('-', '').slice(0, 12);
   const server = process.env.DATABASE_URL
@@ -878,7 +650,7 @@ async function main(): Promise<void> {
         theirsSkipped = 'BENCH_NODE_IDEMPOTENCY=0';
       } else {
         try {
-          theirs = await installTheirs();
+          theirs = await installTheirs(THEIRS_VERSION);
           console.log(
             `installed ${Object.entries(theirs.versions)
               .map(([name, version]) => `${name} ${version}`)

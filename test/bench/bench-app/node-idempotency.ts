@@ -18,7 +18,7 @@ import { plainKey } from './bench.controller.js';
 import { noopAnswer, type NoopAnswer } from './stores.controller.js';
 
 /** What the bench uses of `@node-idempotency/nestjs` (it ships CommonJS). */
-interface NodeIdempotencyPackage {
+export interface NodeIdempotencyPackage {
   readonly NodeIdempotencyModule: {
     forRootAsync(options: {
       storage: { adapter: 'redis'; options: { url: string } };
@@ -35,22 +35,43 @@ export interface NodeIdempotencyParts {
 }
 
 /**
- * `@node-idempotency/nestjs` as the stores bench installed it in `dir` (its
- * peers are NestJS 9 and 10, so it is no dependency of this repository):
- * its module on its Redis storage adapter (records under `prefix` on
- * `redisUrl`), and `POST /theirs/payments`, the bench's baseline handler
- * (the gateway, then the payment in a short transaction) under its
- * `@Idempotent()`, and `POST /theirs/noop`, the no-op route likewise. Its `require('@nestjs/common')` finds this repository's
- * NestJS through `NODE_PATH`, which the bench sets: one application, one
- * NestJS, the library the only difference.
+ * `@node-idempotency/nestjs` as a bench installed it in `dir` (its peers are
+ * NestJS 9 and 10, so it is no dependency of this repository). Its
+ * `require('@nestjs/common')` finds this repository's NestJS through
+ * `NODE_PATH`, which the benches set: one application, one NestJS, the
+ * library the only difference.
+ */
+export function requireNodeIdempotency(dir: string): NodeIdempotencyPackage {
+  const require = createRequire(join(dir, 'bench.cjs'));
+  return require('@node-idempotency/nestjs') as NodeIdempotencyPackage;
+}
+
+/** Its module on its Redis storage adapter: records under `prefix` on `redisUrl`. */
+export function nodeIdempotencyModule(
+  library: NodeIdempotencyPackage,
+  redisUrl: string,
+  prefix: string,
+): DynamicModule {
+  return library.NodeIdempotencyModule.forRootAsync({
+    storage: { adapter: 'redis', options: { url: redisUrl } },
+    cacheKeyPrefix: prefix,
+  });
+}
+
+/**
+ * `@node-idempotency/nestjs` as the stores bench installed it in `dir`
+ * ({@link requireNodeIdempotency}): its module on its Redis storage adapter
+ * (records under `prefix` on `redisUrl`), and `POST /theirs/payments`, the
+ * bench's baseline handler (the gateway, then the payment in a short
+ * transaction) under its `@Idempotent()`, and `POST /theirs/noop`, the no-op
+ * route likewise.
  */
 export function nodeIdempotency(
   dir: string,
   redisUrl: string,
   prefix: string,
 ): NodeIdempotencyParts {
-  const require = createRequire(join(dir, 'bench.cjs'));
-  const library = require('@node-idempotency/nestjs') as NodeIdempotencyPackage;
+  const library = requireNodeIdempotency(dir);
 
   @Controller('theirs')
   class NodeIdempotencyBenchController {
@@ -85,10 +106,7 @@ export function nodeIdempotency(
   }
 
   return {
-    module: library.NodeIdempotencyModule.forRootAsync({
-      storage: { adapter: 'redis', options: { url: redisUrl } },
-      cacheKeyPrefix: prefix,
-    }),
+    module: nodeIdempotencyModule(library, redisUrl, prefix),
     controller: NodeIdempotencyBenchController,
   };
 }

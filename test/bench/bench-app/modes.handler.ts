@@ -1,0 +1,73 @@
+import { Injectable } from '@nestjs/common';
+import { InjectRepository } from '@nestjs/typeorm';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { EntityManager, Repository } from 'typeorm';
+import type { CreatePaymentDto } from '../../../sample-app/payments/create-payment.dto.js';
+import { LedgerEntry } from '../../../sample-app/payments/ledger-entry.entity.js';
+import { Payment } from '../../../sample-app/payments/payment.entity.js';
+import { PaymentGateway } from '../../../sample-app/payments/payment-gateway.js';
+
+/** The two settings of the modes bench: the gateway's answer, in ms. */
+export const WAIT_MS = {
+  light: 0,
+  gateway: Number(process.env.BENCH_GATEWAY_MS ?? 50),
+} as const;
+
+/** A setting of the modes bench, and the route that runs it. */
+export type ModeSetting = keyof typeof WAIT_MS;
+
+/**
+ * The one handler of every mode of the modes bench, so that the modes
+ * differ only in what wraps it: awaits the gateway stand-in (after
+ * `waitMs`, a payment gateway's answer), then saves one payment and its two
+ * ledger rows through TypeORM repositories: `manager`'s (a transaction of
+ * the caller's), or the injected ones (under the PostgreSQL store, the
+ * module's transaction). Reads nothing back.
+ */
+@Injectable()
+export class ModesHandler {
+  constructor(
+    @InjectRepository(Payment) private readonly payments: Repository<Payment>,
+    @InjectRepository(LedgerEntry)
+    private readonly ledger: Repository<LedgerEntry>,
+    private readonly gateway: PaymentGateway,
+  ) {}
+
+  async pay(
+    dto: CreatePaymentDto,
+    key: string | undefined,
+    waitMs: number,
+    manager?: EntityManager,
+  ): Promise<Payment> {
+    if (waitMs > 0) {
+      await sleep(waitMs);
+    }
+    // The request's key names the charge in every mode, as a client of a
+    // gateway would derive it.
+    const charge = await this.gateway.charge(
+      dto.amount,
+      dto.currency,
+      `${key ?? ''}:charge`,
+    );
+    const payments = manager?.getRepository(Payment) ?? this.payments;
+    const ledger = manager?.getRepository(LedgerEntry) ?? this.ledger;
+    const payment = await payments.save(
+      payments.create({ ...dto, chargeId: charge.id }),
+    );
+    await ledger.save([
+      ledger.create({
+        paymentId: payment.id,
+        account: 'customer',
+        direction: 'debit',
+        amount: dto.amount,
+      }),
+      ledger.create({
+        paymentId: payment.id,
+        account: `merchant:${dto.merchantId}`,
+        direction: 'credit',
+        amount: dto.amount,
+      }),
+    ]);
+    return payment;
+  }
+}

@@ -1,0 +1,672 @@
+/**
+ * One handler, every way of making it idempotent, side by side: what the
+ * module costs on PostgreSQL against the bare SQL of its own protocol, and
+ * on Redis against @node-idempotency/nestjs.
+ *
+ * Every mode runs the same minimal handler (bench-app/modes.handler.ts): it
+ * awaits the gateway stand-in, then saves one payment and two ledger rows
+ * through TypeORM repositories, and reads nothing back. Each mode is an app
+ * of its own (bench-app/modes-main.ts), all of them on one database of one
+ * PostgreSQL server (an embedded one with fsync on, or DATABASE_URL), and
+ * each request carries a new UUID as its key:
+ *
+ *   baseline   no idempotency; the writes in `dataSource.transaction(...)`
+ *   postgres   @Idempotent(), the module on its PostgreSQL store; the writes
+ *              through the injected repositories, in the module's
+ *              transaction, which the record commits in
+ *   floor      the PostgreSQL store's statements and nothing else, sent by
+ *              a plain route through the `pg` driver as named prepared
+ *              statements, on the app's pool: the claim,
+ *              `idempotency_acquire(...)`, in autocommit; then
+ *              `dataSource.transaction(...)`: START TRANSACTION, the
+ *              handler's inserts, `idempotency_finish(...)` on the
+ *              transaction's connection (fenced by the owner token), COMMIT
+ *              (bench-app/floor.controller.ts)
+ *   redis      @Idempotent(), the module on the Redis store
+ *              (BENCH_REDIS_URL); the writes in `dataSource.transaction(...)`
+ *   theirs     @node-idempotency/nestjs (BENCH_NODE_IDEMPOTENCY, a version;
+ *              installed at run time in a temporary directory, as
+ *              `npm run bench:stores` does) on the same Redis; the writes in
+ *              `dataSource.transaction(...)`
+ *   memory     @Idempotent(), the module on the in-memory store; the writes
+ *              in `dataSource.transaction(...)`. Light setting only: what
+ *              the module's own work costs the app's CPU, next to the
+ *              baseline's undecorated route
+ *
+ * in two settings:
+ *
+ *   light      POST /modes/light, no wait, BENCH_CONNECTIONS connections
+ *   gateway    POST /modes/gateway, the gateway answers after
+ *              BENCH_GATEWAY_MS, BENCH_GATEWAY_CONNECTIONS connections
+ *
+ * Before measuring, each idempotent mode is checked to replay (a request,
+ * the same again: 201, Idempotent-Replayed: true, the same body, one
+ * payment written; the key with another body: 422).
+ *
+ * The runs (a mode in a setting) are interleaved in rounds, each round
+ * starting with another one; the module on PostgreSQL and the floor run
+ * back to back, and so do the module on Redis and the other library, each
+ * first every other round. Per run: req/s, p50 and p99 latency (medians of
+ * the rounds); ratios taken within each round (medians): to the baseline of
+ * the setting, and of the module on PostgreSQL to the floor and of the
+ * module on Redis to the other library.
+ *
+ * CPU per request is measured during the load runs themselves (user +
+ * system time from /proc over the run, divided by the requests it served;
+ * medians of the rounds): of the mode's app process, of the whole
+ * PostgreSQL server (postmaster and children; only the bench's own embedded
+ * server) and of the Redis server (the pid `INFO server` names, where it
+ * runs on this machine). On 2 cores every mode is bound by CPU, so this is
+ * what explains its throughput; a faster mode may batch a little more per
+ * round trip, which is part of what it is. `app Δ base` is the app's CPU
+ * per request less the baseline's, within each round (median): the
+ * library's own work.
+ *
+ *   npm run bench:modes           (npm run bench runs it first)
+ *   BENCH_MODES=baseline,redis,theirs BENCH_SECONDS=2 BENCH_ROUNDS=1 npm run bench:modes
+ *
+ * Settings (defaults), about 5 minutes on 2 cores:
+ * BENCH_MODES=baseline,postgres,floor,redis,theirs,memory (the baseline is
+ * always run) BENCH_MODE_SETTINGS=light,gateway BENCH_SECONDS=4
+ * BENCH_ROUNDS=5 BENCH_CONNECTIONS=16 BENCH_GATEWAY_CONNECTIONS=50
+ * BENCH_GATEWAY_MS=50 BENCH_WARMUP_SECONDS=2
+ * BENCH_REDIS_URL=redis://127.0.0.1:6379 BENCH_NODE_IDEMPOTENCY=1.0.4 (0:
+ * not compared) BENCH_MODES_OUTPUT=dist-bench/modes-bench-results.json
+ * DATABASE_POOL_SIZE=10 (each app's pool)
+ */
+import { randomUUID } from 'node:crypto';
+import { mkdir, rm, writeFile } from 'node:fs/promises';
+import { cpus, loadavg, totalmem } from 'node:os';
+import { dirname } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { Redis } from 'ioredis';
+import pg from 'pg';
+import { startEmbeddedPostgres } from '../setup/embedded-postgres.js';
+import { startSample, type SampleProcess } from '../utils/sample-process.js';
+import { quiesce } from './app-state.js';
+import {
+  cpuNow,
+  postmasterOf,
+  withCpu,
+  type CpuPerRequest,
+  type Measured,
+} from './cpu-time.js';
+import { onServer } from './database.js';
+import {
+  median,
+  medianInterval,
+  runLoad,
+  type MedianInterval,
+} from './load.js';
+import { cleanRedis, localRedisPid, serverName } from './redis-server.js';
+import { checkReplay, printCheck, type ReplayCheck } from './replay-check.js';
+import {
+  interleave,
+  load,
+  summarizeRounds,
+  type LoadRow,
+  type LoadScenario,
+  type Rounds,
+} from './scenario.js';
+import { loadSettings } from './settings.js';
+import { fixed, printTable } from './table.js';
+import { installTheirs, type Theirs } from './theirs.js';
+
+const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
+
+const SETTINGS = loadSettings({
+  seconds: 4,
+  warmupSeconds: 2,
+  connections: 16,
+});
+const REDIS_URL = process.env.BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379';
+const THEIRS_VERSION = process.env.BENCH_NODE_IDEMPOTENCY ?? '1.0.4';
+const OUTPUT =
+  process.env.BENCH_MODES_OUTPUT ??
+  `${ROOT}dist-bench/modes-bench-results.json`;
+
+type ModeId = 'baseline' | 'postgres' | 'floor' | 'redis' | 'theirs' | 'memory';
+type Setting = 'light' | 'gateway';
+
+/** A way of making the handler idempotent (or not): one app. */
+interface Mode {
+  readonly id: ModeId;
+  readonly name: string;
+  /** The mode its throughput is compared with, round by round. */
+  readonly against?: ModeId;
+  /** Whether it runs in the gateway setting too. */
+  readonly gateway: boolean;
+  /** Whether it answers a duplicate with the stored response. */
+  readonly idempotent: boolean;
+  /** Whether it needs Redis. */
+  readonly redis: boolean;
+}
+
+const MODES: readonly Mode[] = [
+  {
+    id: 'baseline',
+    name: 'baseline (no idempotency)',
+    gateway: true,
+    idempotent: false,
+    redis: false,
+  },
+  {
+    id: 'postgres',
+    name: 'module, PostgreSQL store',
+    against: 'floor',
+    gateway: true,
+    idempotent: true,
+    redis: false,
+  },
+  {
+    id: 'floor',
+    name: 'bare SQL floor (PostgreSQL)',
+    gateway: true,
+    idempotent: true,
+    redis: false,
+  },
+  {
+    id: 'redis',
+    name: 'module, Redis store',
+    against: 'theirs',
+    gateway: true,
+    idempotent: true,
+    redis: true,
+  },
+  {
+    id: 'theirs',
+    name: '@node-idempotency/nestjs, Redis',
+    gateway: true,
+    idempotent: true,
+    redis: true,
+  },
+  {
+    id: 'memory',
+    name: 'module, memory store',
+    gateway: false,
+    idempotent: true,
+    redis: false,
+  },
+];
+
+/** The names `variable` lists (comma-separated) of `all`, in `all`'s order. */
+function chosen<T extends string>(
+  variable: string,
+  all: readonly T[],
+  fallback: readonly T[] = all,
+): T[] {
+  const names = process.env[variable]?.split(',') ?? fallback;
+  for (const name of names) {
+    if (!all.includes(name as T)) {
+      throw new Error(`${variable}: unknown ${name} (${all.join(', ')})`);
+    }
+  }
+  return all.filter((name) => names.includes(name));
+}
+
+const MODE_IDS = chosen(
+  'BENCH_MODES',
+  MODES.map((mode) => mode.id),
+);
+const SETTING_NAMES = chosen<Setting>('BENCH_MODE_SETTINGS', [
+  'light',
+  'gateway',
+]);
+
+/** One mode in one setting: what a load run drives. */
+interface Run extends LoadScenario {
+  readonly mode: Mode;
+  readonly setting: Setting;
+  readonly baseline?: Run;
+}
+
+/** The runs of `modes` (the baseline first among them), by setting. */
+function plan(modes: readonly Mode[]): Run[] {
+  return SETTING_NAMES.flatMap((setting) => {
+    let baseline: Run | undefined;
+    return modes
+      .filter((mode) => setting === 'light' || mode.gateway)
+      .map((mode) => {
+        const run: Run = {
+          name: mode.name,
+          path: `/modes/${setting}`,
+          connections:
+            setting === 'light'
+              ? SETTINGS.connections
+              : SETTINGS.gatewayConnections,
+          mode,
+          setting,
+          baseline,
+          keys: () => () => randomUUID(),
+        };
+        baseline ??= run;
+        return run;
+      });
+  });
+}
+
+/** The run that `run` is compared with, round by round, if any. */
+function against(runs: readonly Run[], run: Run): Run | undefined {
+  return runs.find(
+    (other) =>
+      other.setting === run.setting && other.mode.id === run.mode.against,
+  );
+}
+
+/** The figures of one run over the rounds, as printed and written. */
+interface Row extends LoadRow {
+  readonly mode: ModeId;
+  readonly setting: Setting;
+  /** CPU µs per request, medians of the rounds. */
+  readonly cpu: CpuPerRequest;
+  /** App CPU µs per request less the baseline's, within each round (median). */
+  readonly appOverBaseline?: number;
+  readonly against?: {
+    readonly mode: ModeId;
+    readonly name: string;
+    /** Throughput over the other's within each round (median), and the rounds'. */
+    readonly ratio: number;
+    readonly interval: MedianInterval;
+    readonly ratios: number[];
+    readonly p99Ratio: number;
+  };
+}
+
+function summarize(
+  run: Run,
+  other: Run | undefined,
+  results: Map<Run, Rounds<Measured>>,
+): Row {
+  const own = results.get(run)!;
+  const rounds = own.rounds;
+  const cpuMedian = (of: keyof CpuPerRequest) => {
+    const values = rounds.map((round) => round.cpu[of]);
+    return values.every((value) => value !== undefined)
+      ? median(values as number[])
+      : undefined;
+  };
+  const base = run.baseline && results.get(run.baseline)!.rounds;
+  const differences = base?.map((round, i) => {
+    const [a, b] = [rounds[i].cpu.app, round.cpu.app];
+    return a === undefined || b === undefined ? undefined : a - b;
+  });
+  const others = other && results.get(other)!.rounds;
+  const ratios = others?.map((round, i) => rounds[i].rps / round.rps);
+  const row = summarizeRounds(run, own);
+  return {
+    ...row,
+    mode: run.mode.id,
+    setting: run.setting,
+    cpu: {
+      app: cpuMedian('app'),
+      db: cpuMedian('db'),
+      redis: cpuMedian('redis'),
+    },
+    appOverBaseline:
+      differences && differences.every((d) => d !== undefined)
+        ? median(differences as number[])
+        : undefined,
+    against:
+      other && others && ratios
+        ? {
+            mode: other.mode.id,
+            name: other.name,
+            ratio: median(ratios),
+            interval: medianInterval(ratios),
+            ratios,
+            p99Ratio: median(
+              rounds.map((round, i) => round.p99 / others[i].p99),
+            ),
+          }
+        : undefined,
+  };
+}
+
+/** Microseconds as printed; `signed`: with its sign. */
+function us(value: number | undefined, signed = false): string {
+  return `${signed && value !== undefined && value >= 0 ? '+' : ''}${fixed(value, 0)}`;
+}
+
+function report(rows: readonly Row[]): void {
+  for (const setting of SETTING_NAMES) {
+    const own = rows.filter((row) => row.setting === setting);
+    if (own.length === 0) {
+      continue;
+    }
+    console.log('');
+    console.log(
+      setting === 'light'
+        ? `light: no wait, ${SETTINGS.connections} connections`
+        : `gateway: the gateway answers after ${SETTINGS.gatewayMs} ms, ${SETTINGS.gatewayConnections} connections`,
+    );
+    printTable(own, [
+      ['mode', -31, (r) => r.scenario],
+      ['req/s', 6, (r) => fixed(r.rps, 0)],
+      ['p50 ms', 7, (r) => fixed(r.p50, 1)],
+      ['p99 ms', 7, (r) => fixed(r.p99, 1)],
+      [
+        'vs base',
+        7,
+        (r) => (r.baseline === undefined ? 'base' : `${fixed(r.ratio, 2)}x`),
+      ],
+      [
+        'p99 vs base',
+        11,
+        (r) => (r.baseline === undefined ? 'base' : `${fixed(r.p99Ratio, 2)}x`),
+      ],
+      [
+        'vs',
+        12,
+        (r) =>
+          r.against ? `${fixed(r.against.ratio, 2)}x ${r.against.mode}` : '',
+      ],
+      ['app µs', 6, (r) => us(r.cpu.app)],
+      [
+        'app Δ base',
+        10,
+        (r) => (r.baseline === undefined ? '' : us(r.appOverBaseline, true)),
+      ],
+      ['PG µs', 6, (r) => us(r.cpu.db)],
+      ['Redis µs', 8, (r) => us(r.cpu.redis)],
+      [
+        'non-2xx',
+        8,
+        (r) => `${r.non2xx}${r.errors ? ` +${r.errors} err` : ''}`,
+      ],
+    ]);
+  }
+  console.log(
+    `(${SETTINGS.rounds} rounds x ${SETTINGS.seconds} s per run, interleaved, medians of the rounds; ` +
+      `vs base, vs: throughput ratios within each round, medians; µs: CPU per request during the load runs ` +
+      `(user + system from /proc over the run / requests served): app = the mode's own process, ` +
+      `PG = the whole PostgreSQL server (the bench's own only), Redis = the whole redis-server process ` +
+      `(whatever its clients: the modes without Redis show what it does meanwhile); app Δ base: app µs ` +
+      `less the baseline's within each round, median)`,
+  );
+  for (const row of rows) {
+    if (row.against) {
+      const { low, high, coverage } = row.against.interval;
+      console.log(
+        `${row.setting}: ${row.scenario} over ${row.against.name}: ${fixed(row.against.ratio, 2)}x ` +
+          `(the median lies in ${fixed(low, 2)}x to ${fixed(high, 2)}x at ${fixed(coverage * 100, 0)} %; ` +
+          `rounds ${row.against.ratios.map((r) => r.toFixed(2)).join(', ')}; p99 ${fixed(row.against.p99Ratio, 2)}x)`,
+      );
+    }
+  }
+  for (const row of rows.filter((r) => r.mode === 'memory')) {
+    const base = rows.find(
+      (r) => r.setting === row.setting && r.mode === 'baseline',
+    );
+    console.log(
+      `${row.setting}: the module's own work, on the memory store: app CPU ${us(row.cpu.app)} µs a request ` +
+        `against ${us(base?.cpu.app)} µs on the undecorated baseline route ` +
+        `(${us(row.appOverBaseline, true)} µs, median of the rounds' differences)`,
+    );
+  }
+  for (const row of rows) {
+    if (row.non2xx > 0 || row.errors > 0 || row.replayed > 0) {
+      console.log(
+        `WARNING ${row.setting}, ${row.scenario}: ${row.non2xx} non-2xx ${JSON.stringify(row.statuses)}, ` +
+          `${row.errors} errors, ${row.replayed} replayed (every key is new)`,
+      );
+    }
+  }
+}
+
+/** The PostgreSQL server's version. */
+async function serverVersion(serverUrl: string): Promise<string> {
+  const client = new pg.Client({ connectionString: serverUrl });
+  await client.connect();
+  try {
+    const { rows } = await client.query<{ version: string }>(
+      "SELECT current_setting('server_version') AS version",
+    );
+    return rows[0].version;
+  } finally {
+    await client.end();
+  }
+}
+
+/** The postmaster of the server `database` is on, if it runs on this machine. */
+async function localPostmaster(database: string): Promise<number | undefined> {
+  const client = new pg.Client({ connectionString: database });
+  await client.connect();
+  try {
+    const { rows } = await client.query<{ pid: number }>(
+      'SELECT pg_backend_pid() AS pid',
+    );
+    return postmasterOf(rows[0].pid);
+  } finally {
+    await client.end();
+  }
+}
+
+/** Starts the app of `mode`; `env` is what every mode's app gets. */
+function startMode(
+  mode: Mode,
+  env: Record<string, string>,
+): Promise<SampleProcess> {
+  return startSample(
+    { ...env, BENCH_MODE: mode.id },
+    {
+      entry: pathToFileURL(
+        `${ROOT}dist-bench/test/bench/bench-app/modes-main.js`,
+      ).href,
+      ready: /Bench app listening on (http:\/\/\S+)/,
+    },
+  );
+}
+
+async function main(): Promise<void> {
+  const runId = randomUUID().replaceAll('-', '').slice(0, 12);
+  let modes = MODES.filter(
+    (mode) =>
+      (mode.id === 'baseline' || MODE_IDS.includes(mode.id)) &&
+      (mode.gateway || SETTING_NAMES.includes('light')),
+  );
+  const server = process.env.DATABASE_URL
+    ? undefined
+    : await startEmbeddedPostgres({ durable: true });
+  const serverUrl = process.env.DATABASE_URL ?? server!.url;
+  const database = `idem_modes_${runId}`;
+  const appUrl = new URL(serverUrl);
+  appUrl.pathname = `/${database}`;
+  let redis: Redis | undefined;
+  let theirs: Theirs | undefined;
+  let theirsSkipped: string | undefined;
+  const apps = new Map<ModeId, SampleProcess>();
+  try {
+    await onServer(serverUrl, `CREATE DATABASE "${database}"`);
+    if (modes.some((mode) => mode.redis)) {
+      redis = new Redis(REDIS_URL, {
+        lazyConnect: true,
+        maxRetriesPerRequest: 1,
+      });
+      await redis.connect().catch((error: unknown) => {
+        throw new Error(
+          `Redis at ${REDIS_URL} is not reachable (set BENCH_REDIS_URL, or leave redis and theirs out of BENCH_MODES)`,
+          { cause: error },
+        );
+      });
+    }
+    if (modes.some((mode) => mode.id === 'theirs')) {
+      if (THEIRS_VERSION === '0') {
+        theirsSkipped = 'BENCH_NODE_IDEMPOTENCY=0';
+      } else {
+        try {
+          theirs = await installTheirs(THEIRS_VERSION);
+          console.log(
+            `installed ${Object.entries(theirs.versions)
+              .map(([name, version]) => `${name} ${version}`)
+              .join(', ')} in a temporary directory`,
+          );
+        } catch (error) {
+          theirsSkipped = `npm install failed: ${error instanceof Error ? error.message : String(error)}`;
+        }
+      }
+      if (theirsSkipped) {
+        console.warn(`@node-idempotency/nestjs not compared: ${theirsSkipped}`);
+        modes = modes.filter((mode) => mode.id !== 'theirs');
+      }
+    }
+    const env: Record<string, string> = {
+      DATABASE_URL: appUrl.href,
+      // The in-process gateway stand-in: no gateway in the figures but the
+      // gateway setting's wait.
+      GATEWAY_URL: '',
+      BENCH_GATEWAY_MS: String(SETTINGS.gatewayMs),
+      BENCH_REDIS_URL: REDIS_URL,
+      BENCH_REDIS_PREFIX: `idempotency-bench-${runId}:`,
+      ...(theirs && {
+        BENCH_NODE_IDEMPOTENCY_DIR: theirs.dir,
+        BENCH_NODE_IDEMPOTENCY_PREFIX: `idempotency-bench-${runId}-theirs`,
+        // Its require('@nestjs/common') finds the repository's NestJS.
+        NODE_PATH: `${ROOT}node_modules`,
+      }),
+    };
+    // The first app runs the migrations alone; the others find them done.
+    const [first, ...rest] = modes;
+    apps.set(first.id, await startMode(first, env));
+    await Promise.all(
+      rest.map(async (mode) => apps.set(mode.id, await startMode(mode, env))),
+    );
+    const runs = plan(modes);
+    const app = (run: Run) => apps.get(run.mode.id)!;
+    console.log(
+      `modes: ${modes.map((mode) => mode.id).join(', ')}, one app each, database ${database}; ` +
+        `${runs.length} runs x ${SETTINGS.rounds} rounds x ${SETTINGS.seconds} s`,
+    );
+
+    const checks: ReplayCheck[] = [];
+    for (const mode of modes.filter((m) => m.idempotent)) {
+      const [store, library] =
+        mode.id === 'theirs'
+          ? [
+              'Redis',
+              `@node-idempotency/nestjs ${theirs!.versions['@node-idempotency/nestjs']}`,
+            ]
+          : mode.id === 'floor'
+            ? ['PostgreSQL', 'the bare SQL floor']
+            : [
+                mode.name.replace(/^module, | store$/g, ''),
+                'nestjs-idempotency',
+              ];
+      checks.push(
+        await checkReplay(
+          apps.get(mode.id)!,
+          appUrl.href,
+          store,
+          library,
+          '/modes/light',
+        ),
+      );
+    }
+    checks.forEach(printCheck);
+    const failed = checks.filter((check) => !check.ok);
+    if (failed.length > 0) {
+      throw new Error(
+        `${failed.map((check) => `${check.library} on ${check.store}`).join(', ')} did not replay as expected: not measured.`,
+      );
+    }
+
+    // Warm-up (JIT, pools, caches, prepared statements), not measured.
+    for (const run of runs) {
+      await runLoad({
+        ...load(app(run), run, 'warmup'),
+        seconds: SETTINGS.warmupSeconds,
+      });
+    }
+
+    const redisPid = redis && (await localRedisPid(redis));
+    // Only a server of the bench's own says what the requests cost it.
+    const postmaster = server ? await localPostmaster(appUrl.href) : undefined;
+    const together = SETTING_NAMES.flatMap((setting) =>
+      (['postgres', 'redis'] as const).flatMap((id) => {
+        const run = runs.find((r) => r.setting === setting && r.mode.id === id);
+        const other = run && against(runs, run);
+        return run && other ? [[run, other]] : [];
+      }),
+    );
+    const results = await interleave(
+      runs,
+      SETTINGS.rounds,
+      async (run, round) => {
+        await quiesce(app(run));
+        const sources = {
+          app: app(run).process.pid,
+          redis: redisPid,
+          postmaster,
+        };
+        const before = cpuNow(sources);
+        const result = await runLoad({
+          ...load(app(run), run, `${round}`),
+          seconds: SETTINGS.seconds,
+        });
+        return withCpu(result, before, cpuNow(sources));
+      },
+      '',
+      together,
+    );
+    const rows = runs.map((run) => summarize(run, against(runs, run), results));
+    report(rows);
+
+    const machine = {
+      cpu: cpus()[0]?.model ?? 'unknown',
+      cores: cpus().length,
+      memoryGiB: Math.round(totalmem() / 2 ** 30),
+      loadAverage: loadavg()
+        .map((value) => value.toFixed(2))
+        .join(' '),
+      node: process.version,
+      postgres: `${await serverVersion(serverUrl)} (${server ? 'embedded, fsync on' : 'DATABASE_URL'})`,
+      redis: redis ? serverName(await redis.info('server')) : undefined,
+    };
+    console.log(
+      `machine: ${machine.cpu}, ${machine.cores} cores, ${machine.memoryGiB} GiB, load average after ` +
+        `${machine.loadAverage}; Node ${machine.node}; PostgreSQL ${machine.postgres}` +
+        `${machine.redis ? `; ${machine.redis}` : ''}` +
+        `${theirs ? `; @node-idempotency/nestjs ${theirs.versions['@node-idempotency/nestjs']}` : ''}`,
+    );
+    const json = {
+      date: new Date().toISOString(),
+      machine,
+      settings: {
+        modes: modes.map((mode) => mode.id),
+        settings: SETTING_NAMES,
+        ...SETTINGS,
+        gateway: 'in-process stand-in',
+        cpu: 'during the load runs, per request served',
+        nodeIdempotency: theirs?.versions ?? { skipped: theirsSkipped },
+      },
+      checks,
+      runs: rows.map((row, i) => ({
+        ...row,
+        rounds: results.get(runs[i])!.rounds,
+        ratios: results.get(runs[i])!.ratios,
+        p99Ratios: results.get(runs[i])!.p99Ratios,
+      })),
+    };
+    await mkdir(dirname(OUTPUT), { recursive: true });
+    await writeFile(OUTPUT, `${JSON.stringify(json, null, 2)}\n`);
+    console.log(`\nresults written to ${OUTPUT}`);
+  } finally {
+    await Promise.all([...apps.values()].map((app) => app.stop()));
+    if (redis) {
+      await cleanRedis(redis, runId);
+      await redis.quit();
+    }
+    if (theirs) {
+      await rm(theirs.dir, { recursive: true, force: true });
+    }
+    if (server) {
+      await server.stop();
+    } else {
+      await onServer(
+        serverUrl,
+        `DROP DATABASE IF EXISTS "${database}" WITH (FORCE)`,
+      );
+    }
+  }
+}
+
+await main();
