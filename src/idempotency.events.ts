@@ -1,6 +1,7 @@
 import { Inject, Injectable, Logger } from '@nestjs/common';
 import { IDEMPOTENCY_RESOLVED_OPTIONS } from './idempotency.tokens.js';
 import type { ResolvedIdempotencyOptions } from './idempotency.options.js';
+import { LogKeys } from './core/log-key.js';
 import type {
   IdempotencyEvent,
   IdempotencyEventType,
@@ -23,16 +24,21 @@ const LEVELS: Record<IdempotencyEventType, 'debug' | 'log' | 'warn'> = {
 
 /**
  * @internal Logs the module's events as `key=value` lines (logfmt) under the
- * `Idempotency` context, and hands them to the `onEvent` option.
+ * `Idempotency` context, their key as telemetry's `keys` option says (see
+ * {@link LogKeys}), and hands them, key and all, to the `onEvent` option.
  */
 @Injectable()
 export class IdempotencyEvents {
   private readonly logger = new Logger('Idempotency');
+  /** How the lines show keys. */
+  private readonly keys: LogKeys;
 
   constructor(
     @Inject(IDEMPOTENCY_RESOLVED_OPTIONS)
     private readonly options: ResolvedIdempotencyOptions,
-  ) {}
+  ) {
+    this.keys = new LogKeys(options);
+  }
 
   /**
    * Whether an attempt's event of `type` goes anywhere (the `onEvent`
@@ -51,7 +57,7 @@ export class IdempotencyEvents {
       event.type === 'gc' && event.removed === 0 ? 'debug' : LEVELS[event.type];
     // A line per request costs time: built only when the level is logged.
     if (Logger.isLevelEnabled(level)) {
-      this.logger[level](logfmt(event));
+      this.logger[level](logfmt(event, this.keys));
     }
     if (this.options.onEvent) {
       try {
@@ -63,15 +69,14 @@ export class IdempotencyEvents {
   }
 }
 
-/** The event as `key=value` pairs (logfmt). */
-function logfmt(event: IdempotencyEvent): string {
+/** The event as `key=value` pairs (logfmt), its key as `keys` shows it. */
+function logfmt(event: IdempotencyEvent, keys: LogKeys): string {
   return [
     `event=${event.type}`,
     event.method && `method=${event.method}`,
     event.path && `path=${JSON.stringify(event.path)}`,
     event.status !== undefined && `status=${event.status}`,
-    event.scope !== undefined && `scope=${JSON.stringify(event.scope)}`,
-    event.key !== undefined && `key=${JSON.stringify(event.key)}`,
+    ...keys.fields(event.scope, event.key),
     event.removed !== undefined && `removed=${event.removed}`,
     event.steps !== undefined && `steps=${JSON.stringify(event.steps)}`,
     event.durationMs !== undefined && `duration_ms=${event.durationMs}`,

@@ -7,7 +7,7 @@ import { RouteParamtypes } from '@nestjs/common/enums/route-paramtypes.enum.js';
 import { DiscoveryService, MetadataScanner, Reflector } from '@nestjs/core';
 import { IDEMPOTENT_METADATA } from './idempotency.constants.js';
 import { handlerKind, unsupportedHandler } from './idempotency.handlers.js';
-import { IdempotencyRoutes } from './idempotency.routes.js';
+import { IdempotencyRoutes, readMethod } from './idempotency.routes.js';
 import type { IdempotentOptions } from './interfaces/idempotency-options.interface.js';
 import { IdempotencyConfigurationError } from './exceptions/idempotency-configuration.error.js';
 
@@ -27,7 +27,9 @@ type Type = abstract new (...args: never[]) => unknown;
  * processors: anywhere else the decorator would do nothing, so the
  * application refuses to start. A handler's options must be valid, and it
  * must not send its response itself (`@Res()` or `@Next()` without
- * `passthrough`), since such a response cannot be stored.
+ * `passthrough`), since such a response cannot be stored. A read (`@Get()`,
+ * `@Head()`, `@Options()`, `@All()`) decorated itself is refused too; the
+ * decorator of its controller leaves it alone.
  */
 @Injectable()
 export class IdempotencyExplorer implements OnModuleInit {
@@ -40,6 +42,7 @@ export class IdempotencyExplorer implements OnModuleInit {
 
   onModuleInit(): void {
     const ignored: string[] = [];
+    const reads: string[] = [];
     for (const [type, inController] of this.classes()) {
       const classOptions = this.reflector.get<IdempotentOptions | undefined>(
         IDEMPOTENT_METADATA,
@@ -47,6 +50,7 @@ export class IdempotencyExplorer implements OnModuleInit {
       );
       const prototype = type.prototype as Record<string, () => unknown>;
       let handlers = 0;
+      let classReads = 0;
       for (const method of this.scanner.getAllMethodNames(prototype)) {
         const handler = prototype[method];
         const own = this.reflector.get<IdempotentOptions | undefined>(
@@ -57,10 +61,17 @@ export class IdempotencyExplorer implements OnModuleInit {
           continue;
         }
         const kind = handlerKind(handler, inController, type);
+        const read = kind === 'route' ? readMethod(handler) : undefined;
+        if (own && read) {
+          reads.push(`${type.name}.${method} (${read})`);
+          continue;
+        }
         // The class decorator is meant for the handlers of the class, not
         // for the helper methods beside them; on a resolver, for its
-        // mutations, not for its queries and field resolvers.
-        const classWide = kind !== 'method' && kind !== 'graphql';
+        // mutations, not for its queries and field resolvers; on a
+        // controller, for its routes that change state, not for its reads.
+        const classWide = kind !== 'method' && kind !== 'graphql' && !read;
+        classReads += read ? 1 : 0;
         handlers += classWide ? 1 : 0;
         const options = own ?? (classWide ? classOptions : undefined);
         const unsupported = unsupportedHandler(kind);
@@ -72,9 +83,18 @@ export class IdempotencyExplorer implements OnModuleInit {
       }
       if (classOptions && handlers === 0) {
         ignored.push(
-          `class ${type.name} (no route, message or mutation handler)`,
+          classReads > 0
+            ? `class ${type.name} (its routes are reads, which it leaves alone)`
+            : `class ${type.name} (no route, message or mutation handler)`,
         );
       }
+    }
+    if (reads.length > 0) {
+      throw new IdempotencyConfigurationError(
+        `@Idempotent() on ${reads.join(', ')}: a read must not be deduplicated. A GET, HEAD or OPTIONS request changes nothing, so a retry is already safe, and a replay would answer it with the stored, stale response of the first one (an @All() route answers reads too).`,
+        'Remove @Idempotent() from the route; it is meant for the routes that change state (@Post(), @Put(), @Patch(), @Delete()).',
+        'If the route does change state, declare it with the method that says so, such as @Post().',
+      );
     }
     if (ignored.length > 0) {
       throw new IdempotencyConfigurationError(

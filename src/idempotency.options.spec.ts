@@ -54,6 +54,8 @@ describe('resolveModuleOptions', () => {
       dataSource: undefined,
       headerName: 'Idempotency-Key',
       headerField: 'idempotency-key',
+      replayHeaderName: 'Idempotent-Replayed',
+      problemTypeBaseUrl: undefined,
       leaseMs: 15_000,
       presence: true,
       openApi: true,
@@ -115,6 +117,8 @@ describe('resolveModuleOptions', () => {
       onEvent,
       dataSource: 'payments',
       headerName: 'X-Request-Key',
+      replayHeaderName: 'Idempotency-Replayed',
+      problemTypeBaseUrl: 'https://docs.example.com/errors/',
       gc: false,
       lease: '3s',
       presence: { url: 'postgres://direct/db' },
@@ -127,6 +131,8 @@ describe('resolveModuleOptions', () => {
       dataSource: 'payments',
       headerName: 'X-Request-Key',
       headerField: 'x-request-key',
+      replayHeaderName: 'Idempotency-Replayed',
+      problemTypeBaseUrl: 'https://docs.example.com/errors/',
       leaseMs: 3_000,
       presence: { url: 'postgres://direct/db' },
       openApi: false,
@@ -298,6 +304,58 @@ describe('resolveModuleOptions', () => {
         message(
           `Invalid "headerName": ${shown}.`,
           "Give an HTTP header name such as 'Idempotency-Key'.",
+        ),
+      );
+    });
+  });
+
+  describe('replayHeaderName', () => {
+    it.each(['Idempotency-Replayed', 'X-Replayed', 'replayed_1'])(
+      'accepts the header name %p',
+      (replayHeaderName) => {
+        expect(
+          resolveModuleOptions({ replayHeaderName }).replayHeaderName,
+        ).toBe(replayHeaderName);
+      },
+    );
+
+    it.each([
+      ['', '""'],
+      ['Idempotent Replayed', '"Idempotent Replayed"'],
+      ['Replayed:', '"Replayed:"'],
+      ['Content-Type', '"Content-Type"'],
+      ['idempotent-body-omitted', '"idempotent-body-omitted"'],
+    ])('refuses the header name %p', (replayHeaderName, shown) => {
+      expect(refusal({ replayHeaderName })).toBe(
+        message(
+          `Invalid "replayHeaderName": ${shown}.`,
+          "Give an HTTP header name of its own such as 'Idempotent-Replayed' or 'Idempotency-Replayed'.",
+        ),
+      );
+    });
+  });
+
+  describe('problemTypeBaseUrl', () => {
+    it.each([
+      'https://docs.example.com/errors/',
+      'https://docs.example.com/errors#',
+      'http://localhost:3000/problems/',
+    ])('accepts the absolute URL %p', (problemTypeBaseUrl) => {
+      expect(
+        resolveModuleOptions({ problemTypeBaseUrl }).problemTypeBaseUrl,
+      ).toBe(problemTypeBaseUrl);
+    });
+
+    it.each([
+      ['/errors/', '"/errors/"'],
+      ['docs.example.com/errors/', '"docs.example.com/errors/"'],
+      ['', '""'],
+      [42, '42'],
+    ])('refuses %p', (problemTypeBaseUrl, shown) => {
+      expect(refusal(untyped({ problemTypeBaseUrl }))).toBe(
+        message(
+          `Invalid "problemTypeBaseUrl": ${shown}.`,
+          "Give an absolute URL such as 'https://docs.example.com/errors/' (the problem's slug is appended to it).",
         ),
       );
     });

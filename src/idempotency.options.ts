@@ -2,6 +2,7 @@ import type { ExecutionContext } from '@nestjs/common';
 import {
   DEFAULT_SCOPE,
   IDEMPOTENCY_KEY_HEADER,
+  IDEMPOTENT_REPLAYED_HEADER,
 } from './idempotency.constants.js';
 import { toMilliseconds } from './idempotency.duration.js';
 import type {
@@ -72,6 +73,10 @@ export interface ResolvedIdempotencyOptions extends ResolvedRouteOptions {
   readonly headerName: string;
   /** Lower-cased, as Node.js gives request headers. */
   readonly headerField: string;
+  /** As configured, as responses carry it. */
+  readonly replayHeaderName: string;
+  /** `undefined`: the problem types are URNs. */
+  readonly problemTypeBaseUrl: string | undefined;
   readonly leaseMs: number;
   readonly presence: false | true | { readonly url: string };
   readonly openApi: boolean;
@@ -97,6 +102,7 @@ const DEFAULTS = {
   required: true,
   retryAfter: 1,
   headerName: IDEMPOTENCY_KEY_HEADER,
+  replayHeaderName: IDEMPOTENT_REPLAYED_HEADER,
   keyValidation: { minLength: 1, maxLength: 255, pattern: /^[\x21-\x7e]+$/ },
   fingerprint: {},
   storeErrors: false,
@@ -264,17 +270,61 @@ export function resolveRouteOptions<T extends ResolvedRouteOptions>(
   };
 }
 
+/** An HTTP header name (an RFC 9110 token). */
+const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
+
+/**
+ * Response headers a replay sends itself, which the replay header cannot
+ * stand in for.
+ */
+const RESERVED_RESPONSE_HEADERS: ReadonlySet<string> = new Set([
+  'content-type',
+  'content-length',
+  'transfer-encoding',
+  'retry-after',
+  'idempotent-body-omitted',
+]);
+
+/** The absolute URL `value`, or a configuration error. */
+function absoluteUrl(option: string, value: unknown): string {
+  if (typeof value !== 'string' || !URL.canParse(value)) {
+    invalid(
+      option,
+      value,
+      "Give an absolute URL such as 'https://docs.example.com/errors/' (the problem's slug is appended to it).",
+    );
+  }
+  return value;
+}
+
 /** @internal Merges module options over the defaults, once. */
 export function resolveModuleOptions(
   options: IdempotencyModuleOptions = {},
 ): ResolvedIdempotencyOptions {
   const headerName = options.headerName ?? DEFAULTS.headerName;
-  if (!/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(headerName)) {
+  if (typeof headerName !== 'string' || !HEADER_NAME.test(headerName)) {
     throw new IdempotencyConfigurationError(
       `Invalid "headerName": ${JSON.stringify(headerName)}.`,
       "Give an HTTP header name such as 'Idempotency-Key'.",
     );
   }
+  const replayHeaderName =
+    options.replayHeaderName ?? DEFAULTS.replayHeaderName;
+  if (
+    typeof replayHeaderName !== 'string' ||
+    !HEADER_NAME.test(replayHeaderName) ||
+    RESERVED_RESPONSE_HEADERS.has(replayHeaderName.toLowerCase())
+  ) {
+    invalid(
+      'replayHeaderName',
+      replayHeaderName,
+      "Give an HTTP header name of its own such as 'Idempotent-Replayed' or 'Idempotency-Replayed'.",
+    );
+  }
+  const problemTypeBaseUrl =
+    options.problemTypeBaseUrl === undefined
+      ? undefined
+      : absoluteUrl('problemTypeBaseUrl', options.problemTypeBaseUrl);
   const presence = options.presence ?? DEFAULTS.presence;
   if (
     typeof presence !== 'boolean' &&
@@ -309,6 +359,8 @@ export function resolveModuleOptions(
     dataSource: options.dataSource,
     headerName,
     headerField: headerName.toLowerCase(),
+    replayHeaderName,
+    problemTypeBaseUrl,
     ttlMs: toMilliseconds(DEFAULTS.ttl, 'ttl'),
     concurrency: DEFAULTS.concurrency,
     waitTimeoutMs: toMilliseconds(DEFAULTS.waitTimeout, 'waitTimeout'),

@@ -1,5 +1,6 @@
 import { Inject, Injectable } from '@nestjs/common';
-import { PATH_METADATA } from '@nestjs/common/constants.js';
+import { METHOD_METADATA, PATH_METADATA } from '@nestjs/common/constants.js';
+import { RequestMethod } from '@nestjs/common/enums/request-method.enum.js';
 import { Reflector } from '@nestjs/core';
 import { IDEMPOTENT_METADATA } from './idempotency.constants.js';
 import { HANDLER_METADATA, handlerKind } from './idempotency.handlers.js';
@@ -21,6 +22,28 @@ export interface DecoratedRoute {
   readonly path: string;
   /** Message pattern, for microservice handlers. */
   readonly pattern: string;
+}
+
+/**
+ * @internal The methods of reads, which must never be deduplicated (a
+ * duplicate would get a stale answer), by name; `@All()` answers them too.
+ */
+const READ_METHODS: ReadonlyMap<unknown, string> = new Map([
+  [RequestMethod.GET, 'GET'],
+  [RequestMethod.HEAD, 'HEAD'],
+  [RequestMethod.OPTIONS, 'OPTIONS'],
+  [RequestMethod.ALL, 'ALL'],
+]);
+
+/**
+ * @internal The read method (`GET`, `HEAD`, `OPTIONS`, or `ALL` for
+ * `@All()`) that the route `handler` answers, or `undefined` for a route
+ * that changes state (or a handler that is no route).
+ */
+export function readMethod(handler: object): string | undefined {
+  return Reflect.getMetadata(PATH_METADATA, handler) === undefined
+    ? undefined
+    : READ_METHODS.get(Reflect.getMetadata(METHOD_METADATA, handler));
 }
 
 function joinPaths(...parts: unknown[]): string {
@@ -63,7 +86,7 @@ export class IdempotencyRoutes {
   /**
    * The route of `handler` of `controller`, or `null` when it is not
    * decorated (a resolver class's decorator applies to its mutations
-   * only). Handlers the explorer did not see (registered later) are
+   * only, a controller's to its routes that are not reads). Handlers the explorer did not see (registered later) are
    * resolved on their first request.
    * @throws IdempotencyConfigurationError for invalid route options.
    */
@@ -73,8 +96,14 @@ export class IdempotencyRoutes {
   ): DecoratedRoute | null {
     let route = this.routes.get(handler);
     if (route === undefined) {
+      const own = this.reflector.get<IdempotentOptions | undefined>(
+        IDEMPOTENT_METADATA,
+        handler,
+      );
+      // The explorer refuses a read decorated itself at bootstrap.
       const options =
-        handlerKind(handler, true) === 'graphql'
+        handlerKind(handler, true) === 'graphql' ||
+        (!own && readMethod(handler) !== undefined)
           ? undefined
           : this.reflector.getAllAndOverride<IdempotentOptions | undefined>(
               IDEMPOTENT_METADATA,

@@ -43,6 +43,7 @@ export { IdempotencyConflictException } from './exceptions/idempotency-conflict.
 export { IdempotencyKeyReusedException } from './exceptions/idempotency-key-reused.exception.js';
 export { IdempotencyUnavailableException } from './exceptions/idempotency-unavailable.exception.js';
 export { IdempotencyNotReplayableException } from './exceptions/idempotency-not-replayable.exception.js';
+export { IdempotencyBodyUnreadableException } from './exceptions/idempotency-body-unreadable.exception.js';
 export { IdempotencyConfigurationError } from './exceptions/idempotency-configuration.error.js';
 export { IDEMPOTENCY_GRAPHQL_CODES } from './graphql/graphql-refusals.js';
 export {

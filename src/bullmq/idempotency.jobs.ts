@@ -53,30 +53,35 @@ const queueScope: IdempotencyScopeResolver = (context) =>
   `bullmq:${context.getArgByIndex<QueueJob>(0).queueName}`;
 
 /**
- * Refusals that a retry of the same job can only meet again (400, 422):
- * BullMQ fails such a job at once (`UnrecoverableError`) instead of retrying
- * it. A 409 (a duplicate running) and a 503 (the database unreachable, a
- * deadline passed) are thrown as they are, and BullMQ retries the job by its
- * `attempts` and `backoff`.
+ * The module's refusals as a job fails with them, each with the reason
+ * `<title>: <detail>` of its problem (BullMQ keeps an error's message as the
+ * job's `failedReason`). Refusals that a retry of the same job can only meet
+ * again (400, 422): BullMQ fails such a job at once (`UnrecoverableError`)
+ * instead of retrying it. A 409 (a duplicate running) and a 503 (the
+ * database unreachable, a deadline passed) are thrown themselves, with that
+ * reason as their message, and BullMQ retries the job by its `attempts` and
+ * `backoff`.
  */
 async function toJobError(error: unknown): Promise<unknown> {
-  if (
-    !(error instanceof IdempotencyHttpException) ||
-    error.getStatus() === HttpStatus.CONFLICT ||
-    error.getStatus() >= 500
-  ) {
+  if (!(error instanceof IdempotencyHttpException)) {
     return error;
   }
-  const problem = error.getProblem();
+  const { title, detail } = error.getProblem();
+  const reason = `${title}: ${detail}`;
+  if (error.getStatus() === HttpStatus.CONFLICT || error.getStatus() >= 500) {
+    // An HttpException with a problem as its body has its class's name as
+    // its message ("Idempotency Conflict Exception"). The error itself is
+    // kept, for the `instanceof` of the worker's `failed` listeners.
+    error.message = reason;
+    return error;
+  }
   // Loaded here only: applications without BullMQ do not need it.
   const { UnrecoverableError } = await loadRequiredPeer(
     'bullmq',
     () => import('bullmq'),
     'Idempotent BullMQ processors need bullmq, which is not installed.',
   );
-  const unrecoverable = new UnrecoverableError(
-    `${problem.title}: ${problem.detail}`,
-  );
+  const unrecoverable = new UnrecoverableError(reason);
   unrecoverable.cause = error;
   return unrecoverable;
 }

@@ -16,6 +16,7 @@ import {
   type FailureKind,
 } from './failures.js';
 import { handlerContexts, type HandlerContext } from './handler-context.js';
+import type { LogKeys } from './log-key.js';
 import type {
   HandlerTransaction,
   HandlerTransactions,
@@ -49,6 +50,8 @@ export interface ExecutionHost {
   ended(execution: Execution, waiting: boolean): void;
   /** Logs a warning; with `once`, only the first time for that subject. */
   warn(message: string, once?: string): void;
+  /** How log lines show keys: a warning names a key only through it. */
+  readonly logKeys: LogKeys;
 }
 
 /**
@@ -158,7 +161,7 @@ export class Execution implements RunningLink {
       });
     }
     this.host.warn(
-      `Response of ${attempt.method} ${attempt.path} (${response.body.length} bytes) exceeds maxResponseSize (${options.maxResponseSize}): key ${JSON.stringify(lease.key)} is not replayable`,
+      `Response of ${attempt.method} ${attempt.path} (${response.body.length} bytes) exceeds maxResponseSize (${options.maxResponseSize}): ${this.host.logKeys.phrase(lease.key)} is not replayable`,
     );
     return this.completeUnreplayable(response.status);
   }
@@ -206,7 +209,7 @@ export class Execution implements RunningLink {
           transaction.state === 'none' ? undefined : transaction,
         );
         if (!write.fenced) {
-          throw new LeaseLostError(lease.key);
+          throw new LeaseLostError();
         }
         waiting = write.waiting;
       }
@@ -301,7 +304,7 @@ export class Execution implements RunningLink {
       ({ waiting } = await host.store.release(lease));
     } catch (error) {
       host.warn(
-        `Releasing key ${JSON.stringify(lease.key)} failed: the next attempt claims it when its lease runs out (${(error as Error).message})`,
+        `Releasing ${host.logKeys.phrase(lease.key)} failed: the next attempt claims it when its lease runs out (${(error as Error).message})`,
       );
     }
     host.ended(this, waiting);
@@ -347,7 +350,7 @@ export class Execution implements RunningLink {
     // would start an effect for an attempt that cannot commit (and, its
     // claim lost, without reading the new owner's steps): 503 instead.
     if (this.lost) {
-      throw new LeaseLostError(lease.key);
+      throw new LeaseLostError();
     }
     if (transaction.state === 'lost') {
       throw new IdempotencyUnavailableException(options.retryAfter);
@@ -360,7 +363,7 @@ export class Execution implements RunningLink {
       host.store.saveStep(lease, name, result, options.ttlMs),
     );
     if (!saved) {
-      throw new LeaseLostError(lease.key);
+      throw new LeaseLostError();
     }
     return (result ?? null) as T;
   }

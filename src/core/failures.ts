@@ -39,12 +39,13 @@ const SOCKET_ERRORS = new Set([
 
 /**
  * @internal Raised when an attempt's claim was taken over while it ran: what
- * it wrote rolls back.
+ * it wrote rolls back. Its message names no key: the `lease-lost` event's
+ * line that logs it shows the key as the `keys` setting says.
  */
 export class LeaseLostError extends Error {
-  constructor(key: string) {
+  constructor() {
     super(
-      `The claim of key ${JSON.stringify(key)} was taken over by another attempt (its lease ran out, or its instance's presence session dropped): nothing of this attempt commits`,
+      "The claim of this attempt's key was taken over by another attempt (its lease ran out, or its instance's presence session dropped): nothing of this attempt commits",
     );
     this.name = 'LeaseLostError';
   }

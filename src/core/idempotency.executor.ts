@@ -33,6 +33,7 @@ import {
 } from './handler-transaction.js';
 import { NO_HANDLER_TRANSACTIONS } from './no-transaction.js';
 import { isIdempotencyStore } from './is-idempotency-store.js';
+import { LogKeys } from './log-key.js';
 import { isLegacyFingerprint } from './request-fingerprint.js';
 import { RunningExecutions } from './running-executions.js';
 import { Waiters } from './waiters.js';
@@ -65,6 +66,8 @@ export class IdempotencyExecutor
   private readonly running = new RunningExecutions<Execution>();
   /** Subjects already warned of (see `warn`). */
   private readonly warned = new Set<string>();
+  /** How log lines show keys (telemetry's `keys` option). */
+  readonly logKeys: LogKeys;
   private renewal: NodeJS.Timeout | undefined;
   private renewing = false;
 
@@ -77,7 +80,9 @@ export class IdempotencyExecutor
     /** The handler's transactions: TypeORM's with the PostgreSQL store. */
     @Inject(HandlerTransactions)
     private readonly handlerTransactions: HandlerTransactions,
-  ) {}
+  ) {
+    this.logKeys = new LogKeys(options);
+  }
 
   /**
    * Where handlers run: in a transaction that the store completes in (the
@@ -262,17 +267,44 @@ export class IdempotencyExecutor
    * @throws IdempotencyNotReplayableException when nothing was stored.
    */
   replay(attempt: Attempt, record: StoredRecord): StoredResponse {
-    const key = attempt.key ?? '';
-    if (!sameRequest(record, attempt)) {
-      this.emit('mismatch', attempt, { status: 422 });
-      throw new IdempotencyKeyReusedException(key);
-    }
+    this.refuseOtherRequest(attempt, record);
     if (record.status === 'not_replayable') {
       this.emit('not-replayable', attempt, { status: 422 });
-      throw new IdempotencyNotReplayableException(key);
+      throw new IdempotencyNotReplayableException(attempt.key ?? '');
     }
     this.emit('replayed', attempt, { status: record.response.status });
     return record.response;
+  }
+
+  /**
+   * The answer to a duplicate of a finished HTTP request, which has a status
+   * of its own to give: as `replay()`, but a record whose response was not
+   * stored gives its status with no headers and an empty body
+   * (`bodyOmitted`) instead of a refusal.
+   * @throws IdempotencyKeyReusedException for another request's key.
+   */
+  replayOrOmit(
+    attempt: Attempt,
+    record: StoredRecord,
+  ): { readonly response: StoredResponse; readonly bodyOmitted: boolean } {
+    if (record.status !== 'not_replayable') {
+      return { response: this.replay(attempt, record), bodyOmitted: false };
+    }
+    this.refuseOtherRequest(attempt, record);
+    const { status } = record.response;
+    this.emit('not-replayable', attempt, { status });
+    return {
+      response: { status, headers: {}, body: Buffer.alloc(0) },
+      bodyOmitted: true,
+    };
+  }
+
+  /** @throws IdempotencyKeyReusedException unless `record` is `attempt`'s. */
+  private refuseOtherRequest(attempt: Attempt, record: StoredRecord): void {
+    if (!sameRequest(record, attempt)) {
+      this.emit('mismatch', attempt, { status: 422 });
+      throw new IdempotencyKeyReusedException(attempt.key ?? '');
+    }
   }
 
   /**

@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { IdempotencyBodyUnreadableException } from '../exceptions/idempotency-body-unreadable.exception.js';
 import {
   isLegacyFingerprint,
   legacyRequestFingerprint,
@@ -6,6 +7,7 @@ import {
   requestFingerprint,
   selectFields,
   selectQuery,
+  UnreadableBody,
   type FingerprintParts,
 } from './request-fingerprint.js';
 
@@ -166,6 +168,35 @@ describe('requestFingerprint', () => {
     ) as unknown;
     expect(of('POST', '/x', deep)).toMatch(/^v2:[0-9a-f]{64}$/);
     expect(of('POST', '/x', deep)).not.toBe(of('POST', '/x', other));
+  });
+
+  it('refuses a body that could not be read, whatever fields the route selects, rather than take it for none', () => {
+    const unread = new UnreadableBody('text/plain; charset=utf-8');
+    expect(() => of('POST', '/x', unread)).toThrow(
+      IdempotencyBodyUnreadableException,
+    );
+    expect(() =>
+      of('POST', '/x', selectFields(unread, { include: ['amount'] })),
+    ).toThrow(IdempotencyBodyUnreadableException);
+    expect(() =>
+      legacyRequestFingerprint({ method: 'POST', route: '/x', body: unread }),
+    ).toThrow(IdempotencyBodyUnreadableException);
+    let refusal: unknown;
+    try {
+      of('POST', '/x', unread);
+    } catch (error) {
+      refusal = error;
+    }
+    const problem = (
+      refusal as IdempotencyBodyUnreadableException
+    ).getProblem();
+    expect(problem).toMatchObject({
+      type: 'urn:idempotency:unreadable-body',
+      status: 415,
+      detail: expect.stringContaining(
+        "register a parser for text/plain in the application (for example app.useBodyParser('text'))",
+      ) as string,
+    });
   });
 });
 

@@ -1,4 +1,5 @@
 import { hash } from 'node:crypto';
+import { IdempotencyBodyUnreadableException } from '../exceptions/idempotency-body-unreadable.exception.js';
 
 /**
  * JSON with the keys of every object in code-point order, so that two bodies
@@ -116,6 +117,18 @@ export function queryParameters(url: string | undefined): QueryParameter[] {
   return [...new URLSearchParams(url.slice(start + 1))];
 }
 
+/**
+ * @internal A body the request carries but the transport could not read (no
+ * parser for its content type, and no raw bytes kept). It has no fingerprint:
+ * taken for an empty body, two different requests would be the same one.
+ */
+export class UnreadableBody {
+  constructor(
+    /** The request's `Content-Type`, if any. */
+    readonly contentType: string | undefined,
+  ) {}
+}
+
 /** @internal What the default fingerprint of a request is made of. */
 export interface FingerprintParts {
   /** `POST`, or `MESSAGE` for a message. */
@@ -129,7 +142,10 @@ export interface FingerprintParts {
   readonly params: Readonly<Record<string, unknown>>;
   /** Query parameters, in the order the client sent them. */
   readonly query: readonly QueryParameter[];
-  /** The parsed body (a JSON value, a string or a Buffer), if any. */
+  /**
+   * The parsed body (a JSON value, a string or a Buffer), if any; an
+   * {@link UnreadableBody} for one that could not be read.
+   */
   readonly body: unknown;
 }
 
@@ -207,7 +223,8 @@ export function selectFields(
     body === null ||
     typeof body !== 'object' ||
     Array.isArray(body) ||
-    Buffer.isBuffer(body)
+    Buffer.isBuffer(body) ||
+    body instanceof UnreadableBody
   ) {
     return body;
   }
@@ -241,8 +258,12 @@ export function selectQuery(
 /**
  * What is hashed: `head`, then the body, telling a string, a Buffer and JSON
  * apart. Hashed in one call (no Hash object per request).
+ * @throws IdempotencyBodyUnreadableException for an {@link UnreadableBody}.
  */
 function withBody(head: string, body: unknown): string | Buffer {
+  if (body instanceof UnreadableBody) {
+    throw new IdempotencyBodyUnreadableException(body.contentType);
+  }
   if (Buffer.isBuffer(body)) {
     return Buffer.concat([Buffer.from(`${head}b:`), body]);
   }
@@ -263,6 +284,7 @@ const FINGERPRINT_VERSION = 'v2:';
  * of its method, route template, path parameters (by name), query parameters
  * (by name; the values of a repeated parameter in their order) and canonical
  * body.
+ * @throws IdempotencyBodyUnreadableException for a body that could not be read.
  */
 export function requestFingerprint(parts: FingerprintParts): string {
   const query = [...parts.query].sort(([a], [b]) =>

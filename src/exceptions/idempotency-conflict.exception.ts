@@ -1,5 +1,8 @@
 import { HttpStatus } from '@nestjs/common';
-import { IdempotencyHttpException } from './idempotency-http.exception.js';
+import {
+  IdempotencyHttpException,
+  problemType,
+} from './idempotency-http.exception.js';
 
 /**
  * `409 Conflict`: a request with the same key is still executing. The client
@@ -10,7 +13,7 @@ export class IdempotencyConflictException extends IdempotencyHttpException {
   constructor(key: string, retryAfterSeconds: number) {
     super(
       {
-        type: 'urn:idempotency:request-in-progress',
+        type: problemType('request-in-progress'),
         title: 'Request in progress',
         status: HttpStatus.CONFLICT,
         detail:

@@ -1,5 +1,8 @@
 import { HttpStatus } from '@nestjs/common';
-import { IdempotencyHttpException } from './idempotency-http.exception.js';
+import {
+  IdempotencyHttpException,
+  problemType,
+} from './idempotency-http.exception.js';
 
 /**
  * `400 Bad Request`: the idempotency key is malformed, empty, too long or
@@ -8,7 +11,7 @@ import { IdempotencyHttpException } from './idempotency-http.exception.js';
 export class IdempotencyKeyInvalidException extends IdempotencyHttpException {
   constructor(headerName: string, reason: string) {
     super({
-      type: 'urn:idempotency:invalid-key',
+      type: problemType('invalid-key'),
       title: 'Invalid idempotency key',
       status: HttpStatus.BAD_REQUEST,
       detail: `The "${headerName}" header is invalid: ${reason}.`,

@@ -1,5 +1,8 @@
 import { HttpStatus } from '@nestjs/common';
-import { IdempotencyHttpException } from './idempotency-http.exception.js';
+import {
+  IdempotencyHttpException,
+  problemType,
+} from './idempotency-http.exception.js';
 
 /**
  * `400 Bad Request`: the route requires an idempotency key and the request
@@ -8,7 +11,7 @@ import { IdempotencyHttpException } from './idempotency-http.exception.js';
 export class IdempotencyKeyMissingException extends IdempotencyHttpException {
   constructor(headerName: string) {
     super({
-      type: 'urn:idempotency:missing-key',
+      type: problemType('missing-key'),
       title: 'Idempotency key missing',
       status: HttpStatus.BAD_REQUEST,
       detail: `This operation requires an "${headerName}" header.`,

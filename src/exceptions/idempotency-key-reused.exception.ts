@@ -1,5 +1,8 @@
 import { HttpStatus } from '@nestjs/common';
-import { IdempotencyHttpException } from './idempotency-http.exception.js';
+import {
+  IdempotencyHttpException,
+  problemType,
+} from './idempotency-http.exception.js';
 
 /**
  * `422 Unprocessable Content`: the key was already used for a different
@@ -9,7 +12,7 @@ import { IdempotencyHttpException } from './idempotency-http.exception.js';
 export class IdempotencyKeyReusedException extends IdempotencyHttpException {
   constructor(key: string) {
     super({
-      type: 'urn:idempotency:key-reused',
+      type: problemType('key-reused'),
       title: 'Idempotency key reused',
       status: HttpStatus.UNPROCESSABLE_ENTITY,
       detail:

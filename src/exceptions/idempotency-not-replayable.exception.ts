@@ -1,16 +1,24 @@
 import { HttpStatus } from '@nestjs/common';
-import { IdempotencyHttpException } from './idempotency-http.exception.js';
+import {
+  IdempotencyHttpException,
+  problemType,
+} from './idempotency-http.exception.js';
 
 /**
- * `422 Unprocessable Content`: the request with this key was processed, but
- * its response could not be stored for replay (a streamed response, or a body
- * over `maxResponseSize`). Retrying with the same key never runs it again; a
- * new request needs a new key.
+ * The request (message, job, `run()`, GraphQL mutation) with this key was
+ * processed, but its result could not be stored for replay (a result over
+ * `maxResponseSize`). Retrying with the same key never runs it again; a new
+ * request needs a new key. Its status is `422 Unprocessable Content`.
+ *
+ * An HTTP route never answers with it: a duplicate of an HTTP request whose
+ * response was not stored (a stream, a body over `maxResponseSize`) gets the
+ * original status with an empty body, `Idempotent-Replayed: true` (or the
+ * module's `replayHeaderName`) and `Idempotent-Body-Omitted: true`.
  */
 export class IdempotencyNotReplayableException extends IdempotencyHttpException {
   constructor(key: string) {
     super({
-      type: 'urn:idempotency:not-replayable',
+      type: problemType('not-replayable'),
       title: 'Response not replayable',
       status: HttpStatus.UNPROCESSABLE_ENTITY,
       detail:

@@ -1,5 +1,8 @@
 import { HttpStatus } from '@nestjs/common';
-import { IdempotencyHttpException } from './idempotency-http.exception.js';
+import {
+  IdempotencyHttpException,
+  problemType,
+} from './idempotency-http.exception.js';
 
 /**
  * `503 Service Unavailable`: the database could not be reached, the
@@ -12,7 +15,7 @@ export class IdempotencyUnavailableException extends IdempotencyHttpException {
   constructor(retryAfterSeconds: number) {
     super(
       {
-        type: 'urn:idempotency:unavailable',
+        type: problemType('unavailable'),
         title: 'Request not completed',
         status: HttpStatus.SERVICE_UNAVAILABLE,
         detail:

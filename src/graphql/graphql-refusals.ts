@@ -1,9 +1,14 @@
-import { IdempotencyHttpException } from '../exceptions/idempotency-http.exception.js';
+import {
+  IdempotencyHttpException,
+  problemType,
+} from '../exceptions/idempotency-http.exception.js';
 import { loadRequiredPeer } from '../core/optional-peer.js';
+import { GraphqlRefusalError } from './graphql-refusal.error.js';
 
 /**
  * The `extensions.code` of each refusal of the module to a GraphQL mutation,
- * by the problem type it stands for. Stable: clients may branch on them.
+ * by the problem type it stands for (its URN, whatever `problemTypeBaseUrl`
+ * makes of `extensions.type`). Stable: clients may branch on them.
  *
  * - `IDEMPOTENCY_KEY_MISSING` (status 400): the mutation requires an
  *   `Idempotency-Key` header and the request carries none.
@@ -29,15 +34,40 @@ export const IDEMPOTENCY_GRAPHQL_CODES = {
 } as const;
 
 /**
- * @internal One of the module's refusals as the `GraphQLError` a mutation
- * answers with: its detail as the message, and as `extensions` the `code`,
- * the HTTP `status` REST would answer with, `retryAfter` (seconds) where
- * REST sends `Retry-After`, and the problem details (`type`, `title`,
- * `detail`, `key`). Other errors are returned as they are.
+ * @internal One of the module's refusals as the error a mutation throws,
+ * which the client gets as a `GraphQLError`: its detail as the message, and
+ * as `extensions` the `code`, the HTTP `status` REST would answer with,
+ * `retryAfter` (seconds) where REST sends `Retry-After`, and the problem
+ * details (`type`, `title`, `detail`, `key`; the type under
+ * `problemTypeBaseUrl` when it is given). A 4xx is a
+ * {@link GraphqlRefusalError}, which Nest does not log; a 5xx a
+ * `GraphQLError`, which Nest logs at ERROR as it does the resolvers' own
+ * errors. Other errors are returned as they are.
  */
-export async function toGraphqlError(error: unknown): Promise<unknown> {
+export async function toGraphqlError(
+  error: unknown,
+  problemTypeBaseUrl?: string,
+): Promise<unknown> {
   if (!(error instanceof IdempotencyHttpException)) {
     return error;
+  }
+  const { status, ...problem } = error
+    .withTypeBase(problemTypeBaseUrl)
+    .getProblem();
+  const retryAfter = error.headers['Retry-After'];
+  const extensions = {
+    // By the problem's URN: the type may point at the documentation.
+    code:
+      IDEMPOTENCY_GRAPHQL_CODES[
+        problemType(error.slug ?? '') as keyof typeof IDEMPOTENCY_GRAPHQL_CODES
+      ] ?? 'IDEMPOTENCY_ERROR',
+    status,
+    ...(retryAfter === undefined ? {} : { retryAfter: Number(retryAfter) }),
+    ...problem,
+  };
+  // The client's mistake is not logged as a server error; a 503 still is.
+  if (status < 500) {
+    return new GraphqlRefusalError(problem.detail, extensions);
   }
   // Loaded here only: the peer of every GraphQL driver, needed by no other
   // application.
@@ -46,17 +76,5 @@ export async function toGraphqlError(error: unknown): Promise<unknown> {
     () => import('graphql'),
     'Idempotent GraphQL mutations need graphql, which is not installed.',
   );
-  const { status, ...problem } = error.getProblem();
-  const retryAfter = error.headers['Retry-After'];
-  return new GraphQLError(problem.detail, {
-    extensions: {
-      code:
-        IDEMPOTENCY_GRAPHQL_CODES[
-          problem.type as keyof typeof IDEMPOTENCY_GRAPHQL_CODES
-        ] ?? 'IDEMPOTENCY_ERROR',
-      status,
-      ...(retryAfter === undefined ? {} : { retryAfter: Number(retryAfter) }),
-      ...problem,
-    },
-  });
+  return new GraphQLError(problem.detail, { extensions });
 }

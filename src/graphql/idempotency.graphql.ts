@@ -121,7 +121,7 @@ export class IdempotencyGraphql {
       });
       beginning = await this.executor.begin(attempt, options);
     } catch (error) {
-      throw await toGraphqlError(error);
+      throw await toGraphqlError(error, this.options.problemTypeBaseUrl);
     }
     if ('replay' in beginning) {
       return this.replay(beginning.replay, attempt);
@@ -166,7 +166,7 @@ export class IdempotencyGraphql {
         jsonResponse(json, { 'content-type': 'application/json' }),
       );
     } catch (error) {
-      throw await toGraphqlError(error);
+      throw await toGraphqlError(error, this.options.problemTypeBaseUrl);
     }
     return result;
   }
@@ -183,6 +183,7 @@ export class IdempotencyGraphql {
     if (kind !== 'handler') {
       return toGraphqlError(
         new IdempotencyUnavailableException(options.retryAfter),
+        this.options.problemTypeBaseUrl,
       );
     }
     if (storing) {
@@ -194,7 +195,7 @@ export class IdempotencyGraphql {
         await execution.release();
       }
     }
-    return toGraphqlError(error);
+    return toGraphqlError(error, this.options.problemTypeBaseUrl);
   }
 
   /**
@@ -209,7 +210,7 @@ export class IdempotencyGraphql {
     try {
       response = this.executor.replay(attempt, record);
     } catch (error) {
-      throw await toGraphqlError(error);
+      throw await toGraphqlError(error, this.options.problemTypeBaseUrl);
     }
     if (record.status === 'failed') {
       throw restoreError(response);

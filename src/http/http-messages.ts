@@ -6,6 +6,7 @@ import type { ResolvedRouteOptions } from '../idempotency.options.js';
 import type { StoredResponse } from '../interfaces/idempotency-store.interface.js';
 import {
   queryParameters,
+  UnreadableBody,
   type FingerprintParts,
 } from '../core/request-fingerprint.js';
 import type { CapturedResponse } from './response-capture.js';
@@ -13,6 +14,8 @@ import type { CapturedResponse } from './response-capture.js';
 /** @internal A request as the HTTP platforms (Express, Fastify) give it. */
 export type HttpRequest = IncomingMessage & {
   body?: unknown;
+  /** The body's bytes, kept by the platform's parsers with `rawBody: true`. */
+  rawBody?: unknown;
   params?: Record<string, unknown>;
   /** Express: the URL as received, before any mount point was cut off. */
   originalUrl?: string;
@@ -33,13 +36,46 @@ export function fingerprintParts(
     route,
     params: { ...request.params },
     query: queryParameters(request.originalUrl ?? (request.raw ?? request).url),
-    body: request.body,
+    body: requestBody(request),
   };
 }
+
+/**
+ * The body of a request as the fingerprint takes it: the body a parser read
+ * from its bytes; else its raw bytes, when something kept them; else, when
+ * the request carries a body all the same that nothing read (no parser for
+ * its content type), an {@link UnreadableBody}, which is refused rather than
+ * taken for none, or for the placeholder (`{}`) some middleware sets.
+ */
+function requestBody(request: HttpRequest): unknown {
+  const raw = (request.raw ?? request) as HttpRequest;
+  const { headers } = raw;
+  const length = Number(headers['content-length'] ?? 0);
+  const carriesBody =
+    headers['transfer-encoding'] !== undefined ||
+    !(Number.isFinite(length) && length === 0);
+  // A parser reads the stream to its end before the handler runs.
+  if (!carriesBody || (request.body !== undefined && raw.readableEnded)) {
+    return request.body;
+  }
+  const bytes = request.rawBody ?? raw.rawBody;
+  if (Buffer.isBuffer(bytes) || typeof bytes === 'string') {
+    return bytes;
+  }
+  return new UnreadableBody(headers['content-type']);
+}
+
 /** @internal A response as the HTTP platforms give it. */
 export type HttpResponse = { raw?: ServerResponse } & object;
 
-const UNSAFE_HEADERS = new Set(UNSAFE_REPLAY_HEADERS);
+/**
+ * @internal Response header of a replay whose original body was not stored
+ * (a stream, a body over `maxResponseSize`): the body is empty on purpose.
+ */
+export const BODY_OMITTED_HEADER = 'idempotent-body-omitted';
+
+/** Headers never stored: those a replay sets itself among them. */
+const UNSAFE_HEADERS = new Set([...UNSAFE_REPLAY_HEADERS, BODY_OMITTED_HEADER]);
 
 /** @internal A body the platform streams: it is sent as it is produced, never whole. */
 export function isStream(value: unknown): boolean {

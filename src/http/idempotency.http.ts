@@ -6,7 +6,6 @@ import {
 } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
 import { lastValueFrom } from 'rxjs';
-import { IDEMPOTENT_REPLAYED_HEADER } from '../idempotency.constants.js';
 import { IDEMPOTENCY_RESOLVED_OPTIONS } from '../idempotency.tokens.js';
 import {
   type ResolvedIdempotencyOptions,
@@ -15,6 +14,7 @@ import {
 import { IdempotencyHttpException } from '../exceptions/idempotency-http.exception.js';
 import { IdempotencyUnavailableException } from '../exceptions/idempotency-unavailable.exception.js';
 import { IdempotencyConfigurationError } from '../exceptions/idempotency-configuration.error.js';
+import { IdempotencyBodyUnreadableException } from '../exceptions/idempotency-body-unreadable.exception.js';
 import type { DecoratedRoute } from '../idempotency.routes.js';
 import { newAttempt, type Attempt } from '../core/attempt.js';
 import {
@@ -30,6 +30,7 @@ import {
 } from './response-capture.js';
 import { resolveRequestKey } from './idempotency-key.js';
 import {
+  BODY_OMITTED_HEADER,
   fingerprintParts,
   isStream,
   rawResponse,
@@ -37,8 +38,6 @@ import {
   type HttpRequest,
   type HttpResponse,
 } from './http-messages.js';
-
-const REPLAYED_HEADER_NAME = IDEMPOTENT_REPLAYED_HEADER.toLowerCase();
 
 /**
  * @internal The HTTP adapter of the request sequence: turns a request into
@@ -48,12 +47,17 @@ const REPLAYED_HEADER_NAME = IDEMPOTENT_REPLAYED_HEADER.toLowerCase();
  */
 @Injectable()
 export class IdempotencyHttp {
+  /** The replay header, lower-cased as stored headers are. */
+  private readonly replayedField: string;
+
   constructor(
     private readonly adapterHost: HttpAdapterHost,
     private readonly executor: IdempotencyExecutor,
     @Inject(IDEMPOTENCY_RESOLVED_OPTIONS)
     private readonly options: ResolvedIdempotencyOptions,
-  ) {}
+  ) {
+    this.replayedField = options.replayHeaderName.toLowerCase();
+  }
 
   /**
    * The idempotency key of a request, or `undefined` when it carries none:
@@ -94,6 +98,12 @@ export class IdempotencyHttp {
         legacy: true,
       });
     } catch (error) {
+      if (error instanceof IdempotencyBodyUnreadableException) {
+        this.executor.warn(
+          `A request to ${route.path} was refused (415): its body has no parser in the application, so it cannot be fingerprinted. Register a body parser for its content type (on Express, app.useBodyParser('text') or 'raw'; Fastify refuses unknown content types itself), or give the route a fingerprint function.`,
+          `unreadable-body ${route.path}`,
+        );
+      }
       throw this.answer(response, error);
     }
     let beginning: Beginning;
@@ -256,7 +266,9 @@ export class IdempotencyHttp {
         await settle(captured);
       },
       () => {
-        const failure = new IdempotencyUnavailableException(options.retryAfter);
+        const failure = new IdempotencyUnavailableException(
+          options.retryAfter,
+        ).withTypeBase(this.options.problemTypeBaseUrl);
         const body = Buffer.from(JSON.stringify(failure.getProblem()));
         return {
           status: failure.getStatus(),
@@ -271,9 +283,13 @@ export class IdempotencyHttp {
     );
   }
 
-  /** Sets the headers of one of the module's own answers, and returns it. */
+  /**
+   * Sets the headers of one of the module's own answers, points its problem
+   * type at `problemTypeBaseUrl`, and returns it.
+   */
   private answer(response: HttpResponse, error: unknown): unknown {
     if (error instanceof IdempotencyHttpException) {
+      error.withTypeBase(this.options.problemTypeBaseUrl);
       const adapter = this.adapterHost.httpAdapter;
       adapter.setHeader(response, 'Content-Type', 'application/problem+json');
       for (const [name, value] of Object.entries(error.headers)) {
@@ -287,18 +303,24 @@ export class IdempotencyHttp {
    * The answer to a duplicate of a finished request: the stored response,
    * written by the platform as it sends the `undefined` this returns (one
    * write of the stored bytes, where a web `Response` would be streamed), or
-   * a refusal.
+   * a refusal. A response that was not stored (a stream, a body over
+   * `maxResponseSize`) is answered with its status and an empty body marked
+   * as omitted: a `422` would read as a reused key.
    */
   private replay(
     response: HttpResponse,
     record: StoredRecord,
     attempt: Attempt,
   ): undefined {
-    const stored = this.executor.replay(attempt, record);
-    const headers: Record<string, string | string[]> = {
-      ...stored.headers,
-      [REPLAYED_HEADER_NAME]: 'true',
-    };
+    const { response: stored, bodyOmitted } = this.executor.replayOrOmit(
+      attempt,
+      record,
+    );
+    const headers: Record<string, string | string[]> = { ...stored.headers };
+    if (bodyOmitted) {
+      headers[BODY_OMITTED_HEADER] = 'true';
+    }
+    headers[this.replayedField] = 'true';
     // A 204 or 304 has no body, and must not announce one.
     if (stored.status !== 204 && stored.status !== 304) {
       headers['content-length'] = String(stored.body.length);

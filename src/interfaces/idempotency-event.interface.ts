@@ -4,7 +4,9 @@
  * - `replayed`: a duplicate got the stored response;
  * - `conflict`: a duplicate arrived while the same request executed (409);
  * - `mismatch`: the key was reused for a different request (422);
- * - `not-replayable`: a duplicate of a request whose response was not stored (422);
+ * - `not-replayable`: a duplicate of a request whose response was not stored
+ *   (over HTTP it gets the original status with its body omitted; a message,
+ *   job, `run()` or GraphQL mutation is refused with 422);
  * - `stored-error`: an error response was stored by the error policy;
  * - `timeout`: the handler ran past its deadline (`transactionTimeout`) and was
  *   abandoned (503), or the server cancelled one of its statements;

@@ -217,8 +217,10 @@ export interface IdempotentOptions {
    * the body of an HTTP response, the JSON of a GraphQL mutation's result,
    * of a message handler's, a BullMQ job's or an `IdempotencyService.run()`
    * result. A larger one is still returned and its writes committed, but
-   * the key is marked "not replayable": a duplicate is refused (`422`,
-   * `IdempotencyNotReplayableException`). The bound keeps one result from
+   * the key is marked "not replayable": a duplicate of an HTTP request gets
+   * the original status with an empty body and `Idempotent-Body-Omitted:
+   * true`; a duplicate message, job, `run()` or GraphQL mutation is refused
+   * (`IdempotencyNotReplayableException`). The bound keeps one result from
    * filling the store (a DynamoDB item holds 400 KB; a Redis value sits in
    * memory).
    * @default 1048576 (1 MiB)
@@ -289,13 +291,15 @@ export interface IdempotencyGcOptions {
 }
 
 /**
- * How spans carry the key of a request (never metrics, whose attributes are
- * the outcome and the route only):
- * - `'hash'`: `idempotency.key.hash`, the first 16 hex digits of the
- *   sha256 of the key; enough to find every attempt of one key, without the
- *   key itself (a guessable key, such as `invoice:42`, can be guessed back);
- * - `'raw'`: `idempotency.key` and `idempotency.scope` as they are (the scope
- *   may be a user or tenant id);
+ * How spans and the module's log lines carry the key of a request (never
+ * metrics, whose attributes are the outcome and the route only). Log lines
+ * follow it also with `telemetry: false`, as `'hash'`.
+ * - `'hash'`: `idempotency.key.hash` (logs: `key_hash=`), the first 16 hex
+ *   digits of the sha256 of the key; enough to find every attempt of one
+ *   key, without the key itself (a guessable key, such as `invoice:42`, can
+ *   be guessed back); the scope is left out;
+ * - `'raw'`: `idempotency.key` and `idempotency.scope` (logs: `scope=`,
+ *   `key=`) as they are (the scope may be a user or tenant id);
  * - `'none'`: neither.
  */
 export type IdempotencyTelemetryKeys = 'hash' | 'raw' | 'none';
@@ -307,7 +311,7 @@ export type IdempotencyTelemetryKeys = 'hash' | 'raw' | 'none';
  */
 export interface IdempotencyTelemetryOptions {
   /**
-   * How spans carry the idempotency key.
+   * How spans and log lines carry the idempotency key.
    * @default 'hash'
    */
   keys?: IdempotencyTelemetryKeys;
@@ -346,6 +350,29 @@ export interface IdempotencyModuleOptions extends IdempotentOptions {
    */
   headerName?: string;
   /**
+   * Response header set to `true` on every replayed HTTP response (and
+   * documented in the OpenAPI document). Some clients expect
+   * `Idempotency-Replayed`. A browser client reads it only if the
+   * application exposes it through CORS (`exposedHeaders`).
+   * @default 'Idempotent-Replayed'
+   */
+  replayHeaderName?: string;
+  /**
+   * Where the `type` of the module's problem answers (400, 409, 415, 422,
+   * 503) points: with a base URL, the type of the problem `<slug>` is
+   * `${problemTypeBaseUrl}<slug>` (the base used as given, so end it with
+   * `/` or `#`), e.g. `https://docs.example.com/errors/key-reused`, for
+   * pages of your documentation that explain each one. Applies to HTTP
+   * answers, the `type` in the extensions of GraphQL errors (their `code`
+   * does not change) and the OpenAPI document. The slugs: `missing-key`,
+   * `invalid-key`, `request-in-progress`, `key-reused`, `not-replayable`,
+   * `unreadable-body`, `unavailable`. Must be an absolute URL.
+   * @default undefined (URNs: `urn:idempotency:<slug>`)
+   * @example
+   * problemTypeBaseUrl: 'https://docs.example.com/errors/'
+   */
+  problemTypeBaseUrl?: string;
+  /**
    * How long a claim stays owned without renewal. The instance renews the
    * leases of every request it runs in one statement every `lease / 3`
    * (never past a request's `transactionTimeout`); a key of an instance that
@@ -370,8 +397,9 @@ export interface IdempotencyModuleOptions extends IdempotentOptions {
   /**
    * Whether decorated HTTP routes are documented in the OpenAPI document of
    * `@nestjs/swagger`, when that package is installed: the key header
-   * (required or not, its length and pattern) and the module's 400, 409,
-   * 422 and 503 problem responses, next to the route's own responses.
+   * (required or not, its length and pattern), the replay headers, and the
+   * module's 400, 409, 415, 422 and 503 problem responses, next to the
+   * route's own responses.
    * Without `@nestjs/swagger` nothing is loaded either way.
    * @default true
    */

@@ -12,7 +12,7 @@ import type {
   ResolvedRouteOptions,
 } from '../idempotency.options.js';
 import { IdempotencyRoutes } from '../idempotency.routes.js';
-import { IDEMPOTENT_REPLAYED_HEADER } from '../idempotency.constants.js';
+import { problemType } from '../exceptions/idempotency-http.exception.js';
 import { loadOptionalPeer } from '../core/optional-peer.js';
 
 /** What the module uses of `@nestjs/swagger`. */
@@ -41,21 +41,26 @@ interface Parameter {
 const PLUGIN_METADATA_FACTORY = '_OPENAPI_METADATA_FACTORY';
 
 /** The body of every answer of the module (`IdempotencyProblem`). */
-const PROBLEM_SCHEMA = {
-  type: 'object',
-  required: ['type', 'title', 'status', 'detail'],
-  properties: {
-    type: {
-      type: 'string',
-      description: 'URI of the kind of problem',
-      example: 'urn:idempotency:request-in-progress',
+function problemSchema(typeBase: string | undefined) {
+  return {
+    type: 'object',
+    required: ['type', 'title', 'status', 'detail'],
+    properties: {
+      type: {
+        type: 'string',
+        description: 'URI of the kind of problem',
+        example: problemType('request-in-progress', typeBase),
+      },
+      title: { type: 'string', description: 'Summary of the kind of problem' },
+      status: { type: 'integer', description: 'The HTTP status code' },
+      detail: { type: 'string', description: 'What happened, for the client' },
+      key: {
+        type: 'string',
+        description: 'The idempotency key of the request',
+      },
     },
-    title: { type: 'string', description: 'Summary of the kind of problem' },
-    status: { type: 'integer', description: 'The HTTP status code' },
-    detail: { type: 'string', description: 'What happened, for the client' },
-    key: { type: 'string', description: 'The idempotency key of the request' },
-  },
-};
+  };
+}
 
 const RETRY_AFTER = {
   'Retry-After': {
@@ -64,48 +69,98 @@ const RETRY_AFTER = {
   },
 };
 
-function problem(description: string, retry = false): ResponseEntry {
+function problem(
+  description: string,
+  typeBase: string | undefined,
+  retry = false,
+): ResponseEntry {
   return {
     description,
-    content: { 'application/problem+json': { schema: PROBLEM_SCHEMA } },
+    content: {
+      'application/problem+json': { schema: problemSchema(typeBase) },
+    },
     ...(retry ? { headers: RETRY_AFTER } : {}),
   };
 }
 
+/** The names the module's answers carry, as the module options give them. */
+interface Names {
+  /** The key header (`headerName`). */
+  readonly header: string;
+  /** The replay header (`replayHeaderName`). */
+  readonly replayed: string;
+  /** `problemTypeBaseUrl`. */
+  readonly typeBase: string | undefined;
+}
+
+/** Header of a replay whose original body was not stored. */
+const BODY_OMITTED = 'Idempotent-Body-Omitted';
+
 /** The module's own answers on a decorated route, by status. */
 function moduleResponses(
   options: ResolvedRouteOptions,
-  headerName: string,
+  names: Names,
 ): Record<string, ResponseEntry> {
-  const from = options.key ? 'The idempotency key' : `The ${headerName} header`;
-  return {
+  const from = options.key
+    ? 'The idempotency key'
+    : `The ${names.header} header`;
+  const type = (slug: string) => `\`${problemType(slug, names.typeBase)}\``;
+  const responses: Record<string, ResponseEntry> = {
     400: problem(
-      `${from} is ${options.required ? 'missing or ' : ''}malformed (\`urn:idempotency:${options.required ? 'missing-key` or `urn:idempotency:' : ''}invalid-key\`). Nothing ran.`,
+      `${from} is ${options.required ? 'missing or ' : ''}malformed (${options.required ? `${type('missing-key')} or ` : ''}${type('invalid-key')}). Nothing ran.`,
+      names.typeBase,
     ),
     409: problem(
-      `A request with the same key is still running (\`urn:idempotency:request-in-progress\`). Nothing ran: retry with the same key after \`Retry-After\` seconds.`,
+      `A request with the same key is still running (${type('request-in-progress')}). Nothing ran: retry with the same key after \`Retry-After\` seconds.`,
+      names.typeBase,
       true,
+    ),
+    415: problem(
+      `The request carries a body the application does not parse, so it cannot be told from another request with the same key (${type('unreadable-body')}). Nothing ran: send the body in a format the route parses.`,
+      names.typeBase,
     ),
     422: problem(
-      `The key was used for another request (\`urn:idempotency:key-reused\`), or the response of its request cannot be replayed (\`urn:idempotency:not-replayable\`). Nothing ran.`,
+      `The key was used for another request (${type('key-reused')}). Nothing ran: use a new key for a new request.`,
+      names.typeBase,
     ),
     503: problem(
-      `The idempotency record could not be claimed or committed, or the request ran past its deadline (\`urn:idempotency:unavailable\`). Nothing of it committed: retry with the same key after \`Retry-After\` seconds.`,
+      `The idempotency record could not be claimed or committed, or the request ran past its deadline (${type('unavailable')}). Nothing of it committed: retry with the same key after \`Retry-After\` seconds.`,
+      names.typeBase,
       true,
     ),
+  };
+  if (typeof options.fingerprint === 'function') {
+    // The route's own fingerprint never reads the body for the module.
+    delete responses[415];
+  }
+  return responses;
+}
+
+/** The headers of a replayed success, as OpenAPI documents a response's. */
+function replayHeaders(names: Names): Record<string, unknown> {
+  return {
+    [names.replayed]: {
+      description:
+        'Present on a replay: the request ran before with the same key, and this is its response (the handler did not run again).',
+      schema: { type: 'string', enum: ['true'] },
+    },
+    [BODY_OMITTED]: {
+      description: `Present on a replay whose original body was too large to store or was streamed: the status is the original one, and the body is empty.`,
+      schema: { type: 'string', enum: ['true'] },
+    },
   };
 }
 
 /** The header parameter of the key, as `@ApiHeader()` takes it. */
 function keyHeader(
   options: ResolvedRouteOptions,
-  headerName: string,
+  names: Names,
 ): Record<string, unknown> {
   const { minLength, maxLength, pattern } = options.keyValidation;
   return {
-    name: headerName,
+    name: names.header,
     required: options.required,
-    description: `Unique key of this operation, such as a UUID, as a token or a quoted string (RFC 8941). A retry with the same key and the same request gets the first response again, with \`${IDEMPOTENT_REPLAYED_HEADER}: true\`, and never runs twice.${options.required ? '' : ' Without it, the request runs without idempotency.'}`,
+    description: `Unique key of this operation, such as a UUID, as a token or a quoted string (RFC 8941). A retry with the same key and the same request gets the first response again, with \`${names.replayed}: true\`, and never runs twice (a response that was streamed or too large to store comes back with its status, an empty body and \`${BODY_OMITTED}: true\`).${options.required ? '' : ' Without it, the request runs without idempotency.'}`,
     schema: { type: 'string', minLength, maxLength, pattern: pattern.source },
     example: '8e03978e-40d5-43e8-bc93-6894a57f9324',
   };
@@ -176,7 +231,7 @@ function documentRoute(
   controller: Type,
   method: string,
   options: ResolvedRouteOptions,
-  headerName: string,
+  names: Names,
 ): void {
   const prototype = controller.prototype as Record<string, object>;
   const handler = prototype[method];
@@ -198,10 +253,10 @@ function documentRoute(
     const documented = parameters.some(
       (parameter) =>
         parameter.in === 'header' &&
-        parameter.name?.toLowerCase() === headerName.toLowerCase(),
+        parameter.name?.toLowerCase() === names.header.toLowerCase(),
     );
     if (!documented) {
-      swagger.ApiHeader(keyHeader(options, headerName))(
+      swagger.ApiHeader(keyHeader(options, names))(
         prototype,
         method,
         Object.getOwnPropertyDescriptor(prototype, method)!,
@@ -211,8 +266,17 @@ function documentRoute(
   const inherited = (Reflect.getMetadata(DECORATORS.API_RESPONSE, controller) ??
     {}) as Record<string, ResponseEntry>;
   const responses = ownResponses(swagger, controller, method, handler);
+  for (const [status, entry] of Object.entries(responses)) {
+    if (status.startsWith('2')) {
+      const headers = entry.headers as Record<string, unknown> | undefined;
+      responses[status] = {
+        ...entry,
+        headers: { ...replayHeaders(names), ...headers },
+      };
+    }
+  }
   for (const [status, entry] of Object.entries(
-    moduleResponses(options, headerName),
+    moduleResponses(options, names),
   )) {
     const theirs = responses[status] ?? inherited[status];
     responses[status] = theirs
@@ -315,13 +379,11 @@ export const idempotencyOpenApi: FactoryProvider<Promise<boolean>> = {
           continue;
         }
         if (route) {
-          documentRoute(
-            swagger,
-            controller,
-            method,
-            route.options,
-            options.headerName,
-          );
+          documentRoute(swagger, controller, method, route.options, {
+            header: options.headerName,
+            replayed: options.replayHeaderName,
+            typeBase: options.problemTypeBaseUrl,
+          });
         }
       }
     }

@@ -1,10 +1,6 @@
 import { createHash } from 'node:crypto';
 import type { Attempt } from '../core/attempt.js';
-import {
-  keyHash,
-  routeAttributes,
-  spanAttributes,
-} from './telemetry-attributes.js';
+import { routeAttributes, spanAttributes } from './telemetry-attributes.js';
 
 function attempt(fields: Partial<Attempt>): Attempt {
   return {
@@ -77,14 +73,5 @@ describe('spanAttributes', () => {
     expect(spanAttributes(attempt({}), 'none')).toEqual(route);
     expect(spanAttributes(attempt({ key: undefined }), 'raw')).toEqual(route);
     expect(spanAttributes(attempt({ key: undefined }), 'hash')).toEqual(route);
-  });
-});
-
-describe('keyHash', () => {
-  it('is the first 16 hex digits of the sha256 of the key (UTF-8)', () => {
-    expect(keyHash('abc')).toBe('ba7816bf8f01cfea');
-    expect(keyHash('clé')).toBe(
-      createHash('sha256').update('clé', 'utf8').digest('hex').slice(0, 16),
-    );
   });
 });

@@ -1,6 +1,6 @@
-import { hash } from 'node:crypto';
 import type { IdempotencyTelemetryKeys } from '../interfaces/idempotency-options.interface.js';
 import type { Attempt } from '../core/attempt.js';
+import { keyHash } from '../core/log-key.js';
 
 /** @internal Attributes of a span or a data point, as OpenTelemetry takes them. */
 export type TelemetryAttributes = Record<string, string>;
@@ -86,12 +86,4 @@ export function spanAttributes(
     };
   }
   return { ...attributes, [ATTRIBUTES.keyHash]: keyHash(attempt.key) };
-}
-
-/**
- * @internal The first 16 hex digits of the sha256 of a key, as
- * `echo -n "$KEY" | sha256sum | cut -c1-16` prints them.
- */
-export function keyHash(key: string): string {
-  return hash('sha256', key, 'hex').slice(0, 16);
 }

@@ -257,6 +257,27 @@ describeRedis('@Idempotent() on BullMQ processors', () => {
     },
   );
 
+  it('fails a job its key option finds no key for at once (400, UnrecoverableError), with the problem as its reason, and runs nothing', async () => {
+    const failure = nextFailure(target.app.get(RejectingProcessor));
+    await expect(
+      processed(
+        QUEUES.rejecting,
+        { reference: 'keyless-1' },
+        { jobId: 'keyless-1', attempts: 3 },
+      ),
+    ).rejects.toThrow(
+      'Idempotency key missing: This operation requires an "key" header.',
+    );
+    const [, error] = await failure;
+    expect(error).toBeInstanceOf(UnrecoverableError);
+    const job = await reread(QUEUES.rejecting, 'keyless-1');
+    expect(job.failedReason).toBe(
+      'Idempotency key missing: This operation requires an "key" header.',
+    );
+    expect(job.attemptsMade).toBe(1);
+    expect(await orders('keyless-1')).toEqual([]);
+  });
+
   it("rolls back a job that wrote then threw and frees its key: BullMQ's retry runs it again, and its row exists once", async () => {
     const { job, result } = await processed(
       QUEUES.orders,
@@ -303,6 +324,13 @@ describeRedis('@Idempotent() on BullMQ processors', () => {
     expect(failed.id).toBe('reject-b');
     expect(error).toBeInstanceOf(IdempotencyConflictException);
     expect(await duplicate.getState()).toBe('delayed');
+    // The problem's title and detail, not the exception's class name.
+    const reason =
+      'Request in progress: A request with this idempotency key is still being processed. Retry later to get its response.';
+    expect(error.message).toBe(reason);
+    expect((await reread(QUEUES.rejecting, 'reject-b')).failedReason).toBe(
+      reason,
+    );
 
     gates.hold.open();
     const result = (await first.waitUntilFinished(jobEvents)) as OrderResult;
@@ -363,6 +391,9 @@ describeRedis('@Idempotent() on BullMQ processors', () => {
       const [failed, error] = await failure;
       expect(failed.id).toBe('outage-1');
       expect(error).toBeInstanceOf(IdempotencyUnavailableException);
+      expect((await reread(QUEUES.orders, 'outage-1')).failedReason).toBe(
+        'Request not completed: The request could not be completed. Retry it with the same idempotency key: it takes effect exactly once.',
+      );
     } finally {
       await target.db.query(
         `ALTER FUNCTION ${acquire.replace('idempotency_acquire', 'idempotency_acquire_away')} RENAME TO idempotency_acquire`,

@@ -45,7 +45,7 @@ describe.each(PLATFORMS)(
       ).rejects.toThrow(/LibraryModeController\.create.*@Res\(\)/);
     });
 
-    it('commits a streamed response and marks the key not replayable: a duplicate gets 422, never a second run', async () => {
+    it('commits a streamed response and marks the key not replayable: a duplicate gets its status with the body omitted, never a second run', async () => {
       const first = await send(target, '/responses/stream', {
         key: 'stream-1',
         body: { reference: 'stream' },
@@ -60,13 +60,11 @@ describe.each(PLATFORMS)(
         key: 'stream-1',
         body: { reference: 'stream' },
       });
-      expect(second.status).toBe(422);
-      expect(second.headers.get('content-type')).toMatch(
-        /^application\/problem\+json/,
-      );
-      expect(((await second.json()) as { type: string }).type).toBe(
-        'urn:idempotency:not-replayable',
-      );
+      expect(second.status).toBe(201);
+      expect(second.headers.get('idempotent-replayed')).toBe('true');
+      expect(second.headers.get('idempotent-body-omitted')).toBe('true');
+      expect(second.headers.get('content-type')).toBeNull();
+      expect(await second.text()).toBe('');
       expect(runs.counts['responses/stream']).toBe(1);
       expect(
         await target.db.query(
@@ -112,7 +110,7 @@ describe.each(PLATFORMS)(
       expect(runs.counts['responses/stream-commit-refused']).toBe(2);
     });
 
-    it('sends and commits a response over maxResponseSize, but does not store it: a duplicate gets 422', async () => {
+    it('sends and commits a response over maxResponseSize, but does not store it: a duplicate gets its status with the body omitted', async () => {
       const first = await send(target, '/responses/large', {
         key: 'large-1',
         body: { reference: 'large' },
@@ -128,7 +126,10 @@ describe.each(PLATFORMS)(
         key: 'large-1',
         body: { reference: 'large' },
       });
-      expect(second.status).toBe(422);
+      expect(second.status).toBe(201);
+      expect(second.headers.get('idempotent-replayed')).toBe('true');
+      expect(second.headers.get('idempotent-body-omitted')).toBe('true');
+      expect(await second.text()).toBe('');
       expect(runs.counts['responses/large']).toBe(1);
       expect(
         await target.db.query(`SELECT 1 FROM orders WHERE reference = 'large'`),

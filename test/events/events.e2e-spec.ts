@@ -68,7 +68,7 @@ describe.each(PLATFORMS)('events for metrics (%s)', (platform) => {
     expect(events[1]).toMatchObject({ status: 422, key: 'ev-2' });
   });
 
-  it('reports stored errors and refused unreplayable duplicates', async () => {
+  it('reports stored errors and duplicates of unreplayable responses', async () => {
     await send(target, '/errors/declined', {
       key: 'ev-3',
       body: { reference: 'ev-3' },
@@ -82,6 +82,8 @@ describe.each(PLATFORMS)('events for metrics (%s)', (platform) => {
       body: { reference: 'ev-4' },
     });
     expect(types()).toEqual(['stored-error', 'executed', 'not-replayable']);
+    // The status the duplicate got: the original one, its body omitted.
+    expect(events[2]).toMatchObject({ key: 'ev-4', status: 201 });
   });
 
   it('reports a request abandoned at its deadline, and one whose claim was taken over, each answered 503 with nothing committed', async () => {

@@ -1,5 +1,4 @@
 import { Barrier, untilWaiting } from '../utils/barrier.js';
-import { describeWithRequireEsm } from '../utils/jest-esm.js';
 import { busyConnections } from '../utils/statement-counter.js';
 import { idleInTransaction } from '../utils/sessions.js';
 import {
@@ -10,16 +9,10 @@ import {
 } from '../utils/test-app.js';
 import {
   Gate,
+  describeGraphqlServers,
   graphqlTestModule,
   type GraphqlDriver,
 } from './graphql.module.js';
-
-/** The GraphQL servers and the HTTP platforms they run on. */
-const SERVERS: Array<[GraphqlDriver, Platform]> = [
-  ['apollo', 'express'],
-  ['apollo', 'fastify'],
-  ['mercurius', 'fastify'],
-];
 
 interface GraphqlAnswer {
   readonly status: number;
@@ -533,13 +526,4 @@ function graphqlMutations(driver: GraphqlDriver, platform: Platform): void {
   });
 }
 
-describe.each(SERVERS.filter(([driver]) => driver === 'apollo'))(
-  'GraphQL mutations (%s on %s)',
-  graphqlMutations,
-);
-
-// Mercurius loads an ES module with require() (content-disposition, through
-// @fastify/static), which Jest does only on newer Node.js versions.
-describeWithRequireEsm('GraphQL on Mercurius').each(
-  SERVERS.filter(([driver]) => driver === 'mercurius'),
-)('GraphQL mutations (%s on %s)', graphqlMutations);
+describeGraphqlServers('GraphQL mutations', graphqlMutations);

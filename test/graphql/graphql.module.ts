@@ -23,9 +23,36 @@ import type { Repository } from 'typeorm';
 import { Idempotent } from '../../src/index.js';
 import { Order } from '../fixtures/order.entity.js';
 import { Barrier } from '../utils/barrier.js';
+import { describeWithRequireEsm } from '../utils/jest-esm.js';
+import type { Platform } from '../utils/test-app.js';
 
 /** The GraphQL servers the module is tested with. */
 export type GraphqlDriver = 'apollo' | 'mercurius';
+
+/** The GraphQL servers and the HTTP platforms they run on. */
+const SERVERS: ReadonlyArray<[GraphqlDriver, Platform]> = [
+  ['apollo', 'express'],
+  ['apollo', 'fastify'],
+  ['mercurius', 'fastify'],
+];
+
+/**
+ * `tests` on each GraphQL server, as `name (driver on platform)`. Mercurius
+ * loads an ES module with require() (content-disposition, through
+ * @fastify/static), which Jest does only on newer Node.js versions.
+ */
+export function describeGraphqlServers(
+  name: string,
+  tests: (driver: GraphqlDriver, platform: Platform) => void,
+): void {
+  describe.each(SERVERS.filter(([driver]) => driver === 'apollo'))(
+    `${name} (%s on %s)`,
+    tests,
+  );
+  describeWithRequireEsm(`${name} on Mercurius`).each(
+    SERVERS.filter(([driver]) => driver === 'mercurius'),
+  )(`${name} (%s on %s)`, tests);
+}
 
 /** An order as the GraphQL API shows it. */
 @ObjectType('PlacedOrder')

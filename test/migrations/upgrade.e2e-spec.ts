@@ -305,10 +305,15 @@ describe.each(PLATFORMS)('upgrading a database of 0.1.0 (%s)', (platform) => {
       version: '1',
       body: bytes,
     });
+    // Its status, without the body it never stored (the route's own
+    // @Header() is set for this request, as for any).
     const notReplayable = await replay('legacy-stream', 'legacy-stream');
-    expect(notReplayable.status).toBe(422);
-    expect(JSON.parse(notReplayable.body.toString())).toMatchObject({
-      type: 'urn:idempotency:not-replayable',
+    expect(notReplayable).toEqual({
+      status: 201,
+      replayed: 'true',
+      contentType: null,
+      version: '2',
+      body: Buffer.alloc(0),
     });
     // The fingerprint of 0.1.0 still tells another request apart.
     const reused = await replay('legacy-order', 'another-order');

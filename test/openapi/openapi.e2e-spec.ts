@@ -59,7 +59,23 @@ async function documentOf(
 }
 
 const PROBLEM = 'application/problem+json';
-const MODULE_STATUSES = ['400', '409', '422', '503'];
+const MODULE_STATUSES = ['400', '409', '415', '422', '503'];
+
+/** The headers the module documents on a route's own success responses. */
+function replayHeaders(replayed = 'Idempotent-Replayed') {
+  return {
+    [replayed]: {
+      description: expect.stringContaining('Present on a replay') as string,
+      schema: { type: 'string', enum: ['true'] },
+    },
+    'Idempotent-Body-Omitted': {
+      description: expect.stringContaining(
+        'the status is the original one, and the body is empty',
+      ) as string,
+      schema: { type: 'string', enum: ['true'] },
+    },
+  };
+}
 
 function keyHeader(operation: Operation, name = 'Idempotency-Key') {
   return operation.parameters.filter(
@@ -81,7 +97,7 @@ describe.each(PLATFORMS)(
       await target?.close();
     });
 
-    it('documents the required key header and the four problem responses, next to the inferred 201', () => {
+    it('documents the required key header, the replay headers and the problem responses, next to the inferred 201', () => {
       const operation = document.paths['/payments'].post;
       expect(keyHeader(operation)).toEqual([
         {
@@ -104,7 +120,13 @@ describe.each(PLATFORMS)(
         '201',
         ...MODULE_STATUSES,
       ]);
-      expect(operation.responses['201']).toEqual({ description: '' });
+      expect(operation.responses['201']).toEqual({
+        description: '',
+        headers: replayHeaders(),
+      });
+      expect(keyHeader(operation)[0].description).toContain(
+        '`Idempotent-Replayed: true`',
+      );
       for (const status of MODULE_STATUSES) {
         const response = operation.responses[status];
         expect(Object.keys(response.content ?? {})).toEqual([PROBLEM]);
@@ -124,6 +146,12 @@ describe.each(PLATFORMS)(
       });
       expect(operation.responses['503'].headers).toHaveProperty('Retry-After');
       expect(operation.responses['422'].headers).toBeUndefined();
+      expect(operation.responses['422'].description).toBe(
+        'The key was used for another request (`urn:idempotency:key-reused`). Nothing ran: use a new key for a new request.',
+      );
+      expect(operation.responses['415'].description).toContain(
+        '`urn:idempotency:unreadable-body`',
+      );
     });
 
     it("keeps the route's own responses: its 201 type, and its 409 with the module's case added", () => {
@@ -136,6 +164,7 @@ describe.each(PLATFORMS)(
             schema: { $ref: '#/components/schemas/Payment' },
           },
         },
+        headers: replayHeaders(),
       });
       const conflict = operation.responses['409'];
       expect(conflict.content).toEqual({
@@ -211,6 +240,7 @@ describe.each(PLATFORMS)(
             schema: { $ref: '#/components/schemas/Payment' },
           },
         },
+        headers: replayHeaders(),
       });
       expect(Object.keys(operation.responses).sort()).toEqual([
         '201',
@@ -240,6 +270,31 @@ describe('OpenAPI options', () => {
     expect(operation.responses['400'].description).toMatch(
       /^The X-Request-Key header is missing or malformed/,
     );
+  });
+
+  it('names the replay header given by `replayHeaderName`, and points problem types at `problemTypeBaseUrl`', async () => {
+    let document: OpenApiDocument;
+    ({ target, document } = await documentOf('fastify', {
+      replayHeaderName: 'Idempotency-Replayed',
+      problemTypeBaseUrl: 'https://docs.example.com/errors/',
+    }));
+    const operation = document.paths['/payments'].post;
+    expect(operation.responses['201'].headers).toEqual(
+      replayHeaders('Idempotency-Replayed'),
+    );
+    expect(keyHeader(operation)[0].description).toContain(
+      '`Idempotency-Replayed: true`',
+    );
+    expect(keyHeader(operation)[0].description).not.toContain(
+      'Idempotent-Replayed',
+    );
+    expect(operation.responses['400'].description).toBe(
+      'The Idempotency-Key header is missing or malformed (`https://docs.example.com/errors/missing-key` or `https://docs.example.com/errors/invalid-key`). Nothing ran.',
+    );
+    expect(operation.responses['422'].description).toContain(
+      '`https://docs.example.com/errors/key-reused`',
+    );
+    expect(JSON.stringify(operation.responses)).not.toContain('urn:');
   });
 
   it('`openApi: false` documents nothing, and requests still run idempotently', async () => {

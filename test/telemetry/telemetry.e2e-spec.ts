@@ -1,4 +1,3 @@
-import type { ExecutionContext } from '@nestjs/common';
 import {
   SpanStatusCode,
   context,
@@ -21,7 +20,7 @@ import {
   SimpleSpanProcessor,
   type ReadableSpan,
 } from '@opentelemetry/sdk-trace-base';
-import { createHash, randomUUID } from 'node:crypto';
+import { randomUUID } from 'node:crypto';
 import { IdempotencyService } from '../../src/index.js';
 import { Order } from '../fixtures/order.entity.js';
 import { Barrier } from '../utils/barrier.js';
@@ -32,7 +31,13 @@ import {
   startTestApp,
   type TestApp,
 } from '../utils/test-app.js';
-import { Gate, TelemetryTestModule } from './telemetry.module.js';
+import {
+  Gate,
+  keyHash as hash,
+  TelemetryTestModule,
+  USER_HEADER,
+  userScope as scope,
+} from './telemetry.module.js';
 
 /** A reader that exports nothing by itself: the spec collects when it reads. */
 class CollectingReader extends MetricReader {
@@ -45,18 +50,6 @@ const CLAIM = 'idempotency.claim';
 const HANDLER = 'idempotency.handler';
 const COMMIT = 'idempotency.commit';
 const REPLAY = 'idempotency.replay';
-
-/** Request header the app's scope resolver reads: a user id. */
-const USER_HEADER = 'x-user';
-
-const scope = (context: ExecutionContext) =>
-  String(
-    context.switchToHttp().getRequest<{ headers: Record<string, unknown> }>()
-      .headers[USER_HEADER],
-  );
-
-const hash = (key: string) =>
-  createHash('sha256').update(key).digest('hex').slice(0, 16);
 
 const MILLISECOND = 1_000_000n;
 const nanoseconds = ([seconds, nanos]: HrTime) =>

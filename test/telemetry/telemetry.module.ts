@@ -2,17 +2,32 @@ import {
   Body,
   Controller,
   HttpException,
+  type ExecutionContext,
   Injectable,
   Module,
   Post,
 } from '@nestjs/common';
 import { InjectRepository, TypeOrmModule } from '@nestjs/typeorm';
 import { trace } from '@opentelemetry/api';
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import type { Repository } from 'typeorm';
 import { Idempotent } from '../../src/index.js';
 import { Order } from '../fixtures/order.entity.js';
 import { Barrier } from '../utils/barrier.js';
+
+/** Request header the app's scope resolver reads: a user id. */
+export const USER_HEADER = 'x-user';
+
+/** The scope of a request: its user (the `scope` option of the specs' apps). */
+export const userScope = (context: ExecutionContext): string =>
+  String(
+    context.switchToHttp().getRequest<{ headers: Record<string, unknown> }>()
+      .headers[USER_HEADER],
+  );
+
+/** A key as the module hashes it for spans and log lines. */
+export const keyHash = (key: string): string =>
+  createHash('sha256').update(key).digest('hex').slice(0, 16);
 
 /** The barrier the `held` route waits at. */
 @Injectable()

@@ -1,0 +1,27 @@
+import { HttpStatus } from '@nestjs/common';
+import {
+  IdempotencyHttpException,
+  problemType,
+} from './idempotency-http.exception.js';
+
+/**
+ * `415 Unsupported Media Type`: the request carries a body that the
+ * application did not parse (no body parser for its content type) and whose
+ * raw bytes it did not keep, so the module cannot tell it from another
+ * request under the same key. Nothing ran and no record was written. The
+ * client should send a content type the endpoint parses; the application
+ * can accept this one by registering a parser for it (such as
+ * `app.useBodyParser('text')` on Express).
+ */
+export class IdempotencyBodyUnreadableException extends IdempotencyHttpException {
+  constructor(contentType: string | undefined) {
+    // The media type only, bounded: it is echoed to the client.
+    const type = contentType?.split(';')[0].trim().slice(0, 100) || undefined;
+    super({
+      type: problemType('unreadable-body'),
+      title: 'Request body not readable',
+      status: HttpStatus.UNSUPPORTED_MEDIA_TYPE,
+      detail: `The body of this request (${type ?? 'without a Content-Type'}) was not parsed by the application, so it cannot be told apart from another request with the same idempotency key; nothing ran. Send the body in a format this endpoint parses, such as application/json, or register a parser for ${type ?? 'it'} in the application (for example app.useBodyParser('${type?.startsWith('text/') ? 'text' : 'raw'}')).`,
+    });
+  }
+}
