@@ -1,18 +1,15 @@
 import {
-  Inject,
-  Injectable,
   type OnApplicationBootstrap,
   type OnApplicationShutdown,
   type OnModuleInit,
 } from '@nestjs/common';
-import { ModuleRef } from '@nestjs/core';
+import type { ModuleRef } from '@nestjs/core';
 import type { Pool } from 'pg';
 import type { DataSource, EntityManager } from 'typeorm';
 import type {
   HandlerTransaction,
   HandlerTransactions,
 } from '../core/handler-transaction.js';
-import { IDEMPOTENCY_RESOLVED_OPTIONS } from '../idempotency.tokens.js';
 import {
   isIsolationLevel,
   type ResolvedIdempotencyOptions,
@@ -28,7 +25,7 @@ import {
   transactionParticipants,
   type TransactionParticipant,
 } from './transaction-participants.js';
-import { TYPEORM_RUNTIME, type TypeormRuntime } from './typeorm-runtime.js';
+import type { TypeormRuntime } from './typeorm-runtime.js';
 import {
   joinTypeormTransactional,
   typeormTransactionalName,
@@ -41,8 +38,8 @@ import {
  * repositories and `query()` are bound to the ambient transaction of the
  * decorated handler running, the share of its pool that handler
  * transactions may hold, and the transaction libraries that join them.
+ * Made with the PostgreSQL store, by the store's provider.
  */
-@Injectable()
 export class IdempotencyDataSource
   implements
     HandlerTransactions<EntityManager>,
@@ -61,9 +58,8 @@ export class IdempotencyDataSource
 
   constructor(
     private readonly moduleRef: ModuleRef,
-    @Inject(IDEMPOTENCY_RESOLVED_OPTIONS)
     private readonly options: ResolvedIdempotencyOptions,
-    @Inject(TYPEORM_RUNTIME) private readonly typeorm: TypeormRuntime,
+    private readonly typeorm: TypeormRuntime,
   ) {}
 
   onModuleInit(): void {

@@ -12,9 +12,6 @@ export interface TypeormRuntime {
   readonly getDataSourceToken: typeof getDataSourceToken;
 }
 
-/** @internal Injection token of the {@link TypeormRuntime}. */
-export const TYPEORM_RUNTIME = Symbol('TYPEORM_RUNTIME');
-
 /**
  * @internal Imports TypeORM and `@nestjs/typeorm`.
  * @throws IdempotencyConfigurationError when either is not installed.
