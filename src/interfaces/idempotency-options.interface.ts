@@ -161,7 +161,7 @@ export interface IdempotentOptions {
   transactionTimeout?: IdempotencyDuration;
   /**
    * Scope resolver; keys are unique per scope. A BullMQ processor takes only
-   * its own (see the README).
+   * its own (see src/bullmq/README.md).
    * @default a single global scope (`'global'`); for a BullMQ job, one per
    * queue (`'bullmq:<queueName>'`)
    */
@@ -250,8 +250,8 @@ export interface IdempotentOptions {
    * with `START TRANSACTION ISOLATION LEVEL ...` at the handler's first
    * statement. A transaction the handler's code joins (a savepoint,
    * `@Transactional()` of a transaction library) runs at this level: one
-   * that asks for another level is refused or ignored (see the README,
-   * "Transaction libraries and commit hooks"). Under `'SERIALIZABLE'` or
+   * that asks for another level is refused or ignored (see
+   * src/typeorm/README.md). Under `'SERIALIZABLE'` or
    * `'REPEATABLE READ'`, a serialization failure or a deadlock is answered
    * `503` with `Retry-After`: nothing was written, and the retry runs again.
    * @default the DataSource's `isolationLevel` option, else the server's
@@ -305,8 +305,8 @@ export interface IdempotencyGcOptions {
 export type IdempotencyTelemetryKeys = 'hash' | 'raw' | 'none';
 
 /**
- * OpenTelemetry spans and metrics of the module (see the README's
- * OpenTelemetry section). They are recorded through `@opentelemetry/api`,
+ * OpenTelemetry spans and metrics of the module (see
+ * src/telemetry/README.md). They are recorded through `@opentelemetry/api`,
  * an optional peer dependency, with the providers the application registered.
  */
 export interface IdempotencyTelemetryOptions {

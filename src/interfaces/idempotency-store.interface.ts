@@ -156,8 +156,10 @@ export interface IdempotencyStore<Transaction = unknown> {
   notify(leases: readonly Lease[]): Promise<void>;
   /**
    * Calls `listener` when another instance completes or releases a key that
-   * has waiters (a fast path: waiters poll too), and without arguments when
-   * notifications may have been missed (any key may have changed).
+   * has waiters, and without arguments when notifications may have been
+   * missed (any key may have changed). Waiters also look again when the
+   * owner's lease would run out; while `watching` is false they look every
+   * 250 ms.
    */
   watch(listener: (scope?: string, key?: string) => void): void;
   /** Whether notifications of other instances reach this one now. */
