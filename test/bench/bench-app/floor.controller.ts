@@ -49,7 +49,8 @@ interface AcquireRow {
  * named prepared statements (parsed once per connection), on the
  * application's pool:
  *
- *   1. the claim, `idempotency_acquire(...)`, in autocommit;
+ *   1. the claim, `idempotency_acquire(...)`, in autocommit, then the
+ *      handler's gateway charge (no connection held);
  *   2. `START TRANSACTION` (`dataSource.transaction`), the handler's
  *      inserts through its repositories, the fenced completion
  *      `idempotency_finish(...)` with the response's bytes on the
@@ -126,13 +127,9 @@ export class FloorController {
       return taken(claim, fingerprint, response);
     }
     try {
+      const charge = await this.handler.charge(dto, key, WAIT_MS[setting]);
       return await this.dataSource.transaction(async (manager) => {
-        const payment = await this.handler.pay(
-          dto,
-          key,
-          WAIT_MS[setting],
-          manager,
-        );
+        const payment = await this.handler.book(dto, charge, manager);
         const body = JSON.stringify(payment);
         // The transaction's own connection: the record commits with the
         // payment or not at all.

@@ -48,15 +48,16 @@ export function modeController(
       return this.pay(dto, key, WAIT_MS.gateway);
     }
 
-    private pay(
+    private async pay(
       dto: CreatePaymentDto,
       key: string | undefined,
       waitMs: number,
     ): Promise<Payment> {
+      const charge = await this.handler.charge(dto, key, waitMs);
       return transaction === 'module'
-        ? this.handler.pay(dto, key, waitMs)
+        ? this.handler.book(dto, charge)
         : this.dataSource.transaction((manager) =>
-            this.handler.pay(dto, key, waitMs, manager),
+            this.handler.book(dto, charge, manager),
           );
     }
   }

@@ -18,11 +18,14 @@ export type ModeSetting = keyof typeof WAIT_MS;
 
 /**
  * The one handler of every mode of the modes bench, so that the modes
- * differ only in what wraps it: awaits the gateway stand-in (after
- * `waitMs`, a payment gateway's answer), then saves one payment and its two
- * ledger rows through TypeORM repositories: `manager`'s (a transaction of
- * the caller's), or the injected ones (under the PostgreSQL store, the
- * module's transaction). Reads nothing back.
+ * differ only in what wraps it: `charge()` awaits the gateway stand-in
+ * (after `waitMs`, a payment gateway's answer), then `book()` saves one
+ * payment and its two ledger rows through TypeORM repositories:
+ * `manager`'s (a transaction the caller begins after the charge, as an
+ * application without the module writes it: no connection held while the
+ * gateway answers), or the injected ones (under the PostgreSQL store, the
+ * module's transaction, which begins at the first write). Reads nothing
+ * back.
  */
 @Injectable()
 export class ModesHandler {
@@ -33,22 +36,26 @@ export class ModesHandler {
     private readonly gateway: PaymentGateway,
   ) {}
 
-  async pay(
+  /** The gateway's charge of `dto`, after `waitMs`. */
+  async charge(
     dto: CreatePaymentDto,
     key: string | undefined,
     waitMs: number,
-    manager?: EntityManager,
-  ): Promise<Payment> {
+  ): Promise<{ readonly id: string }> {
     if (waitMs > 0) {
       await sleep(waitMs);
     }
     // The request's key names the charge in every mode, as a client of a
     // gateway would derive it.
-    const charge = await this.gateway.charge(
-      dto.amount,
-      dto.currency,
-      `${key ?? ''}:charge`,
-    );
+    return this.gateway.charge(dto.amount, dto.currency, `${key ?? ''}:charge`);
+  }
+
+  /** The payment of `charge` and its ledger rows, through `manager` if given. */
+  async book(
+    dto: CreatePaymentDto,
+    charge: { readonly id: string },
+    manager?: EntityManager,
+  ): Promise<Payment> {
     const payments = manager?.getRepository(Payment) ?? this.payments;
     const ledger = manager?.getRepository(LedgerEntry) ?? this.ledger;
     const payment = await payments.save(
