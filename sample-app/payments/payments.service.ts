@@ -49,21 +49,7 @@ export class PaymentsService {
   ): Promise<Payment> {
     const payments = manager?.getRepository(Payment) ?? this.payments;
     const ledger = manager?.getRepository(LedgerEntry) ?? this.ledger;
-    const payment = await payments.save(payments.create({ ...dto, chargeId }));
-    await ledger.save([
-      ledger.create({
-        paymentId: payment.id,
-        account: 'customer',
-        direction: 'debit',
-        amount: dto.amount,
-      }),
-      ledger.create({
-        paymentId: payment.id,
-        account: `merchant:${dto.merchantId}`,
-        direction: 'credit',
-        amount: dto.amount,
-      }),
-    ]);
+    const payment = await writePayment(payments, ledger, dto, chargeId);
     return this.read(payments, payment.id);
   }
 
@@ -85,4 +71,33 @@ export class PaymentsService {
     }
     return payment;
   }
+}
+
+/**
+ * Writes the payment of a charge and its two ledger entries (a debit of the
+ * customer, a credit of the merchant) through `payments` and `ledger`, and
+ * returns the payment as saved (without its entries).
+ */
+export async function writePayment(
+  payments: Repository<Payment>,
+  ledger: Repository<LedgerEntry>,
+  dto: CreatePaymentDto,
+  chargeId: string,
+): Promise<Payment> {
+  const payment = await payments.save(payments.create({ ...dto, chargeId }));
+  await ledger.save([
+    ledger.create({
+      paymentId: payment.id,
+      account: 'customer',
+      direction: 'debit',
+      amount: dto.amount,
+    }),
+    ledger.create({
+      paymentId: payment.id,
+      account: `merchant:${dto.merchantId}`,
+      direction: 'credit',
+      amount: dto.amount,
+    }),
+  ]);
+  return payment;
 }

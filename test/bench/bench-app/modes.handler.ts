@@ -6,6 +6,7 @@ import type { CreatePaymentDto } from '../../../sample-app/payments/create-payme
 import { LedgerEntry } from '../../../sample-app/payments/ledger-entry.entity.js';
 import { Payment } from '../../../sample-app/payments/payment.entity.js';
 import { PaymentGateway } from '../../../sample-app/payments/payment-gateway.js';
+import { writePayment } from '../../../sample-app/payments/payments.service.js';
 
 /** The two settings of the modes bench: the gateway's answer, in ms. */
 export const WAIT_MS = {
@@ -58,23 +59,6 @@ export class ModesHandler {
   ): Promise<Payment> {
     const payments = manager?.getRepository(Payment) ?? this.payments;
     const ledger = manager?.getRepository(LedgerEntry) ?? this.ledger;
-    const payment = await payments.save(
-      payments.create({ ...dto, chargeId: charge.id }),
-    );
-    await ledger.save([
-      ledger.create({
-        paymentId: payment.id,
-        account: 'customer',
-        direction: 'debit',
-        amount: dto.amount,
-      }),
-      ledger.create({
-        paymentId: payment.id,
-        account: `merchant:${dto.merchantId}`,
-        direction: 'credit',
-        amount: dto.amount,
-      }),
-    ]);
-    return payment;
+    return writePayment(payments, ledger, dto, charge.id);
   }
 }
