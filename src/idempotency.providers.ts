@@ -149,12 +149,6 @@ function withStore(
   return { ...definition, providers, imports };
 }
 
-/** The TypeORM side of each PostgreSQL store the module made. */
-const POSTGRES_TRANSACTIONS = new WeakMap<
-  IdempotencyStore,
-  IdempotencyDataSource
->();
-
 /**
  * The PostgreSQL store on the application's DataSource. Nest runs the
  * lifecycle hooks of both halves: the store's as the `IdempotencyStore`
@@ -169,18 +163,17 @@ async function postgresStore(
     options,
     await loadTypeormRuntime(),
   );
-  const store = new PostgresIdempotencyStore(source, options);
-  POSTGRES_TRANSACTIONS.set(store, source);
-  return store;
+  return new PostgresIdempotencyStore(source, options);
 }
 
 /**
- * The handlers' transactions: the DataSource's with the PostgreSQL store
- * made above, none with any other store (including one a test put in its
- * place).
+ * The handlers' transactions: the DataSource's with the PostgreSQL store,
+ * none with any other store (including one a test put in its place).
  */
 function handlerTransactionsOf(store: IdempotencyStore): HandlerTransactions {
-  return POSTGRES_TRANSACTIONS.get(store) ?? NO_HANDLER_TRANSACTIONS;
+  return store instanceof PostgresIdempotencyStore
+    ? store.source
+    : NO_HANDLER_TRANSACTIONS;
 }
 
 function invalidStore(store: unknown): IdempotencyConfigurationError {

@@ -1,12 +1,9 @@
 import {
-  Inject,
-  Injectable,
   type OnApplicationBootstrap,
   type OnApplicationShutdown,
   type OnModuleInit,
 } from '@nestjs/common';
 import type { ClientConfig, Pool, PoolClient } from 'pg';
-import { IDEMPOTENCY_RESOLVED_OPTIONS } from '../../idempotency.tokens.js';
 import type { ResolvedIdempotencyOptions } from '../../idempotency.options.js';
 import { IdempotencyConfigurationError } from '../../exceptions/idempotency-configuration.error.js';
 import { IdempotencyDataSource } from '../../typeorm/idempotency-data-source.js';
@@ -84,7 +81,6 @@ export function completionPayload(scope: string, key: string): string {
  * driver directly. Claims, releases and renewals commit without waiting for
  * the WAL flush; completions and steps commit durably.
  */
-@Injectable()
 export class PostgresIdempotencyStore
   implements
     IdempotencyStore<PostgresTransaction>,
@@ -97,8 +93,8 @@ export class PostgresIdempotencyStore
   private readonly watchers: Array<(scope?: string, key?: string) => void> = [];
 
   constructor(
-    private readonly source: IdempotencyDataSource,
-    @Inject(IDEMPOTENCY_RESOLVED_OPTIONS)
+    /** The TypeORM side it completes in: the handlers' transactions. */
+    readonly source: IdempotencyDataSource,
     private readonly options: ResolvedIdempotencyOptions,
   ) {}
 
