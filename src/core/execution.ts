@@ -25,6 +25,16 @@ import { ownStatement } from './own-statement.js';
 import type { RunningLink } from './running-executions.js';
 
 /**
+ * How long an answer waits for its claim's release. A release is one round
+ * trip; a store that has not answered by then is unreachable, and its client
+ * may hold the command until it reconnects (ioredis's defaults: through
+ * twenty more reconnection attempts). The answer (a 503, or the handler's
+ * error) goes out; the release lands later or the lease runs out, and a
+ * retry sent before that gets a 409 with `Retry-After`.
+ */
+const RELEASE_WAIT_MS = 1_000;
+
+/**
  * @internal What an execution needs of the executor that started it: the
  * store, the handler's transactions, telemetry and events, and the
  * registry of the claims held by this instance.
@@ -290,7 +300,11 @@ export class Execution implements RunningLink {
     await this.release();
   }
 
-  /** Gives the claim up, so that the next attempt runs at once. Never throws. */
+  /**
+   * Gives the claim up, so that the next attempt runs at once. Never throws.
+   * Resolves once the store has answered, or after {@link RELEASE_WAIT_MS}
+   * while the release goes on.
+   */
   async release(): Promise<void> {
     const { host, lease } = this;
     host.telemetry.released(this.attempt);
@@ -299,15 +313,25 @@ export class Execution implements RunningLink {
     }
     // Out of the running set first: a second release finds it gone.
     host.forget(this);
-    let waiting = false;
-    try {
-      ({ waiting } = await host.store.release(lease));
-    } catch (error) {
-      host.warn(
-        `Releasing ${host.logKeys.phrase(lease.key)} failed: the next attempt claims it when its lease runs out (${(error as Error).message})`,
-      );
-    }
-    host.ended(this, waiting);
+    const released = (async () => {
+      let waiting = false;
+      try {
+        ({ waiting } = await host.store.release(lease));
+      } catch (error) {
+        host.warn(
+          `Releasing ${host.logKeys.phrase(lease.key)} failed: the next attempt claims it when its lease runs out (${(error as Error).message})`,
+        );
+      }
+      host.ended(this, waiting);
+    })();
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    await Promise.race([
+      released,
+      new Promise<void>((resolve) => {
+        timer = setTimeout(resolve, RELEASE_WAIT_MS);
+      }),
+    ]);
+    clearTimeout(timer);
   }
 
   /** Called when a renewal found the claim taken over. */

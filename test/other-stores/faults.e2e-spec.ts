@@ -689,6 +689,86 @@ describeRedis(
   },
 );
 
+describeRedis(
+  'a completion that fails while the release of its claim gets no reply',
+  () => {
+    let target: StoreApp;
+    let client: Redis;
+    const prefix = `idempotency-slow-release-${randomUUID().slice(0, 8)}:`;
+    /** The key whose completion fails, and whose release waits at `held`. */
+    let faulty: string | undefined;
+    const held = new Barrier();
+    /** Opened once that release has landed. */
+    const landed = new Barrier();
+
+    beforeAll(async () => {
+      client = new Redis(REDIS);
+      const store = new RedisIdempotencyStore(client, { prefix });
+      // Faults at the store's seam: its completion fails as a broken
+      // connection does, and the release that follows is a command its
+      // client holds (ioredis's offline queue) until the test lets it go.
+      const complete = store.complete.bind(store);
+      store.complete = (lease, completion, transaction) =>
+        lease.key === faulty
+          ? Promise.reject(new Error('Connection is closed.'))
+          : complete(lease, completion, transaction);
+      const release = store.release.bind(store);
+      store.release = async (lease) => {
+        if (lease.key !== faulty) {
+          return release(lease);
+        }
+        await held.wait();
+        const write = await release(lease);
+        landed.open();
+        return write;
+      };
+      target = await startStoreApp({
+        store,
+        controllers: [PaymentsController],
+        providers: [Runs],
+      });
+    });
+    afterAll(async () => {
+      held.open();
+      await target?.close();
+      if (client) {
+        const keys = await keysOf(client, prefix);
+        if (keys.length > 0) {
+          await client.del(...keys);
+        }
+        client.disconnect();
+      }
+    });
+
+    it('answers 503 without waiting for the release; the retry runs once it lands, reusing the step', async () => {
+      const key = randomUUID();
+      faulty = key;
+      const runs = target.app.get(Runs);
+      const answer = await postPayment(target.url, key, 120_000, 1);
+      expectUnavailable(answer);
+      expect(runs.handler.get(key)).toBe(1);
+      const record = new RedisKeys(prefix).record(
+        RedisKeys.id(DEFAULT_SCOPE, key),
+      );
+      // Answered while the claim is still held.
+      expect(await recordAt(client, record)).toMatchObject({
+        state: 'in_progress',
+      });
+
+      held.open();
+      await landed.wait();
+      faulty = undefined;
+      const retried = await postPayment(target.url, key);
+      expect({
+        status: retried.status,
+        replayed: retried.replayed,
+        runs: runs.handler.get(key),
+        charges: runs.charges.get(key),
+      }).toEqual({ status: 201, replayed: false, runs: 2, charges: 1 });
+    });
+  },
+);
+
 /** The record at `key` on the server `admin` reaches, if any. */
 async function recordAt(
   admin: Redis,
