@@ -26,6 +26,15 @@ import type {
 import { TransactionLostError } from '../../core/transaction.errors.js';
 import { COMPLETION_CHANNEL, PostgresPresence } from './postgres-presence.js';
 import { readPostgresSchema } from './postgres-schema-check.js';
+import {
+  ACQUIRE,
+  FINISH,
+  PostgresStatements,
+  READ_STEP,
+  RELEASE,
+  RENEW,
+  SAVE_STEP,
+} from './postgres-statements.js';
 
 /** The connection of a handler's transaction, once it has begun. */
 export interface PostgresTransaction {
@@ -63,9 +72,6 @@ const POSTGRES_COLUMNS = [
   [TABLE, 'has_steps'],
   [STEPS, 'fingerprint'],
 ] as const;
-const ACQUIRE = `SELECT * FROM idempotency_acquire($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`;
-const FINISH = `SELECT * FROM idempotency_finish($1, $2, $3, $4, $5, $6, $7, $8)`;
-const RELEASE = `SELECT * FROM idempotency_release($1, $2, $3)`;
 /** Longest NOTIFY payload PostgreSQL takes is 8000 bytes. */
 const MAX_PAYLOAD_BYTES = 7_900;
 
@@ -91,6 +97,7 @@ export class PostgresIdempotencyStore
   readonly completesInTransaction = true;
   private presence: PostgresPresence | undefined;
   private readonly watchers: Array<(scope?: string, key?: string) => void> = [];
+  private readonly statements = new PostgresStatements();
 
   constructor(
     /** The TypeORM side it completes in: the handlers' transactions. */
@@ -168,18 +175,22 @@ export class PostgresIdempotencyStore
   }
 
   async claim(request: ClaimRequest): Promise<ClaimOutcome> {
-    const { rows } = await this.pool.query<AcquireRow>(ACQUIRE, [
-      request.scope,
-      request.key,
-      request.fingerprint,
-      request.method,
-      request.path,
-      request.owner,
-      this.presence?.heldInstance ?? null,
-      request.leaseMs,
-      request.ttlMs,
-      request.wait,
-    ]);
+    const { rows } = await this.statements.query<AcquireRow>(
+      this.pool,
+      ACQUIRE,
+      [
+        request.scope,
+        request.key,
+        request.fingerprint,
+        request.method,
+        request.path,
+        request.owner,
+        this.presence?.heldInstance ?? null,
+        request.leaseMs,
+        request.ttlMs,
+        request.wait,
+      ],
+    );
     const row = rows[0];
     if (row.acquired) {
       return { state: 'claimed' };
@@ -209,8 +220,9 @@ export class PostgresIdempotencyStore
     if (leases.length === 0) {
       return new Set();
     }
-    const { rows } = await this.pool.query<{ owner: string }>(
-      `SELECT owner FROM idempotency_renew($1, $2, $3, $4) AS owner`,
+    const { rows } = await this.statements.query<{ owner: string }>(
+      this.pool,
+      RENEW,
       [
         leases.map((lease) => lease.scope),
         leases.map((lease) => lease.key),
@@ -245,18 +257,18 @@ export class PostgresIdempotencyStore
     if (!connection) {
       throw new TransactionLostError();
     }
-    const { rows } = await connection.query<{
+    const { rows } = await this.statements.query<{
       finished: boolean;
       waiting: boolean;
-    }>(FINISH, values);
+    }>(connection, FINISH, values, connection !== this.pool);
     return { fenced: rows[0].finished, waiting: rows[0].waiting };
   }
 
   async release(lease: Lease): Promise<FencedWrite> {
-    const { rows } = await this.pool.query<{
+    const { rows } = await this.statements.query<{
       released: boolean;
       waiting: boolean;
-    }>(RELEASE, [lease.scope, lease.key, lease.owner]);
+    }>(this.pool, RELEASE, [lease.scope, lease.key, lease.owner]);
     return { fenced: rows[0].released, waiting: rows[0].waiting };
   }
 
@@ -279,10 +291,9 @@ export class PostgresIdempotencyStore
   ): Promise<{ result: unknown } | undefined> {
     // A step of the previous version has no fingerprint: any request of its
     // key reads it, as it did.
-    const { rows } = await this.pool.query<{ result: unknown }>(
-      `SELECT result FROM ${STEPS}
-       WHERE scope = $1 AND key = $2 AND step = $3 AND expires_at > now()
-         AND (fingerprint IS NULL OR fingerprint = $4)`,
+    const { rows } = await this.statements.query<{ result: unknown }>(
+      this.pool,
+      READ_STEP,
       [lease.scope, lease.key, step, lease.fingerprint],
     );
     return rows[0];
@@ -294,8 +305,9 @@ export class PostgresIdempotencyStore
     result: unknown,
     ttlMs: number,
   ): Promise<boolean> {
-    const { rows } = await this.pool.query<{ saved: boolean }>(
-      `SELECT idempotency_save_step($1, $2, $3, $4, $5, $6) AS saved`,
+    const { rows } = await this.statements.query<{ saved: boolean }>(
+      this.pool,
+      SAVE_STEP,
       [
         lease.scope,
         lease.key,

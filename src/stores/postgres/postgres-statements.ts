@@ -1,0 +1,113 @@
+import { Logger } from '@nestjs/common';
+import { createHash } from 'node:crypto';
+import type { Pool, PoolClient, QueryResult, QueryResultRow } from 'pg';
+import { sqlState } from '../../core/failures.js';
+import { IDEMPOTENCY_STEPS_TABLE_NAME } from '../../idempotency.constants.js';
+
+/**
+ * SQLSTATEs of a named statement that the server session does not have
+ * (26000) or already has (42P05): what a transaction pooler without
+ * prepared-statement support (PgBouncer before 1.21, or its
+ * `max_prepared_statements = 0`) answers once a client's statements meet
+ * another client's server session. Either is refused before the statement
+ * runs.
+ */
+const UNSHARED_STATEMENT_CODES = new Set(['26000', '42P05']);
+
+/** A statement of the store: its text, and the name it is prepared by. */
+export interface PostgresStatement {
+  readonly text: string;
+  /**
+   * The text's own name (a digest of it): two versions of the library behind
+   * one pooler never bind each other's text to their values.
+   */
+  readonly name: string;
+}
+
+/** @internal A statement of the store, named after its text. */
+export function postgresStatement(text: string): PostgresStatement {
+  const digest = createHash('sha256').update(text).digest('hex').slice(0, 16);
+  return { text, name: `idempotency_${digest}` };
+}
+
+/**
+ * @internal Sends the store's statements as named prepared statements: each
+ * connection parses and plans one once, then only binds it, which spares the
+ * server most of the work of a short statement. Behind a transaction pooler
+ * that cannot keep them, the first refusal turns them into unnamed ones for
+ * good: a statement refused outside a transaction is sent again unnamed
+ * (it did not run); one inside the handler's transaction fails it (the
+ * transaction is aborted: the request gets its 503 and its retry runs).
+ */
+export class PostgresStatements {
+  private named = true;
+
+  constructor(private readonly logger = new Logger('Idempotency')) {}
+
+  /**
+   * Runs `statement` with `values` on `connection`.
+   * @param inTransaction whether `connection` is in the handler's
+   * transaction, which a refused statement aborts.
+   */
+  async query<R extends QueryResultRow>(
+    connection: Pool | PoolClient,
+    statement: PostgresStatement,
+    values: readonly unknown[],
+    inTransaction = false,
+  ): Promise<QueryResult<R>> {
+    const { text, name } = statement;
+    if (!this.named) {
+      return connection.query<R>(text, values as unknown[]);
+    }
+    try {
+      return await connection.query<R>({
+        name,
+        text,
+        values: values as unknown[],
+      });
+    } catch (error) {
+      if (!UNSHARED_STATEMENT_CODES.has(sqlState(error) ?? '')) {
+        throw error;
+      }
+      if (this.named) {
+        this.named = false;
+        this.logger.warn(
+          `The database session did not keep a prepared statement (${(error as Error).message}): a transaction pooler without prepared-statement support stands between the application and PostgreSQL. The idempotency store sends unnamed statements from now on. (PgBouncer 1.21 and later keep them with max_prepared_statements > 0.)`,
+        );
+      }
+      if (inTransaction) {
+        throw error;
+      }
+      return connection.query<R>(text, values as unknown[]);
+    }
+  }
+}
+
+const STEPS = `"${IDEMPOTENCY_STEPS_TABLE_NAME}"`;
+
+/** @internal Claims a key, or reads what holds it (migration LeaseIdempotencyClaims1764000000003). */
+export const ACQUIRE = postgresStatement(
+  `SELECT * FROM idempotency_acquire($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+);
+/** @internal Completes a claim, fenced by its owner. */
+export const FINISH = postgresStatement(
+  `SELECT * FROM idempotency_finish($1, $2, $3, $4, $5, $6, $7, $8)`,
+);
+/** @internal Gives a claim up, fenced by its owner. */
+export const RELEASE = postgresStatement(
+  `SELECT * FROM idempotency_release($1, $2, $3)`,
+);
+/** @internal Renews the leases of claims, fenced by their owners. */
+export const RENEW = postgresStatement(
+  `SELECT owner FROM idempotency_renew($1, $2, $3, $4) AS owner`,
+);
+/** @internal The stored result of a step, for the request it binds the key to. */
+export const READ_STEP = postgresStatement(
+  `SELECT result FROM ${STEPS}
+   WHERE scope = $1 AND key = $2 AND step = $3 AND expires_at > now()
+     AND (fingerprint IS NULL OR fingerprint = $4)`,
+);
+/** @internal Saves a step's result, fenced by the claim's owner. */
+export const SAVE_STEP = postgresStatement(
+  `SELECT idempotency_save_step($1, $2, $3, $4, $5, $6) AS saved`,
+);

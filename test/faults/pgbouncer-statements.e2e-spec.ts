@@ -1,0 +1,102 @@
+import { Logger } from '@nestjs/common';
+import { jest } from '@jest/globals';
+import { randomUUID } from 'node:crypto';
+import { ordersModule } from '../module/module.fixtures.js';
+import { send, startTestApp, type TestApp } from '../utils/test-app.js';
+import {
+  createTestDatabase,
+  type TestDatabase,
+} from '../utils/test-database.js';
+import {
+  describeWithPgBouncer,
+  startPgBouncer,
+  type PgBouncer,
+} from './pgbouncer.js';
+
+/*
+ * The PostgreSQL store sends its statements as named prepared statements.
+ * A transaction pooler without prepared-statement support (PgBouncer 1.18,
+ * as Debian ships it, in transaction pooling) hands a client's statements
+ * to server sessions that did not prepare them, or that another client's
+ * statement of the same name prepared already: the store turns to unnamed
+ * statements at the first refusal, and no request is lost to it.
+ */
+describeWithPgBouncer()(
+  'named statements behind PgBouncer without prepared-statement support',
+  () => {
+    let db: TestDatabase;
+    let bouncer: PgBouncer;
+    let target: TestApp;
+    let warn: jest.Spied<Logger['warn']>;
+
+    beforeAll(async () => {
+      db = await createTestDatabase();
+      // One server session for every client of the application's pool: the
+      // second client's first statement meets the first one's.
+      bouncer = await startPgBouncer(db.url, { poolSize: 1 });
+      // Observed, not replaced: the lines are logged as ever.
+      warn = jest.spyOn(Logger.prototype, 'warn');
+      target = await startTestApp({
+        database: { ...db, url: bouncer.url },
+        typeorm: { extra: { max: 4 } },
+        idempotency: { presence: false },
+        imports: [ordersModule()],
+      });
+    });
+    afterAll(async () => {
+      warn?.mockRestore();
+      await target?.close();
+      await bouncer?.stop();
+      await db?.drop();
+    });
+
+    it('turns to unnamed statements at the first refusal: every key executes once, a refused completion is a 503 its retry executes', async () => {
+      const keys = Array.from({ length: 24 }, () => randomUUID());
+      const post = (key: string) =>
+        send(target, '/orders', { key, body: { reference: key } });
+      // Eight at a time: the pool opens all its clients, each meeting the
+      // one server session.
+      const statuses = new Map<string, number[]>();
+      for (let at = 0; at < keys.length; at += 8) {
+        await Promise.all(
+          keys.slice(at, at + 8).map(async (key) => {
+            for (;;) {
+              const { status } = await post(key);
+              statuses.set(key, [...(statuses.get(key) ?? []), status]);
+              if (status !== 503) {
+                return;
+              }
+            }
+          }),
+        );
+      }
+      const refused = [...statuses.values()].filter((seen) => seen.length > 1);
+      console.log(
+        `named statements behind PgBouncer (one server session): ${keys.length} keys, ${refused.length} answered 503 once before their retry executed`,
+      );
+      for (const key of keys) {
+        const seen = statuses.get(key)!;
+        expect({ key, seen }).toEqual({
+          key,
+          seen: [...seen.slice(0, -1).map(() => 503), 201],
+        });
+        // A 503 is the completion refused inside the transaction, once.
+        expect(seen.length).toBeLessThanOrEqual(2);
+      }
+      const rows = await db.query<{ reference: string; n: number }>(
+        `SELECT reference, count(*)::int AS n FROM orders GROUP BY reference`,
+      );
+      expect(
+        rows.sort((a, b) => a.reference.localeCompare(b.reference)),
+      ).toEqual([...keys].sort().map((reference) => ({ reference, n: 1 })));
+      const turned = warn.mock.calls.filter(([message]: unknown[]) =>
+        String(message).includes('sends unnamed statements from now on'),
+      );
+      expect(turned).toHaveLength(1);
+      // Replays go through as well.
+      const replay = await post(keys[0]);
+      expect(replay.status).toBe(201);
+      expect(replay.headers.get('idempotent-replayed')).toBe('true');
+    });
+  },
+);
