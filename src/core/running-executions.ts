@@ -11,13 +11,12 @@ export interface RunningLink {
 /**
  * @internal The attempts of an instance that hold a claim: a doubly linked
  * list through fields of its members, with a `Set`'s operations in constant
- * time. A `Set` of them, added to and deleted from with every request
- * (its table reallocated as it grows and shrinks), kept about 0.7 KB of
- * every request's objects past the young generation's collections, to be
- * promoted and left for a full one (V8's sampling heap profiler: 965 bytes
- * a request surviving scavenges on Redis, 234 with this list). A member's
- * links are cleared when it leaves, so that nothing of a finished request
- * stays reachable through another.
+ * time. A `Set` of them, added to and deleted from with every request (its
+ * table reallocated as it grows and shrinks), kept part of every request's
+ * objects alive past the young generation's collections, to be promoted and
+ * left for a full one (see test/bench/README.md). A member's links are
+ * cleared when it leaves, so that nothing of a finished request stays
+ * reachable through another.
  */
 export class RunningExecutions<T extends RunningLink> {
   private first: T | undefined;
