@@ -84,7 +84,7 @@ export class IdempotencyService {
     const attempt: Attempt = {
       started: Date.now(),
       scope: options.scope ?? DEFAULT_SCOPE,
-      key: validKey(options.key, route.keyValidation, 'key'),
+      key: validKey(options.key, route.keyValidation, 'key', 'option'),
       method: 'RUN',
       path: options.name ?? 'run',
       fingerprint: options.fingerprint ?? ANY_RUN,

@@ -129,6 +129,7 @@ export class IdempotencyJobs {
       attempt = await newAttempt(context, options, {
         key,
         keyField: 'key',
+        keyLocation: 'option',
         parts: {
           method: 'JOB',
           route: job.queueName,

@@ -2,7 +2,7 @@ import type { ExecutionContext } from '@nestjs/common';
 import type { ResolvedRouteOptions } from '../idempotency.options.js';
 import { IdempotencyConfigurationError } from '../exceptions/idempotency-configuration.error.js';
 import { IdempotencyKeyMissingException } from '../exceptions/idempotency-key-missing.exception.js';
-import { validKey } from './idempotency-key.js';
+import { validKey, type KeyLocation } from './idempotency-key.js';
 import {
   legacyRequestFingerprint,
   requestFingerprint,
@@ -100,6 +100,8 @@ export interface AttemptSource {
   readonly key: unknown;
   /** Where a key is looked for, as errors name it (a header, a field). */
   readonly keyField: string;
+  /** What `keyField` names; a header unless told. */
+  readonly keyLocation?: KeyLocation;
   /** What the default fingerprint is made of; its method and route are the attempt's. */
   readonly parts: FingerprintParts;
   /**
@@ -127,12 +129,20 @@ export async function newAttempt(
   const started = source.started ?? Date.now();
   const { parts } = source;
   if (source.key === undefined && options.required) {
-    throw new IdempotencyKeyMissingException(source.keyField);
+    throw new IdempotencyKeyMissingException(
+      source.keyField,
+      source.keyLocation,
+    );
   }
   const key =
     source.key === undefined
       ? undefined
-      : validKey(source.key, options.keyValidation, source.keyField);
+      : validKey(
+          source.key,
+          options.keyValidation,
+          source.keyField,
+          source.keyLocation,
+        );
   return {
     started,
     scope: await resolveScope(context, options),

@@ -1,6 +1,9 @@
 import type { ResolvedKeyValidation } from '../idempotency.options.js';
 import { IdempotencyKeyInvalidException } from '../exceptions/idempotency-key-invalid.exception.js';
 
+/** @internal Where a key is looked for: a request's header, a message's field, an option. */
+export type KeyLocation = 'header' | 'field' | 'option';
+
 /** @internal Why `key` breaks the rules, or `undefined` when it is valid. */
 export function keyProblem(
   key: string,
@@ -17,18 +20,20 @@ export function keyProblem(
 
 /**
  * @internal The key, once it follows the rules.
- * @param field where the key came from (a header or a field name), for the message.
+ * @param field where the key came from (a header, a field or an option's
+ * name), for the message; `where` says which.
  * @throws IdempotencyKeyInvalidException otherwise.
  */
 export function validKey(
   key: unknown,
   rules: ResolvedKeyValidation,
   field: string,
+  where: KeyLocation = 'header',
 ): string {
   const problem =
     typeof key === 'string' ? keyProblem(key, rules) : 'it is not a string';
   if (problem) {
-    throw new IdempotencyKeyInvalidException(field, problem);
+    throw new IdempotencyKeyInvalidException(field, problem, where);
   }
   return key as string;
 }

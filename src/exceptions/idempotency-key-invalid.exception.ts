@@ -9,12 +9,27 @@ import {
  * repeated. The client should fix the key; retrying it unchanged never helps.
  */
 export class IdempotencyKeyInvalidException extends IdempotencyHttpException {
-  constructor(headerName: string, reason: string) {
+  /**
+   * @param name the header (or the message's field, or the option) the key
+   * came from
+   * @param reason what is wrong with it
+   * @param where what `name` is: a request's `'header'` (the default), a
+   * message's `'field'`, or the `'option'` that gave the key (a BullMQ
+   * processor's `key`, `run()`'s `key`)
+   */
+  constructor(
+    name: string,
+    reason: string,
+    where: 'header' | 'field' | 'option' = 'header',
+  ) {
     super({
       type: problemType('invalid-key'),
       title: 'Invalid idempotency key',
       status: HttpStatus.BAD_REQUEST,
-      detail: `The "${headerName}" header is invalid: ${reason}.`,
+      detail:
+        where === 'option'
+          ? `The key of the "${name}" option is invalid: ${reason}.`
+          : `The "${name}" ${where} is invalid: ${reason}.`,
     });
   }
 }

@@ -4,17 +4,32 @@ import {
   problemType,
 } from './idempotency-http.exception.js';
 
+/** What the detail says is missing, by where the key is looked for. */
+const MISSING = {
+  header: (name: string) => `This operation requires an "${name}" header.`,
+  field: (name: string) => `This message requires an "${name}" field.`,
+  option: (name: string) =>
+    `The "${name}" option found no idempotency key for this operation.`,
+} as const;
+
 /**
  * `400 Bad Request`: the route requires an idempotency key and the request
  * carries none. The client should add one and send the request again.
  */
 export class IdempotencyKeyMissingException extends IdempotencyHttpException {
-  constructor(headerName: string) {
+  /**
+   * @param name the header (or the message's field, or the option) the key
+   * is looked for in
+   * @param where what `name` is: a request's `'header'` (the default), a
+   * message's `'field'`, or the `'option'` whose resolver found no key (a
+   * BullMQ processor's `key`)
+   */
+  constructor(name: string, where: 'header' | 'field' | 'option' = 'header') {
     super({
       type: problemType('missing-key'),
       title: 'Idempotency key missing',
       status: HttpStatus.BAD_REQUEST,
-      detail: `This operation requires an "${headerName}" header.`,
+      detail: MISSING[where](name),
     });
   }
 }

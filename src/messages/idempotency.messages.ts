@@ -165,7 +165,7 @@ export class IdempotencyMessages {
         : defaultMessageKey(data, rpc.getContext());
       if (key === undefined) {
         if (options.required) {
-          throw new IdempotencyKeyMissingException(MESSAGE_KEY_FIELD);
+          throw new IdempotencyKeyMissingException(MESSAGE_KEY_FIELD, 'field');
         }
         try {
           const result = await lastValueFrom(next.handle(), {
@@ -181,6 +181,7 @@ export class IdempotencyMessages {
       attempt = await newAttempt(context, options, {
         key,
         keyField: MESSAGE_KEY_FIELD,
+        keyLocation: 'field',
         parts: {
           method: 'MESSAGE',
           route: pattern,

@@ -266,13 +266,13 @@ describeRedis('@Idempotent() on BullMQ processors', () => {
         { jobId: 'keyless-1', attempts: 3 },
       ),
     ).rejects.toThrow(
-      'Idempotency key missing: This operation requires an "key" header.',
+      'Idempotency key missing: The "key" option found no idempotency key for this operation.',
     );
     const [, error] = await failure;
     expect(error).toBeInstanceOf(UnrecoverableError);
     const job = await reread(QUEUES.rejecting, 'keyless-1');
     expect(job.failedReason).toBe(
-      'Idempotency key missing: This operation requires an "key" header.',
+      'Idempotency key missing: The "key" option found no idempotency key for this operation.',
     );
     expect(job.attemptsMade).toBe(1);
     expect(await orders('keyless-1')).toEqual([]);

@@ -111,6 +111,18 @@ describeNats('@Idempotent() on NATS handlers', () => {
     expect(keyless.error).toMatchObject({
       type: 'urn:idempotency:missing-key',
       status: 400,
+      detail: 'This message requires an "idempotencyKey" field.',
+    });
+    expect(handlers.runs).toBe(0);
+    const malformed = await request(SUBJECTS.reject, {
+      idempotencyKey: 'nats 3',
+      reference: 'nats-3',
+    });
+    expect(malformed.error).toMatchObject({
+      type: 'urn:idempotency:invalid-key',
+      status: 400,
+      detail:
+        'The "idempotencyKey" field is invalid: it has an invalid format.',
     });
     expect(handlers.runs).toBe(0);
     await request(SUBJECTS.reject, {

@@ -182,9 +182,14 @@ describe('IdempotencyService.run()', () => {
     await expect(
       idempotency.run({ key: 'job-4', fingerprint: 'payload-b' }, () => 2),
     ).rejects.toBeInstanceOf(IdempotencyKeyReusedException);
-    await expect(
-      idempotency.run({ key: 'job 5' }, () => 1),
-    ).rejects.toBeInstanceOf(IdempotencyKeyInvalidException);
+    const malformed: unknown = await idempotency
+      .run({ key: 'job 5' }, () => 1)
+      .catch((error: unknown) => error);
+    expect(malformed).toBeInstanceOf(IdempotencyKeyInvalidException);
+    // It names the option the key came from, not a header.
+    expect(
+      (malformed as IdempotencyKeyInvalidException).getProblem().detail,
+    ).toBe('The key of the "key" option is invalid: it has an invalid format.');
   });
 
   it('keeps scopes apart', async () => {
