@@ -9,6 +9,7 @@ export type { IdempotencyRunOptions } from './interfaces/idempotency-run-options
 export {
   DEFAULT_SCOPE,
   IDEMPOTENCY_KEY_HEADER,
+  IDEMPOTENT_BODY_OMITTED_HEADER,
   IDEMPOTENT_REPLAYED_HEADER,
   UNSAFE_REPLAY_HEADERS,
 } from './idempotency.constants.js';

@@ -1,7 +1,10 @@
 import { StreamableFile, type ExecutionContext } from '@nestjs/common';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { Readable } from 'node:stream';
-import { UNSAFE_REPLAY_HEADERS } from '../idempotency.constants.js';
+import {
+  IDEMPOTENT_BODY_OMITTED_HEADER,
+  UNSAFE_REPLAY_HEADERS,
+} from '../idempotency.constants.js';
 import type { ResolvedRouteOptions } from '../idempotency.options.js';
 import type { StoredResponse } from '../interfaces/idempotency-store.interface.js';
 import {
@@ -68,11 +71,8 @@ function requestBody(request: HttpRequest): unknown {
 /** @internal A response as the HTTP platforms give it. */
 export type HttpResponse = { raw?: ServerResponse } & object;
 
-/**
- * @internal Response header of a replay whose original body was not stored
- * (a stream, a body over `maxResponseSize`): the body is empty on purpose.
- */
-export const BODY_OMITTED_HEADER = 'idempotent-body-omitted';
+/** @internal {@link IDEMPOTENT_BODY_OMITTED_HEADER}, lower-cased as stored headers are. */
+export const BODY_OMITTED_HEADER = IDEMPOTENT_BODY_OMITTED_HEADER.toLowerCase();
 
 /** Headers never stored: those a replay sets itself among them. */
 const UNSAFE_HEADERS = new Set([...UNSAFE_REPLAY_HEADERS, BODY_OMITTED_HEADER]);

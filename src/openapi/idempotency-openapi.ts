@@ -7,6 +7,7 @@ import {
 import { RequestMethod } from '@nestjs/common/enums/request-method.enum.js';
 import { DiscoveryService, MetadataScanner } from '@nestjs/core';
 import { IDEMPOTENCY_RESOLVED_OPTIONS } from '../idempotency.tokens.js';
+import { IDEMPOTENT_BODY_OMITTED_HEADER } from '../idempotency.constants.js';
 import type {
   ResolvedIdempotencyOptions,
   ResolvedRouteOptions,
@@ -93,8 +94,7 @@ interface Names {
   readonly typeBase: string | undefined;
 }
 
-/** Header of a replay whose original body was not stored. */
-const BODY_OMITTED = 'Idempotent-Body-Omitted';
+const BODY_OMITTED = IDEMPOTENT_BODY_OMITTED_HEADER;
 
 /** The module's own answers on a decorated route, by status. */
 function moduleResponses(

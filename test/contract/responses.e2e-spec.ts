@@ -1,5 +1,9 @@
 import { Controller, Module, Post, Res } from '@nestjs/common';
-import { IdempotencyConfigurationError, Idempotent } from '../../src/index.js';
+import {
+  IDEMPOTENT_BODY_OMITTED_HEADER,
+  IdempotencyConfigurationError,
+  Idempotent,
+} from '../../src/index.js';
 import { IDEMPOTENCY_TABLE_NAME } from '../../migrations/index.js';
 import {
   send,
@@ -62,7 +66,7 @@ describe.each(PLATFORMS)(
       });
       expect(second.status).toBe(201);
       expect(second.headers.get('idempotent-replayed')).toBe('true');
-      expect(second.headers.get('idempotent-body-omitted')).toBe('true');
+      expect(second.headers.get(IDEMPOTENT_BODY_OMITTED_HEADER)).toBe('true');
       expect(second.headers.get('content-type')).toBeNull();
       expect(await second.text()).toBe('');
       expect(runs.counts['responses/stream']).toBe(1);
