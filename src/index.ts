@@ -38,7 +38,10 @@ export {
   IdempotencyHttpException,
   type IdempotencyProblem,
 } from './exceptions/idempotency-http.exception.js';
-export { IdempotencyKeyMissingException } from './exceptions/idempotency-key-missing.exception.js';
+export {
+  IdempotencyKeyMissingException,
+  type IdempotencyKeyLocation,
+} from './exceptions/idempotency-key-missing.exception.js';
 export { IdempotencyKeyInvalidException } from './exceptions/idempotency-key-invalid.exception.js';
 export { IdempotencyConflictException } from './exceptions/idempotency-conflict.exception.js';
 export { IdempotencyKeyReusedException } from './exceptions/idempotency-key-reused.exception.js';

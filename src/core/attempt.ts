@@ -1,8 +1,11 @@
 import type { ExecutionContext } from '@nestjs/common';
 import type { ResolvedRouteOptions } from '../idempotency.options.js';
 import { IdempotencyConfigurationError } from '../exceptions/idempotency-configuration.error.js';
-import { IdempotencyKeyMissingException } from '../exceptions/idempotency-key-missing.exception.js';
-import { validKey, type KeyLocation } from './idempotency-key.js';
+import {
+  IdempotencyKeyMissingException,
+  type IdempotencyKeyLocation,
+} from '../exceptions/idempotency-key-missing.exception.js';
+import { validKey } from './idempotency-key.js';
 import {
   legacyRequestFingerprint,
   requestFingerprint,
@@ -101,7 +104,7 @@ export interface AttemptSource {
   /** Where a key is looked for, as errors name it (a header, a field). */
   readonly keyField: string;
   /** What `keyField` names; a header unless told. */
-  readonly keyLocation?: KeyLocation;
+  readonly keyLocation?: IdempotencyKeyLocation;
   /** What the default fingerprint is made of; its method and route are the attempt's. */
   readonly parts: FingerprintParts;
   /**

@@ -1,8 +1,6 @@
 import type { ResolvedKeyValidation } from '../idempotency.options.js';
 import { IdempotencyKeyInvalidException } from '../exceptions/idempotency-key-invalid.exception.js';
-
-/** @internal Where a key is looked for: a request's header, a message's field, an option. */
-export type KeyLocation = 'header' | 'field' | 'option';
+import type { IdempotencyKeyLocation } from '../exceptions/idempotency-key-missing.exception.js';
 
 /** @internal Why `key` breaks the rules, or `undefined` when it is valid. */
 export function keyProblem(
@@ -28,7 +26,7 @@ export function validKey(
   key: unknown,
   rules: ResolvedKeyValidation,
   field: string,
-  where: KeyLocation = 'header',
+  where: IdempotencyKeyLocation = 'header',
 ): string {
   const problem =
     typeof key === 'string' ? keyProblem(key, rules) : 'it is not a string';

@@ -3,6 +3,7 @@ import {
   IdempotencyHttpException,
   problemType,
 } from './idempotency-http.exception.js';
+import type { IdempotencyKeyLocation } from './idempotency-key-missing.exception.js';
 
 /**
  * `400 Bad Request`: the idempotency key is malformed, empty, too long or
@@ -20,7 +21,7 @@ export class IdempotencyKeyInvalidException extends IdempotencyHttpException {
   constructor(
     name: string,
     reason: string,
-    where: 'header' | 'field' | 'option' = 'header',
+    where: IdempotencyKeyLocation = 'header',
   ) {
     super({
       type: problemType('invalid-key'),

@@ -4,13 +4,20 @@ import {
   problemType,
 } from './idempotency-http.exception.js';
 
+/**
+ * Where an idempotency key is looked for, as a refusal names it: a request's
+ * header, a message's field, or an option (a BullMQ processor's `key`,
+ * `run()`'s `key`).
+ */
+export type IdempotencyKeyLocation = 'header' | 'field' | 'option';
+
 /** What the detail says is missing, by where the key is looked for. */
-const MISSING = {
+const MISSING: Record<IdempotencyKeyLocation, (name: string) => string> = {
   header: (name: string) => `This operation requires an "${name}" header.`,
   field: (name: string) => `This message requires an "${name}" field.`,
   option: (name: string) =>
     `The "${name}" option found no idempotency key for this operation.`,
-} as const;
+};
 
 /**
  * `400 Bad Request`: the route requires an idempotency key and the request
@@ -24,7 +31,7 @@ export class IdempotencyKeyMissingException extends IdempotencyHttpException {
    * message's `'field'`, or the `'option'` whose resolver found no key (a
    * BullMQ processor's `key`)
    */
-  constructor(name: string, where: 'header' | 'field' | 'option' = 'header') {
+  constructor(name: string, where: IdempotencyKeyLocation = 'header') {
     super({
       type: problemType('missing-key'),
       title: 'Idempotency key missing',

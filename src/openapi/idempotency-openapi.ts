@@ -94,8 +94,6 @@ interface Names {
   readonly typeBase: string | undefined;
 }
 
-const BODY_OMITTED = IDEMPOTENT_BODY_OMITTED_HEADER;
-
 /** The module's own answers on a decorated route, by status. */
 function moduleResponses(
   options: ResolvedRouteOptions,
@@ -144,7 +142,7 @@ function replayHeaders(names: Names): Record<string, unknown> {
         'Present on a replay: the request ran before with the same key, and this is its response (the handler did not run again).',
       schema: { type: 'string', enum: ['true'] },
     },
-    [BODY_OMITTED]: {
+    [IDEMPOTENT_BODY_OMITTED_HEADER]: {
       description: `Present on a replay whose original body was too large to store or was streamed: the status is the original one, and the body is empty.`,
       schema: { type: 'string', enum: ['true'] },
     },
@@ -160,7 +158,7 @@ function keyHeader(
   return {
     name: names.header,
     required: options.required,
-    description: `Unique key of this operation, such as a UUID, as a token or a quoted string (RFC 8941). A retry with the same key and the same request gets the first response again, with \`${names.replayed}: true\`, and never runs twice (a response that was streamed or too large to store comes back with its status, an empty body and \`${BODY_OMITTED}: true\`).${options.required ? '' : ' Without it, the request runs without idempotency.'}`,
+    description: `Unique key of this operation, such as a UUID, as a token or a quoted string (RFC 8941). A retry with the same key and the same request gets the first response again, with \`${names.replayed}: true\`, and never runs twice (a response that was streamed or too large to store comes back with its status, an empty body and \`${IDEMPOTENT_BODY_OMITTED_HEADER}: true\`).${options.required ? '' : ' Without it, the request runs without idempotency.'}`,
     schema: { type: 'string', minLength, maxLength, pattern: pattern.source },
     example: '8e03978e-40d5-43e8-bc93-6894a57f9324',
   };

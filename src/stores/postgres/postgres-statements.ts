@@ -52,19 +52,15 @@ export class PostgresStatements {
   async query<R extends QueryResultRow>(
     connection: Pool | PoolClient,
     statement: PostgresStatement,
-    values: readonly unknown[],
+    values: unknown[],
     inTransaction = false,
   ): Promise<QueryResult<R>> {
     const { text, name } = statement;
     if (!this.named) {
-      return connection.query<R>(text, values as unknown[]);
+      return connection.query<R>(text, values);
     }
     try {
-      return await connection.query<R>({
-        name,
-        text,
-        values: values as unknown[],
-      });
+      return await connection.query<R>({ name, text, values });
     } catch (error) {
       if (!UNSHARED_STATEMENT_CODES.has(sqlState(error) ?? '')) {
         throw error;
@@ -78,7 +74,7 @@ export class PostgresStatements {
       if (inTransaction) {
         throw error;
       }
-      return connection.query<R>(text, values as unknown[]);
+      return connection.query<R>(text, values);
     }
   }
 }
