@@ -75,6 +75,14 @@ module.exports = {
       },
     },
     {
+      name: 'client-stands-alone',
+      comment:
+        'The caller client (the ./client entry) runs in browsers too: it imports nothing of the rest of the library.',
+      severity: 'error',
+      from: { path: '^src/client/' },
+      to: { path: '^src/', pathNot: '^src/client/' },
+    },
+    {
       name: 'stores-know-no-transport',
       comment: 'A store implements the store contract, whatever the transport.',
       severity: 'error',

@@ -58,19 +58,24 @@ export class SeededRandom {
 }
 
 /**
- * The run's seed: `SOAK_SEED` when set (an integer from 0 to 2³² − 1), else
- * a random one.
+ * The seed of a randomized test: the environment variable `variable` when
+ * set (an integer from 0 to 2³² − 1), else a random one.
  */
-export function soakSeed(): number {
-  const given = process.env.SOAK_SEED;
+export function seedFrom(variable: string): number {
+  const given = process.env[variable];
   if (given === undefined || given === '') {
     return Math.floor(Math.random() * 4_294_967_296);
   }
   const seed = Number(given);
   if (!Number.isInteger(seed) || seed < 0 || seed >= 4_294_967_296) {
     throw new Error(
-      `SOAK_SEED must be an integer from 0 to 4294967295, not ${JSON.stringify(given)}`,
+      `${variable} must be an integer from 0 to 4294967295, not ${JSON.stringify(given)}`,
     );
   }
   return seed;
+}
+
+/** The soak's seed: `SOAK_SEED` when set, else a random one. */
+export function soakSeed(): number {
+  return seedFrom('SOAK_SEED');
 }

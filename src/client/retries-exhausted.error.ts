@@ -1,0 +1,67 @@
+/** Why an operation of `IdempotentClient` stopped retrying. */
+export type RetriesExhaustedReason = 'attempts' | 'deadline';
+
+/** What {@link RetriesExhaustedError} carries. */
+export interface RetriesExhaustedDetails {
+  /** The idempotency key that every attempt carried. */
+  readonly key: string;
+  /** Attempts made. */
+  readonly attempts: number;
+  /** Which bound ran out: the number of attempts, or the deadline. */
+  readonly reason: RetriesExhaustedReason;
+  /** The last attempt's response, its body unread; undefined when it got none. */
+  readonly response?: Response;
+  /** Why the last attempt got no response (a network error, a timeout). */
+  readonly cause?: unknown;
+}
+
+/**
+ * Thrown by `IdempotentClient.send()` when the attempts or the deadline
+ * run out while the answers still say "try again" (a network failure, a
+ * 409, 429 or 5xx that is not a replay). Whether the operation took effect
+ * is unknown: sending it again later under the same `key` is safe, and
+ * tells.
+ *
+ * The message names neither the key nor the URL, which may be secrets: read
+ * them from the error's fields.
+ */
+export class RetriesExhaustedError extends Error {
+  /** The idempotency key that every attempt carried. */
+  readonly key: string;
+  /** Attempts made. */
+  readonly attempts: number;
+  /** Which bound ran out: the number of attempts, or the deadline. */
+  readonly reason: RetriesExhaustedReason;
+  /** The last attempt's status; undefined when it got no response. */
+  readonly status: number | undefined;
+  /** The last attempt's response, its body unread; undefined when it got none. */
+  readonly response: Response | undefined;
+
+  constructor(details: RetriesExhaustedDetails) {
+    const last = details.response
+      ? `the last attempt got ${details.response.status}`
+      : `the last attempt got no response (${describe(details.cause)})`;
+    const bound =
+      details.reason === 'attempts' ? 'no attempt left' : 'deadline reached';
+    super(
+      `Gave up after ${details.attempts} attempt${details.attempts === 1 ? '' : 's'} (${bound}): ${last}.`,
+      { cause: details.cause },
+    );
+    this.name = 'RetriesExhaustedError';
+    this.key = details.key;
+    this.attempts = details.attempts;
+    this.reason = details.reason;
+    this.status = details.response?.status;
+    this.response = details.response;
+  }
+}
+
+function describe(error: unknown): string {
+  if (typeof error === 'object' && error !== null) {
+    const { name, message } = error as { name?: unknown; message?: unknown };
+    if (typeof message === 'string') {
+      return typeof name === 'string' ? `${name}: ${message}` : message;
+    }
+  }
+  return String(error);
+}

@@ -1,0 +1,234 @@
+/*
+ * The rules by which a caller of an idempotent API retries: which answers
+ * may be sent again with the same key, and how long to wait first. Pure and
+ * free of any platform import, so that browsers and server code share them.
+ */
+
+/** Options of the retries (all optional). */
+export interface RetryOptions {
+  /** Attempts in all, the first included. @default 5 */
+  readonly attempts?: number;
+  /** Ceiling of the first backoff, in ms; it doubles at each retry. @default 100 */
+  readonly baseDelayMs?: number;
+  /** Largest wait between two attempts, in ms, Retry-After included. @default 5000 */
+  readonly maxDelayMs?: number;
+  /** Time for all the attempts and waits, in ms from the first. @default 30000 */
+  readonly deadlineMs?: number;
+  /** Random number in [0, 1) for the jitter. @default Math.random */
+  readonly random?: () => number;
+}
+
+/** {@link RetryOptions} with every default filled in, as {@link resolveRetryOptions} returns them. */
+// eslint-disable-next-line @typescript-eslint/no-empty-object-type -- a name of its own for the resolved form
+export interface ResolvedRetryOptions extends Required<RetryOptions> {}
+
+/** The defaults of {@link RetryOptions}. */
+export const RETRY_DEFAULTS: ResolvedRetryOptions = Object.freeze({
+  attempts: 5,
+  baseDelayMs: 100,
+  maxDelayMs: 5000,
+  deadlineMs: 30_000,
+  random: Math.random,
+});
+
+/**
+ * The longest delay a timer takes as it is: beyond it, `setTimeout` fires at
+ * once instead of late.
+ */
+export const MAX_TIMER_MS = 2_147_483_647;
+
+/**
+ * Validates and fills in the defaults; throws a TypeError (clear message)
+ * for a bad value.
+ * @example resolveRetryOptions({ attempts: 3 }) // { attempts: 3, baseDelayMs: 100, ... }
+ */
+export function resolveRetryOptions(
+  options: RetryOptions = {},
+): ResolvedRetryOptions {
+  const resolved: ResolvedRetryOptions = {
+    attempts: options.attempts ?? RETRY_DEFAULTS.attempts,
+    baseDelayMs: options.baseDelayMs ?? RETRY_DEFAULTS.baseDelayMs,
+    maxDelayMs: options.maxDelayMs ?? RETRY_DEFAULTS.maxDelayMs,
+    deadlineMs: options.deadlineMs ?? RETRY_DEFAULTS.deadlineMs,
+    random: options.random ?? RETRY_DEFAULTS.random,
+  };
+  if (!Number.isInteger(resolved.attempts) || resolved.attempts < 1) {
+    throw invalid('attempts', resolved.attempts, 'an integer of at least 1');
+  }
+  checkMilliseconds('baseDelayMs', resolved.baseDelayMs, 0);
+  checkMilliseconds('maxDelayMs', resolved.maxDelayMs, 0);
+  checkMilliseconds('deadlineMs', resolved.deadlineMs, 1);
+  if (typeof resolved.random !== 'function') {
+    throw invalid('random', resolved.random, 'a function');
+  }
+  return resolved;
+}
+
+/**
+ * Throws unless `value` is a number of milliseconds from `min` to
+ * {@link MAX_TIMER_MS}.
+ * @internal shared with the client's own options
+ */
+export function checkMilliseconds(
+  name: string,
+  value: unknown,
+  min: number,
+): void {
+  if (
+    typeof value !== 'number' ||
+    Number.isNaN(value) ||
+    value < min ||
+    value > MAX_TIMER_MS
+  ) {
+    throw invalid(
+      name,
+      value,
+      `a number of milliseconds from ${min} to ${MAX_TIMER_MS}`,
+    );
+  }
+}
+
+function invalid(name: string, value: unknown, expected: string): TypeError {
+  const shown = typeof value === 'function' ? 'a function' : String(value);
+  return new TypeError(
+    `The option "${name}" must be ${expected}; got ${shown}.`,
+  );
+}
+
+/**
+ * Whether a response with this status may be retried with the same key
+ * (409, 429, 5xx except 501/505), given whether it was a replay
+ * (`Idempotent-Replayed: true`: never, it is the stored final outcome).
+ */
+export function isRetryableStatus(status: number, replayed = false): boolean {
+  if (replayed) {
+    return false;
+  }
+  if (status === 409 || status === 429) {
+    return true;
+  }
+  // Not Implemented and HTTP Version Not Supported say that the server will
+  // never do it, however often it is asked.
+  return status >= 500 && status <= 599 && status !== 501 && status !== 505;
+}
+
+const MONTHS = 'Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec';
+const TIME = '(\\d{2}):(\\d{2}):(\\d{2})';
+/** IMF-fixdate, the form servers send (`Sun, 06 Nov 1994 08:49:37 GMT`). */
+const IMF_FIXDATE = new RegExp(
+  `^[A-Z][a-z]{2}, (\\d{2}) (${MONTHS}) (\\d{4}) ${TIME} GMT$`,
+);
+/** The obsolete form of RFC 850 (`Sunday, 06-Nov-94 08:49:37 GMT`), still to be read. */
+const RFC_850 = new RegExp(
+  `^[A-Z][a-z]{5,8}, (\\d{2})-(${MONTHS})-(\\d{2}) ${TIME} GMT$`,
+);
+/** The obsolete form of C's asctime (`Sun Nov  6 08:49:37 1994`), still to be read. */
+const ASCTIME = new RegExp(
+  `^[A-Z][a-z]{2} (${MONTHS}) ([ \\d]\\d) ${TIME} (\\d{4})$`,
+);
+
+/**
+ * Reads an HTTP-date in UTC milliseconds, or undefined. Parsed by hand:
+ * `Date.parse` reads far more than HTTP-dates, and differently per engine.
+ */
+function parseHttpDate(value: string, now: number): number | undefined {
+  let parts: [string, string, string, string, string, string] | undefined;
+  let match = IMF_FIXDATE.exec(value);
+  if (match) {
+    const [, day, month, year, hour, minute, second] = match;
+    parts = [year, month, day, hour, minute, second];
+  } else if ((match = RFC_850.exec(value))) {
+    const [, day, month, year, hour, minute, second] = match;
+    // A year of two digits that would land more than half a century ahead
+    // belongs to the century before.
+    const thisYear = new Date(now).getUTCFullYear();
+    let fullYear = thisYear - (thisYear % 100) + Number(year);
+    if (fullYear > thisYear + 50) {
+      fullYear -= 100;
+    }
+    parts = [String(fullYear), month, day, hour, minute, second];
+  } else if ((match = ASCTIME.exec(value))) {
+    const [, month, day, hour, minute, second, year] = match;
+    parts = [year, month, day.trim(), hour, minute, second];
+  }
+  if (!parts) {
+    return undefined;
+  }
+  const [year, day, hour, minute, second] = [
+    parts[0],
+    parts[2],
+    parts[3],
+    parts[4],
+    parts[5],
+  ].map(Number);
+  if (day < 1 || day > 31 || hour > 23 || minute > 59 || second > 60) {
+    return undefined;
+  }
+  const month = MONTHS.split('|').indexOf(parts[1]);
+  return Date.UTC(year, month, day, hour, minute, second);
+}
+
+/**
+ * Retry-After (delta-seconds or HTTP-date) in ms from `now`, or undefined
+ * when absent or unparseable. A date in the past is 0.
+ * @param now epoch ms to count a date from. @default Date.now()
+ * @example parseRetryAfter('2') // 2000
+ */
+export function parseRetryAfter(
+  value: string | null | undefined,
+  now: number = Date.now(),
+): number | undefined {
+  if (value === null || value === undefined) {
+    return undefined;
+  }
+  const trimmed = value.trim();
+  if (/^\d+$/.test(trimmed)) {
+    return Number(trimmed) * 1000;
+  }
+  const date = parseHttpDate(trimmed, now);
+  return date === undefined ? undefined : Math.max(0, date - now);
+}
+
+/**
+ * The wait before retry number `retry` (1 for the first retry): Retry-After
+ * when given (capped by maxDelayMs), else full jitter:
+ * random() * min(maxDelayMs, baseDelayMs * 2 ** (retry - 1)).
+ */
+export function retryDelay(
+  retry: number,
+  options: ResolvedRetryOptions,
+  retryAfterMs?: number,
+): number {
+  if (!Number.isInteger(retry) || retry < 1) {
+    throw new TypeError(
+      `The retry number must be an integer of at least 1; got ${retry}.`,
+    );
+  }
+  if (retryAfterMs !== undefined) {
+    return Math.min(options.maxDelayMs, Math.max(0, retryAfterMs));
+  }
+  // Zero times an overflowed power would be NaN, not zero.
+  const ceiling =
+    options.baseDelayMs === 0
+      ? 0
+      : Math.min(options.maxDelayMs, options.baseDelayMs * 2 ** (retry - 1));
+  return options.random() * ceiling;
+}
+
+/**
+ * Whether an error thrown by fetch is a network failure worth retrying (not
+ * the caller's abort). fetch rejects with a TypeError when no response came
+ * back ("fetch failed" in Node.js, "Failed to fetch", "Load failed",
+ * "NetworkError when attempting to fetch resource." in browsers), and with
+ * the abort's reason (an AbortError, a TimeoutError, or what the caller
+ * gave) when its signal aborted.
+ */
+export function isNetworkError(error: unknown): boolean {
+  // By name, not `instanceof`: the error may come from another realm (a
+  // frame, a worker, a test runner's context).
+  return (
+    typeof error === 'object' &&
+    error !== null &&
+    (error as { name?: unknown }).name === 'TypeError'
+  );
+}
