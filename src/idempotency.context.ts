@@ -3,7 +3,11 @@ import type { EntityManager } from 'typeorm';
 import { handlerContexts } from './core/handler-context.js';
 import { HandlerTransactions } from './core/handler-transaction.js';
 import { IdempotencyConfigurationError } from './exceptions/idempotency-configuration.error.js';
+import type { ResolvedIdempotencyOptions } from './idempotency.options.js';
+import { IDEMPOTENCY_RESOLVED_OPTIONS } from './idempotency.tokens.js';
 import type { IdempotencyIsolationLevel } from './interfaces/idempotency-options.interface.js';
+import type { IdempotentFetchInit } from './interfaces/idempotent-fetch.interface.js';
+import { idempotentFetch } from './outgoing/idempotent-fetch.js';
 
 /**
  * Explicit access to the transaction of the decorated handler being executed.
@@ -23,6 +27,8 @@ export class IdempotencyContext {
   constructor(
     @Inject(HandlerTransactions)
     private readonly transactions: HandlerTransactions<EntityManager>,
+    @Inject(IDEMPOTENCY_RESOLVED_OPTIONS)
+    private readonly options: ResolvedIdempotencyOptions,
   ) {}
 
   /** Whether the current code runs inside a decorated handler's transaction. */
@@ -95,6 +101,50 @@ export class IdempotencyContext {
   deriveKey(name: string): string {
     const tx = this.current();
     return `${this.requireKey(tx.key, 'deriveKey')}:${name}`;
+  }
+
+  /**
+   * An outgoing HTTP call as the recovery point `name` (see {@link step}):
+   * `fetch(input, init)` with `deriveKey(name)` in the downstream service's
+   * idempotency header, sent again with that same key on a network error,
+   * a timeout, 409, 429 or a 5xx (but 501 and 505, and a replayed error),
+   * with exponential backoff and full jitter or the answer's `Retry-After`,
+   * within the attempts of the `retry` options and the handler's deadline.
+   * Its answer (2xx or 3xx) is stored as the step's result: a retry of the
+   * request gets the same `Response` back without calling again.
+   *
+   * Options come from the module's `outgoing` option and the init's
+   * `idempotency` field. With OpenTelemetry, the call is an
+   * `idempotency.call` span under the handler's, its key hashed as the
+   * module's own keys are.
+   *
+   * @throws IdempotencyDownstreamRefusedException (502) for a final error
+   * answer (another 4xx, a replayed error): catch it to answer otherwise.
+   * @throws IdempotencyDownstreamUnavailableException (503, the client
+   * retries with the same key) when no final answer came in time.
+   * @throws IdempotencyConfigurationError outside a decorated handler, for
+   * a request without a key, a relative URL or a stream body.
+   * @example
+   * const charge = await this.idempotency.fetch('charge', `${gateway}/charges`, {
+   *   method: 'POST',
+   *   headers: { 'content-type': 'application/json' },
+   *   body: JSON.stringify({ amount: dto.amount }),
+   * });
+   * const { id } = (await charge.json()) as { id: string };
+   */
+  fetch(
+    name: string,
+    input: string | URL,
+    init: IdempotentFetchInit = {},
+  ): Promise<Response> {
+    return idempotentFetch(
+      this.current(),
+      name,
+      this.deriveKey(name),
+      input,
+      init,
+      this.options.outgoing,
+    );
   }
 
   /**

@@ -60,6 +60,18 @@ describe('resolveModuleOptions', () => {
       presence: true,
       openApi: true,
       telemetry: { keys: 'hash' },
+      outgoing: {
+        headerName: 'Idempotency-Key',
+        retry: {
+          attempts: 5,
+          baseDelayMs: 100,
+          maxDelayMs: 5_000,
+          deadlineMs: 30_000,
+          random: Math.random,
+        },
+        timeoutMs: 10_000,
+        fetch: undefined,
+      },
       ttlMs: 86_400_000,
       concurrency: 'reject',
       waitTimeoutMs: 10_000,
@@ -124,6 +136,7 @@ describe('resolveModuleOptions', () => {
       presence: { url: 'postgres://direct/db' },
       openApi: false,
       telemetry: { keys: 'raw' },
+      outgoing: { headerName: 'X-Downstream-Key', timeoutMs: 2_000 },
     });
     expect(resolved).toEqual({
       gc: undefined,
@@ -137,6 +150,18 @@ describe('resolveModuleOptions', () => {
       presence: { url: 'postgres://direct/db' },
       openApi: false,
       telemetry: { keys: 'raw' },
+      outgoing: {
+        headerName: 'X-Downstream-Key',
+        retry: {
+          attempts: 5,
+          baseDelayMs: 100,
+          maxDelayMs: 5_000,
+          deadlineMs: 30_000,
+          random: Math.random,
+        },
+        timeoutMs: 2_000,
+        fetch: undefined,
+      },
       ttlMs: 3_600_000,
       concurrency: 'wait',
       waitTimeoutMs: 2500,

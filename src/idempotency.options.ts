@@ -20,6 +20,11 @@ import type {
   IdempotentOptions,
 } from './interfaces/idempotency-options.interface.js';
 import { IdempotencyConfigurationError } from './exceptions/idempotency-configuration.error.js';
+import {
+  FETCH_DEFAULTS,
+  resolveFetchOptions,
+  type ResolvedFetchOptions,
+} from './outgoing/outgoing.options.js';
 
 /** @internal Options of one route, with every default applied. */
 export interface ResolvedRouteOptions {
@@ -82,6 +87,8 @@ export interface ResolvedIdempotencyOptions extends ResolvedRouteOptions {
   readonly openApi: boolean;
   /** `false` when disabled. */
   readonly telemetry: false | ResolvedTelemetryOptions;
+  /** How `IdempotencyContext.fetch()` calls, unless a call says otherwise. */
+  readonly outgoing: ResolvedFetchOptions;
 }
 
 /** @internal Telemetry options, with every default applied. */
@@ -355,6 +362,7 @@ export function resolveModuleOptions(
     presence,
     openApi,
     telemetry: resolveTelemetryOptions(options.telemetry),
+    outgoing: resolveFetchOptions(FETCH_DEFAULTS, options.outgoing, 'outgoing'),
     onEvent: options.onEvent,
     dataSource: options.dataSource,
     headerName,

@@ -49,6 +49,22 @@ export { IdempotencyUnavailableException } from './exceptions/idempotency-unavai
 export { IdempotencyNotReplayableException } from './exceptions/idempotency-not-replayable.exception.js';
 export { IdempotencyBodyUnreadableException } from './exceptions/idempotency-body-unreadable.exception.js';
 export { IdempotencyConfigurationError } from './exceptions/idempotency-configuration.error.js';
+export {
+  IdempotencyDownstreamRefusedException,
+  type IdempotencyDownstreamAnswer,
+} from './exceptions/idempotency-downstream-refused.exception.js';
+export { IdempotencyDownstreamUnavailableException } from './exceptions/idempotency-downstream-unavailable.exception.js';
+export type {
+  IdempotentFetchBody,
+  IdempotentFetchFunction,
+  IdempotentFetchInit,
+  IdempotentFetchOptions,
+} from './interfaces/idempotent-fetch.interface.js';
+export type { RetryOptions } from './client/retry-policy.js';
+export {
+  fetchFromHttpService,
+  type AxiosHttpService,
+} from './outgoing/http-service-fetch.js';
 export { IDEMPOTENCY_GRAPHQL_CODES } from './graphql/graphql-refusals.js';
 export {
   MemoryIdempotencyStore,

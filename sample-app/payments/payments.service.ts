@@ -1,6 +1,5 @@
 import { Injectable, NotFoundException } from '@nestjs/common';
 import { InjectRepository } from '@nestjs/typeorm';
-import { IdempotencyContext } from 'nestjs-idempotency';
 import { EntityManager, Repository } from 'typeorm';
 import { CreatePaymentDto } from './create-payment.dto.js';
 import { LedgerEntry } from './ledger-entry.entity.js';
@@ -14,7 +13,6 @@ export class PaymentsService {
     @InjectRepository(LedgerEntry)
     private readonly ledger: Repository<LedgerEntry>,
     private readonly gateway: PaymentGateway,
-    private readonly idempotency: IdempotencyContext,
   ) {}
 
   /**
@@ -23,16 +21,11 @@ export class PaymentsService {
    * stored response commit together, or none of them does.
    */
   async create(dto: CreatePaymentDto): Promise<Payment> {
-    // The charge leaves the database, so it is a recovery point: if this
-    // request dies after charging, its retry gets the stored charge back
-    // instead of charging again; the gateway sees the same derived key anyway.
-    const charge = await this.idempotency.step('charge', () =>
-      this.gateway.charge(
-        dto.amount,
-        dto.currency,
-        this.idempotency.deriveKey('charge'),
-      ),
-    );
+    // The charge leaves the database, so it is a recovery point (see
+    // PaymentGateway): if this request dies after charging, its retry gets
+    // the stored charge back instead of charging again; the gateway sees the
+    // same derived key anyway.
+    const charge = await this.gateway.charge(dto.amount, dto.currency);
     return this.book(dto, charge.id);
   }
 

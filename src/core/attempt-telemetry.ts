@@ -22,6 +22,33 @@ export interface AttemptTelemetry {
   released(attempt: Attempt): void;
   /** An event of an attempt: the first that ends it is its outcome. */
   event(attempt: Attempt, type: IdempotencyEventType, error?: unknown): void;
+  /**
+   * Runs `fn`, an outgoing call of an attempt's handler with its retries, in
+   * its span (a child of the handler's); `fn` fills in `record` as it goes.
+   */
+  call<T>(
+    attempt: Attempt,
+    call: OutgoingCall,
+    fn: (record: OutgoingCallRecord) => Promise<T>,
+  ): Promise<T>;
+}
+
+/** @internal An outgoing call of a handler, as its span names it. */
+export interface OutgoingCall {
+  /** The step it is the recovery point of. */
+  readonly step: string;
+  readonly method: string;
+  readonly url: URL;
+  /** The key it sends downstream (the request's, derived). */
+  readonly key: string;
+}
+
+/** @internal What an outgoing call tells of itself while it runs. */
+export interface OutgoingCallRecord {
+  /** The status of its last answer, if one came. */
+  status?: number;
+  /** How many times it was sent again. */
+  resends: number;
 }
 
 /** @internal Injection token of the {@link AttemptTelemetry}. */
@@ -35,4 +62,5 @@ export const NO_TELEMETRY: AttemptTelemetry = {
   failed: () => undefined,
   released: () => undefined,
   event: () => undefined,
+  call: (_attempt, _call, fn) => fn({ resends: 0 }),
 };

@@ -114,6 +114,9 @@ export class Execution implements RunningLink {
       key: attempt.key,
       step: (name, step) => this.step(name, step),
       transaction,
+      deadline: this.deadline,
+      retryAfter: this.options.retryAfter,
+      call: (call, fn) => host.telemetry.call(attempt, call, fn),
     };
     const handler = host.telemetry.handler(attempt, () =>
       host.transactions.join(transaction, fn),

@@ -1,4 +1,5 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
+import type { OutgoingCall, OutgoingCallRecord } from './attempt-telemetry.js';
 import type { HandlerTransaction } from './handler-transaction.js';
 
 /**
@@ -13,6 +14,15 @@ export interface HandlerContext {
   /** Runs a recovery point of the request (see `IdempotencyContext.step`). */
   step<T>(name: string, fn: () => T | Promise<T>): Promise<T>;
   readonly transaction: HandlerTransaction;
+  /** When the attempt's time is up (epoch ms): its outgoing calls end before. */
+  readonly deadline: number;
+  /** The `Retry-After` (seconds) of the attempt's 503s. */
+  readonly retryAfter: number;
+  /** Runs `fn`, an outgoing call of the handler, in its telemetry span. */
+  call<T>(
+    call: OutgoingCall,
+    fn: (record: OutgoingCallRecord) => Promise<T>,
+  ): Promise<T>;
 }
 
 /** @internal Carries the handler's context through its async calls. */

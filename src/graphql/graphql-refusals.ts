@@ -23,6 +23,10 @@ import { GraphqlRefusalError } from './graphql-refusal.error.js';
  * - `IDEMPOTENCY_UNAVAILABLE` (503, with `retryAfter`): nothing took effect
  *   (the database was unreachable, the transaction timed out or could not
  *   commit); retry with the same key.
+ * - `IDEMPOTENCY_DOWNSTREAM_REFUSED` (502): a service the mutation calls
+ *   through `IdempotencyContext.fetch()` gave a final error answer.
+ * - `IDEMPOTENCY_DOWNSTREAM_UNAVAILABLE` (503, with `retryAfter`): such a
+ *   service gave no final answer in time; retry with the same key.
  */
 export const IDEMPOTENCY_GRAPHQL_CODES = {
   'urn:idempotency:missing-key': 'IDEMPOTENCY_KEY_MISSING',
@@ -31,6 +35,9 @@ export const IDEMPOTENCY_GRAPHQL_CODES = {
   'urn:idempotency:key-reused': 'IDEMPOTENCY_KEY_REUSED',
   'urn:idempotency:not-replayable': 'IDEMPOTENCY_NOT_REPLAYABLE',
   'urn:idempotency:unavailable': 'IDEMPOTENCY_UNAVAILABLE',
+  'urn:idempotency:downstream-refused': 'IDEMPOTENCY_DOWNSTREAM_REFUSED',
+  'urn:idempotency:downstream-unavailable':
+    'IDEMPOTENCY_DOWNSTREAM_UNAVAILABLE',
 } as const;
 
 /**

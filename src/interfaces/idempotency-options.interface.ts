@@ -1,5 +1,6 @@
 import type { ExecutionContext } from '@nestjs/common';
 import type { IdempotencyEvent } from './idempotency-event.interface.js';
+import type { IdempotentFetchOptions } from './idempotent-fetch.interface.js';
 
 /**
  * A span of time: a number of milliseconds, or a string such as `'500ms'`,
@@ -413,4 +414,12 @@ export interface IdempotencyModuleOptions extends IdempotentOptions {
    * @default true (`{ keys: 'hash' }`)
    */
   telemetry?: boolean | IdempotencyTelemetryOptions;
+  /**
+   * How `IdempotencyContext.fetch()` calls downstream services: the header
+   * that carries the derived key, the retries, the timeout of one attempt,
+   * and the `fetch` to use (`fetchFromHttpService()` for `@nestjs/axios`).
+   * A call's own `idempotency` options override these.
+   * @default { headerName: 'Idempotency-Key', retry: { attempts: 5, baseDelayMs: 100, maxDelayMs: 5000, deadlineMs: 30000 }, timeoutMs: 10000, fetch: globalThis.fetch }
+   */
+  outgoing?: IdempotentFetchOptions;
 }

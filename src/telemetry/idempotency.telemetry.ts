@@ -2,7 +2,11 @@ import { Logger } from '@nestjs/common';
 import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
 import type { IdempotencyEventType } from '../interfaces/idempotency-event.interface.js';
 import type { Attempt } from '../core/attempt.js';
-import type { AttemptTelemetry } from '../core/attempt-telemetry.js';
+import type {
+  AttemptTelemetry,
+  OutgoingCall,
+  OutgoingCallRecord,
+} from '../core/attempt-telemetry.js';
 import type { FailureKind } from '../core/failures.js';
 import { loadOptionalPeer } from '../core/optional-peer.js';
 import type {
@@ -96,5 +100,16 @@ export class IdempotencyTelemetry implements AttemptTelemetry {
     if (this.recorder && isAttemptOutcome(type)) {
       this.recorder.ended(attempt, type, error);
     }
+  }
+
+  /** Runs `fn`, an outgoing call of an attempt's handler, in its span. */
+  call<T>(
+    attempt: Attempt,
+    call: OutgoingCall,
+    fn: (record: OutgoingCallRecord) => Promise<T>,
+  ): Promise<T> {
+    return this.recorder?.follows(attempt)
+      ? this.recorder.call(call, fn)
+      : fn({ resends: 0 });
   }
 }

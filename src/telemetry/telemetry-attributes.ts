@@ -1,5 +1,6 @@
 import type { IdempotencyTelemetryKeys } from '../interfaces/idempotency-options.interface.js';
 import type { Attempt } from '../core/attempt.js';
+import type { OutgoingCall } from '../core/attempt-telemetry.js';
 import { keyHash } from '../core/log-key.js';
 
 /** @internal Attributes of a span or a data point, as OpenTelemetry takes them. */
@@ -13,6 +14,8 @@ export const SPAN_NAMES = {
   handler: 'idempotency.handler',
   commit: 'idempotency.commit',
   replay: 'idempotency.replay',
+  /** An outgoing call of the handler (`IdempotencyContext.fetch`), retries included. */
+  call: 'idempotency.call',
 } as const;
 
 /** @internal Names of the module's instruments. */
@@ -34,6 +37,12 @@ export const ATTRIBUTES = {
   keyHash: 'idempotency.key.hash',
   key: 'idempotency.key',
   scope: 'idempotency.scope',
+  step: 'idempotency.step',
+  callResult: 'idempotency.call.result',
+  urlFull: 'url.full',
+  serverAddress: 'server.address',
+  statusCode: 'http.response.status_code',
+  resendCount: 'http.request.resend_count',
 } as const;
 
 /** The methods of HTTP (RFC 9110 and PATCH): an attempt of an HTTP request. */
@@ -86,4 +95,28 @@ export function spanAttributes(
     };
   }
   return { ...attributes, [ATTRIBUTES.keyHash]: keyHash(attempt.key) };
+}
+
+/**
+ * @internal The attributes of an outgoing call's span: its step, method and
+ * URL (without its query, which may carry secrets, nor credentials), and
+ * the key it sends downstream as `keys` says.
+ */
+export function callAttributes(
+  call: OutgoingCall,
+  keys: IdempotencyTelemetryKeys,
+): Record<string, string> {
+  const { url } = call;
+  const attributes: Record<string, string> = {
+    [ATTRIBUTES.step]: call.step,
+    [ATTRIBUTES.httpMethod]: call.method,
+    [ATTRIBUTES.urlFull]: `${url.origin}${url.pathname}`,
+    [ATTRIBUTES.serverAddress]: url.hostname,
+  };
+  if (keys === 'raw') {
+    attributes[ATTRIBUTES.key] = call.key;
+  } else if (keys === 'hash') {
+    attributes[ATTRIBUTES.keyHash] = keyHash(call.key);
+  }
+  return attributes;
 }

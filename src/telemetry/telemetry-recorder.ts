@@ -12,8 +12,13 @@ import type {
 import type { IdempotencyTelemetryKeys } from '../interfaces/idempotency-options.interface.js';
 import type { IdempotencyEventType } from '../interfaces/idempotency-event.interface.js';
 import type { Attempt } from '../core/attempt.js';
+import type {
+  OutgoingCall,
+  OutgoingCallRecord,
+} from '../core/attempt-telemetry.js';
 import {
   ATTRIBUTES,
+  callAttributes,
   METRIC_NAMES,
   SPAN_NAMES,
   routeAttributes,
@@ -58,6 +63,7 @@ export type OpenTelemetryApi = Pick<
   | 'metrics'
   | 'trace'
   | 'SpanStatusCode'
+  | 'SpanKind'
   | 'ProxyTracerProvider'
   | 'createNoopMeter'
 >;
@@ -327,6 +333,46 @@ export class TelemetryRecorder {
     );
   }
 
+  /**
+   * `fn`, an outgoing call of an attempt's handler with its retries, in the
+   * `idempotency.call` span, a child of the span active now (the
+   * handler's), and active while it runs: the spans of each request sent
+   * (an HTTP client's instrumentation) are its children.
+   */
+  call<T>(
+    call: OutgoingCall,
+    fn: (record: OutgoingCallRecord) => Promise<T>,
+  ): Promise<T> {
+    const { context, trace } = this.api;
+    const active = context.active();
+    const span = this.tracer.startSpan(
+      SPAN_NAMES.call,
+      { kind: this.api.SpanKind.CLIENT },
+      active,
+    );
+    if (span.isRecording()) {
+      span.setAttributes(callAttributes(call, this.keys));
+    }
+    const record: OutgoingCallRecord = { resends: 0 };
+    return context.with(trace.setSpan(active, span), async () => {
+      try {
+        const result = await fn(record);
+        span.setAttribute(ATTRIBUTES.callResult, 'succeeded');
+        return result;
+      } catch (error) {
+        span.setAttribute(ATTRIBUTES.callResult, callFailure(error));
+        this.fail(span, error);
+        throw error;
+      } finally {
+        if (record.status !== undefined) {
+          span.setAttribute(ATTRIBUTES.statusCode, record.status);
+        }
+        span.setAttribute(ATTRIBUTES.resendCount, record.resends);
+        span.end();
+      }
+    });
+  }
+
   private startSpan(
     name: string,
     attempt: Attempt,
@@ -353,6 +399,19 @@ export class TelemetryRecorder {
         error instanceof Error ? error.message : (outcome ?? String(error)),
     });
   }
+}
+
+/**
+ * How an outgoing call failed, for its span: refused by the downstream
+ * service, unavailable after its retries, or another error.
+ */
+function callFailure(error: unknown): string {
+  const slug = (error as { slug?: unknown } | undefined)?.slug;
+  return slug === 'downstream-refused'
+    ? 'refused'
+    : slug === 'downstream-unavailable'
+      ? 'unavailable'
+      : 'error';
 }
 
 /** An error as `recordException` takes it. */

@@ -17,7 +17,7 @@ export interface GatewayCall {
   /** When it arrived (epoch ms). */
   readonly at: number;
   /**
-   * Refused (409): its key had a charge for another amount or currency,
+   * Refused (400): its key had a charge for another amount or currency,
    * which it was not given.
    */
   readonly refused: boolean;
@@ -39,7 +39,7 @@ export const KEY_REUSED = {
  * A payment gateway stand-in for the soak: idempotent per key as real
  * gateways are (a call with a key it has seen and the same amount and
  * currency answers that key's charge; with another amount or currency it is
- * refused with 409 and {@link KEY_REUSED}, never given the charge), it
+ * refused with 400 and {@link KEY_REUSED}, never given the charge), it
  * records every call and every charge, and answers after a delay the test
  * chooses (`delayMs`), as a real gateway takes its time. The charge is made
  * when the call arrives: a caller killed while it waits leaves the charge
@@ -80,7 +80,7 @@ export class RecordingGateway {
           // No keep-alive: a connection the gateway closes while idle is
           // then never one the app sends its next call on.
           response
-            .writeHead(refused ? 409 : 200, {
+            .writeHead(refused ? 400 : 200, {
               'content-type': 'application/json',
               connection: 'close',
             })

@@ -100,12 +100,14 @@ const PROBLEMS: Record<number, string> = {
 };
 
 /**
- * What the sample answers when the gateway refused its charge (409, the key
- * reused with another amount): its `BadGatewayException`.
+ * What the sample answers when the gateway refused its charge (400, the key
+ * reused with another amount): the module's problem for a refused call.
  */
 const GATEWAY_REFUSED = {
-  statusCode: 502,
-  message: 'The payment gateway answered 409',
+  type: 'urn:idempotency:downstream-refused',
+  title: 'Downstream service refused the request',
+  status: 502,
+  detail: 'A service this request depends on answered 400.',
 };
 
 /** An exchange as one line. */
@@ -234,8 +236,10 @@ export function checkSoak(evidence: SoakEvidence): string[] {
     if (exchange.status === 502 && exchange.role === 'rival') {
       const json = parse(exchange.body) as Record<string, unknown> | undefined;
       if (
-        json?.statusCode !== GATEWAY_REFUSED.statusCode ||
-        json.message !== GATEWAY_REFUSED.message
+        json === undefined ||
+        Object.entries(GATEWAY_REFUSED).some(
+          ([name, value]) => json[name] !== value,
+        )
       ) {
         flag(
           `a 502 that is not the sample's answer to a refused charge: ${describeExchange(exchange)}`,

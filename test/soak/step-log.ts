@@ -5,7 +5,10 @@ export interface LoggedStep {
   readonly key: string;
   /** The fingerprint of the request that saved it. */
   readonly fingerprint: string;
-  /** The charge it stored (the sample's `charge` step: `{ id }`). */
+  /**
+   * The charge it stored: the sample's `charge` step holds the gateway's
+   * answer (`IdempotencyContext.fetch()`), whose body is `{ id, amount }`.
+   */
   readonly chargeId: string;
   /** When it was written (epoch ms), before its commit. */
   readonly at: number;
@@ -39,7 +42,7 @@ export async function installStepLog(db: pg.Pool): Promise<void> {
 /** Every committed step save, oldest first. */
 export async function readStepLog(db: pg.Pool): Promise<LoggedStep[]> {
   const { rows } = await db.query<LoggedStep>(
-    `SELECT key, fingerprint, result->>'id' AS "chargeId",
+    `SELECT key, fingerprint, (result->>'body')::jsonb->>'id' AS "chargeId",
             (extract(epoch FROM at) * 1000)::float8 AS at
      FROM soak_step_log ORDER BY at`,
   );

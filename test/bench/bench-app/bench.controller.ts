@@ -7,7 +7,7 @@ import type { DataSource } from 'typeorm';
 import { CreatePaymentDto } from '../../../sample-app/payments/create-payment.dto.js';
 import type { Payment } from '../../../sample-app/payments/payment.entity.js';
 import {
-  PaymentGateway,
+  standInCharge,
   type Charge,
 } from '../../../sample-app/payments/payment-gateway.js';
 import { PaymentsService } from '../../../sample-app/payments/payments.service.js';
@@ -34,7 +34,6 @@ export class BenchController {
 
   constructor(
     private readonly payments: PaymentsService,
-    private readonly gateway: PaymentGateway,
     private readonly idempotency: IdempotencyContext,
     private readonly pool: PoolGauge,
     private readonly inFlight: InFlight,
@@ -128,14 +127,14 @@ export class BenchController {
 
   /** The gateway stand-in, answering after `waitMs`. */
   protected async charge(
-    dto: CreatePaymentDto,
+    _dto: CreatePaymentDto,
     key: string,
     waitMs: number,
   ): Promise<Charge> {
     if (waitMs > 0) {
       await sleep(waitMs);
     }
-    return this.gateway.charge(dto.amount, dto.currency, key);
+    return standInCharge(key);
   }
 
   protected chargeKey(): string {

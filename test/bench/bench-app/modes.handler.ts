@@ -5,7 +5,7 @@ import type { EntityManager, Repository } from 'typeorm';
 import type { CreatePaymentDto } from '../../../sample-app/payments/create-payment.dto.js';
 import { LedgerEntry } from '../../../sample-app/payments/ledger-entry.entity.js';
 import { Payment } from '../../../sample-app/payments/payment.entity.js';
-import { PaymentGateway } from '../../../sample-app/payments/payment-gateway.js';
+import { standInCharge } from '../../../sample-app/payments/payment-gateway.js';
 import { writePayment } from '../../../sample-app/payments/payments.service.js';
 
 /** The two settings of the modes bench: the gateway's answer, in ms. */
@@ -34,12 +34,11 @@ export class ModesHandler {
     @InjectRepository(Payment) private readonly payments: Repository<Payment>,
     @InjectRepository(LedgerEntry)
     private readonly ledger: Repository<LedgerEntry>,
-    private readonly gateway: PaymentGateway,
   ) {}
 
   /** The gateway's charge of `dto`, after `waitMs`. */
   async charge(
-    dto: CreatePaymentDto,
+    _dto: CreatePaymentDto,
     key: string | undefined,
     waitMs: number,
   ): Promise<{ readonly id: string }> {
@@ -48,7 +47,7 @@ export class ModesHandler {
     }
     // The request's key names the charge in every mode, as a client of a
     // gateway would derive it.
-    return this.gateway.charge(dto.amount, dto.currency, `${key ?? ''}:charge`);
+    return standInCharge(`${key ?? ''}:charge`);
   }
 
   /** The payment of `charge` and its ledger rows, through `manager` if given. */

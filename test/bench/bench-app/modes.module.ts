@@ -3,7 +3,6 @@ import { APP_INTERCEPTOR } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { LedgerEntry } from '../../../sample-app/payments/ledger-entry.entity.js';
 import { Payment } from '../../../sample-app/payments/payment.entity.js';
-import { PaymentGateway } from '../../../sample-app/payments/payment-gateway.js';
 import { PaymentsDatabase } from '../../../sample-app/typeorm.options.js';
 import { AppStateController } from './app-state.controller.js';
 import { InFlight } from './in-flight.js';
@@ -32,7 +31,6 @@ export class ModesAppModule {
       controllers: [controller, AppStateController],
       providers: [
         ModesHandler,
-        PaymentGateway,
         PoolGauge,
         InFlight,
         { provide: APP_INTERCEPTOR, useExisting: InFlight },

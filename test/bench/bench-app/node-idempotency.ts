@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import type { DataSource } from 'typeorm';
 import { CreatePaymentDto } from '../../../sample-app/payments/create-payment.dto.js';
 import type { Payment } from '../../../sample-app/payments/payment.entity.js';
-import { PaymentGateway } from '../../../sample-app/payments/payment-gateway.js';
+import { standInCharge } from '../../../sample-app/payments/payment-gateway.js';
 import { PaymentsService } from '../../../sample-app/payments/payments.service.js';
 import { plainKey } from './bench.controller.js';
 import { noopAnswer, type NoopAnswer } from './stores.controller.js';
@@ -77,7 +77,6 @@ export function nodeIdempotency(
   class NodeIdempotencyBenchController {
     constructor(
       private readonly payments: PaymentsService,
-      private readonly gateway: PaymentGateway,
       @InjectDataSource() private readonly dataSource: DataSource,
     ) {}
 
@@ -87,11 +86,7 @@ export function nodeIdempotency(
       @Body() dto: CreatePaymentDto,
       @Headers('idempotency-key') key?: string,
     ): Promise<Payment> {
-      const charge = await this.gateway.charge(
-        dto.amount,
-        dto.currency,
-        plainKey(key),
-      );
+      const charge = standInCharge(plainKey(key));
       return this.dataSource.transaction((manager) =>
         this.payments.book(dto, charge.id, manager),
       );

@@ -1,0 +1,125 @@
+import type { IdempotentFetchFunction } from '../interfaces/idempotent-fetch.interface.js';
+
+/**
+ * What {@link fetchFromHttpService} needs of `@nestjs/axios`'s `HttpService`
+ * (or of any holder of an axios instance): its `axiosRef`. Typed here so
+ * that the module never loads axios itself.
+ */
+export interface AxiosHttpService {
+  /** The axios instance, with the interceptors and defaults the application gave it. */
+  readonly axiosRef: {
+    request(config: {
+      url: string;
+      method: string;
+      headers: Record<string, string>;
+      data?: Uint8Array;
+      responseType: 'arraybuffer';
+      validateStatus: (status: number) => boolean;
+      maxRedirects?: number;
+      signal?: AbortSignal;
+    }): Promise<{
+      status: number;
+      statusText: string;
+      headers: unknown;
+      data: unknown;
+    }>;
+  };
+}
+
+/** Statuses whose responses have no body (a `Response` refuses one). */
+const NULL_BODY_STATUSES = new Set([101, 103, 204, 205, 304]);
+
+/**
+ * A `fetch` over `@nestjs/axios`'s `HttpService`, for the module's
+ * `outgoing.fetch` option: the calls of `IdempotencyContext.fetch()` then go
+ * through the application's axios instance (its interceptors, agents and
+ * defaults). Every status is an answer, as with `fetch`; a request that got
+ * no answer rejects with a `TypeError`, as `fetch` does, so that it is
+ * retried; an aborted one with the signal's reason.
+ *
+ * @example
+ * IdempotencyModule.forRootAsync({
+ *   imports: [HttpModule],
+ *   inject: [HttpService],
+ *   useFactory: (http: HttpService) => ({ outgoing: { fetch: fetchFromHttpService(http) } }),
+ * });
+ */
+export function fetchFromHttpService(
+  http: AxiosHttpService,
+): IdempotentFetchFunction {
+  return async (input, init = {}) => {
+    // The platform's Request normalizes what fetch takes (a body of any
+    // kind, its content type, the headers) into bytes and a header list.
+    const request = new Request(input, { ...init, signal: undefined });
+    const headers: Record<string, string> = {};
+    request.headers.forEach((value, name) => {
+      headers[name] = value;
+    });
+    const body = request.body
+      ? new Uint8Array(await request.arrayBuffer())
+      : undefined;
+    let answer;
+    try {
+      answer = await http.axiosRef.request({
+        url: request.url,
+        method: request.method,
+        headers,
+        data: body,
+        responseType: 'arraybuffer',
+        validateStatus: () => true,
+        maxRedirects: init.redirect === 'manual' ? 0 : undefined,
+        signal: init.signal ?? undefined,
+      });
+    } catch (error) {
+      if (init.signal?.aborted) {
+        throw init.signal.reason;
+      }
+      // Axios's error for a request that got no answer (a refused or
+      // dropped connection, a timeout): fetch's is a TypeError.
+      if (
+        (error as { isAxiosError?: unknown }).isAxiosError === true &&
+        (error as { response?: unknown }).response === undefined
+      ) {
+        throw new TypeError('fetch failed', { cause: error });
+      }
+      throw error;
+    }
+    return new Response(
+      NULL_BODY_STATUSES.has(answer.status) ? null : toBytes(answer.data),
+      {
+        status: answer.status,
+        statusText: answer.statusText,
+        headers: toHeaders(answer.headers),
+      },
+    );
+  };
+}
+
+function toBytes(data: unknown): Uint8Array {
+  if (data instanceof Uint8Array) {
+    return data;
+  }
+  if (data instanceof ArrayBuffer) {
+    return new Uint8Array(data);
+  }
+  return new TextEncoder().encode(
+    typeof data === 'string' ? data : JSON.stringify(data ?? ''),
+  );
+}
+
+/** Axios's response headers (an `AxiosHeaders` or a plain object) as `Headers`. */
+function toHeaders(source: unknown): Headers {
+  const headers = new Headers();
+  const entries =
+    typeof (source as { toJSON?: unknown })?.toJSON === 'function'
+      ? (source as { toJSON(): Record<string, unknown> }).toJSON()
+      : ((source ?? {}) as Record<string, unknown>);
+  for (const [name, value] of Object.entries(entries)) {
+    for (const one of Array.isArray(value) ? value : [value]) {
+      if (one !== undefined && one !== null) {
+        headers.append(name, String(one));
+      }
+    }
+  }
+  return headers;
+}

@@ -1,0 +1,213 @@
+import { isUtf8 } from 'node:buffer';
+import { setTimeout as delay } from 'node:timers/promises';
+import {
+  isNetworkError,
+  isRetryableStatus,
+  parseRetryAfter,
+  retryDelay,
+} from '../client/retry-policy.js';
+import type { OutgoingCallRecord } from '../core/attempt-telemetry.js';
+import type { HandlerContext } from '../core/handler-context.js';
+import { IdempotencyConfigurationError } from '../exceptions/idempotency-configuration.error.js';
+import { IdempotencyDownstreamRefusedException } from '../exceptions/idempotency-downstream-refused.exception.js';
+import { IdempotencyDownstreamUnavailableException } from '../exceptions/idempotency-downstream-unavailable.exception.js';
+import { IDEMPOTENT_REPLAYED_HEADER } from '../idempotency.constants.js';
+import type { IdempotentFetchInit } from '../interfaces/idempotent-fetch.interface.js';
+import {
+  resolveFetchOptions,
+  type ResolvedFetchOptions,
+} from './outgoing.options.js';
+
+/** A downstream answer as its step stores it: a JSON value. */
+interface StoredAnswer {
+  readonly status: number;
+  readonly statusText: string;
+  readonly headers: ReadonlyArray<readonly [string, string]>;
+  /** The body: UTF-8 text, or base64 when `base64`. */
+  readonly body: string;
+  readonly base64?: true;
+}
+
+/** Statuses whose responses have no body (a `Response` refuses one). */
+const NULL_BODY_STATUSES = new Set([101, 103, 204, 205, 304]);
+
+/**
+ * Headers that describe the bytes on the wire, not the body `fetch` gives
+ * (already decoded): not kept with it.
+ */
+const WIRE_HEADERS = new Set([
+  'content-encoding',
+  'content-length',
+  'transfer-encoding',
+]);
+
+/** The replay header, as `Headers` reads it. */
+const REPLAYED_FIELD = IDEMPOTENT_REPLAYED_HEADER.toLowerCase();
+
+/**
+ * @internal An outgoing HTTP call of a handler as its recovery point `name`
+ * (see `IdempotencyContext.fetch`): the stored answer of a previous attempt
+ * of the request, else the call, sent with `key` in the downstream's
+ * idempotency header and sent again, always with that key, until it gets a
+ * final answer, runs out of attempts, or meets the handler's deadline.
+ */
+export async function idempotentFetch(
+  context: HandlerContext,
+  name: string,
+  key: string,
+  input: string | URL,
+  init: IdempotentFetchInit,
+  defaults: ResolvedFetchOptions,
+): Promise<Response> {
+  const { idempotency, signal, headers: given, ...rest } = init;
+  const options = resolveFetchOptions(defaults, idempotency, 'idempotency');
+  const url = toUrl(input);
+  const body: unknown = rest.body;
+  if (body instanceof ReadableStream || body instanceof FormData) {
+    throw new IdempotencyConfigurationError(
+      `The body of the call of step ${JSON.stringify(name)} cannot be sent again byte for byte (a stream, or FormData).`,
+      'Give a string, bytes, a Blob or URLSearchParams (encode a multipart body yourself).',
+    );
+  }
+  const method = (rest.method ?? 'GET').toUpperCase();
+  const headers = new Headers(given);
+  headers.set(options.headerName, key);
+  const call: Call = {
+    name,
+    url,
+    init: { ...rest, method, headers },
+    signal: signal ?? undefined,
+    options,
+  };
+  const stored = await context.step(name, () =>
+    context.call({ step: name, method, url, key }, (record) =>
+      send(context, call, record),
+    ),
+  );
+  return toResponse(stored);
+}
+
+/** One outgoing call, as {@link send} sends it. */
+interface Call {
+  readonly name: string;
+  readonly url: URL;
+  /** What each attempt is sent with, the key header included. */
+  readonly init: RequestInit;
+  /** The handler's own signal: its abort ends the call at once. */
+  readonly signal: AbortSignal | undefined;
+  readonly options: ResolvedFetchOptions;
+}
+
+/** Sends `call` until it gets a final answer, as {@link idempotentFetch} says. */
+async function send(
+  context: HandlerContext,
+  call: Call,
+  record: OutgoingCallRecord,
+): Promise<StoredAnswer> {
+  const { options, signal } = call;
+  const { retry } = options;
+  const fetch = options.fetch ?? globalThis.fetch;
+  const until = Math.min(context.deadline, Date.now() + retry.deadlineMs);
+  let lastError: unknown;
+  let sent = 0;
+  for (;;) {
+    const left = until - Date.now();
+    if (left <= 0) {
+      break;
+    }
+    record.resends = sent;
+    sent += 1;
+    const timeout = AbortSignal.timeout(Math.min(options.timeoutMs, left));
+    let retryAfterMs: number | undefined;
+    try {
+      const response = await fetch(call.url, {
+        ...call.init,
+        signal: signal ? AbortSignal.any([signal, timeout]) : timeout,
+      });
+      record.status = response.status;
+      lastError = undefined;
+      const replayed = response.headers.get(REPLAYED_FIELD) === 'true';
+      if (response.status < 400) {
+        return await store(response);
+      }
+      if (!isRetryableStatus(response.status, replayed)) {
+        throw new IdempotencyDownstreamRefusedException(call.name, {
+          status: response.status,
+          headers: Object.fromEntries(response.headers),
+          body: await response.text(),
+        });
+      }
+      retryAfterMs = parseRetryAfter(response.headers.get('retry-after'));
+      // Frees the connection: the body of a retried answer is not read.
+      await response.body?.cancel().catch(() => undefined);
+    } catch (error) {
+      if (
+        error instanceof IdempotencyDownstreamRefusedException ||
+        signal?.aborted ||
+        !(isNetworkError(error) || timeout.aborted)
+      ) {
+        throw error;
+      }
+      record.status = undefined;
+      lastError = error;
+    }
+    if (sent >= retry.attempts) {
+      break;
+    }
+    const wait = retryDelay(sent, retry, retryAfterMs);
+    if (Date.now() + wait >= until) {
+      break;
+    }
+    await delay(wait, undefined, { signal });
+  }
+  throw new IdempotencyDownstreamUnavailableException(
+    call.name,
+    sent,
+    record.status,
+    context.retryAfter,
+    lastError,
+  );
+}
+
+function toUrl(input: string | URL): URL {
+  try {
+    return new URL(input);
+  } catch {
+    throw new IdempotencyConfigurationError(
+      `IdempotencyContext.fetch() needs an absolute URL, not ${JSON.stringify(String(input))}.`,
+    );
+  }
+}
+
+/** A successful answer, read whole, as its step stores it. */
+async function store(response: Response): Promise<StoredAnswer> {
+  const bytes = Buffer.from(await response.arrayBuffer());
+  const headers: Array<[string, string]> = [];
+  response.headers.forEach((value, name) => {
+    if (!WIRE_HEADERS.has(name)) {
+      headers.push([name, value]);
+    }
+  });
+  const text = isUtf8(bytes);
+  return {
+    status: response.status,
+    statusText: response.statusText,
+    headers,
+    body: bytes.toString(text ? 'utf8' : 'base64'),
+    ...(text ? {} : { base64: true as const }),
+  };
+}
+
+/** The `Response` of a stored answer: the same for the call and its reuses. */
+function toResponse(stored: StoredAnswer): Response {
+  const body = NULL_BODY_STATUSES.has(stored.status)
+    ? null
+    : stored.base64
+      ? Buffer.from(stored.body, 'base64')
+      : stored.body;
+  return new Response(body, {
+    status: stored.status,
+    statusText: stored.statusText,
+    headers: stored.headers.map(([name, value]) => [name, value]),
+  });
+}

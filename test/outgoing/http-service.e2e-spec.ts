@@ -1,0 +1,72 @@
+import { HttpService } from '@nestjs/axios';
+import axios from 'axios';
+import { fetchFromHttpService } from '../../src/index.js';
+import { send, startTestApp, type TestApp } from '../utils/test-app.js';
+import { outgoingModule } from './outgoing.module.js';
+import { ScriptedDownstream } from './scripted-downstream.js';
+
+describe('fetchFromHttpService(): outgoing calls through @nestjs/axios', () => {
+  let downstream: ScriptedDownstream;
+  let target: TestApp;
+  /** Requests that went through the application's axios instance. */
+  const sent: string[] = [];
+
+  beforeAll(async () => {
+    downstream = await new ScriptedDownstream().start();
+    const instance = axios.create();
+    instance.interceptors.request.use((config) => {
+      sent.push(
+        String(
+          config.headers['Idempotency-Key'] ??
+            config.headers['idempotency-key'],
+        ),
+      );
+      return config;
+    });
+    target = await startTestApp({
+      imports: [outgoingModule(downstream.url)],
+      idempotency: {
+        outgoing: {
+          fetch: fetchFromHttpService(new HttpService(instance)),
+          retry: { baseDelayMs: 1, maxDelayMs: 10 },
+          timeoutMs: 1_500,
+        },
+      },
+    });
+  });
+  afterAll(async () => {
+    await target.close();
+    await downstream.stop();
+  });
+
+  const pay = (key: string) =>
+    send(target, '/pay', { key, body: { amount: 900, reference: key } });
+
+  it('retries through axios with the same key, and charges once', async () => {
+    downstream.script('axios-1:charge', 'drop-after', '503', 'hang', '429');
+    const response = await pay('axios-1');
+    expect(response.status).toBe(201);
+    const body = (await response.json()) as { charge: unknown };
+    expect(body.charge).toEqual(downstream.charges.get('axios-1:charge'));
+    expect(
+      downstream.callsWith('axios-1:charge').map((call) => call.outcome),
+    ).toEqual(['drop-after', '503', 'hang', '429', 'charged']);
+    expect(sent.filter((key) => key.startsWith('axios-1'))).toEqual(
+      Array(5).fill('axios-1:charge'),
+    );
+  });
+
+  it('hands a final answer over as fetch would: a 400 is refused, with its body', async () => {
+    downstream.script('axios-2:charge', '400');
+    const response = await send(target, '/pay', {
+      key: 'axios-2',
+      body: { amount: 900, reference: 'axios-2', mapRefusal: true },
+    });
+    expect(response.status).toBe(402);
+    expect(await response.json()).toEqual({
+      declined: { error: 'card_declined' },
+      status: 400,
+    });
+    expect(downstream.callsWith('axios-2:charge')).toHaveLength(1);
+  });
+});
