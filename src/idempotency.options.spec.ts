@@ -1,5 +1,6 @@
 import type { ExecutionContext } from '@nestjs/common';
 import { IdempotencyConfigurationError } from './exceptions/idempotency-configuration.error.js';
+import { FETCH_DEFAULTS } from './outgoing/outgoing.options.js';
 import type {
   IdempotencyErrorPolicy,
   IdempotencyModuleOptions,
@@ -151,16 +152,9 @@ describe('resolveModuleOptions', () => {
       openApi: false,
       telemetry: { keys: 'raw' },
       outgoing: {
+        ...FETCH_DEFAULTS,
         headerName: 'X-Downstream-Key',
-        retry: {
-          attempts: 5,
-          baseDelayMs: 100,
-          maxDelayMs: 5_000,
-          deadlineMs: 30_000,
-          random: Math.random,
-        },
         timeoutMs: 2_000,
-        fetch: undefined,
       },
       ttlMs: 3_600_000,
       concurrency: 'wait',

@@ -1,4 +1,5 @@
 import type { IdempotentFetchFunction } from '../interfaces/idempotent-fetch.interface.js';
+import { NULL_BODY_STATUSES } from './null-body-statuses.js';
 
 /**
  * What {@link fetchFromHttpService} needs of `@nestjs/axios`'s `HttpService`
@@ -25,9 +26,6 @@ export interface AxiosHttpService {
     }>;
   };
 }
-
-/** Statuses whose responses have no body (a `Response` refuses one). */
-const NULL_BODY_STATUSES = new Set([101, 103, 204, 205, 304]);
 
 /**
  * A `fetch` over `@nestjs/axios`'s `HttpService`, for the module's

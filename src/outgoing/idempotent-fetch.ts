@@ -13,6 +13,7 @@ import { IdempotencyDownstreamRefusedException } from '../exceptions/idempotency
 import { IdempotencyDownstreamUnavailableException } from '../exceptions/idempotency-downstream-unavailable.exception.js';
 import { IDEMPOTENT_REPLAYED_HEADER } from '../idempotency.constants.js';
 import type { IdempotentFetchInit } from '../interfaces/idempotent-fetch.interface.js';
+import { NULL_BODY_STATUSES } from './null-body-statuses.js';
 import {
   resolveFetchOptions,
   type ResolvedFetchOptions,
@@ -22,14 +23,11 @@ import {
 interface StoredAnswer {
   readonly status: number;
   readonly statusText: string;
-  readonly headers: ReadonlyArray<readonly [string, string]>;
+  readonly headers: Array<[string, string]>;
   /** The body: UTF-8 text, or base64 when `base64`. */
   readonly body: string;
   readonly base64?: true;
 }
-
-/** Statuses whose responses have no body (a `Response` refuses one). */
-const NULL_BODY_STATUSES = new Set([101, 103, 204, 205, 304]);
 
 /**
  * Headers that describe the bytes on the wire, not the body `fetch` gives
@@ -208,6 +206,6 @@ function toResponse(stored: StoredAnswer): Response {
   return new Response(body, {
     status: stored.status,
     statusText: stored.statusText,
-    headers: stored.headers.map(([name, value]) => [name, value]),
+    headers: stored.headers,
   });
 }
