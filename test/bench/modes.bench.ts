@@ -24,6 +24,11 @@
  *              (bench-app/floor.controller.ts)
  *   redis      @Idempotent(), the module on the Redis store
  *              (BENCH_REDIS_URL); the writes in `dataSource.transaction(...)`
+ *   unfenced   the module on the Redis store with one change, for the bench
+ *              only: its completion is a plain, unconditional `SET`, as the
+ *              other library's (bench-app/unfenced-redis.store.ts), instead
+ *              of the completion fenced by the attempt's owner (a script on
+ *              Redis 7): what the fence costs
  *   theirs     @node-idempotency/nestjs (BENCH_NODE_IDEMPOTENCY, a version;
  *              installed at run time in a temporary directory, as
  *              `npm run bench:stores` does) on the same Redis; the writes in
@@ -45,11 +50,12 @@
  *
  * The runs (a mode in a setting) are interleaved in rounds, each round
  * starting with another one; the module on PostgreSQL and the floor run
- * back to back, and so do the module on Redis and the other library, each
- * first every other round. Per run: req/s, p50 and p99 latency (medians of
- * the rounds); ratios taken within each round (medians): to the baseline of
- * the setting, and of the module on PostgreSQL to the floor and of the
- * module on Redis to the other library.
+ * back to back, and so do the two Redis modes of the module and the other
+ * library, in their order one round and reversed the next. Per run: req/s,
+ * p50 and p99 latency (medians of the rounds); ratios taken within each
+ * round (medians): to the baseline of the setting, and of the module on
+ * PostgreSQL to the floor and of the module's Redis modes to the other
+ * library.
  *
  * CPU per request is measured during the load runs themselves (user +
  * system time from /proc over the run, divided by the requests it served;
@@ -66,7 +72,7 @@
  *   BENCH_MODES=baseline,redis,theirs BENCH_SECONDS=2 BENCH_ROUNDS=1 npm run bench:modes
  *
  * Settings (defaults), about 5 minutes on 2 cores:
- * BENCH_MODES=baseline,postgres,floor,redis,theirs,memory (the baseline is
+ * BENCH_MODES=baseline,postgres,floor,redis,unfenced,theirs,memory (the baseline is
  * always run) BENCH_MODE_SETTINGS=light,gateway BENCH_SECONDS=4
  * BENCH_ROUNDS=5 BENCH_CONNECTIONS=16 BENCH_GATEWAY_CONNECTIONS=50
  * BENCH_GATEWAY_MS=50 BENCH_WARMUP_SECONDS=2
@@ -125,7 +131,14 @@ const OUTPUT =
   process.env.BENCH_MODES_OUTPUT ??
   `${ROOT}dist-bench/modes-bench-results.json`;
 
-type ModeId = 'baseline' | 'postgres' | 'floor' | 'redis' | 'theirs' | 'memory';
+type ModeId =
+  | 'baseline'
+  | 'postgres'
+  | 'floor'
+  | 'redis'
+  | 'unfenced'
+  | 'theirs'
+  | 'memory';
 type Setting = 'light' | 'gateway';
 
 /** A way of making the handler idempotent (or not): one app. */
@@ -168,6 +181,14 @@ const MODES: readonly Mode[] = [
   {
     id: 'redis',
     name: 'module, Redis store',
+    against: 'theirs',
+    gateway: true,
+    idempotent: true,
+    redis: true,
+  },
+  {
+    id: 'unfenced',
+    name: 'module, Redis, SET unfenced',
     against: 'theirs',
     gateway: true,
     idempotent: true,
@@ -580,11 +601,21 @@ async function main(): Promise<void> {
     const redisPid = redis && (await localRedisPid(redis));
     // Only a server of the bench's own says what the requests cost it.
     const postmaster = server ? await localPostmaster(appUrl.href) : undefined;
+    // The runs compared with each other, back to back: the module on
+    // PostgreSQL and the floor; the Redis modes and the other library.
     const together = SETTING_NAMES.flatMap((setting) =>
-      (['postgres', 'redis'] as const).flatMap((id) => {
-        const run = runs.find((r) => r.setting === setting && r.mode.id === id);
-        const other = run && against(runs, run);
-        return run && other ? [[run, other]] : [];
+      (
+        [
+          ['postgres', 'floor'],
+          ['redis', 'unfenced', 'theirs'],
+        ] as const
+      ).flatMap((ids) => {
+        const group = runs.filter(
+          (r) =>
+            r.setting === setting &&
+            (ids as readonly ModeId[]).includes(r.mode.id),
+        );
+        return group.length > 1 ? [group] : [];
       }),
     );
     const results = await interleave(

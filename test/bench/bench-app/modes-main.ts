@@ -9,6 +9,9 @@
  *             (floor.controller.ts)
  *   redis     the module on the Redis store, `BENCH_REDIS_URL`, keys under
  *             `BENCH_REDIS_PREFIX`
+ *   unfenced  the module on the Redis store whose completion is a plain,
+ *             unconditional `SET` (unfenced-redis.store.ts): what the fence
+ *             costs; for the bench only
  *   memory    the module on the in-memory store
  *   theirs    @node-idempotency/nestjs on Redis, installed by the bench in
  *             `BENCH_NODE_IDEMPOTENCY_DIR`, records under
@@ -22,10 +25,12 @@ import {
   type IdempotencyStoreOption,
 } from 'nestjs-idempotency';
 import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
+import { Redis } from 'ioredis';
 import { FloorController } from './floor.controller.js';
 import { listenBenchApp } from './listen.js';
 import { modeController } from './modes.controller.js';
 import { ModesAppModule } from './modes.module.js';
+import { UnfencedRedisStore } from './unfenced-redis.store.js';
 import {
   nodeIdempotencyModule,
   requireNodeIdempotency,
@@ -58,6 +63,18 @@ function mode(): [Type, DynamicModule[]] {
           }),
         ],
       ];
+    case 'unfenced':
+      return [
+        modeController('own', Idempotent),
+        [
+          idempotency(
+            new UnfencedRedisStore(
+              new Redis(REDIS_URL, { maxRetriesPerRequest: 1 }),
+              { prefix: process.env.BENCH_REDIS_PREFIX },
+            ),
+          ),
+        ],
+      ];
     case 'memory':
       return [
         modeController('own', Idempotent),
@@ -82,7 +99,7 @@ function mode(): [Type, DynamicModule[]] {
     }
     default:
       throw new Error(
-        `BENCH_MODE=${MODE}: expected baseline, postgres, floor, redis, memory or theirs`,
+        `BENCH_MODE=${MODE}: expected baseline, postgres, floor, redis, unfenced, memory or theirs`,
       );
   }
 }
