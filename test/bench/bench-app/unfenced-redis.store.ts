@@ -10,6 +10,7 @@ import type {
 } from '../../../src/interfaces/idempotency-store.interface.js';
 import { claimLinesOf } from '../../../src/stores/redis/redis-claim.js';
 import { RedisKeys } from '../../../src/stores/redis/redis-keys.js';
+import { batchWrites } from '../../../src/stores/redis/redis.scripts.js';
 import {
   finishedValue,
   statusLetter,
@@ -48,6 +49,8 @@ export class UnfencedRedisStore extends RedisIdempotencyStore {
     }
     const ttlMs = Math.ceil(completion.ttlMs);
     const head = `${statusLetter(completion.status)} ${Date.now() + ttlMs} ${response.status}`;
+    // In the write of the commands in flight, as the store's own.
+    batchWrites(this.client);
     await this.client.set(
       this.keyNames.record(RedisKeys.id(lease.scope, lease.key)),
       finishedValue(
