@@ -93,6 +93,37 @@ describe('requestFingerprint', () => {
     );
   });
 
+  it('tells apart the numbers JSON writes alike (1e309, -1e309, NaN, null; -0 and 0), shallow and deep', () => {
+    const deep = (leaf: unknown): unknown => {
+      let value: unknown = { v: leaf };
+      for (let i = 0; i < 40; i += 1) {
+        value = [value];
+      }
+      return value;
+    };
+    for (const wrap of [(v: unknown) => ({ v }), deep]) {
+      const values = [
+        JSON.parse('1e309') as number,
+        JSON.parse('-1e309') as number,
+        NaN,
+        null,
+        0,
+        JSON.parse('-0') as number,
+        '-0',
+        'Infinity',
+        1n,
+        1,
+      ];
+      const prints = new Set(values.map((v) => of('POST', '/x', wrap(v))));
+      expect(prints.size).toBe(values.length);
+    }
+    // What the handler receives alike stays alike: 1.0 and 1, 1e2 and 100.
+    expect(of('POST', '/x', JSON.parse('{"v":1.0}'))).toBe(
+      of('POST', '/x', JSON.parse('{"v":1}')),
+    );
+    expect(of('POST', '/x', JSON.parse('[1e2]'))).toBe(of('POST', '/x', [100]));
+  });
+
   it('ignores fields whose value is undefined, as JSON does', () => {
     expect(of('POST', '/x', { a: 1, b: undefined })).toBe(
       of('POST', '/x', { a: 1 }),

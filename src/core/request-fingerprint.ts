@@ -6,6 +6,10 @@ import { IdempotencyBodyUnreadableException } from '../exceptions/idempotency-bo
  * that differ only in key order have the same text: recursively for the
  * usual body, iteratively for one nested deeper than {@link RECURSION_DEPTH}
  * (which then cannot exhaust the stack). Both write the same text.
+ *
+ * Values that JSON cannot write are written apart from every other value
+ * (see {@link scalarJson}), so that two bodies the handler sees differently
+ * never share a text.
  */
 function canonicalJson(root: unknown): string {
   return recursiveJson(root, 0) ?? iterativeJson(root);
@@ -17,7 +21,7 @@ const RECURSION_DEPTH = 32;
 /** The canonical JSON of `value`, or `undefined` when it is nested too deep. */
 function recursiveJson(value: unknown, depth: number): string | undefined {
   if (value === null || typeof value !== 'object') {
-    return JSON.stringify(value) ?? 'null';
+    return scalarJson(value);
   }
   if (depth >= RECURSION_DEPTH) {
     return undefined;
@@ -97,7 +101,27 @@ class Nested {
 function jsonOf(value: unknown): string | Nested {
   return value !== null && typeof value === 'object'
     ? new Nested(value)
-    : (JSON.stringify(value) ?? 'null');
+    : scalarJson(value);
+}
+
+/**
+ * A scalar's JSON; for the numbers JSON writes as another value (`Infinity`,
+ * `-Infinity` and `NaN` as `null`, `-0` as `0`: a JSON parser reads
+ * `1e309` as `Infinity`) and for a `bigint` (which JSON refuses), a token
+ * that no JSON text contains outside a string.
+ */
+function scalarJson(value: unknown): string {
+  if (typeof value === 'number') {
+    return Number.isFinite(value)
+      ? Object.is(value, -0)
+        ? '-0'
+        : JSON.stringify(value)
+      : String(value);
+  }
+  if (typeof value === 'bigint') {
+    return `${value}n`;
+  }
+  return JSON.stringify(value) ?? 'null';
 }
 
 /** @internal A query parameter: its name and one of its values, decoded. */

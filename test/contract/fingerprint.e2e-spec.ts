@@ -125,6 +125,31 @@ describe.each(PLATFORMS)('request fingerprints (%s)', (platform) => {
     expect(runs.counts['fingerprint/held-wait']).toBe(1);
   });
 
+  it('refuses with 422 the bodies a JSON writer would print alike (1e309, -1e309, null; -0 and 0), and replays only the same one', async () => {
+    /** A raw JSON text under one key, as the client wrote it. */
+    const raw = (key: string, text: string) =>
+      fetch(`${target.url}/keys/default`, {
+        method: 'POST',
+        headers: { 'Idempotency-Key': key, 'Content-Type': 'application/json' },
+        body: text,
+      });
+    const runsOf = () => runs.counts['keys/default'] ?? 0;
+    const before = runsOf();
+    expect((await raw('inf-1', '{"v":1e309}')).status).toBe(201);
+    for (const other of ['{"v":-1e309}', '{"v":null}', '{"v":1e308}']) {
+      const refused = await raw('inf-1', other);
+      expect([other, refused.status]).toEqual([other, 422]);
+    }
+    const same = await raw('inf-1', '{ "v" : 2e309 }');
+    expect(same.status).toBe(201);
+    expect(same.headers.get('idempotent-replayed')).toBe('true');
+
+    expect((await raw('zero-1', '{"v":-0}')).status).toBe(201);
+    expect((await raw('zero-1', '{"v":0}')).status).toBe(422);
+    expect((await raw('zero-1', '{"v":-0.0}')).status).toBe(201);
+    expect(runsOf() - before).toBe(2);
+  });
+
   /** How many refunds of account `id` were written. */
   const refunds = async (id: string) =>
     (

@@ -145,7 +145,18 @@ export type BodyReading =
   | { readonly accepted: false }
   | { readonly accepted: true; readonly canonical: string };
 
+/**
+ * The body as the handler sees it: a number JSON writes as another value
+ * (`1e309` parsed is `Infinity`, written `null`; `-0` written `0`) keeps
+ * its own text.
+ */
 function canonicalJson(value: unknown): string {
+  if (
+    typeof value === 'number' &&
+    (!Number.isFinite(value) || Object.is(value, -0))
+  ) {
+    return Object.is(value, -0) ? '-0' : String(value);
+  }
   if (value === null || typeof value !== 'object') {
     return JSON.stringify(value) ?? 'null';
   }
