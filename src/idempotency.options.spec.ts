@@ -495,12 +495,12 @@ describe('resolveModuleOptions', () => {
   });
 
   describe('storeErrors', () => {
-    it('stores every 4xx and nothing else when true', () => {
+    it('stores every 4xx but 408, 425 and 429, and nothing else, when true', () => {
       const policy = resolveModuleOptions({ storeErrors: true }).storeErrors;
       expect(policy).toEqual(expect.any(Function));
-      const stored = [200, 399, 400, 404, 409, 422, 499, 500, 503].filter(
-        (status) => policy!(status, new Error('failed')),
-      );
+      const stored = [
+        200, 399, 400, 404, 408, 409, 422, 425, 429, 499, 500, 503,
+      ].filter((status) => policy!(status, new Error('failed')));
       expect(stored).toEqual([400, 404, 409, 422, 499]);
     });
 

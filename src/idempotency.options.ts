@@ -20,6 +20,7 @@ import type {
   IdempotentOptions,
 } from './interfaces/idempotency-options.interface.js';
 import { IdempotencyConfigurationError } from './exceptions/idempotency-configuration.error.js';
+import { RETRY_LATER_STATUSES } from './core/failures.js';
 import {
   FETCH_DEFAULTS,
   resolveFetchOptions,
@@ -135,8 +136,9 @@ export function isIsolationLevel(
   return ISOLATION_LEVELS.has(value);
 }
 
+/** `storeErrors: true`: every 4xx but those that ask for a retry later. */
 const storeClientErrors: IdempotencyErrorPolicy = (status) =>
-  status >= 400 && status < 500;
+  status >= 400 && status < 500 && !RETRY_LATER_STATUSES.has(status);
 
 function invalid(option: string, value: unknown, solution: string): never {
   throw new IdempotencyConfigurationError(

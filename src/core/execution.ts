@@ -13,6 +13,7 @@ import type { AttemptTelemetry } from './attempt-telemetry.js';
 import {
   classifyFailure,
   LeaseLostError,
+  RETRY_LATER_STATUSES,
   type FailureKind,
 } from './failures.js';
 import { handlerContexts, type HandlerContext } from './handler-context.js';
@@ -276,11 +277,17 @@ export class Execution implements RunningLink {
 
   /**
    * Stores an error response in the record (the error policy), fenced by the
-   * owner, in a statement of its own.
+   * owner, in a statement of its own. One that asks the client to come back
+   * later (408, 425, 429) releases the claim instead, whatever the policy
+   * said: the retry runs the handler.
    */
   async storeError(response: StoredResponse): Promise<void> {
     const { host, lease, attempt, options } = this;
     if (!lease) {
+      return;
+    }
+    if (RETRY_LATER_STATUSES.has(response.status)) {
+      await this.release();
       return;
     }
     try {

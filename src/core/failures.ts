@@ -27,6 +27,16 @@ const SESSION_ENDED_CODES = new Set([...SERVER_GONE_CODES, '25P03', '25P04']);
  * or a deadlock. Nothing was written; the same request retried may succeed.
  */
 const CONCURRENCY_CODES = new Set(['40001', '40P01']);
+/**
+ * @internal Statuses that ask the client to come back later: 408 Request
+ * Timeout, 425 Too Early and 429 Too Many Requests. The error policy never
+ * stores them, whatever it says: stored, a refusal for now would answer
+ * every retry of the key until it expires.
+ */
+export const RETRY_LATER_STATUSES: ReadonlySet<number> = new Set([
+  408, 425, 429,
+]);
+
 /** Errors of a socket to the server, as Node.js names them. */
 const SOCKET_ERRORS = new Set([
   'ECONNREFUSED',

@@ -112,7 +112,8 @@ export type IdempotencyFingerprintFunction = (
 
 /**
  * Decides whether an error response is stored and replayed, from the status
- * the client got and the error the handler threw.
+ * the client got and the error the handler threw. A 408, 425 or 429 is never
+ * stored, whatever it answers.
  */
 export type IdempotencyErrorPolicy = (
   status: number,
@@ -206,10 +207,13 @@ export interface IdempotentOptions {
   fingerprint?: IdempotencyFingerprintFields | IdempotencyFingerprintFunction;
   /**
    * Error responses that are stored and replayed like successes. `true` stores
-   * every 4xx; a function decides from the status and the error. The handler's
-   * writes are rolled back in any case; the error response is stored in a
-   * short transaction of its own. The module's own 503 (nothing happened) is
-   * never stored.
+   * every 4xx but 408, 425 and 429; a function decides from the status and
+   * the error. The handler's writes are rolled back in any case; the error
+   * response is stored in a short transaction of its own. Never stored,
+   * whatever `true` or a function says: the module's own 503 (nothing
+   * happened), and 408 (Request Timeout), 425 (Too Early) and 429 (Too Many
+   * Requests), which ask the client to come back later: the key is released
+   * and the retry runs the handler.
    * @default false (a failed request stores nothing; a retry runs again)
    */
   storeErrors?: boolean | IdempotencyErrorPolicy;

@@ -10,6 +10,7 @@ import { IdempotencyHttpException } from '../exceptions/idempotency-http.excepti
 import { IdempotencyKeyMissingException } from '../exceptions/idempotency-key-missing.exception.js';
 import { newAttempt, type Attempt } from '../core/attempt.js';
 import { IdempotencyExecutor } from '../core/idempotency.executor.js';
+import { RETRY_LATER_STATUSES } from '../core/failures.js';
 import { loadRequiredPeer } from '../core/optional-peer.js';
 
 /** Field of a message's data that carries its key by default. */
@@ -70,8 +71,11 @@ function settle(
   }
 }
 
-/** Client errors that a redelivery of the same message would raise again. */
-const RETRYABLE_CLIENT_STATUSES = new Set([408, 409, 425, 429]);
+/**
+ * Client errors that a redelivery of the same message may not raise again:
+ * those that ask for a retry later, and a duplicate still executing (409).
+ */
+const RETRYABLE_CLIENT_STATUSES = new Set([...RETRY_LATER_STATUSES, 409]);
 
 /**
  * How a failed message is settled: rejected (dead-lettered, or dropped when

@@ -219,6 +219,28 @@ export class ErrorsController {
     );
   }
 
+  /** Throws the `status` of its path: 408, 425 or 429 ask for a retry later. */
+  @Post('retry-later/:status')
+  @Idempotent({ storeErrors: true })
+  retryLater(@Param('status') status: string, @Body() body: Payload) {
+    return this.failWith(
+      `errors/retry-later/${status}`,
+      String(body.reference),
+      (run) => new HttpException(`come back later #${run}`, Number(status)),
+    );
+  }
+
+  /** The same under a policy that stores every error it is asked about. */
+  @Post('retry-later-any-policy/:status')
+  @Idempotent({ storeErrors: () => true })
+  retryLaterAnyPolicy(@Param('status') status: string, @Body() body: Payload) {
+    return this.failWith(
+      `errors/retry-later-any-policy/${status}`,
+      String(body.reference),
+      (run) => new HttpException(`come back later #${run}`, Number(status)),
+    );
+  }
+
   @Post('filtered')
   @Idempotent({ storeErrors: true })
   @UseFilters(EnvelopeFilter)

@@ -74,6 +74,38 @@ describe.each(PLATFORMS)('error policy (%s)', (platform) => {
     expect(await orders('crash')).toBe(0);
   });
 
+  it.each([
+    [408, 'true', 'retry-later'],
+    [425, 'true', 'retry-later'],
+    [429, 'true', 'retry-later'],
+    [408, 'a policy storing every error', 'retry-later-any-policy'],
+    [425, 'a policy storing every error', 'retry-later-any-policy'],
+    [429, 'a policy storing every error', 'retry-later-any-policy'],
+  ] as const)(
+    'never stores a %i (come back later) under storeErrors: %s: the key is released and the retry runs the handler',
+    async (status, _policy, route) => {
+      const path = `/errors/${route}/${status}`;
+      const key = `${route}-${status}`;
+      const reference = `${route}-${status}`;
+      const first = await send(target, path, { key, body: { reference } });
+      expect(first.status).toBe(status);
+      expect(((await first.json()) as { message: string }).message).toBe(
+        'come back later #1',
+      );
+      expect(await record(key)).toEqual([]);
+
+      const retry = await send(target, path, { key, body: { reference } });
+      expect(retry.status).toBe(status);
+      expect(retry.headers.get('idempotent-replayed')).toBeNull();
+      expect(((await retry.json()) as { message: string }).message).toBe(
+        'come back later #2',
+      );
+      expect(runs.counts[`errors/${route}/${status}`]).toBe(2);
+      expect(await record(key)).toEqual([]);
+      expect(await orders(reference)).toBe(0);
+    },
+  );
+
   it('stores what a predicate chooses, a 503 included', async () => {
     const first = await send(target, '/errors/unavailable', {
       key: 'down-1',
