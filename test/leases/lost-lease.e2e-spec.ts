@@ -247,6 +247,115 @@ describe.each(PLATFORMS)(
       });
     });
 
+    it('after its lease expired, completing while the duplicate that took it over still runs: refused with 503 and rolled back; the new owner completes, and its answer is the one replayed', async () => {
+      const key = 'expired-early';
+      const reference = `ref-${key}`;
+      const body = { reference };
+      const gateA = a.app.get(Gate);
+      const gateB = b.app.get(Gate);
+      gateA.wrote.length = 0;
+      gateB.wrote.length = 0;
+      gateA.hold = true;
+      gateA.barrier = new Barrier();
+      gateB.hold = true;
+      gateB.barrier = new Barrier();
+      const requests: Promise<Answer>[] = [];
+      try {
+        const r1 = inFlight(answer(send(a, '/lost-lease', { key, body })));
+        requests.push(r1);
+        await gateA.barrier.reached(1);
+        const stale = await record(key);
+        await db.query(
+          `UPDATE idempotency_records SET lease_expires_at = now() - interval '1 second'
+         WHERE key = $1`,
+          [key],
+        );
+        // R2 takes the key over and stays inside its handler.
+        const r2Pending = inFlight(
+          answer(send(b, '/lost-lease', { key, body })),
+        );
+        requests.push(r2Pending);
+        await gateB.barrier.reached(1);
+        const taken = await record(key);
+        expect(taken).toMatchObject({
+          status: 'in_progress',
+          leased_for_minutes: true,
+        });
+        expect(taken.owner).not.toBe(stale.owner);
+
+        // The stale owner writes and completes first: its completion finds
+        // the key owned by R2, and its transaction rolls back.
+        gateA.barrier.open();
+        const late = await r1;
+        gateA.hold = false;
+        expect(gateA.wrote).toHaveLength(1);
+        expect({ ...late, body: JSON.parse(late.text) as unknown }).toEqual({
+          status: 503,
+          replayed: false,
+          contentType: expect.stringMatching(/^application\/problem\+json/),
+          retryAfter: '1',
+          text: late.text,
+          body: UNAVAILABLE,
+        });
+        expect(
+          events.filter(
+            (event) => event.key === key && event.type === 'lease-lost',
+          ),
+        ).toEqual([expect.objectContaining({ type: 'lease-lost', key })]);
+        expect(await orders(reference)).toEqual([]);
+        expect(await record(key)).toMatchObject({
+          status: 'in_progress',
+          owner: taken.owner,
+        });
+        // R2 still holds the key: a duplicate is refused, on either instance.
+        for (const instance of [a, b]) {
+          expect(
+            (await answer(send(instance, '/lost-lease', { key, body }))).status,
+          ).toBe(409);
+        }
+
+        gateB.barrier.open();
+        const r2 = await r2Pending;
+        gateB.hold = false;
+        expect(r2).toEqual({
+          status: 201,
+          replayed: false,
+          contentType: expect.stringMatching(/^application\/json/),
+          retryAfter: null,
+          text: expect.any(String),
+        });
+        const r2Body = JSON.parse(r2.text) as { id: number };
+        expect(r2Body).toEqual({
+          id: expect.any(Number),
+          reference,
+          instance: 'B',
+        });
+        // Exactly one set of rows: R2's.
+        expect(await orders(reference)).toEqual([
+          { id: r2Body.id, source: 'B' },
+        ]);
+        expect(
+          await db.query(
+            `SELECT status, response_status FROM idempotency_records WHERE key = $1`,
+            [key],
+          ),
+        ).toEqual([{ status: 'completed', response_status: 201 }]);
+        for (const instance of [a, b]) {
+          expect(
+            await answer(send(instance, '/lost-lease', { key, body })),
+          ).toEqual({ ...r2, replayed: true });
+        }
+        expect(await orders(reference)).toHaveLength(1);
+      } finally {
+        gateA.hold = false;
+        gateB.hold = false;
+        gateA.barrier.open();
+        gateB.barrier.open();
+        // A failed test lets its requests end before the next test starts.
+        await Promise.allSettled(requests);
+      }
+    });
+
     it("when its instance's presence session ends: another instance takes the key over at once, and the instance comes back by itself", async () => {
       let lostPid = 0;
       const claimed = await loseTheLease('presence-1', async (claim) => {

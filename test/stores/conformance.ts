@@ -335,12 +335,19 @@ export function describeStoreConformance(
       const second = attempt('takeover');
       expect(await store.claim(second)).toEqual({ state: 'claimed' });
 
+      // The first one finishes while the second still runs: every write of
+      // it is refused, its answer included.
+      const stale: Completion = {
+        ...completion,
+        response: { ...response, status: 200, body: Buffer.from('stale') },
+      };
       expect(
         await store.saveStep(stepLeaseOf(first), 'charge', 1, HOUR_MS),
       ).toBe(false);
-      expect(
-        await store.complete(leaseOf(first), completion, undefined),
-      ).toEqual({ fenced: false, waiting: false });
+      expect(await store.complete(leaseOf(first), stale, undefined)).toEqual({
+        fenced: false,
+        waiting: false,
+      });
       expect(await store.release(leaseOf(first))).toEqual({
         fenced: false,
         waiting: false,
@@ -351,6 +358,11 @@ export function describeStoreConformance(
       expect(
         await store.complete(leaseOf(second), completion, undefined),
       ).toEqual({ fenced: true, waiting: false });
+      // The record is the second one's.
+      expect(await store.claim(attempt('takeover'))).toMatchObject({
+        state: 'finished',
+        record: { status: 'completed', fingerprint: 'fp-1', response },
+      });
     });
 
     it('renews the leases still held, each for its own duration, and returns their owners', async () => {
