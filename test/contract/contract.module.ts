@@ -3,6 +3,7 @@ import {
   Body,
   Catch,
   Controller,
+  HttpCode,
   HttpException,
   Injectable,
   Module,
@@ -292,6 +293,39 @@ export class ResponsesController {
     const run = this.runs.count('responses/large');
     await this.orders.insert({ reference: String(body.reference) });
     return { run, padding: 'x'.repeat(2048) };
+  }
+
+  /** Returns a 5xx its status decorator sets, rather than throwing it. */
+  @Post('returned/http-code-500')
+  @Idempotent()
+  @HttpCode(500)
+  returnedHttpCode500(@Body() body: Payload) {
+    return this.returned('responses/returned/http-code-500', body);
+  }
+
+  @Post('returned/http-code-503')
+  @Idempotent()
+  @HttpCode(503)
+  returnedHttpCode503(@Body() body: Payload) {
+    return this.returned('responses/returned/http-code-503', body);
+  }
+
+  /** Returns the 5xx of its path, set on the platform's response. */
+  @Post('returned/res-status/:status')
+  @Idempotent()
+  returnedResStatus(
+    @Param('status') status: string,
+    @Body() body: Payload,
+    @Res({ passthrough: true }) res: { status(code: number): unknown },
+  ) {
+    res.status(Number(status));
+    return this.returned(`responses/returned/res-status/${status}`, body);
+  }
+
+  private async returned(route: string, body: Payload) {
+    const run = this.runs.count(route);
+    await this.orders.insert({ reference: String(body.reference) });
+    return { run };
   }
 
   @Post('headers-deny')

@@ -140,6 +140,44 @@ describe.each(PLATFORMS)(
       ).toHaveLength(1);
     });
 
+    it.each([
+      [500, '@HttpCode(500)', 'http-code-500'],
+      [503, '@HttpCode(503)', 'http-code-503'],
+      [500, 'res.status(500)', 'res-status/500'],
+      [503, 'res.status(503)', 'res-status/503'],
+    ] as const)(
+      'stores nothing of a %i the handler returns (%s) rather than throws: its writes roll back and the retry runs it',
+      async (status, _how, route) => {
+        const key = `returned-${route}`;
+        const reference = `returned-${route}`;
+        const orders = async () =>
+          (
+            await target.db.query('SELECT 1 FROM orders WHERE reference = $1', [
+              reference,
+            ])
+          ).length;
+        const first = await send(target, `/responses/returned/${route}`, {
+          key,
+          body: { reference },
+        });
+        expect(first.status).toBe(status);
+        expect(await first.json()).toEqual({ run: 1 });
+        expect(await record(key)).toEqual([]);
+        expect(await orders()).toBe(0);
+
+        const retry = await send(target, `/responses/returned/${route}`, {
+          key,
+          body: { reference },
+        });
+        expect(retry.status).toBe(status);
+        expect(retry.headers.get('idempotent-replayed')).toBeNull();
+        expect(await retry.json()).toEqual({ run: 2 });
+        expect(runs.counts[`responses/returned/${route}`]).toBe(2);
+        expect(await record(key)).toEqual([]);
+        expect(await orders()).toBe(0);
+      },
+    );
+
     it('does not replay denied headers', async () => {
       const first = await send(target, '/responses/headers-deny', {
         key: 'deny-1',
