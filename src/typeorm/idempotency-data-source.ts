@@ -202,9 +202,10 @@ export class IdempotencyDataSource
     }
     if (!(dataSource instanceof this.typeorm.DataSource)) {
       throw new IdempotencyConfigurationError(
-        `IdempotencyModule found no TypeORM DataSource${this.options.dataSource ? ` named "${this.options.dataSource}"` : ''}.`,
+        `IdempotencyModule found no TypeORM DataSource${this.options.dataSource ? ` named "${this.options.dataSource}"` : ''}: without a \`store\` option, it keeps its records in PostgreSQL through TypeORM.`,
         'Import TypeOrmModule.forRoot() (or forRootAsync()) in the application module.',
         'Pass `dataSource: <name>` to IdempotencyModule if the DataSource has a name.',
+        'Or give IdempotencyModule another store: `IdempotencyModule.forRoot({ store: new MemoryIdempotencyStore() })` (or a Redis or DynamoDB store).',
       );
     }
     assertPostgresDataSource(dataSource);

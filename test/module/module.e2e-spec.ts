@@ -31,6 +31,17 @@ async function ttlHours(target: TestApp, key: string): Promise<number> {
   return row.hours;
 }
 
+/** The bootstrap error of the module without the DataSource it needs. */
+function missingDataSource(named: string): string {
+  return [
+    `IdempotencyModule found no TypeORM DataSource${named}: without a \`store\` option, it keeps its records in PostgreSQL through TypeORM.`,
+    'Potential solutions:',
+    '- Import TypeOrmModule.forRoot() (or forRootAsync()) in the application module.',
+    '- Pass `dataSource: <name>` to IdempotencyModule if the DataSource has a name.',
+    '- Or give IdempotencyModule another store: `IdempotencyModule.forRoot({ store: new MemoryIdempotencyStore() })` (or a Redis or DynamoDB store).',
+  ].join('\n');
+}
+
 async function roundTrip(target: TestApp, key: string): Promise<void> {
   const first = await send(target, '/orders', {
     key,
@@ -154,13 +165,15 @@ describe.each(PLATFORMS)('module registration (%s)', (platform) => {
   });
 
   it('fails at bootstrap, saying what to do, without the DataSource it names', async () => {
-    await expect(
-      startTestApp({
-        platform,
-        imports: [ordersModule()],
-        idempotency: { dataSource: 'missing' },
-      }),
-    ).rejects.toThrow(IdempotencyConfigurationError);
+    const failure = startTestApp({
+      platform,
+      imports: [ordersModule()],
+      idempotency: { dataSource: 'missing' },
+    });
+    await expect(failure).rejects.toThrow(IdempotencyConfigurationError);
+    await expect(failure).rejects.toThrow(
+      missingDataSource(' named "missing"'),
+    );
   });
 
   it('fails at bootstrap, saying what to do, when the migrations did not run', async () => {
@@ -204,6 +217,23 @@ describe.each(PLATFORMS)('module registration (%s)', (platform) => {
 });
 
 describe('module options', () => {
+  it('fails at bootstrap without TypeORM and without a store, naming both ways out: TypeOrmModule and the `store` option', async () => {
+    const moduleRef = await Test.createTestingModule({
+      imports: [IdempotencyModule.forRoot({ gc: false })],
+    }).compile();
+    const app = moduleRef.createNestApplication({ logger: false });
+    try {
+      const failure: unknown = await app.init().then(
+        () => undefined,
+        (error: unknown) => error,
+      );
+      expect(failure).toBeInstanceOf(IdempotencyConfigurationError);
+      expect((failure as Error).message).toBe(missingDataSource(''));
+    } finally {
+      await app.close();
+    }
+  });
+
   it('refuses an invalid option at bootstrap', async () => {
     const compiling = Test.createTestingModule({
       imports: [IdempotencyModule.forRoot({ ttl: 'soon' })],
