@@ -19,6 +19,7 @@ import {
   createTestDatabase,
   type TestDatabase,
 } from '../utils/test-database.js';
+import { childEnv, npm, packLibrary, root } from './packed-library.js';
 
 /*
  * The package as published: `npm pack` of the built repository, installed
@@ -29,7 +30,6 @@ import {
  */
 
 const run = promisify(execFile);
-const root = fileURLToPath(new URL('../../', import.meta.url));
 
 /** The peers a consumer installs, at the versions the repository tests with. */
 const PEERS = [
@@ -101,38 +101,12 @@ const REQUIRED_PEERS = [
   'reflect-metadata',
 ];
 
-/** The environment of child processes, without what jest and npm scripts add. */
-function childEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
-  const env: NodeJS.ProcessEnv = {};
-  for (const [name, value] of Object.entries(process.env)) {
-    if (
-      name !== 'NODE_OPTIONS' &&
-      name !== 'INIT_CWD' &&
-      !/^npm_(lifecycle|package|command|config_local_prefix)/i.test(name)
-    ) {
-      env[name] = value;
-    }
-  }
-  return { ...env, ...extra };
-}
-
-async function npm(args: string[], cwd: string): Promise<string> {
-  try {
-    const { stdout } = await run('npm', args, {
-      cwd,
-      env: childEnv(),
-      timeout: 90_000,
-      maxBuffer: 16 * 1024 * 1024,
-    });
-    return stdout;
-  } catch (error) {
-    const { stderr, stdout } = error as { stderr?: string; stdout?: string };
-    throw new Error(
-      `npm ${args.join(' ')} failed in ${cwd}:\n${stderr || stdout || String(error)}`,
-      { cause: error },
-    );
-  }
-}
+/**
+ * The repository's folders of which the package holds only the Markdown
+ * guides its own documents link to.
+ */
+const SOURCE_FOLDERS =
+  /^package\/(test|sample-app|dist-sample|src|migrations)\//;
 
 /** The installed version of a dependency of the repository. */
 async function installedVersion(name: string): Promise<string> {
@@ -195,17 +169,7 @@ describe('the published package', () => {
   beforeAll(async () => {
     await assertBuilt();
     scratch = await mkdtemp(join(tmpdir(), 'nestjs-idempotency-package-'));
-    const output = await npm(
-      ['pack', '--pack-destination', scratch, '--json'],
-      root,
-    );
-    // Anything a pack script prints comes before the JSON report.
-    const report = JSON.parse(output.slice(output.search(/^\[/m))) as Array<{
-      filename: string;
-    }>;
-    tarball = join(scratch, report[0].filename);
-    const { stdout } = await run('tar', ['-tzf', tarball]);
-    files = stdout.split('\n').filter((line) => line.length > 0);
+    ({ tarball, files } = await packLibrary(scratch));
   }, 30_000);
 
   afterAll(async () => {
@@ -236,11 +200,11 @@ describe('the published package', () => {
     }
   });
 
-  it('holds no sources, tests, sample app or dependencies', () => {
+  it('holds no sources, tests, sample app or dependencies, only their guides', () => {
     const unwanted = files.filter(
       (file) =>
         (/\.[cm]?ts$/.test(file) && !/\.d\.[cm]?ts$/.test(file)) ||
-        /^package\/(test|sample-app|dist-sample|src|migrations)\//.test(file) ||
+        (SOURCE_FOLDERS.test(file) && !file.endsWith('.md')) ||
         file.includes('node_modules/') ||
         file.endsWith('.tgz'),
     );

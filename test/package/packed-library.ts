@@ -1,0 +1,72 @@
+import { execFile } from 'node:child_process';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+
+/*
+ * `npm pack` of the repository, for the tests of the package as published.
+ */
+
+const run = promisify(execFile);
+
+/** The repository's root directory. */
+export const root = fileURLToPath(new URL('../../', import.meta.url));
+
+/** The environment of child processes, without what jest and npm scripts add. */
+export function childEnv(
+  extra: Record<string, string> = {},
+): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = {};
+  for (const [name, value] of Object.entries(process.env)) {
+    if (
+      name !== 'NODE_OPTIONS' &&
+      name !== 'INIT_CWD' &&
+      !/^npm_(lifecycle|package|command|config_local_prefix)/i.test(name)
+    ) {
+      env[name] = value;
+    }
+  }
+  return { ...env, ...extra };
+}
+
+/** Runs npm in `cwd`; what it printed, or an error with what it said. */
+export async function npm(args: string[], cwd: string): Promise<string> {
+  try {
+    const { stdout } = await run('npm', args, {
+      cwd,
+      env: childEnv(),
+      timeout: 90_000,
+      maxBuffer: 16 * 1024 * 1024,
+    });
+    return stdout;
+  } catch (error) {
+    const { stderr, stdout } = error as { stderr?: string; stdout?: string };
+    throw new Error(
+      `npm ${args.join(' ')} failed in ${cwd}:\n${stderr || stdout || String(error)}`,
+      { cause: error },
+    );
+  }
+}
+
+/**
+ * Packs the repository as `npm publish` would into `destination`: the
+ * tarball's path and the paths it holds (each under `package/`).
+ */
+export async function packLibrary(
+  destination: string,
+): Promise<{ tarball: string; files: string[] }> {
+  const output = await npm(
+    ['pack', '--pack-destination', destination, '--json'],
+    root,
+  );
+  // Anything a pack script prints comes before the JSON report.
+  const report = JSON.parse(output.slice(output.search(/^\[/m))) as Array<{
+    filename: string;
+  }>;
+  const tarball = join(destination, report[0].filename);
+  const { stdout } = await run('tar', ['-tzf', tarball]);
+  return {
+    tarball,
+    files: stdout.split('\n').filter((line) => line.length > 0),
+  };
+}
