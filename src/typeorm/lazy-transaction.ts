@@ -164,9 +164,11 @@ export class LazyTransaction implements HandlerTransaction {
 
   /**
    * Commits what the handler wrote, if it wrote anything, and gives the
-   * connection back; then runs the hooks of a commit.
+   * connection back; then runs the hooks of a commit. A commit that failed
+   * has the pool close the connection rather than take it back.
    */
   async commit(): Promise<void> {
+    let failure: Error | undefined;
     try {
       if (this.opening) {
         // A statement still opening the transaction is one of the handler's.
@@ -179,8 +181,18 @@ export class LazyTransaction implements HandlerTransaction {
       if (this.client && this.runner?.isTransactionActive) {
         await this.runner.commitTransaction();
       }
+    } catch (error) {
+      // The server may have ended the session in answer to the COMMIT (an
+      // administrator's termination, a shutdown), before the driver has
+      // seen its socket close: taken back, the connection would be the
+      // next one the pool hands out, to the claim's release among others,
+      // which would fail on it and leave the key claimed until its lease
+      // ends. Or the COMMIT was never sent (a subscriber of TypeORM's
+      // refused it), and the transaction is still open on it.
+      failure = error instanceof Error ? error : new Error(String(error));
+      throw error;
     } finally {
-      await this.end('ended');
+      await this.end('ended', failure);
     }
     this.hooks.end({ committed: true });
   }
@@ -254,9 +266,9 @@ export class LazyTransaction implements HandlerTransaction {
   }
 
   /**
-   * Gives the connection back; after `failure` (a rollback that failed), the
-   * pool destroys it instead of handing it, in an unknown state, to another
-   * request.
+   * Gives the connection back; after `failure` (a rollback or a commit that
+   * failed), the pool destroys it instead of handing it, in an unknown
+   * state, to another request.
    */
   private async end(
     state: 'ended' | 'abandoned',
