@@ -13,7 +13,7 @@ import type {
 } from '../idempotency.options.js';
 import type { DecoratedRoute } from '../idempotency.routes.js';
 import { IdempotencyUnavailableException } from '../exceptions/idempotency-unavailable.exception.js';
-import { resolveRequestKey } from '../http/idempotency-key.js';
+import { keySource, resolveRequestKey } from '../http/idempotency-key.js';
 import { newAttempt, type Attempt } from '../core/attempt.js';
 import {
   IdempotencyExecutor,
@@ -109,7 +109,7 @@ export class IdempotencyGraphql {
       attempt = await newAttempt(context, options, {
         started,
         key: await this.resolveKey(context, graphqlContext, options),
-        keyField: this.options.headerName,
+        ...keySource(options, this.options.headerName),
         keySuffix: `#${responsePath(info)}`,
         parts: {
           method: MUTATION_METHOD,

@@ -3,6 +3,7 @@ import type { ExecutionContext } from '@nestjs/common';
 import type { ResolvedRouteOptions } from '../idempotency.options.js';
 import { validKey } from '../core/idempotency-key.js';
 import { IdempotencyKeyInvalidException } from '../exceptions/idempotency-key-invalid.exception.js';
+import type { IdempotencyKeyLocation } from '../exceptions/idempotency-key-missing.exception.js';
 
 /** @internal A key, or why the header does not carry a usable one. */
 export type KeyReading = { key: string } | { problem: string } | undefined;
@@ -64,6 +65,19 @@ export function readKeyHeader(
 }
 
 /**
+ * @internal Where a route looks for its key, as its refusals name it: its
+ * `key` option when it has one, else the key header named `headerName`.
+ */
+export function keySource(
+  options: ResolvedRouteOptions,
+  headerName: string,
+): { readonly keyField: string; readonly keyLocation: IdempotencyKeyLocation } {
+  return options.key
+    ? { keyField: 'key', keyLocation: 'option' }
+    : { keyField: headerName, keyLocation: 'header' };
+}
+
+/**
  * @internal The key of a request: the `key` option's resolver, else the key
  * header of `request` (when there is one), validated; `undefined` when the
  * request carries none.
@@ -85,7 +99,8 @@ export async function resolveRequestKey(
     }
     key = reading?.key;
   }
+  const { keyField, keyLocation } = keySource(options, header.name);
   return key === undefined
     ? undefined
-    : validKey(key, options.keyValidation, header.name);
+    : validKey(key, options.keyValidation, keyField, keyLocation);
 }

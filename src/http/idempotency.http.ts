@@ -28,7 +28,7 @@ import {
   sendInPlaceOfEmpty,
   type CapturedResponse,
 } from './response-capture.js';
-import { resolveRequestKey } from './idempotency-key.js';
+import { keySource, resolveRequestKey } from './idempotency-key.js';
 import {
   BODY_OMITTED_HEADER,
   fingerprintParts,
@@ -93,7 +93,7 @@ export class IdempotencyHttp {
       attempt = await newAttempt(context, options, {
         started,
         key: await this.resolveKey(context, options),
-        keyField: this.options.headerName,
+        ...keySource(options, this.options.headerName),
         parts: fingerprintParts(context, route.path),
         legacy: true,
       });

@@ -84,6 +84,17 @@ export class KeysController {
   derived(@Body() body: Payload) {
     return { run: this.runs.count('keys/derived'), body };
   }
+
+  /** Its key is the body's `orderId`: a request without one has none. */
+  @Post('derived-or-none')
+  @Idempotent({
+    key: (context) =>
+      context.switchToHttp().getRequest<{ body: Payload }>().body.orderId as
+        string | undefined,
+  })
+  derivedOrNone(@Body() body: Payload) {
+    return { run: this.runs.count('keys/derived-or-none'), body };
+  }
 }
 
 @Controller('fingerprint')

@@ -144,6 +144,48 @@ describe.each(PLATFORMS)('idempotency keys (%s)', (platform) => {
     expect(runs.counts['keys/optional']).toBe(3);
   });
 
+  it('refuses a request its key option finds no key in with 400 problem+json naming the option, not the header, running and storing nothing', async () => {
+    const keysBefore = await records();
+    // The header is not what the route reads: it changes nothing.
+    for (const key of [undefined, 'header-key']) {
+      const response = await send(target, '/keys/derived-or-none', {
+        key,
+        body: { amount: 5 },
+      });
+      expect(response.status).toBe(400);
+      expect(response.headers.get('content-type')).toMatch(
+        /^application\/problem\+json/,
+      );
+      expect(await response.json()).toEqual({
+        type: 'urn:idempotency:missing-key',
+        title: 'Idempotency key missing',
+        status: 400,
+        detail: 'The "key" option found no idempotency key for this operation.',
+      });
+    }
+    // A key it derives that breaks the rules is the option's too.
+    const invalid = await send(target, '/keys/derived-or-none', {
+      body: { orderId: 'two words' },
+    });
+    expect(invalid.status).toBe(400);
+    expect(await invalid.json()).toEqual({
+      type: 'urn:idempotency:invalid-key',
+      title: 'Invalid idempotency key',
+      status: 400,
+      detail:
+        'The key of the "key" option is invalid: it has an invalid format.',
+    });
+    expect(runs.counts['keys/derived-or-none']).toBeUndefined();
+    expect(await records()).toEqual(keysBefore);
+
+    const derived = await send(target, '/keys/derived-or-none', {
+      body: { orderId: 'order-1' },
+    });
+    expect(derived.status).toBe(201);
+    expect(runs.counts['keys/derived-or-none']).toBe(1);
+    expect(await records()).toContain('order-1');
+  });
+
   it('derives the key from the request when the route says so', async () => {
     const first = await send(target, '/keys/derived', {
       body: { userId: 'u1', amount: 5 },

@@ -276,6 +276,33 @@ function graphqlMutations(driver: GraphqlDriver, platform: Platform): void {
     },
   );
 
+  it("a key that the `key` option derives and that breaks the rules is refused (400) as the option's, not the header's: no run, no row", async () => {
+    const reference = `${driver} ${platform} derived`;
+    const answer = await graphql(
+      `mutation { placeOrderByReference(reference: "${reference}") { id } }`,
+      { key: 'derived-1' },
+    );
+    const detail =
+      'The key of the "key" option is invalid: it has an invalid format.';
+    expect(answer).toEqual({
+      status: 200,
+      body: {
+        data: null,
+        errors: [
+          expect.objectContaining({
+            message: detail,
+            path: ['placeOrderByReference'],
+            extensions: refusal('IDEMPOTENCY_KEY_INVALID', 400, 'invalid-key', {
+              detail,
+            }),
+          }),
+        ],
+      },
+    });
+    expect(gate.runs).toEqual({});
+    expect(await rows(reference)).toBe(0);
+  });
+
   it('a concurrent duplicate gets IDEMPOTENCY_CONFLICT (409, retryAfter) while the first holds no connection; a retry replays', async () => {
     const reference = `${driver}-${platform}-conflict`;
     const document = `mutation { placeOrderGated(reference: "${reference}") { id reference } }`;
