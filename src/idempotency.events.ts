@@ -7,14 +7,18 @@ import type {
   IdempotencyEventType,
 } from './interfaces/idempotency-event.interface.js';
 
-/** Log level of each event: per-request successes are debug-level. */
+/**
+ * Log level of each event. Per-request outcomes are debug-level, the
+ * refusals a client caused included (a duplicate, a reused key): as many as
+ * the requests, counted by the metrics, and none of them the server's fault.
+ */
 const LEVELS: Record<IdempotencyEventType, 'debug' | 'log' | 'warn'> = {
   executed: 'debug',
   replayed: 'debug',
-  conflict: 'log',
-  mismatch: 'log',
-  'not-replayable': 'log',
-  'stored-error': 'log',
+  conflict: 'debug',
+  mismatch: 'debug',
+  'not-replayable': 'debug',
+  'stored-error': 'debug',
   gc: 'log',
   timeout: 'warn',
   failed: 'warn',

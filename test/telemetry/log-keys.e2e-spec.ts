@@ -118,9 +118,9 @@ describe.each(PLATFORMS)('Keys in log lines (%s)', (platform) => {
       const { fields } = shown(held);
       const route = 'method=POST path="/telemetry/held"';
       expect(logger.of('Idempotency').map(withoutDuration)).toEqual([
-        `log event=conflict ${route} status=409${fields} duration_ms=…`,
+        `debug event=conflict ${route} status=409${fields} duration_ms=…`,
         `debug event=executed ${route} status=201${fields} duration_ms=…`,
-        `log event=mismatch ${route} status=422${fields} duration_ms=…`,
+        `debug event=mismatch ${route} status=422${fields} duration_ms=…`,
         `warn Response of POST /telemetry/orders (66 bytes) exceeds maxResponseSize (32): ${shown(large).phrase} is not replayable`,
         `debug event=executed method=POST path="/telemetry/orders" status=201${shown(large).fields} duration_ms=…`,
       ]);
