@@ -3,6 +3,7 @@ import { CreateIdempotencySteps1764000000001 } from './1764000000001-create-idem
 import { CreateIdempotencyFunctions1764000000002 } from './1764000000002-create-idempotency-functions.js';
 import { LeaseIdempotencyClaims1764000000003 } from './1764000000003-lease-idempotency-claims.js';
 import { BindIdempotencySteps1764000000004 } from './1764000000004-bind-idempotency-steps.js';
+import { KeepIdempotencyGenerations1764000000005 } from './1764000000005-keep-idempotency-generations.js';
 
 export {
   IDEMPOTENCY_STEPS_TABLE_NAME,
@@ -15,6 +16,7 @@ export {
   CreateIdempotencyFunctions1764000000002,
   LeaseIdempotencyClaims1764000000003,
   BindIdempotencySteps1764000000004,
+  KeepIdempotencyGenerations1764000000005,
 };
 
 /**
@@ -37,4 +39,5 @@ export const idempotencyMigrations = [
   CreateIdempotencyFunctions1764000000002,
   LeaseIdempotencyClaims1764000000003,
   BindIdempotencySteps1764000000004,
+  KeepIdempotencyGenerations1764000000005,
 ];

@@ -95,12 +95,32 @@ export class IdempotencyContext {
   }
 
   /**
-   * A stable key for a downstream call made by step `name`: `<key>:<name>`.
-   * The same request retried derives the same key.
+   * The idempotency key for a downstream call made by step `name`, to send
+   * to the downstream service (a payment gateway's `Idempotency-Key`).
+   *
+   * It is unique to the request's scope, its key, its fingerprint, the
+   * key's generation and `name`: another tenant (scope), another request
+   * under the same key, and the same key used again after its record
+   * expired each derive another one, and share no downstream effect. It is
+   * stable across every retry of the same request until the key expires:
+   * after a crash, a lost lease, a timeout, or a failed attempt whose call
+   * went through but whose step never committed, the retry sends the same
+   * key, and the downstream service deduplicates the call.
+   *
+   * Its format: a UUID of version 8 (RFC 9562), 36 characters of lower-case
+   * hexadecimal and hyphens, made of the SHA-256 of those parts; a gateway
+   * that asks for a UUID, or caps its keys at 40 to 255 characters, takes
+   * it. It tells nothing of the client's key.
+   *
+   * @throws IdempotencyConfigurationError outside a decorated handler, for
+   * a request without a key, or for an empty name.
+   * @example
+   * this.gateway.charge(dto.amount, {
+   *   idempotencyKey: this.idempotency.deriveKey('charge'),
+   * });
    */
   deriveKey(name: string): string {
-    const tx = this.current();
-    return `${this.requireKey(tx.key, 'deriveKey')}:${name}`;
+    return this.current().deriveKey(name);
   }
 
   /**
@@ -218,16 +238,6 @@ export class IdempotencyContext {
     return typeof levelOrFn === 'function'
       ? this.transactions.newTransaction(undefined, levelOrFn)
       : this.transactions.newTransaction(levelOrFn, fn!);
-  }
-
-  private requireKey(key: string | undefined, method: string): string {
-    if (key === undefined) {
-      throw new IdempotencyConfigurationError(
-        `IdempotencyContext.${method}() needs an idempotency key, and this request has none.`,
-        'Require a key on this route (the default), or derive one with the `key` option.',
-      );
-    }
-    return key;
   }
 
   private current() {

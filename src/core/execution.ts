@@ -16,6 +16,7 @@ import {
   RETRY_LATER_STATUSES,
   type FailureKind,
 } from './failures.js';
+import { derivedKey } from './derived-key.js';
 import { handlerContexts, type HandlerContext } from './handler-context.js';
 import type { LogKeys } from './log-key.js';
 import type {
@@ -85,6 +86,8 @@ export class Execution implements RunningLink {
   private abandoned = false;
   private lost = false;
   private settled = false;
+  /** Whether a key was derived for a downstream call (see {@link deriveKey}). */
+  private derived = false;
 
   constructor(
     private readonly host: ExecutionHost,
@@ -92,6 +95,8 @@ export class Execution implements RunningLink {
     readonly options: ResolvedRouteOptions,
     /** The store's handle of the claim; none for a keyless request. */
     readonly lease: StepLease | undefined,
+    /** The key's generation, as the claim returned it. */
+    private readonly generation = '',
   ) {
     this.deadline = attempt.started + options.transactionTimeoutMs;
     this.transaction = host.transactions.begin(
@@ -114,6 +119,7 @@ export class Execution implements RunningLink {
       scope: attempt.scope,
       key: attempt.key,
       step: (name, step) => this.step(name, step),
+      deriveKey: (name) => this.deriveKey(name),
       transaction,
       deadline: this.deadline,
       retryAfter: this.options.retryAfter,
@@ -326,7 +332,7 @@ export class Execution implements RunningLink {
     const released = (async () => {
       let waiting = false;
       try {
-        ({ waiting } = await host.store.release(lease));
+        ({ waiting } = await host.store.release(lease, this.derived));
       } catch (error) {
         host.warn(
           `Releasing ${host.logKeys.phrase(lease.key)} failed: the next attempt claims it when its lease runs out (${(error as Error).message})`,
@@ -400,6 +406,37 @@ export class Execution implements RunningLink {
       throw new LeaseLostError();
     }
     return (result ?? null) as T;
+  }
+
+  /**
+   * The key of the downstream call `name` (see `IdempotencyContext.deriveKey`):
+   * unique to the scope, the key, the request's fingerprint, the key's
+   * generation and `name`. Once one is derived, a release keeps the key's
+   * generation: the same request retried derives the same key, and the
+   * downstream service deduplicates a call whose step never committed.
+   */
+  private deriveKey(name: string): string {
+    const { lease, attempt } = this;
+    if (!lease) {
+      throw new IdempotencyConfigurationError(
+        'IdempotencyContext.deriveKey() needs an idempotency key, and this request has none.',
+        'Require a key on this route (the default), or derive one with the `key` option.',
+      );
+    }
+    if (typeof name !== 'string' || name.length === 0) {
+      throw new IdempotencyConfigurationError(
+        `Invalid name of a derived key: ${JSON.stringify(name)}.`,
+        'Name every downstream call with a non-empty string, unique within the handler.',
+      );
+    }
+    this.derived = true;
+    return derivedKey({
+      scope: attempt.scope,
+      key: lease.key,
+      fingerprint: attempt.fingerprint,
+      generation: this.generation,
+      name,
+    });
   }
 
   /** At the deadline: abandons the attempt and frees its key. */

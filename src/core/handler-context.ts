@@ -13,6 +13,8 @@ export interface HandlerContext {
   readonly key: string | undefined;
   /** Runs a recovery point of the request (see `IdempotencyContext.step`). */
   step<T>(name: string, fn: () => T | Promise<T>): Promise<T>;
+  /** The key of a downstream call (see `IdempotencyContext.deriveKey`). */
+  deriveKey(name: string): string;
   readonly transaction: HandlerTransaction;
   /** When the attempt's time is up (epoch ms): its outgoing calls end before. */
   readonly deadline: number;

@@ -185,6 +185,7 @@ export class IdempotencyExecutor
           attempt,
           options,
           outcome.lease ?? request,
+          outcome.generation,
         );
         this.running.add(execution);
         return { execution };

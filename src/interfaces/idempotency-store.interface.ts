@@ -79,6 +79,18 @@ export type ClaimOutcome =
        * {@link ClaimRequest} itself.
        */
       readonly lease?: StepLease;
+      /**
+       * The key's generation: a token that the store keeps with the key and
+       * the module derives the keys of downstream calls from (see
+       * `IdempotencyContext.deriveKey`). A claim that finds the key free
+       * (never claimed, or its record expired, or released without
+       * `keepGeneration`) starts a generation never used before by that
+       * key; every other claim of it returns the same one: a takeover of an
+       * ended lease or of a dead instance's claim, and a claim after a
+       * release with `keepGeneration`, until the key expires (`ttlMs` after
+       * its last claim at the earliest).
+       */
+      readonly generation: string;
     }
   | { readonly state: 'finished'; readonly record: StoredRecord }
   | {
@@ -150,8 +162,12 @@ export interface IdempotencyStore<Transaction = unknown> {
    * Gives the claim up: the next attempt runs at once. After a committed
    * step, only an attempt of the same request (fingerprint) may claim the
    * key again, and it resumes after that step.
+   * @param keepGeneration whether the attempt sent derived keys downstream:
+   * the key then keeps its generation (see `ClaimOutcome`) for the next
+   * claim, of any request, until it expires; otherwise the store may forget
+   * the key at once.
    */
-  release(lease: Lease): Promise<FencedWrite>;
+  release(lease: Lease, keepGeneration?: boolean): Promise<FencedWrite>;
   /** Wakes the waiters of keys on other instances, after their completion. */
   notify(leases: readonly Lease[]): Promise<void>;
   /**

@@ -189,7 +189,12 @@ describe.each(PLATFORMS)('module registration (%s)', (platform) => {
     [
       'of the functions',
       'LeaseIdempotencyClaims1764000000003',
-      /The functions of migration LeaseIdempotencyClaims1764000000003 do not exist.*idempotencyMigrations/s,
+      /The functions of migrations LeaseIdempotencyClaims1764000000003 and KeepIdempotencyGenerations1764000000005 do not exist.*idempotencyMigrations/s,
+    ],
+    [
+      'keeping generations of keys',
+      'KeepIdempotencyGenerations1764000000005',
+      /The functions of migrations LeaseIdempotencyClaims1764000000003 and KeepIdempotencyGenerations1764000000005 do not exist.*idempotencyMigrations/s,
     ],
     [
       'binding steps to their requests',

@@ -8,7 +8,7 @@ import type {
   StepLease,
   StoredResponse,
 } from '../../src/interfaces/idempotency-store.interface.js';
-import { asTheModuleCallsIt } from '../utils/store-handles.js';
+import { asTheModuleCallsIt, generationOf } from '../utils/store-handles.js';
 
 /** A store to run the conformance suite on, and how to let it go. */
 export interface StoreUnderTest {
@@ -541,6 +541,81 @@ export function describeStoreConformance(
       expect(
         await store.claim(attempt('unbound', { fingerprint: 'fp-2' })),
       ).toEqual({ state: 'claimed' });
+    });
+
+    describe("a key's generation", () => {
+      it('is returned with every claim granted: one per key, another in another scope', async () => {
+        const a = attempt('generation');
+        const b = attempt('generation-other');
+        const c = attempt('generation', { scope: `${scope}-other` });
+        for (const claim of [a, b, c]) {
+          expect(await store.claim(claim)).toEqual({ state: 'claimed' });
+        }
+        expect(new Set([a, b, c].map(generationOf)).size).toBe(3);
+      });
+
+      it('is kept by a takeover of an ended lease, while the key has not expired', async () => {
+        const first = attempt('generation-takeover', { leaseMs: 0 });
+        await store.claim(first);
+        const second = attempt('generation-takeover');
+        expect(await store.claim(second)).toEqual({ state: 'claimed' });
+        expect(generationOf(second)).toBe(generationOf(first));
+      });
+
+      it('is kept by a release told to keep it, for the next claim of any request, again and again', async () => {
+        const first = attempt('generation-kept');
+        await store.claim(first);
+        expect(await store.release(leaseOf(first), true)).toEqual({
+          fenced: true,
+          waiting: false,
+        });
+        const other = attempt('generation-kept', { fingerprint: 'fp-2' });
+        expect(await store.claim(other)).toEqual({ state: 'claimed' });
+        await store.release(leaseOf(other), true);
+        const again = attempt('generation-kept');
+        expect(await store.claim(again)).toEqual({ state: 'claimed' });
+        expect(generationOf(other)).toBe(generationOf(first));
+        expect(generationOf(again)).toBe(generationOf(first));
+        // Still fenced: the released attempts write nothing.
+        expect(await store.release(leaseOf(first), true)).toEqual({
+          fenced: false,
+          waiting: false,
+        });
+        expect(
+          await store.complete(leaseOf(other), completion, undefined),
+        ).toEqual({ fenced: false, waiting: false });
+        expect(
+          await store.complete(leaseOf(again), completion, undefined),
+        ).toEqual({ fenced: true, waiting: false });
+      });
+
+      it('is kept by a release of a key bound by a step, for the same request', async () => {
+        const first = attempt('generation-bound');
+        await store.claim(first);
+        await store.saveStep(stepLeaseOf(first), 'charge', 'ch_1', HOUR_MS);
+        await store.release(leaseOf(first), true);
+        const retry = attempt('generation-bound');
+        expect(await store.claim(retry)).toEqual({ state: 'claimed' });
+        expect(generationOf(retry)).toBe(generationOf(first));
+      });
+
+      it('is new once the key expired: after its record, and after a claim whose time to live ended', async () => {
+        const seen = new Set<string>();
+        const claimed = async (claim: ClaimRequest) => {
+          expect(await store.claim(claim)).toEqual({ state: 'claimed' });
+          seen.add(generationOf(claim));
+        };
+        const completed = attempt('generation-expired', { ttlMs: 0 });
+        await claimed(completed);
+        await store.complete(
+          leaseOf(completed),
+          { ...completion, ttlMs: 0 },
+          undefined,
+        );
+        await claimed(attempt('generation-expired', { ttlMs: 0, leaseMs: 0 }));
+        await claimed(attempt('generation-expired'));
+        expect(seen.size).toBe(3);
+      });
     });
 
     it('collects expired records, and hands the steps of each abandoned key over before deleting them', async () => {

@@ -46,7 +46,7 @@ describe('the in-memory store', () => {
 
     it('starts when told to', async () => {
       const store = new MemoryIdempotencyStore({ allowInProduction: true });
-      expect(await store.claim(attempt('prod'))).toEqual({ state: 'claimed' });
+      expect(await store.claim(attempt('prod'))).toMatchObject({ state: 'claimed' });
     });
   });
 
@@ -115,6 +115,6 @@ describe('the in-memory store', () => {
     expect(store.size).toBe(1);
     store.clear();
     expect(store.size).toBe(0);
-    expect(await store.claim(attempt('a'))).toEqual({ state: 'claimed' });
+    expect(await store.claim(attempt('a'))).toMatchObject({ state: 'claimed' });
   });
 });

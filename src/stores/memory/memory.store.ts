@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { IdempotencyConfigurationError } from '../../exceptions/idempotency-configuration.error.js';
 import type {
   AbandonedKey,
@@ -28,7 +29,10 @@ export interface MemoryIdempotencyStoreOptions {
 interface MemoryRecord {
   readonly fingerprint: string;
   status: RecordStatus | 'in_progress';
-  readonly owner: string;
+  /** `undefined` once released with its generation kept. */
+  owner: string | undefined;
+  /** The key's generation (see `ClaimOutcome`). */
+  readonly generation: string;
   /** Epoch ms; `undefined` once finished. */
   leaseExpiresAt: number | undefined;
   /** Epoch ms after which the record may be taken over or collected. */
@@ -122,17 +126,23 @@ export class MemoryIdempotencyStore implements IdempotencyStore<unknown> {
         return { state: 'in_progress', fingerprint: bound, leaseMs: 0 };
       }
     } else if (!record || this.takeable(record, now)) {
+      // A claim taken over keeps the key's generation until it expires.
+      const generation =
+        record?.status === 'in_progress' && record.expiresAt > now
+          ? record.generation
+          : randomUUID();
       this.records.set(id, {
         fingerprint: request.fingerprint,
         status: 'in_progress',
         owner: request.owner,
+        generation,
         leaseExpiresAt: now + request.leaseMs,
         expiresAt: now + Math.max(request.ttlMs, request.leaseMs),
         waiting: false,
         response: undefined,
         responseStatus: undefined,
       });
-      return { state: 'claimed' };
+      return { state: 'claimed', generation };
     }
     if (record.status !== 'in_progress') {
       return {
@@ -192,12 +202,17 @@ export class MemoryIdempotencyStore implements IdempotencyStore<unknown> {
     return { fenced: true, waiting: record.waiting };
   }
 
-  async release(lease: Lease): Promise<FencedWrite> {
+  async release(lease: Lease, keepGeneration = false): Promise<FencedWrite> {
     const record = this.owned(lease);
     if (!record) {
       return NOTHING_WRITTEN;
     }
-    this.records.delete(idOf(lease.scope, lease.key));
+    if (keepGeneration) {
+      record.owner = undefined;
+      record.leaseExpiresAt = Date.now();
+    } else {
+      this.records.delete(idOf(lease.scope, lease.key));
+    }
     return { fenced: true, waiting: record.waiting };
   }
 

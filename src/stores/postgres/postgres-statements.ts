@@ -81,17 +81,20 @@ export class PostgresStatements {
 
 const STEPS = `"${IDEMPOTENCY_STEPS_TABLE_NAME}"`;
 
-/** @internal Claims a key, or reads what holds it (migration LeaseIdempotencyClaims1764000000003). */
+/**
+ * @internal Claims a key and returns its generation, or reads what holds it
+ * (migration KeepIdempotencyGenerations1764000000005).
+ */
 export const ACQUIRE = postgresStatement(
-  `SELECT * FROM idempotency_acquire($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+  `SELECT * FROM idempotency_acquire_generation($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
 );
 /** @internal Completes a claim, fenced by its owner. */
 export const FINISH = postgresStatement(
   `SELECT * FROM idempotency_finish($1, $2, $3, $4, $5, $6, $7, $8)`,
 );
-/** @internal Gives a claim up, fenced by its owner. */
+/** @internal Gives a claim up, fenced by its owner, keeping its generation or not. */
 export const RELEASE = postgresStatement(
-  `SELECT * FROM idempotency_release($1, $2, $3)`,
+  `SELECT * FROM idempotency_release($1, $2, $3, $4)`,
 );
 /** @internal Renews the leases of claims, fenced by their owners. */
 export const RENEW = postgresStatement(

@@ -55,15 +55,19 @@ interface AcquireRow {
   response_headers: Record<string, string | string[]> | null;
   response_body: Buffer | null;
   lease_ms: number | null;
+  generation: string | null;
 }
 
 const TABLE = `"${IDEMPOTENCY_TABLE_NAME}"`;
 const STEPS = `"${IDEMPOTENCY_STEPS_TABLE_NAME}"`;
-/** The functions of migration LeaseIdempotencyClaims1764000000003. */
+/**
+ * The functions the store calls, of migrations LeaseIdempotencyClaims1764000000003
+ * and KeepIdempotencyGenerations1764000000005.
+ */
 export const POSTGRES_FUNCTIONS = [
-  'idempotency_acquire(text,text,text,text,text,uuid,uuid,float8,float8,boolean)',
+  'idempotency_acquire_generation(text,text,text,text,text,uuid,uuid,float8,float8,boolean)',
   'idempotency_finish(text,text,uuid,text,integer,jsonb,bytea,float8)',
-  'idempotency_release(text,text,uuid)',
+  'idempotency_release(text,text,uuid,boolean)',
   'idempotency_renew(text[],text[],uuid[],float8[])',
   'idempotency_save_step(text,text,uuid,text,jsonb,float8)',
 ];
@@ -123,7 +127,7 @@ export class PostgresIdempotencyStore
     const missing = !ready
       ? `The table ${TABLE} does not exist`
       : !functions
-        ? `The functions of migration LeaseIdempotencyClaims1764000000003 do not exist`
+        ? `The functions of migrations LeaseIdempotencyClaims1764000000003 and KeepIdempotencyGenerations1764000000005 do not exist`
         : !columns
           ? `The columns of migration BindIdempotencySteps1764000000004 do not exist`
           : undefined;
@@ -193,7 +197,7 @@ export class PostgresIdempotencyStore
     );
     const row = rows[0];
     if (row.acquired) {
-      return { state: 'claimed' };
+      return { state: 'claimed', generation: row.generation! };
     }
     if (row.status && row.status !== 'in_progress') {
       return {
@@ -264,11 +268,16 @@ export class PostgresIdempotencyStore
     return { fenced: rows[0].finished, waiting: rows[0].waiting };
   }
 
-  async release(lease: Lease): Promise<FencedWrite> {
+  async release(lease: Lease, keepGeneration = false): Promise<FencedWrite> {
     const { rows } = await this.statements.query<{
       released: boolean;
       waiting: boolean;
-    }>(this.pool, RELEASE, [lease.scope, lease.key, lease.owner]);
+    }>(this.pool, RELEASE, [
+      lease.scope,
+      lease.key,
+      lease.owner,
+      keepGeneration,
+    ]);
     return { fenced: rows[0].released, waiting: rows[0].waiting };
   }
 
