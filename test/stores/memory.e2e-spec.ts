@@ -46,7 +46,9 @@ describe('the in-memory store', () => {
 
     it('starts when told to', async () => {
       const store = new MemoryIdempotencyStore({ allowInProduction: true });
-      expect(await store.claim(attempt('prod'))).toMatchObject({ state: 'claimed' });
+      expect(await store.claim(attempt('prod'))).toMatchObject({
+        state: 'claimed',
+      });
     });
   });
 
