@@ -31,7 +31,8 @@ describe('shipped migrations', () => {
     db.query<{ name: string; arguments: string; volatility: string }>(
       `SELECT proname AS name, pg_get_function_identity_arguments(oid) AS arguments,
               provolatile AS volatility
-       FROM pg_proc WHERE proname LIKE 'idempotency\\_%' ORDER BY proname`,
+       FROM pg_proc WHERE proname LIKE 'idempotency\\_%'
+       ORDER BY proname, pg_get_function_identity_arguments(oid) COLLATE "C"`,
     );
   const columns = () =>
     db.query<{
@@ -217,8 +218,28 @@ describe('shipped migrations', () => {
       volatility: 'v',
     },
   ];
-  const byName = (a: { name: string }, b: { name: string }) =>
-    a.name < b.name ? -1 : a.name > b.name ? 1 : 0;
+  /** The functions of KeepIdempotencyGenerations1764000000005. */
+  const GENERATION_FUNCTIONS = [
+    {
+      name: 'idempotency_acquire_generation',
+      arguments:
+        'p_scope text, p_key text, p_fingerprint text, p_method text, p_path text, p_owner uuid, p_instance uuid, p_lease_ms double precision, p_ttl_ms double precision, p_wait boolean',
+      volatility: 'v',
+    },
+    {
+      name: 'idempotency_release',
+      arguments: 'p_scope text, p_key text, p_owner uuid, p_keep boolean',
+      volatility: 'v',
+    },
+  ];
+  /** The order of `functions()`: by name, then arguments (overloads). */
+  const byName = (
+    a: { name: string; arguments: string },
+    b: { name: string; arguments: string },
+  ) => {
+    const [x, y] = [`${a.name} ${a.arguments}`, `${b.name} ${b.arguments}`];
+    return x < y ? -1 : x > y ? 1 : 0;
+  };
   const records = () =>
     db.query<{ key: string; status: string; waiting?: boolean }>(
       `SELECT * FROM ${IDEMPOTENCY_TABLE_NAME} ORDER BY key`,
@@ -232,10 +253,13 @@ describe('shipped migrations', () => {
       'CreateIdempotencyFunctions1764000000002',
       'LeaseIdempotencyClaims1764000000003',
       'BindIdempotencySteps1764000000004',
+      'KeepIdempotencyGenerations1764000000005',
     ]);
     // Volatile: each statement inside sees what committed before it ran.
     expect(await functions()).toEqual(
-      [...PREVIOUS_FUNCTIONS, ...LEASE_FUNCTIONS].sort(byName),
+      [...PREVIOUS_FUNCTIONS, ...LEASE_FUNCTIONS, ...GENERATION_FUNCTIONS].sort(
+        byName,
+      ),
     );
     expect(await columns()).toEqual([
       ...RECORD_COLUMNS,
@@ -273,6 +297,10 @@ describe('shipped migrations', () => {
       },
     ]);
 
+    await dataSource.undoLastMigration();
+    expect(await functions()).toEqual(
+      [...PREVIOUS_FUNCTIONS, ...LEASE_FUNCTIONS].sort(byName),
+    );
     await dataSource.undoLastMigration();
     expect(await columns()).toEqual([...RECORD_COLUMNS, ...LEASE_COLUMNS]);
     expect(await stepColumns()).toEqual(STEP_COLUMNS);
@@ -327,7 +355,7 @@ describe('shipped migrations', () => {
     });
     expect(await stored('leased')).toEqual([null]);
     await db.query(`DELETE FROM ${IDEMPOTENCY_TABLE_NAME}`);
-    for (let i = 0; i < 5; i += 1) {
+    for (let i = 0; i < idempotencyMigrations.length; i += 1) {
       await dataSource.undoLastMigration();
     }
   });
@@ -364,6 +392,7 @@ describe('shipped migrations', () => {
     expect((await dataSource.runMigrations()).map((m) => m.name)).toEqual([
       'LeaseIdempotencyClaims1764000000003',
       'BindIdempotencySteps1764000000004',
+      'KeepIdempotencyGenerations1764000000005',
     ]);
     expect(await file()).toBe(before);
     expect(await records()).toEqual([
@@ -387,8 +416,9 @@ describe('shipped migrations', () => {
       ['done', 'completed'],
       ['running', 'in_progress'],
     ]);
-    await dataSource.undoLastMigration();
-    await dataSource.undoLastMigration();
+    for (let i = 0; i < 3; i += 1) {
+      await dataSource.undoLastMigration();
+    }
     expect(await columns()).toEqual(RECORD_COLUMNS);
     expect(await functions()).toEqual(PREVIOUS_FUNCTIONS);
     expect((await records()).map((r) => [r.key, r.status])).toEqual([
@@ -399,6 +429,7 @@ describe('shipped migrations', () => {
     expect((await dataSource.runMigrations()).map((m) => m.name)).toEqual([
       'LeaseIdempotencyClaims1764000000003',
       'BindIdempotencySteps1764000000004',
+      'KeepIdempotencyGenerations1764000000005',
     ]);
     expect(await columns()).toEqual([
       ...RECORD_COLUMNS,
@@ -406,7 +437,9 @@ describe('shipped migrations', () => {
       ...BIND_COLUMNS,
     ]);
     expect(await functions()).toEqual(
-      [...PREVIOUS_FUNCTIONS, ...LEASE_FUNCTIONS].sort(byName),
+      [...PREVIOUS_FUNCTIONS, ...LEASE_FUNCTIONS, ...GENERATION_FUNCTIONS].sort(
+        byName,
+      ),
     );
     const [claim] = await db.query<{ acquired: boolean }>(
       `SELECT acquired FROM idempotency_acquire('s', 'again', 'f', 'POST', '/p',
@@ -418,7 +451,7 @@ describe('shipped migrations', () => {
       ['done', 'completed'],
     ]);
     await db.query(`DELETE FROM ${IDEMPOTENCY_TABLE_NAME}`);
-    for (let i = 0; i < 5; i += 1) {
+    for (let i = 0; i < idempotencyMigrations.length; i += 1) {
       await dataSource.undoLastMigration();
     }
   });
