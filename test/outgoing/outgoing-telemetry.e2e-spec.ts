@@ -7,6 +7,7 @@ import {
   type ReadableSpan,
 } from '@opentelemetry/sdk-trace-base';
 import { createHash } from 'node:crypto';
+import { derivedKeyOf } from '../utils/derived-keys.js';
 import { send, startTestApp, type TestApp } from '../utils/test-app.js';
 import { PayFaults, outgoingModule } from './outgoing.module.js';
 import { ScriptedDownstream } from './scripted-downstream.js';
@@ -54,8 +55,14 @@ describe('IdempotencyContext.fetch(): the span of an outgoing call', () => {
     spans.getFinishedSpans().filter((span) => span.name === name);
 
   it('is a client span under the handler’s, with the derived key hashed and the resends counted', async () => {
-    downstream.script('traced:charge', '503', 'drop');
+    downstream.script('traced', '503', 'drop');
     expect((await pay('traced')).status).toBe(201);
+    const derived = await derivedKeyOf(target.db, 'traced');
+    expect(downstream.callsWith('traced').map((call) => call.key)).toEqual([
+      derived,
+      derived,
+      derived,
+    ]);
     const [call] = named('idempotency.call');
     const [handler] = named('idempotency.handler');
     expect(call.parentSpanContext?.spanId).toBe(handler.spanContext().spanId);
@@ -65,7 +72,7 @@ describe('IdempotencyContext.fetch(): the span of an outgoing call', () => {
       'http.request.method': 'POST',
       'url.full': `${downstream.url}/charges`,
       'server.address': '127.0.0.1',
-      'idempotency.key.hash': keyHash('traced:charge'),
+      'idempotency.key.hash': keyHash(derived),
       'idempotency.call.result': 'succeeded',
       'http.response.status_code': 201,
       'http.request.resend_count': 2,
@@ -74,7 +81,7 @@ describe('IdempotencyContext.fetch(): the span of an outgoing call', () => {
   });
 
   it('records a refusal as an error, with the status that ended it', async () => {
-    downstream.script('declined:charge', '400');
+    downstream.script('declined', '400');
     expect((await pay('declined')).status).toBe(502);
     const [call] = named('idempotency.call');
     expect(call.attributes).toMatchObject({

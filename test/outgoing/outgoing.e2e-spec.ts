@@ -1,4 +1,5 @@
 import { SeededRandom, seedFrom } from '../soak/seeded-random.js';
+import { derivedKeyOf } from '../utils/derived-keys.js';
 import { send, startTestApp, type TestApp } from '../utils/test-app.js';
 import { PayFaults, outgoingModule } from './outgoing.module.js';
 import {
@@ -45,6 +46,9 @@ describe('IdempotencyContext.fetch(): outgoing calls as recovery points', () => 
       'SELECT source FROM orders WHERE reference = $1',
       [reference],
     );
+  /** The key of each call made for the order `reference`, in order. */
+  const keysOf = (reference: string) =>
+    downstream.callsWith(reference).map((call) => call.key);
 
   it.each<[string, DownstreamFault[]]>([
     ['a dropped connection', ['drop']],
@@ -56,7 +60,7 @@ describe('IdempotencyContext.fetch(): outgoing calls as recovery points', () => 
     'gets through %s with one charge, every attempt carrying the derived key',
     async (_name, script) => {
       const key = `through-${script.join('-')}`;
-      downstream.script(`${key}:charge`, ...script);
+      downstream.script(key, ...script);
       const response = await pay(key, key);
       expect(response.status).toBe(201);
       const body = (await response.json()) as { charge: { id: string } };
@@ -65,9 +69,11 @@ describe('IdempotencyContext.fetch(): outgoing calls as recovery points', () => 
         status: 201,
         charge: { id: expect.stringMatching(/^ch_/), amount: 1250 },
       });
-      const calls = downstream.callsWith(`${key}:charge`);
+      const derived = await derivedKeyOf(target.db, key);
+      const calls = downstream.callsWith(key);
       expect(calls.map((call) => call.outcome)).toEqual([...script, 'charged']);
-      expect(downstream.charges.get(`${key}:charge`)).toEqual(body.charge);
+      expect(calls.map((call) => call.key)).toEqual(calls.map(() => derived));
+      expect(downstream.charges.get(derived)).toEqual(body.charge);
       expect(await orders(key)).toEqual([{ source: body.charge.id }]);
     },
   );
@@ -76,7 +82,8 @@ describe('IdempotencyContext.fetch(): outgoing calls as recovery points', () => 
     faults.failAfterCall.add('reuse');
     const failed = await pay('reuse', 'reuse');
     expect(failed.status).toBe(500);
-    expect(downstream.callsWith('reuse:charge')).toHaveLength(1);
+    const derived = await derivedKeyOf(target.db, 'reuse');
+    expect(keysOf('reuse')).toEqual([derived]);
     expect(await orders('reuse')).toEqual([]);
 
     const retried = await pay('reuse', 'reuse');
@@ -84,15 +91,16 @@ describe('IdempotencyContext.fetch(): outgoing calls as recovery points', () => 
     expect(await retried.json()).toEqual({
       orderId: expect.any(Number),
       status: 201,
-      charge: { id: downstream.charges.get('reuse:charge')!.id, amount: 1250 },
+      charge: { id: downstream.charges.get(derived)!.id, amount: 1250 },
     });
     expect(faults.runs.get('reuse')).toBe(2);
-    expect(downstream.callsWith('reuse:charge')).toHaveLength(1);
+    expect(keysOf('reuse')).toEqual([derived]);
+    expect(await derivedKeyOf(target.db, 'reuse')).toBe(derived);
     expect(await orders('reuse')).toHaveLength(1);
   });
 
   it('answers 503 when no attempt gets through, and the retry calls again with the same key', async () => {
-    downstream.script('spent:charge', '503', '503', '503', '503', '503');
+    downstream.script('spent', '503', '503', '503', '503', '503');
     const refused = await pay('spent', 'spent');
     expect(refused.status).toBe(503);
     expect(refused.headers.get('content-type')).toMatch(
@@ -106,19 +114,21 @@ describe('IdempotencyContext.fetch(): outgoing calls as recovery points', () => 
       detail:
         'A service this request depends on did not answer in time. Retry it with the same idempotency key: it takes effect exactly once.',
     });
-    expect(downstream.callsWith('spent:charge')).toHaveLength(5);
+    const derived = await derivedKeyOf(target.db, 'spent');
+    expect(keysOf('spent')).toEqual(Array(5).fill(derived));
+    expect(downstream.charges.has(derived)).toBe(false);
     expect(await orders('spent')).toEqual([]);
 
     const retried = await pay('spent', 'spent');
     expect(retried.status).toBe(201);
-    const calls = downstream.callsWith('spent:charge');
-    expect(calls).toHaveLength(6);
-    expect(downstream.charges.size).toBeGreaterThan(0);
-    expect(await orders('spent')).toHaveLength(1);
+    const { charge } = (await retried.json()) as { charge: { id: string } };
+    expect(keysOf('spent')).toEqual(Array(6).fill(derived));
+    expect(downstream.charges.get(derived)).toEqual(charge);
+    expect(await orders('spent')).toEqual([{ source: charge.id }]);
   });
 
   it('stops at a final answer: a 400 is a 502 problem, and nothing is stored', async () => {
-    downstream.script('declined:charge', '400');
+    downstream.script('declined', '400');
     const refused = await pay('declined', 'declined');
     expect(refused.status).toBe(502);
     expect(await refused.json()).toEqual({
@@ -127,16 +137,18 @@ describe('IdempotencyContext.fetch(): outgoing calls as recovery points', () => 
       status: 502,
       detail: 'A service this request depends on answered 400.',
     });
-    expect(downstream.callsWith('declined:charge')).toHaveLength(1);
-    expect(downstream.charges.has('declined:charge')).toBe(false);
+    const derived = await derivedKeyOf(target.db, 'declined');
+    expect(keysOf('declined')).toEqual([derived]);
+    expect(downstream.charges.has(derived)).toBe(false);
     // Not stored: the retry calls again (the same key), and gets through.
     const retried = await pay('declined', 'declined');
     expect(retried.status).toBe(201);
-    expect(downstream.callsWith('declined:charge')).toHaveLength(2);
+    expect(keysOf('declined')).toEqual([derived, derived]);
+    expect(downstream.charges.has(derived)).toBe(true);
   });
 
   it('lets the handler map a refusal to an answer of its own', async () => {
-    downstream.script('mapped:charge', '400');
+    downstream.script('mapped', '400');
     const mapped = await pay('mapped', 'mapped', { mapRefusal: true });
     expect(mapped.status).toBe(402);
     expect(await mapped.json()).toEqual({
@@ -146,28 +158,32 @@ describe('IdempotencyContext.fetch(): outgoing calls as recovery points', () => 
   });
 
   it('does not retry a replayed error: it is the stored outcome of that key', async () => {
-    downstream.script('replayed:charge', 'replayed-500');
+    downstream.script('replayed', 'replayed-500');
     const refused = await pay('replayed', 'replayed');
     expect(refused.status).toBe(502);
-    expect(downstream.callsWith('replayed:charge')).toHaveLength(1);
+    expect(keysOf('replayed')).toEqual([
+      await derivedKeyOf(target.db, 'replayed'),
+    ]);
   });
 
   it("waits for the answer's Retry-After before sending again", async () => {
     downstream.retryAfter = 1;
     faults.call = { retry: { attempts: 3, baseDelayMs: 1, maxDelayMs: 5_000 } };
-    downstream.script('patient:charge', '409');
+    downstream.script('patient', '409');
     const response = await pay('patient', 'patient');
     expect(response.status).toBe(201);
-    const [conflict, charged] = downstream.callsWith('patient:charge');
+    const [conflict, charged] = downstream.callsWith('patient');
     expect(conflict.outcome).toBe('409');
     expect(charged.outcome).toBe('charged');
+    const derived = await derivedKeyOf(target.db, 'patient');
+    expect([conflict.key, charged.key]).toEqual([derived, derived]);
     // A lower bound only: a busy machine makes the wait longer, not shorter.
     expect(charged.at - conflict.at).toBeGreaterThanOrEqual(990);
   });
 
   it('gives up at the handler’s deadline, well before its own timeouts', async () => {
     faults.call = { timeoutMs: 60_000, retry: { deadlineMs: 60_000 } };
-    downstream.script('late:charge', 'hang');
+    downstream.script('late', 'hang');
     const started = performance.now();
     const response = await send(target, '/pay/short', {
       key: 'late',
@@ -175,7 +191,9 @@ describe('IdempotencyContext.fetch(): outgoing calls as recovery points', () => 
     });
     expect(response.status).toBe(503);
     expect(performance.now() - started).toBeLessThan(30_000);
-    expect(downstream.charges.has('late:charge')).toBe(false);
+    const derived = await derivedKeyOf(target.db, 'late');
+    expect(keysOf('late')).toEqual([derived]);
+    expect(downstream.charges.has(derived)).toBe(false);
   });
 
   it('refuses a keyless call plainly: the configuration error, nothing sent', async () => {
@@ -197,13 +215,15 @@ describe('IdempotencyContext.fetch(): outgoing calls as recovery points', () => 
       const script = Array.from({ length: random.int(0, 3) }, () =>
         random.pick(TRANSIENT_FAULTS),
       );
-      downstream.script(`${key}:charge`, ...script);
+      downstream.script(key, ...script);
       const failAfterCall = random.chance(0.3);
       if (failAfterCall) {
         faults.failAfterCall.add(key);
       }
       return { key, script, failAfterCall };
     });
+    /** The derived key of each operation, by its key (its reference). */
+    const derivedOf = new Map<string, string>();
     await Promise.all(
       operations.map(async ({ key, script, failAfterCall }) => {
         const context = `${key}, script [${script.join(', ')}], failAfterCall ${failAfterCall} (${replay})`;
@@ -212,10 +232,11 @@ describe('IdempotencyContext.fetch(): outgoing calls as recovery points', () => 
           context,
           status: failAfterCall ? 500 : 201,
         });
-        const calls = downstream.callsWith(`${key}:charge`).length;
-        expect({ context, calls }).toEqual({
+        const derived = await derivedKeyOf(target.db, key);
+        derivedOf.set(key, derived);
+        expect({ context, keys: keysOf(key) }).toEqual({
           context,
-          calls: script.length + 1,
+          keys: Array(script.length + 1).fill(derived),
         });
         if (failAfterCall) {
           const retried = await pay(key, key);
@@ -224,28 +245,30 @@ describe('IdempotencyContext.fetch(): outgoing calls as recovery points', () => 
             status: 201,
           });
           // The handler's retry reuses the stored answer.
-          expect({
+          expect({ context, keys: keysOf(key) }).toEqual({
             context,
-            calls: downstream.callsWith(`${key}:charge`).length,
-          }).toEqual({ context, calls: script.length + 1 });
+            keys: Array(script.length + 1).fill(derived),
+          });
         }
-        const charge = downstream.charges.get(`${key}:charge`);
+        const charge = downstream.charges.get(derived);
         expect({ context, orders: await orders(key) }).toEqual({
           context,
           orders: [{ source: charge?.id }],
         });
       }),
     );
-    // No attempt ever sent a key other than its operation's derived one.
-    const keys = new Set(operations.map(({ key }) => `${key}:charge`));
+    // No attempt ever sent a key other than its operation's derived one,
+    // and each operation, its own key, was charged once.
     const ours = downstream.received.filter((call) =>
-      call.key?.startsWith(`random-${seed}-`),
+      call.reference?.startsWith(`random-${seed}-`),
     );
-    expect(ours.filter((call) => !keys.has(call.key!))).toEqual([]);
     expect(
-      [...downstream.charges.keys()].filter((key) =>
-        key.startsWith(`random-${seed}-`),
-      ),
-    ).toHaveLength(operations.length);
+      ours.filter((call) => call.key !== derivedOf.get(call.reference!)),
+    ).toEqual([]);
+    const derivedKeys = new Set(derivedOf.values());
+    expect(derivedKeys.size).toBe(operations.length);
+    expect(
+      [...derivedKeys].filter((derived) => !downstream.charges.has(derived)),
+    ).toEqual([]);
   });
 });

@@ -79,7 +79,10 @@ export class PayController {
         {
           method: 'POST',
           headers: { 'content-type': 'application/json' },
-          body: JSON.stringify({ amount: body.amount }),
+          body: JSON.stringify({
+            amount: body.amount,
+            reference: body.reference,
+          }),
           idempotency: faults.call,
         },
       );

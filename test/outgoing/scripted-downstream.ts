@@ -32,7 +32,10 @@ export const TRANSIENT_FAULTS: readonly DownstreamFault[] = [
 
 /** One request the stand-in received. */
 export interface ReceivedCall {
+  /** The `Idempotency-Key` it carried. */
   readonly key: string | undefined;
+  /** The `reference` of its body: the order it charges for. */
+  readonly reference: string | undefined;
   /** When it arrived (`performance.now()`). */
   readonly at: number;
   /** What the stand-in did with it: a fault, or `charged`. */
@@ -42,9 +45,11 @@ export interface ReceivedCall {
 /**
  * An idempotent downstream service (a payment provider) over real HTTP:
  * `POST /charges` charges at most once per `Idempotency-Key`, and answers
- * the same charge to every request with that key. Each key can be given a
- * script of faults, played one per request in order before it answers
- * normally.
+ * the same charge to every request with that key. Requests are told apart
+ * by the `reference` of their body as well, which a test knows before it
+ * sends anything (the key a request derives is known only once it claimed
+ * its key): each reference can be given a script of faults, played one per
+ * request in order before it answers normally.
  */
 export class ScriptedDownstream {
   /** Every request, in the order they came. */
@@ -64,19 +69,24 @@ export class ScriptedDownstream {
       request.on('end', () => {
         const header = request.headers['idempotency-key'];
         const key = typeof header === 'string' ? header : undefined;
-        const fault = key ? this.scripts.get(key)?.shift() : undefined;
+        const { amount, reference } = JSON.parse(body) as {
+          amount: number;
+          reference?: string;
+        };
+        const fault =
+          reference === undefined
+            ? undefined
+            : this.scripts.get(reference)?.shift();
         this.received.push({
           key,
+          reference,
           at: performance.now(),
           outcome: fault ?? 'charged',
         });
         const charge = () => {
           let charged = this.charges.get(key ?? '');
           if (!charged) {
-            charged = {
-              id: `ch_${this.charges.size + 1}`,
-              amount: (JSON.parse(body) as { amount: number }).amount,
-            };
+            charged = { id: `ch_${this.charges.size + 1}`, amount };
             this.charges.set(key ?? '', charged);
           }
           return charged;
@@ -128,14 +138,17 @@ export class ScriptedDownstream {
     return this;
   }
 
-  /** Plays `faults`, one per request with `key`, before answering normally. */
-  script(key: string, ...faults: DownstreamFault[]): void {
-    this.scripts.set(key, [...faults]);
+  /**
+   * Plays `faults`, one per request for the order `reference`, before
+   * answering normally.
+   */
+  script(reference: string, ...faults: DownstreamFault[]): void {
+    this.scripts.set(reference, [...faults]);
   }
 
-  /** The requests that came with `key`. */
-  callsWith(key: string): ReceivedCall[] {
-    return this.received.filter((call) => call.key === key);
+  /** The requests that came for the order `reference`, in order. */
+  callsWith(reference: string): ReceivedCall[] {
+    return this.received.filter((call) => call.reference === reference);
   }
 
   async stop(): Promise<void> {
