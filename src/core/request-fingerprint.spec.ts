@@ -225,9 +225,10 @@ describe('requestFingerprint', () => {
       type: 'urn:idempotency:unreadable-body',
       status: 415,
       detail: expect.stringContaining(
-        "register a parser for text/plain in the application (for example app.useBodyParser('text'))",
+        "register a parser for its media type in the application (for example app.useBodyParser('text'))",
       ) as string,
     });
+    expect(JSON.stringify(problem)).not.toContain('text/plain');
   });
 });
 

@@ -11,17 +11,19 @@ import {
  * request under the same key. Nothing ran and no record was written. The
  * client should send a content type the endpoint parses; the application
  * can accept this one by registering a parser for it (such as
- * `app.useBodyParser('text')` on Express).
+ * `app.useBodyParser('text')` on Express). The problem never quotes the
+ * request's `Content-Type`: client input is not reflected in the answer.
  */
 export class IdempotencyBodyUnreadableException extends IdempotencyHttpException {
+  /** @param contentType the request's `Content-Type`, if any: it only chooses the parser suggested. */
   constructor(contentType: string | undefined) {
-    // The media type only, bounded: it is echoed to the client.
-    const type = contentType?.split(';')[0].trim().slice(0, 100) || undefined;
+    const typed = contentType !== undefined && contentType.trim() !== '';
+    const parser = /^\s*text\//i.test(contentType ?? '') ? 'text' : 'raw';
     super({
       type: problemType('unreadable-body'),
       title: 'Request body not readable',
       status: HttpStatus.UNSUPPORTED_MEDIA_TYPE,
-      detail: `The body of this request (${type ?? 'without a Content-Type'}) was not parsed by the application, so it cannot be told apart from another request with the same idempotency key; nothing ran. Send the body in a format this endpoint parses, such as application/json, or register a parser for ${type ?? 'it'} in the application (for example app.useBodyParser('${type?.startsWith('text/') ? 'text' : 'raw'}')).`,
+      detail: `The body of this request (${typed ? 'of a media type that has no parser in the application' : 'without a Content-Type'}) was not parsed by the application, so it cannot be told apart from another request with the same idempotency key; nothing ran. Send the body in a format this endpoint parses, such as application/json, or register a parser for ${typed ? 'its media type' : 'it'} in the application (for example app.useBodyParser('${parser}')).`,
     });
   }
 }
