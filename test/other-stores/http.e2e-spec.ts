@@ -7,6 +7,7 @@ import {
 } from '../../src/index.js';
 import type { ClaimOutcome } from '../../src/stores/index.js';
 import { Barrier, until } from '../utils/barrier.js';
+import { DERIVED_KEY } from '../utils/derived-keys.js';
 import { describeWithValkeyServer } from '../utils/redis-server.js';
 import { describeWithServer } from '../utils/server.js';
 import {
@@ -213,16 +214,31 @@ function moduleOnStore(platform: Platform, subjectOf: () => Promise<Subject>) {
     expect(effects.committed).toEqual(['flaky:f']);
   });
 
-  it('resumes after the last completed step: a retry does not charge again', async () => {
+  it('resumes after the last completed step: a retry does not charge again, and derives the same key', async () => {
     const key = randomUUID();
     const failed = await post('/steps', key, { fail: true });
     expect(failed.status).toBe(500);
     const retry = await post('/steps', key, { fail: true });
     expect(retry.status).toBe(201);
-    expect(await retry.json()).toEqual({
-      charge: { id: 'ch_1', key: `${key}:charge` },
+    const body = (await retry.json()) as { key: string };
+    expect(body.key).toMatch(DERIVED_KEY);
+    // The charge the failed attempt stored carries the key the retry derives.
+    expect(body).toEqual({
+      charge: { id: 'ch_1', key: body.key },
+      key: body.key,
     });
     expect(effects.charges).toBe(1);
+
+    // Another request key derives another key.
+    const other = await post('/steps', randomUUID(), { fail: false });
+    expect(other.status).toBe(201);
+    const otherBody = (await other.json()) as { key: string };
+    expect(otherBody).toEqual({
+      charge: { id: 'ch_2', key: otherBody.key },
+      key: otherBody.key,
+    });
+    expect(otherBody.key).toMatch(DERIVED_KEY);
+    expect(otherBody.key).not.toBe(body.key);
   });
 
   it("refuses the handler's transaction with a clear configuration error: there is none", async () => {

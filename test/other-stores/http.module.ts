@@ -106,6 +106,10 @@ export class MemoryStoreController {
     return { attempt: this.effects.failures };
   }
 
+  /**
+   * Charges in a step, with the key derived in it; answers the stored
+   * charge and the key this attempt derives.
+   */
   @Post('steps')
   @Idempotent()
   async steps(@Body() body: { fail: boolean }) {
@@ -119,7 +123,7 @@ export class MemoryStoreController {
     if (body.fail && this.effects.failures++ === 0) {
       throw new Error('failed after the charge');
     }
-    return { charge };
+    return { charge, key: this.idempotency.deriveKey('charge') };
   }
 
   @Post('transactions')
