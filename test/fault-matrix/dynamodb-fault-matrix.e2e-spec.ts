@@ -92,7 +92,8 @@ function requestOf(
     case 'stored error':
       return finishing('failed');
     // A key with a step is released by keeping its item, ownerless (its
-    // DeleteItem, refused for the step, changes nothing).
+    // DeleteItem, refused for the step, changes nothing; a release that
+    // keeps the key's generation sends none).
     case 'release':
       return update((expression) =>
         expression.startsWith('SET lease_expires_at = :zero REMOVE #owner'),

@@ -165,7 +165,7 @@ describe('the DynamoDB store', () => {
     const provisioned = new DynamoDbIdempotencyStore(provisioning, {
       tableName: name,
     });
-    expect(await provisioned.claim(attempt('provisioned'))).toEqual({
+    expect(await provisioned.claim(attempt('provisioned'))).toMatchObject({
       state: 'claimed',
     });
   });
@@ -254,7 +254,7 @@ describe('the DynamoDB store', () => {
       S: 'completed',
     });
     const next = attempt('expired-present');
-    expect(await store.claim(next)).toEqual({ state: 'claimed' });
+    expect(await store.claim(next)).toMatchObject({ state: 'claimed' });
     expect(await itemOf('dynamo', 'expired-present')).toMatchObject({
       status: { S: 'in_progress' },
       owner: { S: next.owner },
@@ -268,17 +268,21 @@ describe('the DynamoDB store', () => {
     // A naive "scope:key" join would make these two one record.
     const a = attempt('b:c', 'a');
     const b = attempt('c', 'a:b');
-    expect(await store.claim(a)).toEqual({ state: 'claimed' });
-    expect(await store.claim(b)).toEqual({ state: 'claimed' });
+    expect(await store.claim(a)).toMatchObject({ state: 'claimed' });
+    expect(await store.claim(b)).toMatchObject({ state: 'claimed' });
     const long = attempt('k'.repeat(10_000), 'λ'.repeat(1_000));
-    expect(await store.claim(long)).toEqual({ state: 'claimed' });
+    expect(await store.claim(long)).toMatchObject({ state: 'claimed' });
     expect(await itemOf(long.scope, long.key)).toMatchObject({
       scope: { S: long.scope },
       key: { S: long.key },
     });
     // Strings that UTF-8 would make one (lone surrogates) stay two records.
-    expect(await store.claim(attempt('\ud800'))).toEqual({ state: 'claimed' });
-    expect(await store.claim(attempt('\ufffd'))).toEqual({ state: 'claimed' });
+    expect(await store.claim(attempt('\ud800'))).toMatchObject({
+      state: 'claimed',
+    });
+    expect(await store.claim(attempt('\ufffd'))).toMatchObject({
+      state: 'claimed',
+    });
     // The key's characters never reach an expression: steps of any name too.
     const step = "x'] OR #owner <> :owner; steps.#y";
     expect(await store.saveStep(a, step, { ok: true }, HOUR_MS)).toBe(true);
@@ -379,6 +383,138 @@ describe('the DynamoDB store', () => {
     );
   });
 
+  /** The generation a claim was granted with. */
+  const generationOf = async (claim: ClaimRequest) => {
+    const outcome = await store.claim(claim);
+    expect(outcome).toMatchObject({ state: 'claimed' });
+    return (outcome as { generation: string }).generation;
+  };
+
+  it("keeps the key's generation in the item (attribute generation), written and returned by the claim's one request, and removed by the completion", async () => {
+    sent.length = 0;
+    const first = attempt('generation-layout');
+    const generation = await generationOf(first);
+    expect(generation).toMatch(/^[0-9a-f-]{36}$/);
+    expect(sent.map((command) => command.name)).toEqual(['UpdateItemCommand']);
+    expect(sent[0].input).toMatchObject({ ReturnValues: 'UPDATED_NEW' });
+    expect((await itemOf('dynamo', 'generation-layout'))?.generation).toEqual({
+      S: generation,
+    });
+    // The claim resent after a lost reply: the same generation.
+    expect(await store.claim(first)).toEqual({
+      state: 'claimed',
+      generation,
+    });
+
+    // Released to keep it: the item stays, ownerless, in one request.
+    sent.length = 0;
+    expect(await store.release(first, true)).toEqual({
+      fenced: true,
+      waiting: false,
+    });
+    expect(sent.map((command) => command.name)).toEqual(['UpdateItemCommand']);
+    expect(await itemOf('dynamo', 'generation-layout')).toMatchObject({
+      status: { S: 'in_progress' },
+      lease_expires_at: { N: '0' },
+      generation: { S: generation },
+    });
+    expect(
+      (await itemOf('dynamo', 'generation-layout'))?.owner,
+    ).toBeUndefined();
+
+    // Another request claims it in one request, with the same generation.
+    const other = { ...attempt('generation-layout'), fingerprint: 'other' };
+    sent.length = 0;
+    expect(await generationOf(other)).toBe(generation);
+    expect(sent).toHaveLength(1);
+    await store.complete(other, { ...completion, ttlMs: 0 }, undefined);
+    expect(
+      (await itemOf('dynamo', 'generation-layout'))?.generation,
+    ).toBeUndefined();
+
+    // Expired, the record is claimed in one request, with a new generation.
+    sent.length = 0;
+    const next = await generationOf(attempt('generation-layout'));
+    expect(next).not.toBe(generation);
+    expect(sent).toHaveLength(1);
+  });
+
+  it('starts a new generation over a claim past its expiry that still carries its own, in a second request', async () => {
+    const abandoned = { ...attempt('generation-stale'), leaseMs: 0, ttlMs: 0 };
+    const stale = await generationOf(abandoned);
+    sent.length = 0;
+    const next = attempt('generation-stale');
+    const generation = await generationOf(next);
+    expect(generation).not.toBe(stale);
+    expect(sent.map((command) => command.name)).toEqual([
+      'UpdateItemCommand',
+      'UpdateItemCommand',
+    ]);
+    expect(await itemOf('dynamo', 'generation-stale')).toMatchObject({
+      owner: { S: next.owner },
+      generation: { S: generation },
+    });
+    // A server that does not return the item with the refusal: one read more.
+    await store.release(next, true);
+    await client.send(
+      new UpdateItemCommand({
+        TableName: tableName,
+        Key: { pk: { S: partitionKey('dynamo', 'generation-stale') } },
+        UpdateExpression: 'SET expires_at = :past',
+        ExpressionAttributeValues: { ':past': { N: '1' } },
+      }),
+    );
+    dynaliteFeatures.returnItemOnConditionFailure = false;
+    sent.length = 0;
+    const third = await generationOf(attempt('generation-stale'));
+    expect(new Set([stale, generation, third]).size).toBe(3);
+    expect(sent.map((command) => command.name)).toEqual([
+      'UpdateItemCommand',
+      'GetItemCommand',
+      'UpdateItemCommand',
+    ]);
+  });
+
+  it('keeps the generation of a key past its own expiry while a step binds it, for the same request only', async () => {
+    const first = { ...attempt('generation-bound'), leaseMs: 0, ttlMs: 0 };
+    const generation = await generationOf(first);
+    expect(await store.saveStep(first, 'charge', 'ch_1', HOUR_MS)).toBe(true);
+    await store.release(first, true);
+    expect(
+      await store.claim({
+        ...first,
+        owner: randomUUID(),
+        fingerprint: 'other',
+      }),
+    ).toMatchObject({
+      state: 'in_progress',
+      fingerprint: 'fp',
+    });
+    sent.length = 0;
+    expect(await generationOf(attempt('generation-bound'))).toBe(generation);
+    expect(sent).toHaveLength(1);
+  });
+
+  it('starts a generation, and keeps it from then on, for a claim written by the previous version without one', async () => {
+    const legacy = attempt('generation-legacy');
+    await store.claim(legacy);
+    // The claim as the previous version of the store left it: no generation,
+    // its lease run out (its instance died).
+    await client.send(
+      new UpdateItemCommand({
+        TableName: tableName,
+        Key: { pk: { S: partitionKey('dynamo', 'generation-legacy') } },
+        UpdateExpression: 'SET lease_expires_at = :past REMOVE generation',
+        ExpressionAttributeValues: { ':past': { N: '1' } },
+      }),
+    );
+    sent.length = 0;
+    const takeover = { ...attempt('generation-legacy'), leaseMs: 0 };
+    const generation = await generationOf(takeover);
+    expect(sent).toHaveLength(1);
+    expect(await generationOf(attempt('generation-legacy'))).toBe(generation);
+  });
+
   it('binds a key to the request of its steps in the item: each step carries its fingerprint, bound_until their latest expiry; a refusal of another request is one request', async () => {
     const claim = attempt('bound-layout');
     await store.claim(claim);
@@ -456,7 +592,7 @@ describe('the DynamoDB store', () => {
 
     // The completion clears the steps and the binding.
     const retry = attempt('bound-layout');
-    expect(await store.claim(retry)).toEqual({ state: 'claimed' });
+    expect(await store.claim(retry)).toMatchObject({ state: 'claimed' });
     await store.complete(retry, completion, undefined);
     item = await itemOf('dynamo', 'bound-layout');
     expect(item?.steps).toBeUndefined();
@@ -469,7 +605,7 @@ describe('the DynamoDB store', () => {
     expect(await store.saveStep(claim, 'charge', 'ch_1', 0)).toBe(true);
     await store.release(claim);
     const other = { ...attempt('bound-expired'), fingerprint: 'other' };
-    expect(await store.claim(other)).toEqual({ state: 'claimed' });
+    expect(await store.claim(other)).toMatchObject({ state: 'claimed' });
     expect(await store.readStep(other, 'charge')).toBeUndefined();
     expect(await store.readStep(claim, 'charge')).toBeUndefined();
     // Nothing left for the collections of the tests below.
@@ -496,7 +632,7 @@ describe('the DynamoDB store', () => {
     await store.release(claim);
     expect((await itemOf('dynamo', 'legacy-step'))?.steps).toBeDefined();
     const other = { ...attempt('legacy-step'), fingerprint: 'other' };
-    expect(await store.claim(other)).toEqual({ state: 'claimed' });
+    expect(await store.claim(other)).toMatchObject({ state: 'claimed' });
     expect(await store.readStep(other, 'charge')).toEqual({ result: 'ch_1' });
   });
 
@@ -513,7 +649,7 @@ describe('the DynamoDB store', () => {
         const output = await next(args);
         if (context.commandName === 'ScanCommand' && !interleaved) {
           interleaved = true;
-          expect(await store.claim(retry)).toEqual({ state: 'claimed' });
+          expect(await store.claim(retry)).toMatchObject({ state: 'claimed' });
         }
         return output;
       },

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import type {
   ClaimOutcome,
   ClaimRequest,
@@ -5,12 +6,14 @@ import type {
 } from '../../interfaces/idempotency-store.interface.js';
 import {
   CLAIMABLE_CONDITION,
+  GENERATION_LIVE_CONDITION,
   IN_PROGRESS,
   OWNED_CONDITION,
   OWNED_NAMES,
   UNBOUND_CONDITION,
   boundElsewhere,
   claimable,
+  generationLive,
   inProgress,
   isWaiting,
   ownedBy,
@@ -37,17 +40,25 @@ const CLAIM_ATTEMPTS = 5;
  * claim reads the item that holds the key in the same round trip
  * (`ReturnValuesOnConditionCheckFailure`), and tries again when that item
  * was released or expired meanwhile.
+ *
+ * The key's generation (attribute `generation`) is kept by a claim that
+ * finds one still live (see {@link generationLive}), and started (a random
+ * UUID) where the item has none: `if_not_exists` in the claim's own write,
+ * returned with `UPDATED_NEW`. A claim past its expiry still carries its
+ * own, which `if_not_exists` would keep: the write's condition refuses that
+ * item, and the next attempt writes a new generation over it.
  */
 export async function claimKey(
   records: DynamoDbRecords,
   request: ClaimRequest,
 ): Promise<ClaimOutcome> {
   const sdk = await loadDynamoDbSdk();
+  let replaceGeneration = false;
   for (let attempt = 1; ; attempt += 1) {
     const now = Date.now();
     let existing: Item | undefined;
     try {
-      await records.client.send(
+      const { Attributes: written } = await records.client.send(
         new sdk.UpdateItemCommand({
           TableName: records.tableName,
           Key: itemKey(request),
@@ -56,9 +67,16 @@ export async function claimKey(
             ' #method = :method, #path = :path, #status = :inProgress,' +
             ' #owner = :owner, lease_expires_at = :lease,' +
             ' expires_at = :expires, waiting = :false,' +
-            ' steps = if_not_exists(steps, :noSteps)' +
+            ' steps = if_not_exists(steps, :noSteps),' +
+            (replaceGeneration
+              ? ' generation = :generation'
+              : ' generation = if_not_exists(generation, :generation)') +
             ' REMOVE response_status, response_headers, response_body, #ttl',
-          ConditionExpression: `${CLAIMABLE_CONDITION} AND ${UNBOUND_CONDITION}`,
+          ConditionExpression:
+            `${CLAIMABLE_CONDITION} AND ${UNBOUND_CONDITION} AND ` +
+            (replaceGeneration
+              ? `NOT ${GENERATION_LIVE_CONDITION}`
+              : `(attribute_not_exists(generation) OR ${GENERATION_LIVE_CONDITION})`),
           ExpressionAttributeNames: {
             ...OWNED_NAMES,
             '#scope': 'scope',
@@ -79,12 +97,14 @@ export async function claimKey(
             ':expires': num(now + Math.max(request.ttlMs, request.leaseMs)),
             ':false': { BOOL: false },
             ':noSteps': { M: {} },
+            ':generation': str(randomUUID()),
             ':now': num(now),
           },
+          ReturnValues: 'UPDATED_NEW',
           ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
         }),
       );
-      return { state: 'claimed' };
+      return claimed(written);
     } catch (error) {
       if (!isConditionFailure(error)) {
         throw error;
@@ -97,7 +117,7 @@ export async function claimKey(
       // This attempt's own claim: the SDK sent the request again after a
       // connection reset lost the reply of the write that took the key.
       // The owner token is one attempt's, never shared.
-      return { state: 'claimed' };
+      return claimed(existing);
     }
     const later = Date.now();
     if (
@@ -106,11 +126,24 @@ export async function claimKey(
           !boundElsewhere(existing, request.fingerprint, later))) &&
       attempt < CLAIM_ATTEMPTS
     ) {
-      // Released or expired between the two requests: claim again.
+      // Released or expired between the two requests, or free with an
+      // expired generation: claim again.
+      replaceGeneration =
+        existing?.generation !== undefined && !generationLive(existing, later);
       continue;
     }
     return refusal(records, request, existing);
   }
+}
+
+/** The outcome of a granted claim, from the generation its write left. */
+function claimed(item: Item | undefined): ClaimOutcome {
+  const generation = item ? stringOf(item.generation) : undefined;
+  if (generation === undefined) {
+    // Every claim writes one: an item without it was not this claim's.
+    throw new Error('The DynamoDB claim returned no generation of its key');
+  }
+  return { state: 'claimed', generation };
 }
 
 /**

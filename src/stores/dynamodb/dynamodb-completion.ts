@@ -29,7 +29,9 @@ import { isItemTooLarge, loadDynamoDbSdk } from './dynamodb-sdk.js';
  * @internal Finishes a claim: writes the response, clears the steps (and
  * with them the key's binding to its request) and sets the TTL attribute in
  * one conditional UpdateItem fenced by the owner. A response too large for
- * the item is recorded as not replayable instead.
+ * the item is recorded as not replayable instead. The key's generation goes
+ * too: the record is claimed again only once expired, with a new one, and
+ * a claim that finds none writes one in its own request.
  */
 export async function completeClaim(
   records: DynamoDbRecords,
@@ -75,7 +77,7 @@ export async function completeClaim(
             ? ' response_headers = :headers, response_body = :body,'
             : '') +
           ' expires_at = :expires, #ttl = :ttl' +
-          ' REMOVE lease_expires_at, steps, waiting, bound_until',
+          ' REMOVE lease_expires_at, steps, waiting, bound_until, generation',
         ConditionExpression: OWNED_CONDITION,
         ExpressionAttributeNames: { ...OWNED_NAMES, '#ttl': 'ttl' },
         ExpressionAttributeValues: values,
@@ -104,45 +106,53 @@ export async function completeClaim(
 }
 
 /**
- * @internal Gives a claim up: deletes its item when it has no steps;
- * otherwise keeps it for the next attempt (a second write), in progress with
- * no owner and its lease run out, its steps, fingerprint and binding kept.
+ * @internal Gives a claim up: deletes its item when it has no steps and its
+ * generation need not be kept; otherwise keeps it for the next attempt
+ * (one write more after a refused deletion, or the only one with
+ * `keepGeneration`), in progress with no owner and its lease run out, its
+ * steps, fingerprint, binding and generation kept until the key expires.
  */
 export async function releaseClaim(
   records: DynamoDbRecords,
   lease: Lease,
+  keepGeneration = false,
 ): Promise<FencedWrite> {
   const sdk = await loadDynamoDbSdk();
   const values = {
     ':owner': str(lease.owner),
     ':inProgress': IN_PROGRESS,
   };
-  const deleted = await records.conditional(
-    new sdk.DeleteItemCommand({
-      TableName: records.tableName,
-      Key: itemKey(lease),
-      ConditionExpression: `${OWNED_CONDITION} AND (attribute_not_exists(steps) OR size(steps) = :zero)`,
-      ExpressionAttributeNames: OWNED_NAMES,
-      ExpressionAttributeValues: { ...values, ':zero': num(0) },
-      ReturnValues: 'ALL_OLD',
-      ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
-    }),
-  );
-  let old = deleted.written;
-  if (!old && (!deleted.current || ownedBy(deleted.current, lease.owner))) {
-    // Refused for its steps (or the server did not say why): keep it.
-    old = await records.fenced(
-      new sdk.UpdateItemCommand({
+  let old: Item | undefined;
+  if (!keepGeneration) {
+    const deleted = await records.conditional(
+      new sdk.DeleteItemCommand({
         TableName: records.tableName,
         Key: itemKey(lease),
-        UpdateExpression: 'SET lease_expires_at = :zero REMOVE #owner, waiting',
-        ConditionExpression: OWNED_CONDITION,
+        ConditionExpression: `${OWNED_CONDITION} AND (attribute_not_exists(steps) OR size(steps) = :zero)`,
         ExpressionAttributeNames: OWNED_NAMES,
         ExpressionAttributeValues: { ...values, ':zero': num(0) },
         ReturnValues: 'ALL_OLD',
+        ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
       }),
     );
+    old = deleted.written;
+    if (!old && deleted.current && !ownedBy(deleted.current, lease.owner)) {
+      return { fenced: false, waiting: false };
+    }
   }
+  // Refused for its steps (or the server did not say why), or to be kept
+  // with its generation.
+  old ??= await records.fenced(
+    new sdk.UpdateItemCommand({
+      TableName: records.tableName,
+      Key: itemKey(lease),
+      UpdateExpression: 'SET lease_expires_at = :zero REMOVE #owner, waiting',
+      ConditionExpression: OWNED_CONDITION,
+      ExpressionAttributeNames: OWNED_NAMES,
+      ExpressionAttributeValues: { ...values, ':zero': num(0) },
+      ReturnValues: 'ALL_OLD',
+    }),
+  );
   return old
     ? { fenced: true, waiting: isWaiting(old) }
     : { fenced: false, waiting: false };

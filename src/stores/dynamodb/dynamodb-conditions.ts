@@ -108,6 +108,29 @@ export const UNBOUND_CONDITION =
   '(attribute_not_exists(bound_until) OR bound_until <= :now OR fingerprint = :fingerprint)';
 
 /**
+ * Whether the generation an item carries is still its key's at `now`: the
+ * item is a claim (held, released or past its lease) whose key has not
+ * expired, or whose live steps keep it for their request (`bound_until`),
+ * as they keep the request's derived keys in use. Past that, a claim
+ * starts a new generation. A finished record carries none: its key is
+ * claimed again only once expired.
+ */
+export function generationLive(item: Item, now: number): boolean {
+  return (
+    inProgress(item) &&
+    ((numberOf(item.expires_at) ?? 0) > now ||
+      (numberOf(item.bound_until) ?? 0) > now)
+  );
+}
+
+/**
+ * The condition of {@link generationLive}, as a condition expression (`:now`
+ * and `:inProgress` as in {@link CLAIMABLE_CONDITION}).
+ */
+export const GENERATION_LIVE_CONDITION =
+  '(#status = :inProgress AND (expires_at > :now OR bound_until > :now))';
+
+/**
  * Whether the collector may delete a record item at `now`: a finished record
  * past its time to live, or a claim past both its lease and its time to live
  * and bound to its request no more (see {@link boundElsewhere}).

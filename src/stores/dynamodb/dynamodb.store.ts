@@ -47,6 +47,10 @@ import { createDynamoDbTable } from './dynamodb-table.js';
  * claim in progress has no TTL (a renewal may outlive any TTL set at the
  * claim, and TTL would delete the steps unseen): the collector
  * (`IdempotencyCollector`) hands its steps over, then deletes it.
+ * The key's generation (`generation`, a random UUID) lives in the item while
+ * it is a claim: kept by a takeover and by a release that keeps it (the item
+ * stays, ownerless) until the claim's `expires_at` and its steps'
+ * `bound_until` have both passed; the completion removes it.
  *
  * DynamoDB has no notifications: `watching` is false and `notify()` does
  * nothing; duplicates that wait poll for the record.
@@ -116,7 +120,10 @@ export class DynamoDbIdempotencyStore implements IdempotencyStore {
    * binds the key to another request; otherwise the refusal returns the item
    * that holds the key (in progress, with the fingerprint of the request it
    * is bound to). A duplicate that waits marks the claim `waiting` with a
-   * second, conditional write.
+   * second, conditional write. The same write keeps the key's generation
+   * (a takeover, a claim after a release that kept it) or starts one, and
+   * returns it; a claim past its expiry whose item still carries the
+   * generation it had takes a second write to start a new one.
    */
   claim(request: ClaimRequest): Promise<ClaimOutcome> {
     return claimKey(this.records, request);
@@ -143,13 +150,16 @@ export class DynamoDbIdempotencyStore implements IdempotencyStore {
   }
 
   /**
-   * Deletes the claim's item when it has no steps; otherwise keeps it for the
-   * next attempt (a second write), in progress with no owner and its lease
-   * run out: its steps, its fingerprint and its binding stay, so that only
-   * the same request claims it again while a step lives.
+   * Deletes the claim's item when it has no steps and `keepGeneration` is
+   * false; otherwise keeps it for the next attempt (a second write after the
+   * refused deletion, or the only one with `keepGeneration`), in progress
+   * with no owner and its lease run out: its steps, its fingerprint and its
+   * binding stay, so that only the same request claims it again while a
+   * step lives, and its generation stays for the next claim until the key
+   * expires.
    */
-  release(lease: Lease): Promise<FencedWrite> {
-    return releaseClaim(this.records, lease);
+  release(lease: Lease, keepGeneration?: boolean): Promise<FencedWrite> {
+    return releaseClaim(this.records, lease, keepGeneration);
   }
 
   /**
