@@ -4,6 +4,7 @@ import {
   type SampleProcess,
 } from '../utils/sample-process.js';
 import { until } from '../utils/barrier.js';
+import { derivedKeyOf } from '../utils/derived-keys.js';
 import { FakeGateway } from '../utils/fake-gateway.js';
 import { lockWaiters, presenceBackend } from '../utils/sessions.js';
 import {
@@ -171,7 +172,7 @@ async function expectExecutedOnce(
         'SELECT 1 FROM payments WHERE merchant_id = $1',
         [`m_${key}`],
       ),
-      charges: gateway.calls.get(`${key}:charge`),
+      charges: gateway.calls.get(await derivedKeyOf(db, key)),
     }).toEqual({ key, payments: 1, charges: 1 });
   }
   const duplicates = await Promise.all(keys.map((key) => pay(url, key)));

@@ -6,6 +6,7 @@ import {
   type SampleProcess,
 } from '../utils/sample-process.js';
 import { until } from '../utils/barrier.js';
+import { derivedKeyOf } from '../utils/derived-keys.js';
 import { lockWaiters } from '../utils/sessions.js';
 import { FakeGateway } from '../utils/fake-gateway.js';
 import { holdInTransaction } from '../utils/test-database.js';
@@ -147,10 +148,28 @@ describe('a database outage under a load of unique-key payments', () => {
 
       // One request waits for the gateway, its charge held there, while the
       // server goes down and comes back: its key claimed, it holds no
-      // connection and no transaction.
+      // connection and no transaction. Its charge carries the key it
+      // derives from its record: the steps table is locked until the
+      // gateway holds that key, so that its step (which reads the table
+      // first) calls the gateway after.
       const heldKey = `${prefix}held`;
-      const heldCharge = gateway.hold(`${heldKey}:charge`);
+      const steps = await holdInTransaction(
+        dbUrl,
+        'LOCK TABLE idempotency_steps IN ACCESS EXCLUSIVE MODE',
+      );
       const held = postPayment(url, heldKey, 30_000);
+      await until(
+        async () =>
+          (
+            await query(
+              `SELECT 1 FROM idempotency_records WHERE key = $1 AND status = 'in_progress'`,
+              [heldKey],
+            )
+          ).length === 1,
+        'the held request to claim its key',
+      );
+      const heldCharge = gateway.hold(await derivedKeyOf({ query }, heldKey));
+      await steps.release();
       await heldCharge;
       expect(
         await query(`SELECT status FROM idempotency_records WHERE key = $1`, [
@@ -320,7 +339,8 @@ describe('a database outage under a load of unique-key payments', () => {
             entries: 2,
           },
         ]);
-        if ((fake.calls.get(`${attempt.key}:charge`) ?? 0) > 1) {
+        const derived = await derivedKeyOf({ query }, attempt.key);
+        if ((fake.calls.get(derived) ?? 0) > 1) {
           counts.repeatedChargeCalls += 1;
         }
       }
