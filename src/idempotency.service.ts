@@ -65,9 +65,13 @@ export class IdempotencyService {
    * The result must be a JSON value (it is returned as JSON to duplicates).
    *
    * @throws IdempotencyKeyInvalidException for a malformed key.
-   * @throws IdempotencyConflictException while the same key runs (`'reject'`).
+   * @throws IdempotencyConflictException while the same key runs (`'reject'`,
+   * or still after `waitTimeout` in `'wait'`): its message says so, and its
+   * `retryAfterSeconds` when to try again.
    * @throws IdempotencyKeyReusedException for the key of another request.
-   * @throws IdempotencyUnavailableException when the database is unreachable.
+   * @throws IdempotencyUnavailableException when the database is unreachable
+   * (or the run passed its `transactionTimeout`): nothing took effect; retry
+   * after its `retryAfterSeconds`.
    * @throws whatever `fn` throws; nothing is stored then, and a retry runs again.
    */
   async run<T>(

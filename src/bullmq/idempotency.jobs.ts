@@ -54,25 +54,19 @@ const queueScope: IdempotencyScopeResolver = (context) =>
 
 /**
  * The module's refusals as a job fails with them, each with the reason
- * `<title>: <detail>` of its problem (BullMQ keeps an error's message as the
- * job's `failedReason`). Refusals that a retry of the same job can only meet
- * again (400, 422): BullMQ fails such a job at once (`UnrecoverableError`)
- * instead of retrying it. A 409 (a duplicate running) and a 503 (the
- * database unreachable, a deadline passed) are thrown themselves, with that
- * reason as their message, and BullMQ retries the job by its `attempts` and
- * `backoff`.
+ * `<title>: <detail>` of its problem, their message (BullMQ keeps an error's
+ * message as the job's `failedReason`). Refusals that a retry of the same
+ * job can only meet again (400, 422): BullMQ fails such a job at once
+ * (`UnrecoverableError`) instead of retrying it. A 409 (a duplicate
+ * running) and a 503 (the database unreachable, a deadline passed) are
+ * thrown themselves, for the `instanceof` of the worker's `failed`
+ * listeners, and BullMQ retries the job by its `attempts` and `backoff`.
  */
 async function toJobError(error: unknown): Promise<unknown> {
   if (!(error instanceof IdempotencyHttpException)) {
     return error;
   }
-  const { title, detail } = error.getProblem();
-  const reason = `${title}: ${detail}`;
   if (error.getStatus() === HttpStatus.CONFLICT || error.getStatus() >= 500) {
-    // An HttpException with a problem as its body has its class's name as
-    // its message ("Idempotency Conflict Exception"). The error itself is
-    // kept, for the `instanceof` of the worker's `failed` listeners.
-    error.message = reason;
     return error;
   }
   // Loaded here only: applications without BullMQ do not need it.
@@ -81,7 +75,7 @@ async function toJobError(error: unknown): Promise<unknown> {
     () => import('bullmq'),
     'Idempotent BullMQ processors need bullmq, which is not installed.',
   );
-  const unrecoverable = new UnrecoverableError(reason);
+  const unrecoverable = new UnrecoverableError(error.message);
   unrecoverable.cause = error;
   return unrecoverable;
 }

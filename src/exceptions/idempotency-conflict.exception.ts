@@ -10,7 +10,17 @@ import {
  * response.
  */
 export class IdempotencyConflictException extends IdempotencyHttpException {
-  constructor(key: string, retryAfterSeconds: number) {
+  /**
+   * @param key the idempotency key that is still executing
+   * @param retryAfterSeconds seconds after which a retry may find it done
+   * (the module's `retryAfter`, at most what is left of the running
+   * attempt's lease): HTTP sends it as `Retry-After`, GraphQL as
+   * `retryAfter`; a caller of `run()` reads it here.
+   */
+  constructor(
+    key: string,
+    readonly retryAfterSeconds: number,
+  ) {
     super(
       {
         type: problemType('request-in-progress'),

@@ -19,14 +19,15 @@ export class IdempotencyDownstreamUnavailableException extends IdempotencyHttpEx
    * @param attempts how many times it was sent.
    * @param lastStatus the status of the last answer; `undefined` when the
    *   last attempt got none (a network error, a timeout).
-   * @param retryAfterSeconds the `Retry-After` the client gets.
+   * @param retryAfterSeconds the `Retry-After` the client gets (GraphQL's
+   *   `retryAfter`).
    * @param cause the error of the last attempt, when it got no answer.
    */
   constructor(
     readonly step: string,
     readonly attempts: number,
     readonly lastStatus: number | undefined,
-    retryAfterSeconds: number,
+    readonly retryAfterSeconds: number,
     cause?: unknown,
   ) {
     super(

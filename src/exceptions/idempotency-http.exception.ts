@@ -42,6 +42,8 @@ export function problemType(slug: string, baseUrl?: string): string {
 /**
  * Base class of the HTTP errors the module answers with. Catch it (or one of
  * its subclasses) in an exception filter to map them to your own format.
+ * Outside HTTP (`run()`, messages, jobs), its `message` is its problem's
+ * `<title>: <detail>`.
  */
 export abstract class IdempotencyHttpException extends HttpException {
   /** Headers sent with the answer besides `Content-Type`. */
@@ -58,6 +60,8 @@ export abstract class IdempotencyHttpException extends HttpException {
     headers: Record<string, string> = {},
   ) {
     super(problem, problem.status);
+    // Nest would name the class: the problem says what happened.
+    this.message = `${problem.title}: ${problem.detail}`;
     this.headers = headers;
     this.slug = problem.type.startsWith(URN_PREFIX)
       ? problem.type.slice(URN_PREFIX.length)

@@ -12,7 +12,12 @@ import {
  * case where the commit went through before the connection broke.
  */
 export class IdempotencyUnavailableException extends IdempotencyHttpException {
-  constructor(retryAfterSeconds: number) {
+  /**
+   * @param retryAfterSeconds seconds after which to retry (the module's
+   * `retryAfter`): HTTP sends it as `Retry-After`, GraphQL as `retryAfter`;
+   * a caller of `run()` reads it here.
+   */
+  constructor(readonly retryAfterSeconds: number) {
     super(
       {
         type: problemType('unavailable'),

@@ -30,7 +30,12 @@ export interface IdempotencyRunOptions {
   name?: string;
   /** How long the result is kept and returned to duplicates. @default module `ttl` */
   ttl?: IdempotencyDuration;
-  /** `'reject'` throws `IdempotencyConflictException` while the same key runs; `'wait'` waits for it. @default module `concurrency` */
+  /**
+   * `'reject'` throws `IdempotencyConflictException` (with the delay to
+   * retry after, `retryAfterSeconds`) while the same key runs; `'wait'`
+   * waits for it, and throws it only after `waitTimeout`.
+   * @default module `concurrency`
+   */
   concurrency?: IdempotencyConcurrencyMode;
   /** In `'wait'` mode, how long to wait. @default module `waitTimeout` */
   waitTimeout?: IdempotencyDuration;

@@ -11,6 +11,7 @@ import {
 import { IDEMPOTENCY_TABLE_NAME } from '../../migrations/index.js';
 import { Order } from '../fixtures/order.entity.js';
 import { Barrier, untilWaiting } from '../utils/barrier.js';
+import { inProgress } from '../utils/problems.js';
 import { startTestApp, type TestApp } from '../utils/test-app.js';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { Module } from '@nestjs/common';
@@ -239,5 +240,60 @@ describe('IdempotencyService.run() with maxResponseSize', () => {
       { key: 'run-large', status: 'not_replayable' },
       { key: 'run-small', status: 'completed' },
     ]);
+  });
+});
+
+describe('IdempotencyService.run() with retryAfter', () => {
+  let target: TestApp;
+  let idempotency: IdempotencyService;
+
+  beforeAll(async () => {
+    target = await startTestApp({
+      imports: [OrdersFeature],
+      idempotency: { retryAfter: 7 },
+    });
+    idempotency = target.app.get(IdempotencyService);
+  });
+  afterAll(() => target.close());
+
+  it('refuses a concurrent duplicate (reject) with a conflict that says why, and carries the retry delay the HTTP 409 announces', async () => {
+    const barrier = new Barrier();
+    const run = (result: string) =>
+      idempotency.run(
+        { key: 'job-conflict', scope: 'tenant-c', concurrency: 'reject' },
+        async (manager) => {
+          await manager.insert(Order, { reference: 'job-conflict' });
+          await barrier.wait();
+          return result;
+        },
+      );
+    const first = run('first');
+    await barrier.reached(1);
+    const conflict: unknown = await run('second').catch(
+      (error: unknown) => error,
+    );
+    barrier.open();
+    expect(await first).toBe('first');
+
+    expect(conflict).toBeInstanceOf(IdempotencyConflictException);
+    const { message, retryAfterSeconds, headers } =
+      conflict as IdempotencyConflictException;
+    expect({
+      message,
+      retryAfterSeconds,
+      headers,
+      problem: (conflict as IdempotencyConflictException).getProblem(),
+    }).toEqual({
+      message:
+        'Request in progress: A request with this idempotency key is still being processed. Retry later to get its response.',
+      retryAfterSeconds: 7,
+      headers: { 'Retry-After': '7' },
+      problem: inProgress('job-conflict'),
+    });
+    expect(
+      await target.db.query(
+        `SELECT count(*)::int AS rows FROM orders WHERE reference = 'job-conflict'`,
+      ),
+    ).toEqual([{ rows: 1 }]);
   });
 });
