@@ -1,5 +1,10 @@
-import { Module } from '@nestjs/common';
+import {
+  Module,
+  type MiddlewareConsumer,
+  type NestModule,
+} from '@nestjs/common';
 import { TypeOrmModule } from '@nestjs/typeorm';
+import { BodyDepthMiddleware } from './body-depth.middleware.js';
 import { LedgerEntry } from './ledger-entry.entity.js';
 import { Payment } from './payment.entity.js';
 import { PaymentsController } from './payments.controller.js';
@@ -12,4 +17,8 @@ import { PaymentGateway } from './payment-gateway.js';
   providers: [PaymentsService, PaymentGateway],
   exports: [PaymentsService, PaymentGateway],
 })
-export class PaymentsModule {}
+export class PaymentsModule implements NestModule {
+  configure(consumer: MiddlewareConsumer): void {
+    consumer.apply(BodyDepthMiddleware).forRoutes(PaymentsController);
+  }
+}

@@ -98,6 +98,59 @@ describe('the sample app, run as `node dist-sample/main.js`', () => {
     ).toHaveLength(0);
   });
 
+  it.each([
+    ['arrays', '['.repeat(50_000) + ']'.repeat(50_000)],
+    // Within the 100 KB the JSON parser takes.
+    ['objects', '{"a":'.repeat(16_000) + '1' + '}'.repeat(16_000)],
+  ])(
+    'refuses a body of %s nested thousands of levels deep with 400 before validating it: no 500, no stack, nothing stored',
+    async (_nesting, body) => {
+      const key = randomUUID();
+      const response = await fetch(`${url}/payments`, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json', 'Idempotency-Key': key },
+        body,
+      });
+      expect(response.status).toBe(400);
+      expect(response.headers.get('content-type')).toBe(
+        'application/problem+json',
+      );
+      expect(await response.json()).toEqual({
+        type: 'about:blank',
+        title: 'Bad Request',
+        status: 400,
+        detail:
+          'The request body nests arrays or objects more than 32 levels deep. Send a flat JSON object, such as {"amount":1250,"currency":"EUR","merchantId":"m_42"}.',
+      });
+      expect(await count('payments')).toBe(1);
+      expect(
+        await db.query('SELECT 1 FROM idempotency_records WHERE key = $1', [
+          key,
+        ]),
+      ).toHaveLength(0);
+      expect(app.output()).not.toMatch(/RangeError|call stack/);
+    },
+  );
+
+  it('lets a body nested 32 levels deep through to validation, and refuses one nested 33 before it', async () => {
+    const nested = (levels: number): unknown =>
+      levels === 0 ? 1 : { deeper: nested(levels - 1) };
+    const post = (body: unknown) =>
+      createPayment(randomUUID(), { ...valid, note: body });
+    const validated = await post(nested(31));
+    expect(validated.status).toBe(400);
+    expect(validated.headers.get('content-type')).toMatch(/^application\/json/);
+    expect(((await validated.json()) as { message: string[] }).message).toEqual(
+      ['property note should not exist'],
+    );
+    const refused = await post(nested(32));
+    expect(refused.status).toBe(400);
+    expect(refused.headers.get('content-type')).toBe(
+      'application/problem+json',
+    );
+    expect(await count('payments')).toBe(1);
+  });
+
   it('rejects a payment without an Idempotency-Key', async () => {
     const response = await fetch(`${url}/payments`, {
       method: 'POST',
