@@ -1,5 +1,6 @@
 import { FakeGateway } from '../utils/fake-gateway.js';
 import { until } from '../utils/barrier.js';
+import { derivedKeyOf } from '../utils/derived-keys.js';
 import { lockWaiters, presenceBackend } from '../utils/sessions.js';
 import {
   createTestDatabase,
@@ -71,6 +72,9 @@ describe('the sample app killed between its charge and its commit', () => {
     });
     const presence = await presenceBackend(db, claim.instance);
     expect(presence).toBeDefined();
+    // The charge carried the request's derived key.
+    const derived = await derivedKeyOf(db, key);
+    expect(gateway.calls.get(derived)).toBe(1);
 
     expect(await app.stop('SIGKILL')).toEqual({
       code: null,
@@ -111,7 +115,9 @@ describe('the sample app killed between its charge and its commit', () => {
     };
     expect(payment).toMatchObject({ amount: 4200, chargeId: 'ch_1' });
     expect(gateway.chargeCount).toBe(1);
-    expect(gateway.calls.get(`${key}:charge`)).toBe(1);
+    // The takeover kept the key's generation: the same derived key, called once.
+    expect(await derivedKeyOf(db, key)).toBe(derived);
+    expect(gateway.calls.get(derived)).toBe(1);
     expect(await count('payments')).toBe(1);
     expect(await count('ledger_entries')).toBe(2);
     expect(await count('idempotency_steps')).toBe(0);
