@@ -19,8 +19,10 @@ export function standInCharge(idempotencyKey: string): Charge {
 /**
  * The payment provider, called from an `@Idempotent()` handler. With
  * `GATEWAY_URL` set it calls that HTTP service (`POST /charges`) through
- * `IdempotencyContext.fetch()`: a recovery point whose answer is stored, sent
- * with the request's derived key (`<key>:charge`) and sent again with it on
+ * `IdempotencyContext.fetch()`: a recovery point whose answer is stored,
+ * sent with the request's derived key (`deriveKey('charge')`: a UUID made
+ * of the request's scope, key and fingerprint and of the key's generation,
+ * the same for every retry of the request) and sent again with it on
  * network errors, timeouts, 409, 429 and 5xx. Otherwise it stands in for
  * one, answering the same charge id for the same key, as real gateways do.
  */
