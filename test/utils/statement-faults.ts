@@ -24,8 +24,14 @@ export interface Statement {
  * - `after-reply`: once the statement ran, with its reply kept until the
  *   driver has seen the session end; then the caller gets the reply. The
  *   connection is lost before whatever the caller does next.
+ * - `in-reply`: as the statement is sent: the server has ended the session
+ *   (it did not run), and the statement's reply is the server's error for
+ *   it (57P01); the driver sees its socket close only once the connection
+ *   is used again, or closed. A session ended at the moment a statement
+ *   went, in the driver's worst order: the caller learns of the end from
+ *   an error that leaves the client looking healthy.
  */
-export type FaultTiming = 'before' | 'after' | 'after-reply';
+export type FaultTiming = 'before' | 'after' | 'after-reply' | 'in-reply';
 
 /** Where to end a session: at the first statement `matches` takes. */
 export type StatementFault = Fault<Statement, FaultTiming>;
@@ -42,8 +48,11 @@ export interface HeldStatements {
 interface DriverClient {
   readonly processID?: number;
   readonly connectionParameters?: { readonly application_name?: string };
+  /** Its protocol connection, whose events tell the client what came. */
+  readonly connection: { emit(event: string, ...args: unknown[]): boolean };
   on(event: 'error', listener: (error: Error) => void): unknown;
   once(event: 'end', listener: () => void): unknown;
+  end(...args: unknown[]): unknown;
 }
 
 type Query = (this: DriverClient, ...args: unknown[]) => unknown;
@@ -68,6 +77,11 @@ const SEEN_TIMEOUT_MS = 10_000;
 export class StatementFaults {
   private readonly armed = new ArmedFaults<Statement, FaultTiming>();
   private readonly holds: Hold[] = [];
+  /**
+   * Connections whose session ended unseen (`in-reply`): what tells their
+   * driver the rest, once they are used again or closed.
+   */
+  private readonly unseen = new Map<DriverClient, () => void>();
   private restored = false;
 
   private constructor(
@@ -110,9 +124,13 @@ export class StatementFaults {
       ) || names.has(connection.connectionParameters?.application_name ?? '');
     const query = faults.query;
     prototype.query = function (this: DriverClient, ...args: unknown[]) {
-      return watched(this)
+      const result = watched(this)
         ? faults.intercept(this, args)
         : query.apply(this, args);
+      // Sent on a session that ended unseen: the statement went, and the
+      // driver now sees the socket close.
+      faults.unseen.get(this)?.();
+      return result;
     };
     return faults;
   }
@@ -145,6 +163,9 @@ export class StatementFaults {
     }
     this.restored = true;
     this.prototype.query = this.query;
+    for (const seen of [...this.unseen.values()]) {
+      seen();
+    }
     for (const hold of this.holds.splice(0)) {
       hold.barrier.open();
     }
@@ -191,6 +212,17 @@ export class StatementFaults {
         fault.injected();
         return send();
       }
+      if (fault.timing === 'in-reply') {
+        const answer = await this.endUnseen(connection);
+        const outcome = send();
+        try {
+          answer();
+          fault.injected();
+        } catch (error) {
+          fault.failed(error);
+        }
+        return outcome;
+      }
       const result = await send();
       const error = await this.end(connection);
       fault.injected();
@@ -208,6 +240,76 @@ export class StatementFaults {
       (error: unknown) => callback(error),
     );
     return undefined;
+  }
+
+  /**
+   * Ends the session of `connection` while its driver is kept from seeing
+   * it: what the server sent, its error and its socket's close, is held
+   * back. Returns what delivers the server's error as the reply of the
+   * statement sent meanwhile; the rest is delivered once the connection
+   * is used again or closed (`end()`, as the pool closes a client).
+   */
+  private async endUnseen(connection: DriverClient): Promise<() => void> {
+    const driver = connection.connection;
+    const emit = driver.emit;
+    const held: Array<readonly [string, unknown[]]> = [];
+    let closed = () => {};
+    driver.emit = (event: string, ...args: unknown[]) => {
+      held.push([event, args]);
+      if (event === 'end') {
+        closed();
+      }
+      return true;
+    };
+    const end = connection.end;
+    const deliver = () => {
+      this.unseen.delete(connection);
+      driver.emit = emit;
+      delete (connection as { end?: unknown }).end;
+      for (const [event, args] of held.splice(0)) {
+        emit.call(driver, event, ...args);
+      }
+    };
+    this.unseen.set(connection, deliver);
+    // Closed by its owner (the pool), the client ends as the session has.
+    connection.end = function (this: DriverClient, ...args: unknown[]) {
+      const ending = end.apply(this, args);
+      deliver();
+      return ending;
+    };
+    if (connection.processID === undefined) {
+      throw new Error('The connection has no backend to end');
+    }
+    await terminateBackend(
+      {
+        query: async <T>(sql: string, params?: unknown[]) =>
+          (await this.client.query(sql, params)).rows as T[],
+      },
+      connection.processID,
+    );
+    // The socket's close reached the client (held back from its driver).
+    await new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(
+        () => reject(new Error('The session never closed')),
+        SEEN_TIMEOUT_MS,
+      );
+      closed = () => {
+        clearTimeout(timer);
+        resolve();
+      };
+      if (held.some(([event]) => event === 'end')) {
+        closed();
+      }
+    });
+    return () => {
+      const at = held.findIndex(([event]) => event === 'errorMessage');
+      if (at < 0) {
+        deliver();
+        throw new Error('The server ended the session without an error');
+      }
+      const [[event, args]] = held.splice(at, 1);
+      emit.call(driver, event, ...args);
+    };
   }
 
   /**
