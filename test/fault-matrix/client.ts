@@ -16,6 +16,14 @@ import {
   type Reply,
 } from './replies.js';
 
+/**
+ * The lease of the claims of the cells whose instance survives its fault
+ * and can give its claim up: long enough that a claim left behind still
+ * holds its key when the retry comes, however busy the machine, so that
+ * the retry's 409 shows it. Such a cell never waits for a lease to end.
+ */
+export const LIVE_LEASE_MS = 15_000;
+
 /** What the clients of a matrix's cells need of its application and store. */
 export interface MatrixApp {
   readonly platform: Platform;
@@ -59,21 +67,39 @@ const post = (url: string, path: string, key: string, body: unknown) =>
     body: JSON.stringify(body),
   });
 
+/** What a client needs of its cell. */
+export interface ClientCell {
+  readonly point: string;
+  readonly when: string;
+  /**
+   * Whether the fault leaves the claim to its lease: its attempt cannot
+   * know that it holds it (the claim's answer lost) or cannot give it up
+   * (its release lost, or the store's client still away). Otherwise the
+   * instance frees the key with its answer (I4), and the retry sent right
+   * after a failed answer is never refused with a 409.
+   */
+  readonly claimLeft?: boolean;
+}
+
 /**
  * The client of the cell at `point`/`when` (a key of its own). After each
  * of its failed answers whose key is bound, and once a 409's claim lapsed
  * with the key bound, it probes the binding (I6): another body under the
  * key gets 422 problem+json, runs no handler, calls no gateway (not even
  * under the derived key), and leaves the store as it was, for the request
- * that charged to resume.
+ * that charged to resume. Unless the cell's fault leaves the claim
+ * (`claimLeft`), a 409 fails the cell at once: the key was not freed.
  */
 export function cellClient(
   app: MatrixApp,
-  cell: { readonly point: string; readonly when: string },
+  cell: ClientCell,
   limited: boolean,
 ): CellClient {
   const { url, control, gateway } = app;
-  const key = `fm-${app.platform}-${cell.point.replaceAll(' ', '-')}-${cell.when}`;
+  const key = `fm-${app.platform}-${cell.point}-${cell.when}`.replaceAll(
+    ' ',
+    '-',
+  );
   const path = limited ? '/payments/limited' : '/payments';
   const body = { reference: key, amount: limited ? OVER_LIMIT : AMOUNT };
   const derivedKey = `${key}:charge`;
@@ -127,6 +153,14 @@ export function cellClient(
           );
         }
         if (reply.status === 409) {
+          if (!cell.claimLeft) {
+            // I4: the instance lives, and its key is still claimed.
+            throw new Error(
+              `${key}: refused with 409 after ${replies.slice(0, -1).map(label).join(', ') || 'nothing'}: ` +
+                `a claim of the key was left behind (live: ${await app.claimed(key)}), ` +
+                `the retry waits for its lease (${app.leaseMs} ms) instead of running at once`,
+            );
+          }
           await untilClaimFree();
           // Released by its lease's end, the key stays bound.
           if (await bound()) {

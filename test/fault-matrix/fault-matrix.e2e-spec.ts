@@ -22,6 +22,7 @@ import {
   cellClient,
   expectNoServerError,
   expectOneCharge,
+  LIVE_LEASE_MS,
   type CellClient,
 } from './client.js';
 import { CreatePayments1764000000100 } from './create-payments.migration.js';
@@ -35,7 +36,11 @@ import { renewalLost } from './renewal-lost.js';
 import { Payment } from './payment.entity.js';
 import { AMOUNT, label, LEASE_OVER, read, type Reply } from './replies.js';
 
-/** The lease of claims: short, so that a claim left behind frees its key soon. */
+/**
+ * The lease of the claims of the cells whose fault leaves a claim behind
+ * (`claimLeft`): short, so that it frees its key soon. The other cells
+ * lease for {@link LIVE_LEASE_MS}: a claim left behind shows as a 409.
+ */
 const LEASE_MS = 1_000;
 
 /**
@@ -58,8 +63,14 @@ interface Run extends CellClient {
 /** A point of the matrix. */
 interface Cell {
   readonly point: string;
-  readonly when: 'before' | 'after';
+  /** `in reply`: the server's error for the session's end answers the statement. */
+  readonly when: 'before' | 'after' | 'in reply';
   readonly route?: 'limited';
+  /**
+   * Whether the fault leaves the claim to its lease (see `ClientCell`);
+   * otherwise the retry after a failed answer runs or replays at once.
+   */
+  readonly claimLeft?: boolean;
   /** The answers each client gets, in order. */
   readonly expected: readonly (readonly string[])[];
   /** Calls the gateway gets for the request's derived key (1 unless told). */
@@ -119,12 +130,12 @@ const ledgerWrite = (account: string) => () => (statement: Statement) =>
  */
 function statementCell(
   point: string,
-  when: 'before' | 'after',
+  when: Cell['when'],
   at: (run: Run) => (statement: Statement) => boolean,
   timing: FaultTiming,
   expected: readonly string[],
   options: Partial<
-    Pick<Cell, 'route' | 'gatewayCalls' | 'runsAgain' | 'probed'>
+    Pick<Cell, 'route' | 'gatewayCalls' | 'runsAgain' | 'probed' | 'claimLeft'>
   > & {
     prepare?: (run: Run) => void;
   } = {},
@@ -141,6 +152,7 @@ function statementCell(
       try {
         const replies = await run.settle(run.send());
         expect(fault.hit).toBe(true);
+        await fault.injected;
         return [replies];
       } finally {
         fault.disarm();
@@ -258,7 +270,9 @@ async function untilPresenceBack(run: Run, previous: number): Promise<void> {
 const CELLS: readonly Cell[] = [
   statementCell('claim', 'before', claim, 'before', ['503', '201']),
   // The claim committed: the key is held until its lease runs out.
-  statementCell('claim', 'after', claim, 'after', ['503', '409', '201']),
+  statementCell('claim', 'after', claim, 'after', ['503', '409', '201'], {
+    claimLeft: true,
+  }),
   statementCell('step read', 'before', readStep, 'before', ['503', '201']),
   statementCell('step read', 'after', readStep, 'after', ['503', '201']),
   // The gateway charged, its result was not saved: the retry charges again
@@ -280,7 +294,11 @@ const CELLS: readonly Cell[] = [
       // The handler returns unaware that its writes are gone.
       ['completion', 'before', ledgerWrite('merchant'), 'after-reply'],
       ['completion', 'after', completion, 'after'],
+      ['completion', 'in reply', completion, 'in-reply'],
       ['commit', 'before', completion, 'after-reply'],
+      // The COMMIT's answer is the session's end, before the driver sees
+      // its socket close: the connection must not serve the release.
+      ['commit', 'in reply', commit, 'in-reply'],
     ] as const
   ).map(([point, when, at, timing]) =>
     statementCell(point, when, at, timing, ['503', '201'], {
@@ -300,6 +318,7 @@ const CELLS: readonly Cell[] = [
     {
       prepare: (run) => run.control.failOnce(run.key),
       probed: ['503 handler', '409', LEASE_OVER],
+      claimLeft: true,
     },
   ),
   statementCell('release', 'after', release, 'after', ['503 handler', '201'], {
@@ -331,16 +350,26 @@ const CELLS: readonly Cell[] = [
  * changes nothing (I6, the key bound to its request). After each cell: the
  * answers the cell expects (never a 500; a 409 only until the lease runs
  * out), the same bytes for every client and for a replay, one payment and
- * one charge, for the request's own amount, no step left behind. The other
- * stores' matrix: store-matrix.ts.
+ * one charge, for the request's own amount, no step left behind. Issue 39
+ * (I4): wherever the instance survives its fault and can give its claim
+ * up, the retry sent right after a failed answer runs or replays, never a
+ * 409, against a lease long enough that a claim left behind would still
+ * hold the key. The other stores' matrix: store-matrix.ts.
  */
 describe.each(PLATFORMS)('the fault matrix (%s)', (platform) => {
   const renewal = (cell: Cell) => cell.point === 'renewal';
   describeCells(
     platform,
-    CELLS.filter((cell) => !renewal(cell)),
-    LEASE_MS,
+    CELLS.filter((cell) => !renewal(cell) && !cell.claimLeft),
+    LIVE_LEASE_MS,
   );
+  describe(`claims left behind, leased for ${LEASE_MS} ms`, () => {
+    describeCells(
+      platform,
+      CELLS.filter((cell) => cell.claimLeft),
+      LEASE_MS,
+    );
+  });
   describe(`claims leased for ${RENEWAL_LEASE_MS} ms`, () => {
     describeCells(platform, CELLS.filter(renewal), RENEWAL_LEASE_MS);
   });

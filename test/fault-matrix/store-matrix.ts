@@ -6,6 +6,7 @@ import {
   cellClient,
   expectNoServerError,
   expectOneCharge,
+  LIVE_LEASE_MS,
   type CellClient,
 } from './client.js';
 import { Control } from './control.js';
@@ -81,6 +82,12 @@ export interface StoreCell {
    * the request had not completed: after each, another body gets 422.
    */
   readonly probed?: readonly string[];
+  /**
+   * Whether the fault leaves the claim to its lease (see `ClientCell`):
+   * the cell runs against short leases. Otherwise against long ones, and
+   * the retry after a failed answer runs or replays at once, never a 409.
+   */
+  readonly claimLeft?: boolean;
 }
 
 const POINTS: readonly StorePoint[] = [
@@ -146,25 +153,26 @@ export function failingFastCells(options: {
   const failure = options.claimLeft ? ['503', '409'] : ['503'];
   // The probes of a key bound before its command failed.
   const probed = options.claimLeft ? ['503', '409', LEASE_OVER] : ['503'];
+  const { claimLeft } = options;
   return storeCells((point, when) => {
     switch (point) {
       case 'claim':
         // Written, unknown to its attempt: it holds the key for its lease.
-        return {
-          expected: when === 'before' ? ['503', '201'] : ['503', '409', '201'],
-        };
+        return when === 'before'
+          ? { expected: ['503', '201'] }
+          : { expected: ['503', '409', '201'], claimLeft: true };
       case 'step read':
-        return { expected: [...failure, '201'] };
+        return { expected: [...failure, '201'], claimLeft };
       case 'step save':
         // Before: the charge was made, its step never saved: the retry
         // charges again under the derived key (the gateway's answer is
         // the same charge).
         return when === 'before'
-          ? { expected: [...failure, '201'], gatewayCalls: 2 }
-          : { expected: [...failure, '201'], probed };
+          ? { expected: [...failure, '201'], gatewayCalls: 2, claimLeft }
+          : { expected: [...failure, '201'], probed, claimLeft };
       case 'completion':
         return when === 'before'
-          ? { expected: [...failure, '201'], probed }
+          ? { expected: [...failure, '201'], probed, claimLeft }
           : { expected: ['503', '201 replayed'] };
       case 'release':
         // Before: the claim holds its key until its lease runs out.
@@ -172,6 +180,7 @@ export function failingFastCells(options: {
           ? {
               expected: ['503 handler', '409', '201'],
               probed: ['503 handler', '409', LEASE_OVER],
+              claimLeft: true,
             }
           : { expected: ['503 handler', '201'], probed: ['503 handler'] };
       case 'stored error':
@@ -180,7 +189,8 @@ export function failingFastCells(options: {
         return when === 'before'
           ? {
               expected: ['402'],
-              again: options.claimLeft ? ['409', '402'] : ['402'],
+              again: claimLeft ? ['409', '402'] : ['402'],
+              claimLeft,
             }
           : { expected: ['402'] };
       case 'renewal':
@@ -226,7 +236,10 @@ const RENEWAL_LEASE_MS = 3_000;
  * each cell: the answers the cell expects (never a 500; a 409 only until
  * the lease runs out, which frees the key), every 2xx for the key the
  * same bytes, naming the key's one charge, for its amount; the record
- * completed, no step left behind.
+ * completed, no step left behind. Issue 39 (I4): wherever the fault
+ * leaves no claim behind (`claimLeft`), the retry after a failed answer
+ * runs or replays at once, never a 409, against claims leased for
+ * {@link LIVE_LEASE_MS}.
  */
 export function describeStoreMatrix<Call>(matrix: StoreMatrix<Call>): void {
   describe.each(PLATFORMS)(
@@ -236,9 +249,17 @@ export function describeStoreMatrix<Call>(matrix: StoreMatrix<Call>): void {
       describeCells(
         matrix,
         platform,
-        matrix.cells.filter((cell) => !renewal(cell)),
-        STORE_LEASE_MS,
+        matrix.cells.filter((cell) => !renewal(cell) && !cell.claimLeft),
+        LIVE_LEASE_MS,
       );
+      const left = matrix.cells.filter(
+        (cell) => !renewal(cell) && cell.claimLeft,
+      );
+      if (left.length > 0) {
+        describe(`claims left behind, leased for ${STORE_LEASE_MS} ms`, () => {
+          describeCells(matrix, platform, left, STORE_LEASE_MS);
+        });
+      }
       describe(`claims leased for ${RENEWAL_LEASE_MS} ms`, () => {
         describeCells(
           matrix,
