@@ -17,7 +17,7 @@ import {
 
 /** The claim function of the PostgreSQL store, renamed away for an outage. */
 const ACQUIRE =
-  'idempotency_acquire(text,text,text,text,text,uuid,uuid,float8,float8,boolean)';
+  'idempotency_acquire_generation(text,text,text,text,text,uuid,uuid,float8,float8,boolean)';
 
 const hash = (key: string) =>
   createHash('sha256').update(key).digest('hex').slice(0, 16);
@@ -119,7 +119,7 @@ function graphqlLogs(driver: GraphqlDriver, platform: Platform): void {
       );
     } finally {
       await db.query(
-        `ALTER FUNCTION ${ACQUIRE.replace('idempotency_acquire', 'idempotency_acquire_away')} RENAME TO idempotency_acquire`,
+        `ALTER FUNCTION ${ACQUIRE.replace('idempotency_acquire_generation', 'idempotency_acquire_away')} RENAME TO idempotency_acquire_generation`,
       );
     }
     expect(codes(outage)).toEqual(['IDEMPOTENCY_UNAVAILABLE']);

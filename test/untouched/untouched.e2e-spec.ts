@@ -64,7 +64,9 @@ describe.each(PLATFORMS)(
       expect(executed.filter((s) => s === 'COMMIT')).toHaveLength(1);
       // The claim commits on its own, before the transaction; the record is
       // completed in the handler's transaction, before its COMMIT.
-      expect(executed[0]).toMatch(/^SELECT \* FROM idempotency_acquire\(/);
+      expect(executed[0]).toMatch(
+        /^SELECT \* FROM idempotency_acquire_generation\(/,
+      );
       const begin = executed.indexOf('START TRANSACTION');
       const finish = executed.findIndex((s) =>
         s.startsWith('SELECT * FROM idempotency_finish('),
@@ -80,7 +82,9 @@ describe.each(PLATFORMS)(
       expect(replay.headers.get('idempotent-replayed')).toBe('true');
       const replayed = counter.statements;
       expect(replayed).toEqual([
-        expect.stringMatching(/^SELECT \* FROM idempotency_acquire\(/),
+        expect.stringMatching(
+          /^SELECT \* FROM idempotency_acquire_generation\(/,
+        ),
       ]);
     });
   },

@@ -84,7 +84,7 @@ export async function takeOver(
     }
     const owner = randomUUID();
     const { rows: claimed } = await client.query<{ acquired: boolean }>(
-      `SELECT acquired FROM idempotency_acquire($1, $2, $3, $4, $5, $6, NULL, 60000, 60000, false)`,
+      `SELECT acquired FROM idempotency_acquire_generation($1, $2, $3, $4, $5, $6, NULL, 60000, 60000, false)`,
       [scope, key, rows[0].fingerprint, rows[0].method, rows[0].path, owner],
     );
     if (!claimed[0].acquired) {

@@ -23,9 +23,9 @@ import { ModesHandler, WAIT_MS, type ModeSetting } from './modes.handler.js';
  * them (the functions of the shipped migrations): the floor must send what
  * the store sends, so they change together.
  */
-const ACQUIRE = `SELECT * FROM idempotency_acquire($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`;
+const ACQUIRE = `SELECT * FROM idempotency_acquire_generation($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`;
 const FINISH = `SELECT * FROM idempotency_finish($1, $2, $3, $4, $5, $6, $7, $8)`;
-const RELEASE = `SELECT * FROM idempotency_release($1, $2, $3)`;
+const RELEASE = `SELECT * FROM idempotency_release($1, $2, $3, $4)`;
 
 /** The module's defaults: its scope, lease and the sample's ttl. */
 const SCOPE = 'global';
@@ -49,7 +49,7 @@ interface AcquireRow {
  * named prepared statements (parsed once per connection), on the
  * application's pool:
  *
- *   1. the claim, `idempotency_acquire(...)`, in autocommit, then the
+ *   1. the claim, `idempotency_acquire_generation(...)`, in autocommit, then the
  *      handler's gateway charge (no connection held);
  *   2. `START TRANSACTION` (`dataSource.transaction`), the handler's
  *      inserts through its repositories, the fenced completion
@@ -110,7 +110,7 @@ export class FloorController {
     const {
       rows: [claim],
     } = await this.pool.query<AcquireRow>(
-      statement('idempotency_acquire', ACQUIRE, [
+      statement('idempotency_acquire_generation', ACQUIRE, [
         SCOPE,
         key,
         fingerprint,
@@ -157,7 +157,7 @@ export class FloorController {
       });
     } catch (error) {
       await this.pool.query(
-        statement('idempotency_release', RELEASE, [SCOPE, key, owner]),
+        statement('idempotency_release', RELEASE, [SCOPE, key, owner, false]),
       );
       throw error;
     }
