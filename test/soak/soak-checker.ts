@@ -1,4 +1,9 @@
 import type pg from 'pg';
+import {
+  derivedKeyOfRecord,
+  GENERATION_SQL,
+  type DerivingRecord,
+} from '../utils/derived-keys.js';
 import type { GatewayCall, GatewayCharge } from './recording-gateway.js';
 import type { Exchange, PaymentBody } from './soak-client.js';
 import { winningBody, type PaymentPlan } from './soak-payments.js';
@@ -19,8 +24,8 @@ interface LedgerRow {
   readonly amount: number;
 }
 
-interface RecordRow {
-  readonly key: string;
+/** A record, with what the key its request derives is made of. */
+interface RecordRow extends DerivingRecord {
   readonly status: string;
   readonly response_body: Buffer | null;
 }
@@ -61,7 +66,9 @@ export async function readTables(
       'SELECT payment_id, account, direction, amount FROM ledger_entries',
     ),
     db.query<RecordRow>(
-      'SELECT key, status, response_body FROM idempotency_records',
+      `SELECT scope, key, fingerprint, ${GENERATION_SQL} AS generation,
+              status, response_body
+         FROM idempotency_records`,
     ),
     db.query<{ key: string }>('SELECT key FROM idempotency_steps'),
     readStepLog(db),
@@ -101,7 +108,9 @@ const PROBLEMS: Record<number, string> = {
 
 /**
  * What the sample answers when the gateway refused its charge (400, the key
- * reused with another amount): the module's problem for a refused call.
+ * reused with another amount): the module's problem for a refused call. A
+ * key derived for one body is never sent with another, so no charge should
+ * be refused.
  */
 const GATEWAY_REFUSED = {
   type: 'urn:idempotency:downstream-refused',
@@ -198,17 +207,21 @@ function parse(body: Buffer | undefined): PaymentBodyJson | undefined {
  *   most one of them executed (not replayed), each describing the payment
  *   of the body that completed (the payment's, or its rival's: never both);
  * - that payment is the key's only one, in the database with the id of the
- *   body, booked on the gateway's charge for the key's derived key
- *   (`<key>:charge`), made for that body's amount and currency, with two
- *   ledger rows (the customer's debit, the merchant's credit);
+ *   body, booked on the gateway's charge for the key's derived key (made
+ *   of the scope, key, fingerprint and generation of its record: the
+ *   request that completed), made for that body's amount and currency,
+ *   with two ledger rows (the customer's debit, the merchant's credit);
  * - its record is completed and stores that payment; no record completed
  *   without a payment, none still in progress, no step left;
  * - the binding: a key's committed steps all carry one fingerprint, and
  *   once one committed, no request of another body runs its handler (no
  *   2xx executed, no 502 from its own gateway call);
- * - the gateway: every call for a key carries the payment's or its rival's
- *   body (no other body reached it), every refusal answered to a rival as
- *   the sample's 502, no charge booked by two payments, none never booked;
+ * - the gateway: every call under a key's derived key carries the body
+ *   that completed, every other call the body of a payment or a rival (no
+ *   other body reached it), none refused (a derived key never carries two
+ *   bodies), every refusal answered to a rival as the sample's 502, no
+ *   charge booked by two payments, none never booked, none under a key
+ *   that no record derives;
  * - no key stuck: the last request of each key, sent once the faults were
  *   over, got its 2xx within the bound.
  */
@@ -220,6 +233,13 @@ export function checkSoak(evidence: SoakEvidence): string[] {
   const paymentsOf = groupBy(evidence.payments, (row) => row.merchant_id);
   const ledgerOf = groupBy(evidence.ledger, (row) => row.payment_id);
   const recordsOf = groupBy(evidence.records, (row) => row.key);
+  // The key each record's request derives for its charge, and back.
+  const derivedOf = new Map(
+    evidence.records.map((row) => [row, derivedKeyOfRecord(row)]),
+  );
+  const keyOfDerived = new Map(
+    [...derivedOf].map(([row, derived]) => [derived, row.key]),
+  );
   const callsOf = groupBy(evidence.calls, (call) => call.key);
   const chargeById = new Map(evidence.charges.map((c) => [c.id, c]));
   const stepsLeft = new Set(evidence.steps);
@@ -264,6 +284,11 @@ export function checkSoak(evidence: SoakEvidence): string[] {
   for (const plan of evidence.plans) {
     const { key } = plan;
     const exchanges = exchangesOf.get(key) ?? [];
+    const records = recordsOf.get(key) ?? [];
+    const completed = records.filter((r) => r.status === 'completed');
+    // The key the request that completed derived for its charge.
+    const derived =
+      completed.length === 1 ? derivedOf.get(completed[0]) : undefined;
     // The body that completed: the payment's, or its rival's.
     const body = winningBody(plan, exchanges);
     const rows = paymentsOf.get(body.merchantId) ?? [];
@@ -377,34 +402,33 @@ export function checkSoak(evidence: SoakEvidence): string[] {
       const charge = chargeById.get(payment.charge_id ?? '');
       if (
         !charge ||
-        charge.key !== `${key}:charge` ||
+        derived === undefined ||
+        charge.key !== derived ||
         charge.amount !== body.amount ||
         charge.currency !== body.currency
       ) {
         flag(
-          `${key}: payment ${payment.id} is booked on charge ${payment.charge_id}, ${charge ? `made under ${charge.key} for ${charge.amount} ${charge.currency}` : 'which the gateway never made'}`,
+          `${key}: payment ${payment.id} is booked on charge ${payment.charge_id}, ${charge ? `made under ${charge.key} for ${charge.amount} ${charge.currency}` : 'which the gateway never made'}; its derived key is ${derived ?? 'unknown (no completed record)'}`,
         );
       }
     }
 
-    const calls = callsOf.get(`${key}:charge`) ?? [];
+    const calls = derived === undefined ? [] : (callsOf.get(derived) ?? []);
     const foreign = calls.filter(
-      (call) =>
-        ![plan.body, plan.rival].some(
-          (sent) =>
-            sent?.amount === call.amount && sent.currency === call.currency,
-        ),
+      (call) => call.amount !== body.amount || call.currency !== body.currency,
     );
     if (foreign.length > 0) {
       flag(
-        `${key}: the gateway got ${foreign.length} charge calls for another body (${foreign[0].amount} ${foreign[0].currency})`,
+        `${key}: the gateway got ${foreign.length} charge calls under its derived key ${derived} for another body (${foreign[0].amount} ${foreign[0].currency})`,
       );
     }
     for (const x of exchanges.filter(
       (x) => x.role === 'rival' && x.status === 502,
     )) {
+      // The rival's own calls are under the key it derived, which no record
+      // keeps once the payment completed: any refused call of its body.
       if (
-        !calls.some(
+        !evidence.calls.some(
           (call) =>
             call.refused &&
             call.amount === x.sent.amount &&
@@ -448,8 +472,6 @@ export function checkSoak(evidence: SoakEvidence): string[] {
       }
     }
 
-    const records = recordsOf.get(key) ?? [];
-    const completed = records.filter((r) => r.status === 'completed');
     if (payment) {
       const stored = parse(completed[0]?.response_body ?? undefined);
       if (completed.length !== 1 || stored?.id !== payment.id) {
@@ -494,18 +516,55 @@ export function checkSoak(evidence: SoakEvidence): string[] {
     evidence.payments.filter((row) => row.charge_id !== null),
     (row) => row.charge_id!,
   );
+  // The payments and rivals of a body (by its amount and currency).
+  const sentBy = (call: { amount: number; currency: string }) =>
+    evidence.plans.flatMap((plan) =>
+      [plan.body, plan.rival]
+        .filter(
+          (sent) =>
+            sent?.amount === call.amount && sent.currency === call.currency,
+        )
+        .map((sent) => ({
+          key: plan.key,
+          role: sent === plan.body ? 'payment' : 'rival',
+        })),
+    );
+  const describeSenders = (call: { amount: number; currency: string }) =>
+    sentBy(call)
+      .map(({ key, role }) => `${key}'s ${role}`)
+      .join(' or ') || 'nobody';
+  for (const call of evidence.calls) {
+    if (call.refused) {
+      flag(
+        `a charge call refused: its derived key ${call.key} carried another body before (${call.amount} ${call.currency}, ${describeSenders(call)})`,
+      );
+    }
+    if (!keyOfDerived.has(call.key) && sentBy(call).length === 0) {
+      flag(
+        `a charge call for a body no payment or rival has: ${call.amount} ${call.currency} under ${call.key}`,
+      );
+    }
+  }
   for (const charge of evidence.charges) {
     const booked = bookings.get(charge.id) ?? [];
+    const owner = keyOfDerived.get(charge.key);
+    // The key it belongs to, as far as one can tell, to trace it.
+    const about = owner ?? sentBy(charge)[0]?.key;
+    const prefix = about === undefined ? '' : `${about}: `;
     if (booked.length > 1) {
       flag(
-        `charge ${charge.id} (${charge.key}) booked by ${booked.length} payments`,
+        `${prefix}charge ${charge.id} (${charge.key}) booked by ${booked.length} payments`,
       );
     }
     if (booked.length === 0) {
-      flag(`charge ${charge.id} (${charge.key}) made but never booked`);
+      flag(
+        `${prefix}charge ${charge.id} (${charge.key}, ${charge.amount} ${charge.currency}: ${owner === undefined ? describeSenders(charge) : `${owner}'s derived key`}) made but never booked`,
+      );
     }
-    if (!planned.has(charge.key.replace(/:charge$/, ''))) {
-      flag(`charge ${charge.id} under a key nobody used: ${charge.key}`);
+    if (owner === undefined || !planned.has(owner)) {
+      flag(
+        `${prefix}charge ${charge.id} under a key that no planned key's record derives: ${charge.key}`,
+      );
     }
   }
   return violations;

@@ -6,6 +6,36 @@ export const DERIVED_KEY =
   /^[0-9a-f]{8}-[0-9a-f]{4}-8[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
 
 /**
+ * The generation of a record of the PostgreSQL store, as its claim returns
+ * it: its `created_at` in microseconds since the epoch, as text. A column
+ * expression of `idempotency_records`.
+ */
+export const GENERATION_SQL =
+  '(extract(epoch FROM created_at) * 1000000)::bigint::text';
+
+/** What of a record of the PostgreSQL store a derived key is made of. */
+export interface DerivingRecord {
+  readonly scope: string;
+  readonly key: string;
+  readonly fingerprint: string;
+  /** Read with {@link GENERATION_SQL}. */
+  readonly generation: string;
+}
+
+/**
+ * The key that the request holding `record` derives for its downstream
+ * call `name`: its scope, key, fingerprint and generation, as read from its
+ * row in `idempotency_records`.
+ */
+export function derivedKeyOfRecord(
+  record: DerivingRecord,
+  name = 'charge',
+): string {
+  const { scope, key, fingerprint, generation } = record;
+  return derivedKey({ scope, key, fingerprint, generation, name });
+}
+
+/**
  * The key that the request holding `key` (in `scope`, by default any) on the
  * PostgreSQL store derives for its downstream call `name`, from its record:
  * its scope, fingerprint and generation (the record's `created_at`).
@@ -23,8 +53,7 @@ export async function derivedKeyOf(
     fingerprint: string;
     generation: string;
   }>(
-    `SELECT scope, fingerprint,
-            (extract(epoch FROM created_at) * 1000000)::bigint::text AS generation
+    `SELECT scope, fingerprint, ${GENERATION_SQL} AS generation
        FROM idempotency_records
       WHERE key = $1 AND ($2::text IS NULL OR scope = $2)`,
     [key, scope ?? null],
@@ -35,5 +64,5 @@ export async function derivedKeyOf(
     );
   }
   const [row] = rows;
-  return derivedKey({ ...row, key, name });
+  return derivedKeyOfRecord({ ...row, key }, name);
 }
