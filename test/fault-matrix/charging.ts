@@ -47,13 +47,11 @@ export class Charging {
    */
   async charge(body: PaymentRequest): Promise<{ id: string }> {
     this.count(body.reference);
-    const charge = await this.idempotency.step('charge', () =>
-      requestCharge(
-        this.gatewayUrl,
-        body.amount,
-        this.idempotency.deriveKey('charge'),
-      ),
-    );
+    const charge = await this.idempotency.step('charge', () => {
+      const key = this.idempotency.deriveKey('charge');
+      this.control.derivedKey(body.reference, key);
+      return requestCharge(this.gatewayUrl, body.amount, key);
+    });
     await this.control.takeHold(body.reference)?.wait();
     return charge;
   }

@@ -1,4 +1,5 @@
 import { until } from '../utils/barrier.js';
+import { DERIVED_KEY } from '../utils/derived-keys.js';
 import { requestCharge, type FakeGateway } from '../utils/fake-gateway.js';
 import type { Platform } from '../utils/test-app.js';
 import type { Control } from './control.js';
@@ -102,12 +103,11 @@ export function cellClient(
   );
   const path = limited ? '/payments/limited' : '/payments';
   const body = { reference: key, amount: limited ? OVER_LIMIT : AMOUNT };
-  const derivedKey = `${key}:charge`;
   const bound = async () => !limited && (await app.charged(key));
 
   const observe = async () => ({
     runs: control.runs.get(key) ?? 0,
-    gatewayCalls: gateway.calls.get(derivedKey) ?? 0,
+    gatewayCalls: gateway.calls.get(control.chargeKey(key) ?? '') ?? 0,
     charges: gateway.chargeCount,
     held: await app.held(key),
   });
@@ -188,12 +188,14 @@ export function expectNoServerError(replies: readonly Reply[]): void {
  */
 export async function expectOneCharge(
   gateway: FakeGateway,
+  control: Control,
   key: string,
   charges: number,
   calls: number,
   chargeId: string,
 ): Promise<void> {
-  const derivedKey = `${key}:charge`;
+  const derivedKey = control.chargeKey(key) ?? 'none derived';
+  expect(derivedKey).toMatch(DERIVED_KEY);
   expect(gateway.chargeCount).toBe(charges + 1);
   expect(gateway.calls.get(derivedKey)).toBe(calls);
   // The gateway answers a known key with its charge.

@@ -13,6 +13,32 @@ export class Control {
   private readonly failures = new Set<string>();
   /** Runs of the handler, by reference. */
   readonly runs = new Map<string, number>();
+  /** The keys the runs of a reference derived for their charge. */
+  private readonly derived = new Map<string, Set<string>>();
+
+  /** @internal A run of `reference` derived `key` for its charge. */
+  derivedKey(reference: string, key: string): void {
+    this.derived.set(
+      reference,
+      (this.derived.get(reference) ?? new Set()).add(key),
+    );
+  }
+
+  /**
+   * The key that the runs of `reference` sent the gateway (`undefined`
+   * before any charged).
+   * @throws when two runs of the one request derived different keys: a
+   * retry whose step had not committed would charge again.
+   */
+  chargeKey(reference: string): string | undefined {
+    const keys = [...(this.derived.get(reference) ?? [])];
+    if (keys.length > 1) {
+      throw new Error(
+        `The runs of ${reference} derived ${keys.length} keys for one charge: ${keys.join(', ')}`,
+      );
+    }
+    return keys[0];
+  }
 
   /** Holds the next run of `reference` after its charge, at the barrier returned. */
   holdAfterCharge(reference: string): Barrier {

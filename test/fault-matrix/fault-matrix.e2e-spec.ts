@@ -98,7 +98,7 @@ const fn =
     statement.text.includes(`${name}(`) &&
     statement.values[1] === run.key &&
     check(statement.values);
-const claim = fn('idempotency_acquire');
+const claim = fn('idempotency_acquire_generation');
 const readStep = (run: Run) => (statement: Statement) =>
   statement.text.includes('SELECT result FROM "idempotency_steps"') &&
   statement.values[1] === run.key;
@@ -567,6 +567,7 @@ function describeCells(
     ]);
     await expectOneCharge(
       gateway,
+      run.control,
       run.key,
       charges,
       cell.gatewayCalls ?? 1,

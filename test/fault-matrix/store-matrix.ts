@@ -407,6 +407,7 @@ function describeCells<Call>(
     expect(body).toMatchObject({ reference: client.key, amount: AMOUNT });
     await expectOneCharge(
       gateway,
+      control,
       client.key,
       charges,
       cell.gatewayCalls ?? 1,
