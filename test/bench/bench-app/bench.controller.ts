@@ -1,6 +1,6 @@
 import { Body, Controller, Get, Headers, HttpCode, Post } from '@nestjs/common';
 import { InjectDataSource } from '@nestjs/typeorm';
-import { randomUUID } from 'node:crypto';
+import { hash, randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { IdempotencyContext, Idempotent } from 'nestjs-idempotency';
 import type { DataSource } from 'typeorm';
@@ -149,7 +149,21 @@ export class BenchController {
   }
 }
 
-/** The gateway key of a baseline request: the header, when sent, names the charge. */
+/**
+ * The gateway key of a request handled without the module: the header, when
+ * sent (else a new UUID), names the charge, derived as the module derives
+ * `deriveKey('charge')`: a UUID of version 8 made of the SHA-256 of the key
+ * and the call's name, so that a baseline hashes as much per charge as the
+ * module does.
+ */
 export function plainKey(key: string | undefined): string {
-  return `${key ?? randomUUID()}:charge`;
+  const digest = hash(
+    'sha256',
+    JSON.stringify([key ?? randomUUID(), 'charge']),
+    'buffer',
+  );
+  digest[6] = (digest[6] & 0x0f) | 0x80;
+  digest[8] = (digest[8] & 0x3f) | 0x80;
+  const hex = digest.toString('hex', 0, 16);
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
 }

@@ -7,6 +7,7 @@ import { LedgerEntry } from '../../../sample-app/payments/ledger-entry.entity.js
 import { Payment } from '../../../sample-app/payments/payment.entity.js';
 import { standInCharge } from '../../../sample-app/payments/payment-gateway.js';
 import { writePayment } from '../../../sample-app/payments/payments.service.js';
+import { plainKey } from './bench.controller.js';
 
 /** The two settings of the modes bench: the gateway's answer, in ms. */
 export const WAIT_MS = {
@@ -45,9 +46,9 @@ export class ModesHandler {
     if (waitMs > 0) {
       await sleep(waitMs);
     }
-    // The request's key names the charge in every mode, as a client of a
-    // gateway would derive it.
-    return standInCharge(`${key ?? ''}:charge`);
+    // The request's key names the charge in every mode, derived as the
+    // module derives its own (a UUID of a hash of it).
+    return standInCharge(plainKey(key));
   }
 
   /** The payment of `charge` and its ledger rows, through `manager` if given. */
