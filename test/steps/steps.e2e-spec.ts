@@ -223,10 +223,11 @@ describe.each(PLATFORMS)('recovery points (%s)', (platform) => {
       body: { amount: 30, reference: 'held-1' },
     });
     await faults.charged.reached(1);
-    // Read before the takeover, which starts the key's next generation.
+    // The key the attempt charged under; the takeover keeps its generation.
     const derived = await derivedKeyOf(target.db, 'held-1');
     const calls = allCalls();
     const taker = await takeOver(target.db.url, 'held-1');
+    expect(await derivedKeyOf(target.db, 'held-1')).toBe(derived);
     faults.charged.open();
     const response = await request;
     expect(response.status).toBe(503);
