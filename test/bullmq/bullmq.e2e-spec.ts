@@ -373,7 +373,7 @@ describeRedis('@Idempotent() on BullMQ processors', () => {
   it('fails a job with 503 while the database refuses the claim, and BullMQ retries it', async () => {
     const failure = nextFailure(target.app.get(OrdersProcessor));
     const acquire =
-      'idempotency_acquire(text,text,text,text,text,uuid,uuid,float8,float8,boolean)';
+      'idempotency_acquire_generation(text,text,text,text,text,uuid,uuid,float8,float8,boolean)';
     await target.db.query(
       `ALTER FUNCTION ${acquire} RENAME TO idempotency_acquire_away`,
     );
@@ -396,7 +396,7 @@ describeRedis('@Idempotent() on BullMQ processors', () => {
       );
     } finally {
       await target.db.query(
-        `ALTER FUNCTION ${acquire.replace('idempotency_acquire', 'idempotency_acquire_away')} RENAME TO idempotency_acquire`,
+        `ALTER FUNCTION ${acquire.replace('idempotency_acquire_generation', 'idempotency_acquire_away')} RENAME TO idempotency_acquire_generation`,
       );
     }
     expect(await job.getState()).toBe('delayed');
