@@ -8,12 +8,22 @@ import { fetchResending } from '../utils/http-client.js';
  * A gateway in front of a {@link FakeGateway} that holds every charge call at
  * a barrier until the test opens it, then forwards it: the handler making the
  * call waits inside its transaction, with no statement running.
+ *
+ * A caller held long enough (its attempt's timeout, on a busy machine) gives
+ * up and sends the call again with the same key: the second call is held
+ * too, and both are forwarded, as a network delivers a request whose client
+ * gave up. The gateway then gets two calls of one key and charges once.
  */
 export class HeldGateway {
-  /** Charge calls wait here; `reached(n)` tells the test they arrived. */
+  /**
+   * Charge calls wait here; `reached(n)` tells the test that calls of `n`
+   * keys arrived (a call of a key already held waits uncounted).
+   */
   barrier = new Barrier();
   /** Charge calls sent again after a connection lost before any response. */
   resent = 0;
+  /** The keys whose calls each barrier counted. */
+  private readonly counted = new WeakMap<Barrier, Set<string>>();
   private server?: Server;
   url = '';
 
@@ -24,14 +34,14 @@ export class HeldGateway {
       const chunks: Buffer[] = [];
       request.on('data', (chunk: Buffer) => chunks.push(chunk));
       request.on('end', () => {
-        void this.barrier
-          .wait()
+        const key = request.headers['idempotency-key'];
+        void this.hold(key)
           .then(() =>
             fetchResending(`${this.gateway.url}${request.url ?? '/'}`, {
               method: request.method,
               headers: {
                 'content-type': 'application/json',
-                'idempotency-key': String(request.headers['idempotency-key']),
+                ...(typeof key === 'string' ? { 'idempotency-key': key } : {}),
               },
               body: Buffer.concat(chunks),
             }),
@@ -53,6 +63,20 @@ export class HeldGateway {
     );
     this.url = `http://127.0.0.1:${(this.server.address() as AddressInfo).port}`;
     return this;
+  }
+
+  /** Waits at the barrier, counted as an arrival for the first call of `key` only. */
+  private hold(key: string | string[] | undefined): Promise<void> {
+    const { barrier } = this;
+    const keys = this.counted.get(barrier) ?? new Set<string>();
+    this.counted.set(barrier, keys);
+    if (typeof key === 'string') {
+      if (keys.has(key)) {
+        return barrier.whenOpen();
+      }
+      keys.add(key);
+    }
+    return barrier.wait();
   }
 
   async stop(): Promise<void> {

@@ -4,6 +4,7 @@ import {
   type SampleProcess,
 } from '../utils/sample-process.js';
 import { Barrier, until } from '../utils/barrier.js';
+import { derivedKeyOf } from '../utils/derived-keys.js';
 import type { FakeGateway } from '../utils/fake-gateway.js';
 import { fetchResending } from '../utils/http-client.js';
 import { inProgress } from '../utils/problems.js';
@@ -134,7 +135,13 @@ export interface ExactlyOnceCounts {
   readonly executedPerInstance: number[];
   readonly payments: number;
   readonly ledgerEntries: number;
+  /** Charges the gateway made (effects): one per key. */
   readonly charges: number;
+  /**
+   * Charge calls the gateway received (HTTP requests): one per key or more,
+   * as the app sends a call again, with its key, when an attempt times out.
+   */
+  readonly chargeCalls: number;
   /** Requests sent again after a connection lost before any response. */
   readonly resent: number;
 }
@@ -147,7 +154,10 @@ const count = async (db: TestDatabase, sql: string, params: unknown[] = []) =>
  * for each key exactly one non-replayed 201, every other answer a 409
  * (request in progress) or a replay whose body is byte for byte that 201's;
  * exactly one payment (two ledger entries) and one completed record per key,
- * whose stored body is the 201's; one gateway charge per key, and no step
+ * whose stored body is the 201's; one gateway charge per key, the one its
+ * payment books, made under the request's derived key; every charge call
+ * carrying that key and that request's amount (one call, or more when the
+ * app sent it again with its key), and no call under any other key; no step
  * left behind.
  * @returns the counts, for the scenario to print.
  */
@@ -162,6 +172,7 @@ export async function expectExactlyOnce(
   let replayed = 0;
   let conflicts = 0;
   const unexpected: string[] = [];
+  const derivedKeys = new Set<string>();
   for (const key of keys) {
     const mine = answers.filter((answer) => answer.key === key);
     const executed = mine.filter(
@@ -196,6 +207,7 @@ export async function expectExactlyOnce(
     const payment = JSON.parse(original.body.toString()) as {
       id: string;
       amount: number;
+      chargeId: string;
     };
     expect(payment.amount).toBe(paymentFor(key).amount);
     expect(
@@ -211,12 +223,31 @@ export async function expectExactlyOnce(
     );
     expect(record.status).toBe('completed');
     expect(record.body.equals(original.body)).toBe(true);
-    expect({ key, charges: gateway.calls.get(`${key}:charge`) }).toEqual({
+    // One effect per key: the charge under the request's derived key is the
+    // one its payment books. The calls of that key are one or more (the
+    // app sends a call again, with its key, when an attempt times out), all
+    // with this request's charge.
+    const derived = await derivedKeyOf(db, key);
+    derivedKeys.add(derived);
+    expect({ key, charge: gateway.chargeOf(derived)?.id }).toEqual({
       key,
-      charges: 1,
+      charge: payment.chargeId,
     });
+    const { amount, currency } = paymentFor(key);
+    const calls = gateway.received.filter((call) => call.key === derived);
+    expect({ key, called: calls.length > 0 }).toEqual({ key, called: true });
+    expect(
+      calls.map((call) => ({ key, charge: JSON.parse(call.body) as unknown })),
+    ).toEqual(calls.map(() => ({ key, charge: { amount, currency } })));
   }
   expect(unexpected).toEqual([]);
+  // No call under any other key (nor without one): a call sent again under
+  // a key of its own would have been a second charge.
+  expect(
+    gateway.received.filter(
+      (call) => call.key === undefined || !derivedKeys.has(call.key),
+    ),
+  ).toEqual([]);
   const counts: ExactlyOnceCounts = {
     requests: answers.length,
     executed: executedPerInstance.reduce((sum, n) => sum + n, 0),
@@ -229,6 +260,7 @@ export async function expectExactlyOnce(
       `SELECT count(*)::int AS n FROM ledger_entries`,
     ),
     charges: gateway.chargeCount,
+    chargeCalls: gateway.received.length,
     resent: answers.filter((answer) => answer.attempts > 1).length,
   };
   expect(counts).toMatchObject({
@@ -339,7 +371,7 @@ export function describeCounts(counts: ExactlyOnceCounts): string {
     `(per instance ${counts.executedPerInstance.join('/')}), ` +
     `${counts.replayed} byte-identical replays, ${counts.conflicts} × 409; ` +
     `${counts.payments} payments, ${counts.ledgerEntries} ledger entries, ` +
-    `${counts.charges} gateway charges; ` +
+    `${counts.charges} gateway charges from ${counts.chargeCalls} charge calls; ` +
     `${counts.resent} requests sent again after a connection lost before any response`
   );
 }

@@ -22,6 +22,18 @@ export class Barrier {
     return new Promise((resolve) => this.waiters.push(resolve));
   }
 
+  /**
+   * Waits until the barrier opens, as {@link wait} does, without counting
+   * as an arrival: for a caller the test does not wait for (a call sent
+   * again while its first is held).
+   */
+  whenOpen(): Promise<void> {
+    if (this.opened) {
+      return Promise.resolve();
+    }
+    return new Promise((resolve) => this.waiters.push(resolve));
+  }
+
   /** Resolves once `count` callers have reached the barrier. */
   reached(count = 1): Promise<void> {
     if (this.arrived >= count) {
