@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { SampleProcess } from '../utils/sample-process.js';
 import { startSample } from '../utils/sample-process.js';
 import { Barrier, until } from '../utils/barrier.js';
+import { derivedKeyOf } from '../utils/derived-keys.js';
 import { FakeGateway } from '../utils/fake-gateway.js';
 import { inProgress, UNAVAILABLE } from '../utils/problems.js';
 import {
@@ -86,6 +87,7 @@ describe("the sample app when PostgreSQL ends a handler's connections", () => {
       db.url,
       'LOCK TABLE ledger_entries IN ACCESS EXCLUSIVE MODE',
     );
+    const charges = gateway.charges.length;
     const request = pay(app.url, key);
     let pids: number[] = [];
     await until(async () => {
@@ -130,17 +132,21 @@ describe("the sample app when PostgreSQL ends a handler's connections", () => {
       records: 1,
       steps: 0,
     });
-    expect(gateway.calls.get(`${key}:charge`)).toBe(1);
+    // One charge, under the request's derived key, whatever the calls.
+    const derived = await derivedKeyOf(db, key);
+    expect(gateway.charges.length).toBe(charges + 1);
+    expect(gateway.chargeOf(derived)).toBe(gateway.charges[charges]);
     console.log(
       `terminate (in a statement, after a write): client got ${failed.status} ${failed.contentType} ` +
         `Retry-After ${failed.retryAfter}; after it: ${after.payments} payments, ${after.records} records, ${after.steps} step; ` +
-        `retry: ${retry.status}, ${done.payments} payment, gateway calls for the key ${gateway.calls.get(`${key}:charge`)}`,
+        `retry: ${retry.status}, ${done.payments} payment, gateway calls for the key ${gateway.calls.get(derived)}`,
     );
   });
 
   it('while the handler waits for the gateway, holding no connection: every session of the app ended changes nothing, a duplicate gets 409, the request completes once', async () => {
     held.barrier = new Barrier();
     const key = 'terminate-while-waiting';
+    const charges = gateway.charges.length;
     const request = pay(app.url, key);
     await held.barrier.reached(1);
     // The key is claimed by a committed row, leased to the instance.
@@ -195,14 +201,16 @@ describe("the sample app when PostgreSQL ends a handler's connections", () => {
       records: 1,
       steps: 0,
     });
-    expect(gateway.calls.get(`${key}:charge`)).toBe(1);
+    const derived = await derivedKeyOf(db, key);
+    expect(gateway.charges.length).toBe(charges + 1);
+    expect(gateway.chargeOf(derived)).toBe(gateway.charges[charges]);
     const replay = await pay(app.url, key);
     expect(replay.replayed).toBe(true);
     expect(replay.body.equals(done.body)).toBe(true);
     console.log(
       `terminate (waiting for the gateway): ${ended.length} sessions of the app ended (pool and presence), ` +
         `none in a transaction; duplicate ${duplicate.status}; request ${done.status}, ${rows.payments} payment, ` +
-        `gateway calls for the key ${gateway.calls.get(`${key}:charge`)}; replay byte-identical`,
+        `gateway calls for the key ${gateway.calls.get(derived)}; replay byte-identical`,
     );
   });
 });
