@@ -6,9 +6,11 @@ import { assertPostgresDataSource } from '../src/typeorm/postgres-data-source.js
  * derived from its key's generation, which a claim now returns, and which
  * lasts from the claim that found the key free until the key expires. A
  * record's `created_at` is its generation: a takeover of a claim (a lease
- * that ended, a dead instance's, a released one) keeps it, and a release
- * that must keep it leaves the record behind, without an owner and with its
- * lease ended, instead of deleting it.
+ * that ended, a dead instance's, a released one) keeps it. A key whose
+ * request is about to call downstream is bound to that request (as a
+ * committed step binds it: `has_steps`), and a release of a bound key, or
+ * of an attempt that derived keys, leaves the record behind, without an
+ * owner and with its lease ended, instead of deleting it.
  *
  * Adds two functions and changes no table: `idempotency_acquire` and the
  * three-argument `idempotency_release` stay as they were, so that instances
@@ -106,19 +108,19 @@ export class KeepIdempotencyGenerations1764000000005 implements MigrationInterfa
         RETURN NEXT;
       END
       $$`);
-    // Gives a claim up. A claim that committed a step, or that is told to
-    // keep its key's generation (`p_keep`: its attempt sent derived keys
-    // downstream), leaves its row behind, without an owner and with its
-    // lease ended: the next claim takes it over at once and keeps its
-    // `created_at`. Any other is deleted.
+    // Gives a claim up. A claim whose key is bound to its request (a step
+    // began or committed), or that is told to bind it (`p_bind`: its
+    // attempt sent derived keys downstream), leaves its row behind, bound,
+    // without an owner and with its lease ended: the same request takes it
+    // over at once and keeps its `created_at`. Any other is deleted.
     await queryRunner.query(`
       CREATE FUNCTION "idempotency_release"(
-        p_scope text, p_key text, p_owner uuid, p_keep boolean
+        p_scope text, p_key text, p_owner uuid, p_bind boolean
       ) RETURNS TABLE (released boolean, waiting boolean) LANGUAGE plpgsql AS $$
       #variable_conflict use_column
       BEGIN
         PERFORM set_config('synchronous_commit', 'off', true);
-        IF NOT p_keep THEN
+        IF NOT p_bind THEN
           DELETE FROM "idempotency_records" t
            WHERE t.scope = p_scope AND t.key = p_key AND t.owner = p_owner
              AND t.status = 'in_progress' AND NOT t.has_steps
@@ -126,7 +128,8 @@ export class KeepIdempotencyGenerations1764000000005 implements MigrationInterfa
         END IF;
         IF released IS NULL THEN
           UPDATE "idempotency_records" t
-             SET owner = NULL, owner_instance = NULL, lease_expires_at = now()
+             SET owner = NULL, owner_instance = NULL, lease_expires_at = now(),
+                 has_steps = true
            WHERE t.scope = p_scope AND t.key = p_key AND t.owner = p_owner
              AND t.status = 'in_progress'
           RETURNING true, t.waiting INTO released, waiting;

@@ -395,6 +395,13 @@ export class Execution implements RunningLink {
     if (transaction.state === 'lost') {
       throw new IdempotencyUnavailableException(options.retryAfter);
     }
+    // The effect may happen even if its result never commits: from now on
+    // the key belongs to this request, whose retry must derive the same
+    // downstream keys (and no other request may run under the key).
+    const bound = await ownStatement(() => host.store.bind(lease));
+    if (!bound) {
+      throw new LeaseLostError();
+    }
     const result = await fn();
     if (this.abandoned) {
       throw new IdempotencyUnavailableException(options.retryAfter);
@@ -411,9 +418,10 @@ export class Execution implements RunningLink {
   /**
    * The key of the downstream call `name` (see `IdempotencyContext.deriveKey`):
    * unique to the scope, the key, the request's fingerprint, the key's
-   * generation and `name`. Once one is derived, a release keeps the key's
-   * generation: the same request retried derives the same key, and the
-   * downstream service deduplicates a call whose step never committed.
+   * generation and `name`. Once one is derived, a release binds the key to
+   * the request (a step binds it before it runs): the same request retried
+   * derives the same key, and the downstream service deduplicates a call
+   * whose step never committed.
    */
   private deriveKey(name: string): string {
     const { lease, attempt } = this;

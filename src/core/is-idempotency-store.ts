@@ -5,6 +5,7 @@ const STORE_METHODS = [
   'renew',
   'complete',
   'release',
+  'bind',
   'notify',
   'watch',
   'readStep',

@@ -83,12 +83,12 @@ export type ClaimOutcome =
        * The key's generation: a token that the store keeps with the key and
        * the module derives the keys of downstream calls from (see
        * `IdempotencyContext.deriveKey`). A claim that finds the key free
-       * (never claimed, or its record expired, or released without
-       * `keepGeneration`) starts a generation never used before by that
-       * key; every other claim of it returns the same one: a takeover of an
-       * ended lease or of a dead instance's claim, and a claim after a
-       * release with `keepGeneration`, until the key expires (`ttlMs` after
-       * its last claim at the earliest).
+       * (never claimed, its record expired, or released unbound) starts a
+       * generation never used before by that key; every other claim of it
+       * returns the same one: a takeover of an ended lease or of a dead
+       * instance's claim, and a claim of a key bound to its request (see
+       * {@link IdempotencyStore.bind}) after its release, until the key
+       * expires (`ttlMs` after its last claim at the earliest).
        */
       readonly generation: string;
     }
@@ -159,15 +159,28 @@ export interface IdempotencyStore<Transaction = unknown> {
     transaction: Transaction | undefined,
   ): Promise<FencedWrite>;
   /**
-   * Gives the claim up: the next attempt runs at once. After a committed
-   * step, only an attempt of the same request (fingerprint) may claim the
-   * key again, and it resumes after that step.
-   * @param keepGeneration whether the attempt sent derived keys downstream:
-   * the key then keeps its generation (see `ClaimOutcome`) for the next
-   * claim, of any request, until it expires; otherwise the store may forget
-   * the key at once.
+   * Gives the claim up: the next attempt runs at once. A key bound to its
+   * request (by {@link bind}, a committed step, or `bind` here) stays so,
+   * with its generation: only an attempt of the same request (fingerprint)
+   * may claim it again, and it resumes after its last step; any other key
+   * the store may forget at once.
+   * @param bind whether the attempt sent derived keys downstream: the key is
+   * then bound to its request as by {@link bind}.
    */
-  release(lease: Lease, keepGeneration?: boolean): Promise<FencedWrite>;
+  release(lease: Lease, bind?: boolean): Promise<FencedWrite>;
+  /**
+   * Binds the key to the lease's request (its fingerprint), fenced by the
+   * owner, and durably: the request is about to have an effect outside the
+   * database (a step begins), under keys derived from the key's
+   * generation. Until the key completes or expires, whether the claim is
+   * then released, taken over or lost with its instance, only the same
+   * request claims the key again (with the same generation, so that it
+   * derives the same keys and the downstream service deduplicates the
+   * effect); another one is refused (`in_progress`, with this request's
+   * fingerprint).
+   * @returns false when the lease was lost: another attempt owns the key.
+   */
+  bind(lease: StepLease): Promise<boolean>;
   /** Wakes the waiters of keys on other instances, after their completion. */
   notify(leases: readonly Lease[]): Promise<void>;
   /**

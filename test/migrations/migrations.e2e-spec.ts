@@ -228,7 +228,7 @@ describe('shipped migrations', () => {
     },
     {
       name: 'idempotency_release',
-      arguments: 'p_scope text, p_key text, p_owner uuid, p_keep boolean',
+      arguments: 'p_scope text, p_key text, p_owner uuid, p_bind boolean',
       volatility: 'v',
     },
   ];

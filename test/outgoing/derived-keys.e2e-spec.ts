@@ -55,6 +55,13 @@ class DerivedController {
     }
     return { key, charge };
   }
+
+  /** Fails before any call downstream. */
+  @Post('early')
+  @Idempotent()
+  early(): never {
+    throw new InternalServerErrorException('failed before any call');
+  }
 }
 
 function derivedModule(gatewayUrl: string) {
@@ -151,13 +158,21 @@ describe.each(PLATFORMS)(
       expect(second.key).toBe(await derivedKeyOf(target.db, key));
     });
 
-    it('keeps the key of a failed attempt whose call went through for its retry (one charge), and gives another body under the key another one', async () => {
+    it('keeps the key of a failed attempt whose call went through for its retry (one charge); another body under the key is refused with 422 and calls nothing', async () => {
       const key = `${platform}-failed`;
       const reference = `${platform}-failed-ref`;
       faults.failAfterCall.add(reference);
       const failed = await charge(platform, key, 70, reference);
       expect(failed.status).toBe(500);
       const charges = gateway.chargeCount;
+      const calls = gateway.received.length;
+
+      // The key now belongs to the request whose call went through: another
+      // body under it would charge another amount, and leave the first
+      // charge unbooked.
+      const other = await charge(platform, key, 71, reference);
+      expect(other.status).toBe(422);
+      expect(gateway.received.length).toBe(calls);
 
       const retried = await charge(platform, key, 70, reference);
       expect(retried.status).toBe(201);
@@ -165,18 +180,20 @@ describe.each(PLATFORMS)(
       expect(gateway.calls.get(retry.key)).toBe(2);
       expect(gateway.chargeCount).toBe(charges);
       expect(retry.key).toBe(await derivedKeyOf(target.db, key));
+      expect(retry.charge.amount).toBe(70);
+    });
 
-      // Another body under another key that failed the same way: its
-      // retry with another body derives another key, and charges its own.
-      const other = `${platform}-failed-other`;
-      faults.failAfterCall.add(other);
-      const otherFailed = await charge(platform, other, 80, other);
-      expect(otherFailed.status).toBe(500);
-      const changed = await charge(platform, other, 81, other);
-      expect(changed.status).toBe(201);
-      const otherBody = (await changed.json()) as Charged;
-      expect(otherBody.charge.amount).toBe(81);
-      expect(gateway.calls.get(otherBody.key)).toBe(1);
+    it('frees a key whose failed attempt called nothing for any body', async () => {
+      const key = `${platform}-failed-early`;
+      const response = await send(target, '/derived/early', {
+        key,
+        headers: { 'X-Tenant': platform },
+        body: { amount: 1, reference: key },
+      });
+      expect(response.status).toBe(500);
+      const other = await charge(platform, key, 2, key);
+      expect(other.status).toBe(201);
+      expect(((await other.json()) as Charged).charge.amount).toBe(2);
     });
   },
 );

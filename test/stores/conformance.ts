@@ -562,19 +562,30 @@ export function describeStoreConformance(
         expect(generationOf(second)).toBe(generationOf(first));
       });
 
-      it('is kept by a release told to keep it, for the next claim of any request, again and again', async () => {
+      it('is kept, with the key bound to its request, by a release that binds it: the same request claims it again and again, another is refused', async () => {
         const first = attempt('generation-kept');
         await store.claim(first);
         expect(await store.release(leaseOf(first), true)).toEqual({
           fenced: true,
           waiting: false,
         });
-        const other = attempt('generation-kept', { fingerprint: 'fp-2' });
-        expect(await store.claim(other)).toEqual({ state: 'claimed' });
-        await store.release(leaseOf(other), true);
+        expect(
+          await store.claim(
+            attempt('generation-kept', { fingerprint: 'fp-2' }),
+          ),
+        ).toMatchObject({ state: 'in_progress', fingerprint: 'fp-1' });
+        const retry = attempt('generation-kept');
+        expect(await store.claim(retry)).toEqual({ state: 'claimed' });
+        // Released again, not told to bind: the key stays bound.
+        await store.release(leaseOf(retry));
+        expect(
+          await store.claim(
+            attempt('generation-kept', { fingerprint: 'fp-2' }),
+          ),
+        ).toMatchObject({ state: 'in_progress', fingerprint: 'fp-1' });
         const again = attempt('generation-kept');
         expect(await store.claim(again)).toEqual({ state: 'claimed' });
-        expect(generationOf(other)).toBe(generationOf(first));
+        expect(generationOf(retry)).toBe(generationOf(first));
         expect(generationOf(again)).toBe(generationOf(first));
         // Still fenced: the released attempts write nothing.
         expect(await store.release(leaseOf(first), true)).toEqual({
@@ -582,11 +593,68 @@ export function describeStoreConformance(
           waiting: false,
         });
         expect(
-          await store.complete(leaseOf(other), completion, undefined),
+          await store.complete(leaseOf(retry), completion, undefined),
         ).toEqual({ fenced: false, waiting: false });
         expect(
           await store.complete(leaseOf(again), completion, undefined),
         ).toEqual({ fenced: true, waiting: false });
+        // Completed, the key replays to its request, and refuses another by
+        // its fingerprint.
+        expect(
+          await store.claim(
+            attempt('generation-kept', { fingerprint: 'fp-2' }),
+          ),
+        ).toMatchObject({ state: 'finished', record: { fingerprint: 'fp-1' } });
+      });
+
+      it('is kept, with the key bound to its request, from bind(): through a takeover and a release, for the same request only', async () => {
+        const live = attempt('generation-bind-live');
+        await store.claim(live);
+        expect(await store.bind(stepLeaseOf(live))).toBe(true);
+        expect(
+          await store.claim(
+            attempt('generation-bind-live', {
+              fingerprint: 'fp-2',
+              leaseMs: 0,
+            }),
+          ),
+        ).toMatchObject({ state: 'in_progress', fingerprint: 'fp-1' });
+        await store.release(leaseOf(live));
+        expect(
+          await store.claim(
+            attempt('generation-bind-live', { fingerprint: 'fp-2' }),
+          ),
+        ).toMatchObject({ state: 'in_progress', fingerprint: 'fp-1' });
+        const retry = attempt('generation-bind-live', { leaseMs: 0 });
+        expect(await store.claim(retry)).toEqual({ state: 'claimed' });
+        expect(generationOf(retry)).toBe(generationOf(live));
+        // Its lease ended (a crash): the same request takes it over, with
+        // the same generation; another is refused.
+        expect(
+          await store.claim(
+            attempt('generation-bind-live', { fingerprint: 'fp-2' }),
+          ),
+        ).toMatchObject({ state: 'in_progress', fingerprint: 'fp-1' });
+        const takeover = attempt('generation-bind-live');
+        expect(await store.claim(takeover)).toEqual({ state: 'claimed' });
+        expect(generationOf(takeover)).toBe(generationOf(live));
+      });
+
+      it('refuses bind() to an attempt that lost its claim, and binds nothing then', async () => {
+        const stale = attempt('generation-bind-stale', { leaseMs: 0 });
+        await store.claim(stale);
+        const owner = attempt('generation-bind-stale');
+        await store.claim(owner);
+        expect(await store.bind(stepLeaseOf(stale))).toBe(false);
+        expect(
+          await store.bind({ ...stepLeaseOf(owner), owner: randomUUID() }),
+        ).toBe(false);
+        await store.release(leaseOf(owner));
+        expect(
+          await store.claim(
+            attempt('generation-bind-stale', { fingerprint: 'fp-2' }),
+          ),
+        ).toEqual({ state: 'claimed' });
       });
 
       it('is kept by a release of a key bound by a step, for the same request', async () => {

@@ -52,8 +52,8 @@ export function asTheModuleCallsIt<S extends IdempotencyStore>(store: S): S {
     },
     complete: (lease, completion, transaction) =>
       store.complete(handle(lease), completion, transaction),
-    release: (lease, keepGeneration) =>
-      store.release(handle(lease), keepGeneration),
+    release: (lease, bind) => store.release(handle(lease), bind),
+    bind: (lease) => store.bind(handle(lease)),
     readStep: (lease, step) => store.readStep(handle(lease), step),
     saveStep: (lease, step, result, ttlMs) =>
       store.saveStep(handle(lease), step, result, ttlMs),

@@ -29,8 +29,13 @@ export interface MemoryIdempotencyStoreOptions {
 interface MemoryRecord {
   readonly fingerprint: string;
   status: RecordStatus | 'in_progress';
-  /** `undefined` once released with its generation kept. */
+  /** `undefined` once released bound to its request. */
   owner: string | undefined;
+  /**
+   * Whether the key is bound to the request of `fingerprint` (a step began,
+   * or the attempt derived keys), until the record expires.
+   */
+  bound: boolean;
   /** The key's generation (see `ClaimOutcome`). */
   readonly generation: string;
   /** Epoch ms; `undefined` once finished. */
@@ -118,26 +123,33 @@ export class MemoryIdempotencyStore implements IdempotencyStore<unknown> {
     const now = Date.now();
     const id = idOf(request.scope, request.key);
     const record = this.records.get(id);
+    // A claim that has not expired: a takeover keeps its generation, and
+    // its binding to its request.
+    const live =
+      record?.status === 'in_progress' && record.expiresAt > now
+        ? record
+        : undefined;
     // A committed step binds the key to its request, whatever became of the
-    // claim that saved it.
-    const bound = this.boundTo(id, now);
+    // claim that saved it; so does a bound claim, until it expires.
+    const bound =
+      this.boundTo(id, now) ?? (live?.bound ? live.fingerprint : undefined);
     if (bound !== undefined && bound !== request.fingerprint) {
       if (!record || this.takeable(record, now)) {
         return { state: 'in_progress', fingerprint: bound, leaseMs: 0 };
       }
     } else if (!record || this.takeable(record, now)) {
-      // A claim taken over keeps the key's generation until it expires.
-      const generation =
-        record?.status === 'in_progress' && record.expiresAt > now
-          ? record.generation
-          : randomUUID();
+      const generation = live?.generation ?? randomUUID();
       this.records.set(id, {
         fingerprint: request.fingerprint,
         status: 'in_progress',
         owner: request.owner,
+        bound: live?.bound ?? false,
         generation,
         leaseExpiresAt: now + request.leaseMs,
-        expiresAt: now + Math.max(request.ttlMs, request.leaseMs),
+        expiresAt: Math.max(
+          now + Math.max(request.ttlMs, request.leaseMs),
+          live?.bound ? live.expiresAt : 0,
+        ),
         waiting: false,
         response: undefined,
         responseStatus: undefined,
@@ -202,18 +214,27 @@ export class MemoryIdempotencyStore implements IdempotencyStore<unknown> {
     return { fenced: true, waiting: record.waiting };
   }
 
-  async release(lease: Lease, keepGeneration = false): Promise<FencedWrite> {
+  async release(lease: Lease, bind = false): Promise<FencedWrite> {
     const record = this.owned(lease);
     if (!record) {
       return NOTHING_WRITTEN;
     }
-    if (keepGeneration) {
+    if (bind || record.bound) {
+      record.bound = true;
       record.owner = undefined;
       record.leaseExpiresAt = Date.now();
     } else {
       this.records.delete(idOf(lease.scope, lease.key));
     }
     return { fenced: true, waiting: record.waiting };
+  }
+
+  async bind(lease: StepLease): Promise<boolean> {
+    const record = this.owned(lease);
+    if (record) {
+      record.bound = true;
+    }
+    return record !== undefined;
   }
 
   async notify(leases: readonly Lease[]): Promise<void> {
@@ -246,9 +267,12 @@ export class MemoryIdempotencyStore implements IdempotencyStore<unknown> {
     result: unknown,
     ttlMs: number,
   ): Promise<boolean> {
-    if (!this.owned(lease)) {
+    const record = this.owned(lease);
+    if (!record) {
       return false;
     }
+    record.bound = true;
+    record.expiresAt = Math.max(record.expiresAt, Date.now() + ttlMs);
     // Serialised first: a result JSON cannot hold fails before any write.
     const json = JSON.stringify(result ?? null);
     const id = idOf(lease.scope, lease.key);

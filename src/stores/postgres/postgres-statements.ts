@@ -92,13 +92,22 @@ export const ACQUIRE = postgresStatement(
 export const FINISH = postgresStatement(
   `SELECT * FROM idempotency_finish($1, $2, $3, $4, $5, $6, $7, $8)`,
 );
-/** @internal Gives a claim up, fenced by its owner, keeping its generation or not. */
+/** @internal Gives a claim up, fenced by its owner, binding its key to its request or not. */
 export const RELEASE = postgresStatement(
   `SELECT * FROM idempotency_release($1, $2, $3, $4)`,
 );
 /** @internal Renews the leases of claims, fenced by their owners. */
 export const RENEW = postgresStatement(
   `SELECT owner FROM idempotency_renew($1, $2, $3, $4) AS owner`,
+);
+/**
+ * @internal Binds a claim's key to its request before a step runs, fenced by
+ * its owner (migration BindIdempotencySteps1764000000004's `has_steps`).
+ * Committed durably: the step's effect follows.
+ */
+export const BIND = postgresStatement(
+  `UPDATE "idempotency_records" SET has_steps = true
+   WHERE scope = $1 AND key = $2 AND owner = $3 AND status = 'in_progress'`,
 );
 /** @internal The stored result of a step, for the request it binds the key to. */
 export const READ_STEP = postgresStatement(

@@ -28,6 +28,7 @@ import { COMPLETION_CHANNEL, PostgresPresence } from './postgres-presence.js';
 import { readPostgresSchema } from './postgres-schema-check.js';
 import {
   ACQUIRE,
+  BIND,
   FINISH,
   PostgresStatements,
   READ_STEP,
@@ -268,17 +269,21 @@ export class PostgresIdempotencyStore
     return { fenced: rows[0].finished, waiting: rows[0].waiting };
   }
 
-  async release(lease: Lease, keepGeneration = false): Promise<FencedWrite> {
+  async release(lease: Lease, bind = false): Promise<FencedWrite> {
     const { rows } = await this.statements.query<{
       released: boolean;
       waiting: boolean;
-    }>(this.pool, RELEASE, [
+    }>(this.pool, RELEASE, [lease.scope, lease.key, lease.owner, bind]);
+    return { fenced: rows[0].released, waiting: rows[0].waiting };
+  }
+
+  async bind(lease: StepLease): Promise<boolean> {
+    const { rowCount } = await this.statements.query(this.pool, BIND, [
       lease.scope,
       lease.key,
       lease.owner,
-      keepGeneration,
     ]);
-    return { fenced: rows[0].released, waiting: rows[0].waiting };
+    return rowCount === 1;
   }
 
   async notify(leases: readonly Lease[]): Promise<void> {
