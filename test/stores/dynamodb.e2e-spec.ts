@@ -9,7 +9,10 @@ import {
 } from '@aws-sdk/client-dynamodb';
 import { IdempotencyConfigurationError } from '../../src/index.js';
 import { DynamoDbIdempotencyStore } from '../../src/stores/dynamodb/index.js';
-import type { ClaimRequest } from '../../src/interfaces/idempotency-store.interface.js';
+import type {
+  ClaimRequest,
+  StepLease,
+} from '../../src/interfaces/idempotency-store.interface.js';
 import { partitionKey } from '../../src/stores/dynamodb/dynamodb-item.js';
 import {
   dynaliteFeatures,
@@ -401,12 +404,12 @@ describe('the DynamoDB store', () => {
       S: generation,
     });
     // The claim resent after a lost reply: the same generation.
-    expect(await store.claim(first)).toEqual({
+    expect(await store.claim(first)).toMatchObject({
       state: 'claimed',
       generation,
     });
 
-    // Released to keep it: the item stays, ownerless, in one request.
+    // Released to bind it: the item stays, ownerless, in one request.
     sent.length = 0;
     expect(await store.release(first, true)).toEqual({
       fenced: true,
@@ -417,20 +420,28 @@ describe('the DynamoDB store', () => {
       status: { S: 'in_progress' },
       lease_expires_at: { N: '0' },
       generation: { S: generation },
+      bound: { BOOL: true },
     });
     expect(
       (await itemOf('dynamo', 'generation-layout'))?.owner,
     ).toBeUndefined();
 
-    // Another request claims it in one request, with the same generation.
-    const other = { ...attempt('generation-layout'), fingerprint: 'other' };
-    sent.length = 0;
-    expect(await generationOf(other)).toBe(generation);
-    expect(sent).toHaveLength(1);
-    await store.complete(other, { ...completion, ttlMs: 0 }, undefined);
+    // Another request is refused; the same one claims it in one request,
+    // with the same generation.
     expect(
-      (await itemOf('dynamo', 'generation-layout'))?.generation,
-    ).toBeUndefined();
+      await store.claim({
+        ...attempt('generation-layout'),
+        fingerprint: 'other',
+      }),
+    ).toMatchObject({ state: 'in_progress', fingerprint: 'fp' });
+    const retry = attempt('generation-layout');
+    sent.length = 0;
+    expect(await generationOf(retry)).toBe(generation);
+    expect(sent).toHaveLength(1);
+    await store.complete(retry, { ...completion, ttlMs: 0 }, undefined);
+    const finished = await itemOf('dynamo', 'generation-layout');
+    expect(finished?.generation).toBeUndefined();
+    expect(finished?.bound).toBeUndefined();
 
     // Expired, the record is claimed in one request, with a new generation.
     sent.length = 0;
@@ -634,6 +645,199 @@ describe('the DynamoDB store', () => {
     const other = { ...attempt('legacy-step'), fingerprint: 'other' };
     expect(await store.claim(other)).toMatchObject({ state: 'claimed' });
     expect(await store.readStep(other, 'charge')).toEqual({ result: 'ch_1' });
+  });
+
+  /** The handle of a granted claim, as the module hands it back. */
+  const handleOf = async (claim: ClaimRequest) => {
+    const outcome = await store.claim(claim);
+    expect(outcome).toMatchObject({ state: 'claimed' });
+    return (outcome as { lease: StepLease }).lease;
+  };
+
+  it("marks a key bound to its request in the item (bound) by bind()'s one request, fenced by the owner and the fingerprint; kept by releases and by the claims of the same request, each one request, and removed by the completion", async () => {
+    const claim = attempt('bind-layout');
+    const lease = await handleOf(claim);
+    expect((await itemOf('dynamo', 'bind-layout'))?.bound).toEqual({
+      BOOL: false,
+    });
+    sent.length = 0;
+    expect(await store.bind(lease)).toBe(true);
+    expect(sent.map((command) => command.name)).toEqual(['UpdateItemCommand']);
+    expect(sent[0].input).toMatchObject({
+      UpdateExpression: 'SET bound = :true',
+    });
+    expect(await itemOf('dynamo', 'bind-layout')).toMatchObject({
+      status: { S: 'in_progress' },
+      owner: { S: claim.owner },
+      fingerprint: { S: 'fp' },
+      bound: { BOOL: true },
+    });
+    // Sent again after a lost reply: the claim is still its own.
+    expect(await store.bind(lease)).toBe(true);
+    // Another owner, or the owner's token with another request's
+    // fingerprint, binds nothing.
+    expect(await store.bind({ ...claim, owner: randomUUID() })).toBe(false);
+    expect(await store.bind({ ...claim, fingerprint: 'other' })).toBe(false);
+
+    // Released without being told to bind: the handle knows the key bound,
+    // and keeps the item in one UpdateItem.
+    sent.length = 0;
+    expect(await store.release(lease)).toEqual({
+      fenced: true,
+      waiting: false,
+    });
+    expect(sent.map((command) => command.name)).toEqual(['UpdateItemCommand']);
+    let item = await itemOf('dynamo', 'bind-layout');
+    expect(item).toMatchObject({
+      status: { S: 'in_progress' },
+      lease_expires_at: { N: '0' },
+      bound: { BOOL: true },
+    });
+    expect(item?.owner).toBeUndefined();
+    const other = { ...attempt('bind-layout'), fingerprint: 'other' };
+    sent.length = 0;
+    expect(await store.claim(other)).toEqual({
+      state: 'in_progress',
+      fingerprint: 'fp',
+      leaseMs: 0,
+    });
+    expect(sent).toHaveLength(1);
+
+    // The same request claims it in one request, and its handle knows the
+    // key bound: told to bind it, its release writes no mark again.
+    sent.length = 0;
+    const retry = await handleOf(attempt('bind-layout'));
+    expect(sent).toHaveLength(1);
+    sent.length = 0;
+    expect(await store.release(retry, true)).toEqual({
+      fenced: true,
+      waiting: false,
+    });
+    expect(sent.map((command) => command.input.UpdateExpression)).toEqual([
+      'SET lease_expires_at = :zero REMOVE #owner, waiting',
+    ]);
+    expect(await store.claim(other)).toMatchObject({
+      state: 'in_progress',
+      fingerprint: 'fp',
+    });
+
+    // The completion ends the binding.
+    const last = attempt('bind-layout');
+    await store.claim(last);
+    await store.complete(last, completion, undefined);
+    item = await itemOf('dynamo', 'bind-layout');
+    expect(item?.status).toEqual({ S: 'completed' });
+    expect(item?.bound).toBeUndefined();
+  });
+
+  it('marks a key bound by the one UpdateItem of a release told to bind it; a release of a bound key without its handle keeps the item after its refused DeleteItem', async () => {
+    const lease = await handleOf(attempt('bind-release'));
+    sent.length = 0;
+    expect(await store.release(lease, true)).toEqual({
+      fenced: true,
+      waiting: false,
+    });
+    expect(sent.map((command) => command.input.UpdateExpression)).toEqual([
+      'SET lease_expires_at = :zero, bound = :true REMOVE #owner, waiting',
+    ]);
+    expect((await itemOf('dynamo', 'bind-release'))?.bound).toEqual({
+      BOOL: true,
+    });
+
+    // A bare lease (the claim request itself) knows nothing of the binding.
+    const retry = attempt('bind-release');
+    expect(await store.claim(retry)).toMatchObject({ state: 'claimed' });
+    sent.length = 0;
+    expect(await store.release(retry)).toEqual({
+      fenced: true,
+      waiting: false,
+    });
+    expect(sent.map((command) => command.name)).toEqual([
+      'DeleteItemCommand',
+      'UpdateItemCommand',
+    ]);
+    const item = await itemOf('dynamo', 'bind-release');
+    expect(item).toMatchObject({
+      lease_expires_at: { N: '0' },
+      bound: { BOOL: true },
+    });
+    expect(item?.owner).toBeUndefined();
+    expect(
+      await store.claim({ ...attempt('bind-release'), fingerprint: 'other' }),
+    ).toMatchObject({ state: 'in_progress', fingerprint: 'fp' });
+  });
+
+  it('keeps a key bound as long as it lives: each claim of its request pushes its expiry on; once expired, another request claims it with a new generation, unbound', async () => {
+    // Its time to live ends with its lease's first minute.
+    const first = { ...attempt('bind-expiry'), ttlMs: 0 };
+    const lease = await handleOf(first);
+    const generation = (await itemOf('dynamo', 'bind-expiry'))?.generation;
+    expect(await store.bind(lease)).toBe(true);
+    await store.release(lease);
+    const before = Date.now();
+    const retry = await handleOf(attempt('bind-expiry'));
+    let item = await itemOf('dynamo', 'bind-expiry');
+    expect(item).toMatchObject({ generation, bound: { BOOL: true } });
+    expect(Number(item?.expires_at?.N)).toBeGreaterThanOrEqual(
+      before + HOUR_MS,
+    );
+    await store.release(retry);
+
+    // Its expiry passed (the collector has not deleted it yet).
+    await client.send(
+      new UpdateItemCommand({
+        TableName: tableName,
+        Key: { pk: { S: partitionKey('dynamo', 'bind-expiry') } },
+        UpdateExpression: 'SET expires_at = :past',
+        ExpressionAttributeValues: { ':past': { N: '1' } },
+      }),
+    );
+    const other = { ...attempt('bind-expiry'), fingerprint: 'other' };
+    const released = await handleOf(other);
+    item = await itemOf('dynamo', 'bind-expiry');
+    expect(item).toMatchObject({
+      fingerprint: { S: 'other' },
+      bound: { BOOL: false },
+    });
+    expect(item?.generation).not.toEqual(generation);
+    // Unbound, its release deletes it in one request.
+    sent.length = 0;
+    await store.release(released);
+    expect(sent.map((command) => command.name)).toEqual(['DeleteItemCommand']);
+    expect(await itemOf('dynamo', 'bind-expiry')).toBeUndefined();
+  });
+
+  it('claims unbound a finished record that the previous version completed with the mark of its binding left in it', async () => {
+    const claim = attempt('bind-legacy-finished');
+    expect(await store.bind(await handleOf(claim))).toBe(true);
+    // Completed and expired, as the previous version's completion left it:
+    // its generation removed, the mark it did not know of kept.
+    await client.send(
+      new UpdateItemCommand({
+        TableName: tableName,
+        Key: { pk: { S: partitionKey('dynamo', 'bind-legacy-finished') } },
+        UpdateExpression:
+          'SET #status = :completed, expires_at = :past REMOVE lease_expires_at, generation',
+        ExpressionAttributeNames: { '#status': 'status' },
+        ExpressionAttributeValues: {
+          ':completed': { S: 'completed' },
+          ':past': { N: '1' },
+        },
+      }),
+    );
+    const other = { ...attempt('bind-legacy-finished'), fingerprint: 'other' };
+    sent.length = 0;
+    await handleOf(other);
+    // The first write is refused for the mark; the second resets it.
+    expect(sent.map((command) => command.name)).toEqual([
+      'UpdateItemCommand',
+      'UpdateItemCommand',
+    ]);
+    expect(await itemOf('dynamo', 'bind-legacy-finished')).toMatchObject({
+      owner: { S: other.owner },
+      fingerprint: { S: 'other' },
+      bound: { BOOL: false },
+    });
   });
 
   it('deletes nothing of a key claimed again between the Scan and the deletion', async () => {

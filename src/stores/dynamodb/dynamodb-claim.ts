@@ -11,11 +11,13 @@ import {
   OWNED_CONDITION,
   OWNED_NAMES,
   UNBOUND_CONDITION,
+  UNMARKED_CONDITION,
   boundElsewhere,
   claimable,
   generationLive,
   inProgress,
   isWaiting,
+  markedBound,
   ownedBy,
 } from './dynamodb-conditions.js';
 import {
@@ -27,6 +29,7 @@ import {
   str,
   stringOf,
 } from './dynamodb-item.js';
+import { DynamoDbLease } from './dynamodb-lease.js';
 import type { DynamoDbRecords } from './dynamodb-records.js';
 import { isConditionFailure, loadDynamoDbSdk } from './dynamodb-sdk.js';
 
@@ -36,10 +39,10 @@ const CLAIM_ATTEMPTS = 5;
 /**
  * @internal Claims a key with one conditional UpdateItem: a free key, a
  * finished record past its expiry, or a claim past its lease (keeping its
- * steps), unless a live step binds the key to another request. A refused
- * claim reads the item that holds the key in the same round trip
- * (`ReturnValuesOnConditionCheckFailure`), and tries again when that item
- * was released or expired meanwhile.
+ * steps), unless the key is bound to another request (see
+ * {@link boundElsewhere}). A refused claim reads the item that holds the
+ * key in the same round trip (`ReturnValuesOnConditionCheckFailure`), and
+ * tries again when that item was released or expired meanwhile.
  *
  * The key's generation (attribute `generation`) is kept by a claim that
  * finds one still live (see {@link generationLive}), and started (a random
@@ -47,6 +50,13 @@ const CLAIM_ATTEMPTS = 5;
  * returned with `UPDATED_NEW`. A claim past its expiry still carries its
  * own, which `if_not_exists` would keep: the write's condition refuses that
  * item, and the next attempt writes a new generation over it.
+ *
+ * The mark of a key bound to its request (attribute `bound`, see
+ * {@link markedBound}) goes with the generation: kept by the same
+ * `if_not_exists` (a takeover, a claim after a release, both of the same
+ * request, which the condition alone lets through), written false where
+ * the item has none, and reset with a new generation. The claim's handle
+ * ({@link DynamoDbLease}) remembers it.
  */
 export async function claimKey(
   records: DynamoDbRecords,
@@ -69,14 +79,15 @@ export async function claimKey(
             ' expires_at = :expires, waiting = :false,' +
             ' steps = if_not_exists(steps, :noSteps),' +
             (replaceGeneration
-              ? ' generation = :generation'
-              : ' generation = if_not_exists(generation, :generation)') +
+              ? ' generation = :generation, bound = :false'
+              : ' generation = if_not_exists(generation, :generation),' +
+                ' bound = if_not_exists(bound, :false)') +
             ' REMOVE response_status, response_headers, response_body, #ttl',
           ConditionExpression:
             `${CLAIMABLE_CONDITION} AND ${UNBOUND_CONDITION} AND ` +
             (replaceGeneration
               ? `NOT ${GENERATION_LIVE_CONDITION}`
-              : `(attribute_not_exists(generation) OR ${GENERATION_LIVE_CONDITION})`),
+              : `((attribute_not_exists(generation) AND ${UNMARKED_CONDITION}) OR ${GENERATION_LIVE_CONDITION})`),
           ExpressionAttributeNames: {
             ...OWNED_NAMES,
             '#scope': 'scope',
@@ -104,7 +115,7 @@ export async function claimKey(
           ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
         }),
       );
-      return claimed(written);
+      return claimed(request, written);
     } catch (error) {
       if (!isConditionFailure(error)) {
         throw error;
@@ -117,7 +128,7 @@ export async function claimKey(
       // This attempt's own claim: the SDK sent the request again after a
       // connection reset lost the reply of the write that took the key.
       // The owner token is one attempt's, never shared.
-      return claimed(existing);
+      return claimed(request, existing);
     }
     const later = Date.now();
     if (
@@ -129,21 +140,30 @@ export async function claimKey(
       // Released or expired between the two requests, or free with an
       // expired generation: claim again.
       replaceGeneration =
-        existing?.generation !== undefined && !generationLive(existing, later);
+        existing !== undefined &&
+        (existing.generation !== undefined || markedBound(existing)) &&
+        !generationLive(existing, later);
       continue;
     }
     return refusal(records, request, existing);
   }
 }
 
-/** The outcome of a granted claim, from the generation its write left. */
-function claimed(item: Item | undefined): ClaimOutcome {
+/**
+ * The outcome of a granted claim, from the generation and the mark of a
+ * bound key that its write left.
+ */
+function claimed(request: ClaimRequest, item: Item | undefined): ClaimOutcome {
   const generation = item ? stringOf(item.generation) : undefined;
-  if (generation === undefined) {
+  if (item === undefined || generation === undefined) {
     // Every claim writes one: an item without it was not this claim's.
     throw new Error('The DynamoDB claim returned no generation of its key');
   }
-  return { state: 'claimed', generation };
+  return {
+    state: 'claimed',
+    generation,
+    lease: new DynamoDbLease(request, markedBound(item)),
+  };
 }
 
 /**

@@ -8,6 +8,7 @@ import {
   IN_PROGRESS,
   OWNED_CONDITION,
   OWNED_NAMES,
+  UNMARKED_CONDITION,
   finishedBy,
   isWaiting,
   ownedBy,
@@ -22,14 +23,15 @@ import {
   sizeOf,
   str,
 } from './dynamodb-item.js';
+import { DynamoDbLease } from './dynamodb-lease.js';
 import type { DynamoDbRecords } from './dynamodb-records.js';
 import { isItemTooLarge, loadDynamoDbSdk } from './dynamodb-sdk.js';
 
 /**
- * @internal Finishes a claim: writes the response, clears the steps (and
- * with them the key's binding to its request) and sets the TTL attribute in
- * one conditional UpdateItem fenced by the owner. A response too large for
- * the item is recorded as not replayable instead. The key's generation goes
+ * @internal Finishes a claim: writes the response, clears the steps and
+ * the key's binding to its request (`bound_until`, `bound`) and sets the
+ * TTL attribute in one conditional UpdateItem fenced by the owner. A
+ * response too large for the item is recorded as not replayable instead. The key's generation goes
  * too: the record is claimed again only once expired, with a new one, and
  * a claim that finds none writes one in its own request.
  */
@@ -77,7 +79,7 @@ export async function completeClaim(
             ? ' response_headers = :headers, response_body = :body,'
             : '') +
           ' expires_at = :expires, #ttl = :ttl' +
-          ' REMOVE lease_expires_at, steps, waiting, bound_until, generation',
+          ' REMOVE lease_expires_at, steps, waiting, bound_until, generation, bound',
         ConditionExpression: OWNED_CONDITION,
         ExpressionAttributeNames: { ...OWNED_NAMES, '#ttl': 'ttl' },
         ExpressionAttributeValues: values,
@@ -106,31 +108,38 @@ export async function completeClaim(
 }
 
 /**
- * @internal Gives a claim up: deletes its item when it has no steps and its
- * generation need not be kept; otherwise keeps it for the next attempt
- * (one write more after a refused deletion, or the only one with
- * `keepGeneration`), in progress with no owner and its lease run out, its
- * steps, fingerprint, binding and generation kept until the key expires.
+ * @internal Gives a claim up: deletes its item when its key is not bound to
+ * its request (no `bound` mark, no steps) and `bind` is false; otherwise
+ * keeps it for the next attempt of the same request, in progress with no
+ * owner and its lease run out, its steps, fingerprint, binding and
+ * generation kept until the key expires. With `bind`, the key is marked
+ * bound in the same write (as by `bind()`). One write, but a second one
+ * after a deletion refused for a binding that the lease's handle did not
+ * know of (see {@link DynamoDbLease}).
  */
 export async function releaseClaim(
   records: DynamoDbRecords,
   lease: Lease,
-  keepGeneration = false,
+  bind = false,
 ): Promise<FencedWrite> {
   const sdk = await loadDynamoDbSdk();
-  const values = {
+  const fence = {
     ':owner': str(lease.owner),
     ':inProgress': IN_PROGRESS,
+    ':zero': num(0),
   };
+  const known = DynamoDbLease.isBound(lease);
   let old: Item | undefined;
-  if (!keepGeneration) {
+  if (!bind && !known) {
     const deleted = await records.conditional(
       new sdk.DeleteItemCommand({
         TableName: records.tableName,
         Key: itemKey(lease),
-        ConditionExpression: `${OWNED_CONDITION} AND (attribute_not_exists(steps) OR size(steps) = :zero)`,
+        ConditionExpression:
+          `${OWNED_CONDITION} AND ${UNMARKED_CONDITION}` +
+          ' AND (attribute_not_exists(steps) OR size(steps) = :zero)',
         ExpressionAttributeNames: OWNED_NAMES,
-        ExpressionAttributeValues: { ...values, ':zero': num(0) },
+        ExpressionAttributeValues: { ...fence, ':false': { BOOL: false } },
         ReturnValues: 'ALL_OLD',
         ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
       }),
@@ -140,16 +149,21 @@ export async function releaseClaim(
       return { fenced: false, waiting: false };
     }
   }
-  // Refused for its steps (or the server did not say why), or to be kept
-  // with its generation.
+  // Bound, to be bound, or refused for its steps or its binding (or the
+  // server did not say why): kept, marked bound unless known so already.
+  const mark = bind && !known;
   old ??= await records.fenced(
     new sdk.UpdateItemCommand({
       TableName: records.tableName,
       Key: itemKey(lease),
-      UpdateExpression: 'SET lease_expires_at = :zero REMOVE #owner, waiting',
+      UpdateExpression: mark
+        ? 'SET lease_expires_at = :zero, bound = :true REMOVE #owner, waiting'
+        : 'SET lease_expires_at = :zero REMOVE #owner, waiting',
       ConditionExpression: OWNED_CONDITION,
       ExpressionAttributeNames: OWNED_NAMES,
-      ExpressionAttributeValues: { ...values, ':zero': num(0) },
+      ExpressionAttributeValues: mark
+        ? { ...fence, ':true': { BOOL: true } }
+        : fence,
       ReturnValues: 'ALL_OLD',
     }),
   );

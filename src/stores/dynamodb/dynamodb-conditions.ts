@@ -80,32 +80,52 @@ export const CLAIMABLE_CONDITION =
   ' OR (#status = :inProgress AND (attribute_not_exists(lease_expires_at) OR lease_expires_at <= :now)))';
 
 /**
+ * Whether an item carries the mark of a key bound to its request (attribute
+ * `bound`, true): written by `bind()` (a step is about to begin) or by a
+ * release that binds it (its attempt derived keys), kept by every claim of
+ * the key while it lives, and cleared by the completion. The binding lasts
+ * as long as the key: until its `expires_at`, which each claim pushes on.
+ */
+export function markedBound(item: Item): boolean {
+  return Boolean(item.bound && 'BOOL' in item.bound && item.bound.BOOL);
+}
+
+/**
  * Whether the key of an item is bound at `now` to a request other than the
- * one of `fingerprint`: a step of the request that claimed it (the item's
- * `fingerprint`) committed and has not expired (`bound_until`, the latest
- * expiry of its steps), whatever became of the claim that saved it
- * (released, lease run out). Completion clears the binding with the steps.
+ * one of `fingerprint` (the item's `fingerprint` is the request it is bound
+ * to), whatever became of the claim that bound it (released, lease run out):
+ * marked {@link markedBound} while the key lives, or by a committed step
+ * that has not expired (`bound_until`, the latest expiry of its steps).
+ * Completion clears both.
  */
 export function boundElsewhere(
   item: Item,
   fingerprint: string,
   now: number,
 ): boolean {
-  const boundUntil = numberOf(item.bound_until);
+  const boundUntil = numberOf(item.bound_until) ?? 0;
+  const expiresAt = numberOf(item.expires_at) ?? 0;
   return (
-    boundUntil !== undefined &&
-    boundUntil > now &&
+    (boundUntil > now || (markedBound(item) && expiresAt > now)) &&
     stringOf(item.fingerprint) !== fingerprint
   );
 }
 
 /**
+ * The condition of an item not marked {@link markedBound} (`:false`: the
+ * attribute value false).
+ */
+export const UNMARKED_CONDITION =
+  '(attribute_not_exists(bound) OR bound = :false)';
+
+/**
  * The condition of a key not {@link boundElsewhere} to another request than
  * `:fingerprint`, as a condition expression (`:now` as in
- * {@link CLAIMABLE_CONDITION}).
+ * {@link CLAIMABLE_CONDITION}, `:false` as in {@link UNMARKED_CONDITION}).
  */
 export const UNBOUND_CONDITION =
-  '(attribute_not_exists(bound_until) OR bound_until <= :now OR fingerprint = :fingerprint)';
+  '(fingerprint = :fingerprint OR ((attribute_not_exists(bound_until) OR bound_until <= :now)' +
+  ` AND (${UNMARKED_CONDITION} OR expires_at <= :now)))`;
 
 /**
  * Whether the generation an item carries is still its key's at `now`: the

@@ -14,6 +14,7 @@ import {
   stepsOf,
   str,
 } from './dynamodb-item.js';
+import { DynamoDbLease } from './dynamodb-lease.js';
 import type { DynamoDbRecords } from './dynamodb-records.js';
 import { isItemTooLarge, loadDynamoDbSdk } from './dynamodb-sdk.js';
 
@@ -118,4 +119,41 @@ export async function saveStepResult(
   } catch (error) {
     throw isItemTooLarge(error) ? tooLarge() : error;
   }
+}
+
+/**
+ * @internal Binds the key to the lease's request before a step runs: marks
+ * the item `bound` in one conditional UpdateItem fenced by the owner and the
+ * claim's fingerprint (acknowledged once durable, as every DynamoDB write).
+ * The mark holds until the key completes or expires, through releases and
+ * takeovers (see `markedBound`). A request the SDK sends again after a lost
+ * reply finds the claim still its own, and writes the same.
+ * @returns false when the claim was lost.
+ */
+export async function bindClaim(
+  records: DynamoDbRecords,
+  lease: StepLease,
+): Promise<boolean> {
+  const sdk = await loadDynamoDbSdk();
+  const written = await records.fenced(
+    new sdk.UpdateItemCommand({
+      TableName: records.tableName,
+      Key: itemKey(lease),
+      UpdateExpression: 'SET bound = :true',
+      ConditionExpression: `${OWNED_CONDITION} AND fingerprint = :fingerprint`,
+      ExpressionAttributeNames: OWNED_NAMES,
+      ExpressionAttributeValues: {
+        ':true': { BOOL: true },
+        ':fingerprint': str(lease.fingerprint),
+        ':owner': str(lease.owner),
+        ':inProgress': IN_PROGRESS,
+      },
+      ReturnValues: 'NONE',
+    }),
+  );
+  if (written === undefined) {
+    return false;
+  }
+  DynamoDbLease.bound(lease);
+  return true;
 }

@@ -14,7 +14,7 @@ import { claimKey, renewLeases } from './dynamodb-claim.js';
 import { DynamoDbCollection } from './dynamodb-collection.js';
 import { completeClaim, releaseClaim } from './dynamodb-completion.js';
 import { DynamoDbRecords } from './dynamodb-records.js';
-import { readStepResult, saveStepResult } from './dynamodb-steps.js';
+import { bindClaim, readStepResult, saveStepResult } from './dynamodb-steps.js';
 import {
   DEFAULT_DYNAMODB_TABLE_NAME,
   type DynamoDbIdempotencyStoreOptions,
@@ -32,14 +32,17 @@ import { createDynamoDbTable } from './dynamodb-table.js';
  * recovery points live in the item too (a map `steps`), so that every
  * fenced write is one conditional UpdateItem on one item: a claim (with
  * `ReturnValuesOnConditionCheckFailure` so that a refused claim reads the
- * record that holds the key in the same round trip), a renewal, a step, and
- * a completion that clears the steps in the same write.
- * A step binds the key to the request that saved it (the item's
- * `fingerprint`) until it expires (`bound_until`, written by the step's
- * write) or the key completes: the claim's condition refuses another
- * request's claim of a bound key, released or past its lease, in the same
- * one request, and a step is read back only by its own request (each step
- * carries its fingerprint).
+ * record that holds the key in the same round trip), a renewal, a binding,
+ * a step, and a completion that clears the steps in the same write.
+ * A key is bound to the request that claimed it (the item's `fingerprint`)
+ * by `bind()` before a step runs, and by a release told to bind it (both
+ * mark the item `bound`, which holds while the key lives: every claim
+ * pushes its `expires_at` on), and by a committed step until it expires
+ * (`bound_until`, written by the step's write); the completion ends the
+ * binding. The claim's condition refuses another request's claim of a
+ * bound key, released or past its lease, in the same one request, and a
+ * step is read back only by its own request (each step carries its
+ * fingerprint).
  * Expiry is decided from the item's own timestamps (ms), with the
  * application's clock (keep the instances' clocks in sync: a skew lengthens
  * or shortens leases by as much): DynamoDB's TTL (attribute `ttl`, epoch
@@ -48,8 +51,8 @@ import { createDynamoDbTable } from './dynamodb-table.js';
  * claim, and TTL would delete the steps unseen): the collector
  * (`IdempotencyCollector`) hands its steps over, then deletes it.
  * The key's generation (`generation`, a random UUID) lives in the item while
- * it is a claim: kept by a takeover and by a release that keeps it (the item
- * stays, ownerless) until the claim's `expires_at` and its steps'
+ * it is a claim: kept by a takeover and by a release of a bound key (the
+ * item stays, ownerless) until the claim's `expires_at` and its steps'
  * `bound_until` have both passed; the completion removes it.
  *
  * DynamoDB has no notifications: `watching` is false and `notify()` does
@@ -121,8 +124,9 @@ export class DynamoDbIdempotencyStore implements IdempotencyStore {
    * that holds the key (in progress, with the fingerprint of the request it
    * is bound to). A duplicate that waits marks the claim `waiting` with a
    * second, conditional write. The same write keeps the key's generation
-   * (a takeover, a claim after a release that kept it) or starts one, and
-   * returns it; a claim past its expiry whose item still carries the
+   * and its binding (a takeover, a claim after the release of a bound key)
+   * or starts a generation, and returns them (the binding in the claim's
+   * handle); a claim past its expiry whose item still carries the
    * generation it had takes a second write to start a new one.
    */
   claim(request: ClaimRequest): Promise<ClaimOutcome> {
@@ -150,16 +154,28 @@ export class DynamoDbIdempotencyStore implements IdempotencyStore {
   }
 
   /**
-   * Deletes the claim's item when it has no steps and `keepGeneration` is
-   * false; otherwise keeps it for the next attempt (a second write after the
-   * refused deletion, or the only one with `keepGeneration`), in progress
-   * with no owner and its lease run out: its steps, its fingerprint and its
-   * binding stay, so that only the same request claims it again while a
-   * step lives, and its generation stays for the next claim until the key
-   * expires.
+   * Deletes the claim's item when its key is not bound to its request and
+   * `bind` is false; otherwise keeps it for the next attempt, in progress
+   * with no owner and its lease run out (marked `bound` with `bind`): its
+   * steps, its fingerprint, its binding and its generation stay, so that
+   * only the same request claims it again, with the same generation, until
+   * the key expires. One conditional write: a DeleteItem, or an UpdateItem
+   * where the claim's handle knows the key bound or `bind` is true; a
+   * deletion refused for a binding the handle did not know of is followed
+   * by the UpdateItem.
    */
-  release(lease: Lease, keepGeneration?: boolean): Promise<FencedWrite> {
-    return releaseClaim(this.records, lease, keepGeneration);
+  release(lease: Lease, bind?: boolean): Promise<FencedWrite> {
+    return releaseClaim(this.records, lease, bind);
+  }
+
+  /**
+   * Marks the claim's item `bound` in one conditional UpdateItem fenced by
+   * the owner (and the claim's fingerprint): until the key completes or
+   * expires, only the same request claims it again, with the same
+   * generation.
+   */
+  bind(lease: StepLease): Promise<boolean> {
+    return bindClaim(this.records, lease);
   }
 
   /**
