@@ -20,7 +20,7 @@ import { CLAIM, COMPLETE } from '../../src/stores/redis/redis.scripts.js';
 import { describeIf, describeWithServer } from '../utils/server.js';
 import { until } from '../utils/barrier.js';
 import { describeStoreConformance } from './conformance.js';
-import { asTheModuleCallsIt } from '../utils/store-handles.js';
+import { asTheModuleCallsIt, generationOf } from '../utils/store-handles.js';
 
 /** Where a server listens. */
 interface Address {
@@ -280,6 +280,8 @@ function storeTests(server: () => Address): void {
   const keys = new RedisKeys(PREFIX);
   const recordOf = (key: string) => keys.record(RedisKeys.id(scope, key));
   const stepsOf = (key: string) => keys.steps(RedisKeys.id(scope, key));
+  const generationKeyOf = (key: string) =>
+    keys.generation(RedisKeys.id(scope, key));
 
   it('completes a claim without steps by SET IFEQ where the server has it, writing the record the script writes; where it refuses it, by the script, and stops asking', async () => {
     const ifEq = await hasIfEq(client);
@@ -323,12 +325,15 @@ function storeTests(server: () => Address): void {
         // As MONITOR shows it: newlines escaped.
         claimed.replaceAll('\n', '\\n'),
       ];
-      const script = ['evalsha', COMPLETE.sha, '2', recordOf('if-eq')];
+      const script = ['evalsha', COMPLETE.sha, '3', recordOf('if-eq')];
       expect(
         (await monitor.take()).map((args) =>
           args[0] === 'evalsha' ? args.slice(0, 4) : args,
         ),
       ).toEqual([
+        // The key's generation first, in the same write: the claim's owner
+        // where the key has none, kept for the claim's ttl.
+        ['set', generationKeyOf('if-eq'), plain.owner, 'PX', ttl, 'NX'],
         [
           'set',
           recordOf('if-eq'),
@@ -381,7 +386,10 @@ function storeTests(server: () => Address): void {
         waiting: false,
       });
       expect(await reader.exists(stepsOf('if-eq-steps'))).toBe(0);
-      // A stale owner: fenced off, whichever way it tries.
+      // A stale owner: fenced off, whichever way it tries. The claim that
+      // takes over (the key's generation outlived the lease) is the
+      // script's, which reads the generation, but the stale owner's
+      // completion still tries SET IFEQ, whose value no longer matches.
       const stale = attempt('if-eq-stale');
       await fresh.claim(stale);
       await fresh.renew([{ ...stale, durationMs: 0 }]);
@@ -401,13 +409,16 @@ function storeTests(server: () => Address): void {
       expect(names.filter((name) => name === 'exists')).toHaveLength(
         ifEq ? 6 : 0,
       );
+      // Two for each claim (its generation, its record).
       expect(names.filter((name) => name === 'set').length).toBe(
-        ifEq ? 6 + 2 : 6,
+        ifEq ? 12 + 2 : 12,
       );
       // The completions of the waited claim, of the one after steps and of
-      // the stale owner; the claims of the waiting duplicate and of the one
-      // after steps (its key bound), the step, the two renewals.
-      expect(names.filter((name) => name === 'evalsha')).toHaveLength(8);
+      // the stale owner; the claims of the waiting duplicate, of the one
+      // after steps (its key bound) and of the one that took over the
+      // stale owner's (the key had a generation), the step, the two
+      // renewals.
+      expect(names.filter((name) => name === 'evalsha')).toHaveLength(9);
     } finally {
       monitor.close();
       await quit(reader);
@@ -450,9 +461,10 @@ function storeTests(server: () => Address): void {
       socket._write = write;
       socket._writev = writev;
     }
-    // Ten claims in one write (each with its EXISTS of the steps where the
-    // server has SET IFEQ), then ten completions in another.
-    expect(writes).toEqual([ifEq ? 20 : 10, 10]);
+    // Ten claims in one write (each a SET NX of the key's generation, one
+    // of its record, and the EXISTS of its steps where the server has SET
+    // IFEQ), then ten completions in another.
+    expect(writes).toEqual([ifEq ? 30 : 20, 10]);
     expect(socket.writableCorked).toBe(0);
   });
 
@@ -530,8 +542,9 @@ function storeTests(server: () => Address): void {
     const written = (await keysOf(client, PREFIX)).filter((key) =>
       odd.some((k) => key.includes(RedisKeys.id(scope, k))),
     );
-    // A record and its steps, for each key: no two keys share a record.
-    expect(written).toHaveLength(odd.length * 2);
+    // A record, its steps and its generation, for each key: no two keys
+    // share a record.
+    expect(written).toHaveLength(odd.length * 3);
     const tags = new Set<string>();
     for (const key of written) {
       // Redis hashes the part between the first "{" and the next "}".
@@ -544,6 +557,7 @@ function storeTests(server: () => Address): void {
     for (const key of odd) {
       const id = RedisKeys.id(scope, key);
       expect(slotOf(keys.steps(id))).toBe(slotOf(keys.record(id)));
+      expect(slotOf(keys.generation(id))).toBe(slotOf(keys.record(id)));
       expect(slotOf(keys.record(id))).toBe(slotOf(`{${id}}`));
     }
   });
@@ -581,10 +595,19 @@ function storeTests(server: () => Address): void {
           expect(key.startsWith(PREFIX)).toBe(true);
         }
       }
-      // A replay is one plain SET NX, which finds the record: no script
-      // (where the server has SET IFEQ, the EXISTS of the key's steps goes
-      // with it, in the same write).
+      // A replay is one plain SET NX, which finds the record, after the
+      // SET NX of the key's generation, which finds it: no script (where
+      // the server has SET IFEQ, the EXISTS of the key's steps goes with
+      // them, in the same write).
       const set = (key: string) => [
+        [
+          'set',
+          generationKeyOf(key),
+          expect.any(String),
+          'PX',
+          '3600000',
+          'NX',
+        ],
         ['set', recordOf(key), expect.any(String), 'PX', '60000', 'NX', 'GET'],
         ...(ifEq ? [['exists', stepsOf(key)]] : []),
       ];
@@ -597,7 +620,14 @@ function storeTests(server: () => Address): void {
       await store.claim(attempt('monitored-held'));
       expect(await monitor.take()).toEqual([
         ...set('monitored-held'),
-        ['evalsha', CLAIM.sha, '1', recordOf('monitored-held'), ...anyArgs(6)],
+        [
+          'evalsha',
+          CLAIM.sha,
+          '2',
+          recordOf('monitored-held'),
+          generationKeyOf('monitored-held'),
+          ...anyArgs(7),
+        ],
       ]);
       // The server lost its scripts (a restart, a failover, SCRIPT FLUSH).
       await client.script('FLUSH');
@@ -607,6 +637,7 @@ function storeTests(server: () => Address): void {
       const exists = ifEq ? ['exists'] : [];
       expect((await monitor.take()).map(([name]) => name)).toEqual([
         'set',
+        'set',
         ...exists,
         'evalsha',
         'eval',
@@ -614,6 +645,7 @@ function storeTests(server: () => Address): void {
       expect(await client.script('EXISTS', CLAIM.sha)).toEqual([1]);
       await store.claim(attempt('monitored-held'));
       expect((await monitor.take()).map(([name]) => name)).toEqual([
+        'set',
         'set',
         ...exists,
         'evalsha',
@@ -779,6 +811,123 @@ function storeTests(server: () => Address): void {
     expect(finished).toBeLessThanOrEqual(30_000);
   });
 
+  it("keeps the key's generation beside the record: past the lease of a claim, for its ttl; never written by a replay; ended with a record that expires before it", async () => {
+    const first = attempt('generation');
+    await store.claim(first);
+    // The key had none: the claim's owner token starts one.
+    expect(generationOf(first)).toBe(first.owner);
+    expect(await client.get(generationKeyOf('generation'))).toBe(first.owner);
+    expect(await client.pttl(generationKeyOf('generation'))).toBeGreaterThan(
+      3_500_000,
+    );
+    // Its instance died: the lease ran out, and the record with it.
+    await store.renew([{ ...first, durationMs: 0 }]);
+    expect(await client.exists(recordOf('generation'))).toBe(0);
+    // Set back, as if an hour had gone by less a minute: the claim that
+    // takes over keeps the generation, for its own ttl from now.
+    await client.pexpire(generationKeyOf('generation'), 60_000);
+    const next = attempt('generation');
+    expect(await store.claim(next)).toEqual({ state: 'claimed' });
+    expect(generationOf(next)).toBe(first.owner);
+    expect(await client.pttl(generationKeyOf('generation'))).toBeGreaterThan(
+      3_500_000,
+    );
+    // Completed for as long as the claim kept the generation: it stays,
+    // and expires first (or in the same ms).
+    await store.complete(next, completion, undefined);
+    const expiryOf = async (key: string) =>
+      Number(await client.call('PEXPIRETIME', key));
+    const generationEnds = await expiryOf(generationKeyOf('generation'));
+    expect(generationEnds).toBeLessThanOrEqual(
+      await expiryOf(recordOf('generation')),
+    );
+    // A replay finds it: its SET NX writes nothing.
+    expect(await store.claim(attempt('generation'))).toMatchObject({
+      state: 'finished',
+    });
+    expect(await client.get(generationKeyOf('generation'))).toBe(first.owner);
+    expect(await expiryOf(generationKeyOf('generation'))).toBe(generationEnds);
+
+    // A record kept for less time than its claim kept the generation:
+    // the completion (never SET IFEQ, which cannot touch it) ends the
+    // generation, so that the key starts a new one once the record expired.
+    const short = attempt('generation-short');
+    await store.claim(short);
+    expect(
+      await store.complete(short, { ...completion, ttlMs: 30_000 }, undefined),
+    ).toEqual({ fenced: true, waiting: false });
+    expect(await client.exists(generationKeyOf('generation-short'))).toBe(0);
+    expect(await client.pttl(recordOf('generation-short'))).toBeGreaterThan(
+      25_000,
+    );
+  });
+
+  it('binds a key until its generation ends, by bind() or a release that binds it, keeping the generation; a release that does not frees the key with a new one; a step keeps the generation as long as it binds the key', async () => {
+    // bind(): the claim's lease moves into its value, bound until the
+    // key's generation ends.
+    const live = attempt('bind-live');
+    await store.claim(live);
+    expect(await store.bind(live)).toBe(true);
+    const bound = (await client.get(recordOf('bind-live')))!;
+    const [, lease, binding] = /^b- (\d+) (\d+) /.exec(bound)!;
+    expect(bound).toBe(
+      `b- ${lease} ${binding} ${live.owner}\n"fp"\n["POST","/redis"]`,
+    );
+    const generationEnds =
+      Date.now() + (await client.pttl(generationKeyOf('bind-live')));
+    expect(Math.abs(Number(binding) - generationEnds)).toBeLessThan(1_000);
+    expect(await client.pttl(recordOf('bind-live'))).toBeGreaterThan(3_500_000);
+
+    // A release that binds: the record stays, ownerless, bound as long.
+    const kept = attempt('release-bind');
+    await store.claim(kept);
+    await store.release(kept, true);
+    expect(await client.get(recordOf('release-bind'))).toMatch(
+      /^b- 0 \d+ \n"fp"\n/,
+    );
+    expect(await client.pttl(recordOf('release-bind'))).toBeGreaterThan(
+      3_500_000,
+    );
+    expect(await client.get(generationKeyOf('release-bind'))).toBe(kept.owner);
+    expect(
+      await store.claim(attempt('release-bind', { fingerprint: 'fp-other' })),
+    ).toEqual({ state: 'in_progress', fingerprint: 'fp', leaseMs: 0 });
+    const retry = attempt('release-bind');
+    expect(await store.claim(retry)).toEqual({ state: 'claimed' });
+    expect(generationOf(retry)).toBe(kept.owner);
+
+    // A release that does not: record and generation go.
+    const dropped = attempt('release-dropped');
+    await store.claim(dropped);
+    await store.release(dropped);
+    expect(await client.exists(recordOf('release-dropped'))).toBe(0);
+    expect(await client.exists(generationKeyOf('release-dropped'))).toBe(0);
+    const after = attempt('release-dropped', { fingerprint: 'fp-other' });
+    expect(await store.claim(after)).toEqual({ state: 'claimed' });
+    expect(generationOf(after)).toBe(after.owner);
+
+    // A claim kept its generation for its lease (2 s, its ttl shorter); its
+    // step binds the key for an hour, and the generation with it.
+    const stepped = attempt('release-bound', { leaseMs: 2_000, ttlMs: 1_000 });
+    await store.claim(stepped);
+    expect(
+      await client.pttl(generationKeyOf('release-bound')),
+    ).toBeLessThanOrEqual(2_000);
+    expect(await store.saveStep(stepped, 'charge', 'ch_1', 3_600_000)).toBe(
+      true,
+    );
+    expect(await client.pttl(generationKeyOf('release-bound'))).toBeGreaterThan(
+      3_500_000,
+    );
+    await store.release(stepped);
+    const resumed = attempt('release-bound');
+    expect(await store.claim(resumed)).toEqual({ state: 'claimed' });
+    expect(generationOf(resumed)).toBe(stepped.owner);
+    expect(await store.readStep(resumed, 'charge')).toEqual({
+      result: 'ch_1',
+    });
+  });
+
   it('stores a binary body (every byte value, 64 KiB) and replays it byte for byte', async () => {
     const body = Buffer.concat([
       Buffer.from(Array.from({ length: 256 }, (_, byte) => byte)),
@@ -909,6 +1058,8 @@ function storeTests(server: () => Address): void {
     const claim = attempt('own-client');
     expect(await own.claim(claim)).toEqual({
       state: 'claimed',
+      // A generation of its own: the key had none.
+      generation: claim.owner,
       lease: expect.objectContaining({
         scope: claim.scope,
         key: claim.key,

@@ -31,7 +31,7 @@ export class RedisKeys {
     return hash('sha256', RedisKeys.identity(scope, key), 'base64url');
   }
 
-  /** The hash of the record. */
+  /** The record (a string: see redis-record.ts). */
   record(id: string): string {
     return `${this.prefix}{${id}}:record`;
   }
@@ -39,5 +39,13 @@ export class RedisKeys {
   /** The hash of the record's steps (field `s:<step>`, plus `id`). */
   steps(id: string): string {
     return `${this.prefix}{${id}}:steps`;
+  }
+
+  /**
+   * The key's generation (a string): kept beside the record, so that it
+   * outlives the leases of the key's claims (see redis.scripts.ts).
+   */
+  generation(id: string): string {
+    return `${this.prefix}{${id}}:generation`;
   }
 }

@@ -18,7 +18,16 @@ function refusesIfEq(error: unknown): boolean {
   return error instanceof Error && /^ERR syntax error/i.test(error.message);
 }
 
-const CLAIMED: ClaimOutcome = { state: 'claimed' };
+/**
+ * @internal What the plain path made of a claim: its outcome, or `script`
+ * for what the claim script decides (with the store's handle, when the
+ * `SET NX` wrote the claim on a key without steps, but found the key's
+ * generation: the script reads it).
+ */
+export type PlainClaim =
+  ClaimOutcome | { readonly state: 'script'; readonly lease?: RedisClaim };
+
+const SCRIPT: PlainClaim = { state: 'script' };
 
 /**
  * @internal The Redis store's path without scripts, for keys without
@@ -27,7 +36,8 @@ const CLAIMED: ClaimOutcome = { state: 'claimed' };
  * steps completes by `SET … IFEQ` of the value its claim wrote, where the
  * server has it (Valkey 8.1, Redis 8.4). What it cannot decide (a claim
  * held by another attempt or bound by a step, a record past its own
- * expiry, a claim's value that changed) is left to the scripts.
+ * expiry, a key whose generation outlived its last claim, a claim's value
+ * that changed) is left to the scripts.
  */
 export class RedisPlainCommands {
   /**
@@ -43,17 +53,27 @@ export class RedisPlainCommands {
 
   /**
    * Claims the record `id` for `request` by one `SET NX PX GET` of `value`
-   * (its in-progress value) for `leaseMs` (at least 1): claimed, with the
-   * store's handle ({@link RedisClaim}) when the key has no steps; the
-   * finished record that holds it; or undefined, for the claim script.
+   * (its in-progress value) for `leaseMs` (at least 1), after a `SET NX` of
+   * the key's generation (the owner token) for `generationMs`, in the same
+   * write: claimed in a generation of its own, with the store's handle
+   * ({@link RedisClaim}) when the key has no steps; the finished record that
+   * holds it; or `script`, for the claim script (see CLAIM).
    */
   async claim(
     request: ClaimRequest,
     id: string,
     value: string,
     leaseMs: number,
-  ): Promise<ClaimOutcome | undefined> {
+    generationMs: number,
+  ): Promise<PlainClaim> {
     batchWrites(this.client);
+    const started = this.client.set(
+      this.keys.generation(id),
+      request.owner,
+      'PX',
+      generationMs,
+      'NX',
+    );
     const claimed = this.client.setBuffer(
       this.keys.record(id),
       value,
@@ -75,26 +95,27 @@ export class RedisPlainCommands {
       this.ifEq === false
         ? undefined
         : this.client.exists(this.keys.steps(id)).catch(() => undefined);
-    const held = await claimed;
+    const [generation, held] = await Promise.all([started, claimed]);
     if (held === null) {
-      return steps && (await steps) === 0
-        ? { state: 'claimed', lease: new RedisClaim(request, value) }
-        : CLAIMED;
+      const lease =
+        steps && (await steps) === 0
+          ? new RedisClaim(request, value, generationMs)
+          : undefined;
+      if (generation !== 'OK') {
+        return lease ? { state: 'script', lease } : SCRIPT;
+      }
+      return lease
+        ? { state: 'claimed', lease, generation: request.owner }
+        : { state: 'claimed', generation: request.owner };
     }
     const found = decodeRecord(held);
-    // Its claim sent again (see CLAIM). A claim bound by a step holds its
-    // lease in its value: the script tells whether it still holds.
-    if (
-      found.state === 'in_progress' &&
-      !found.bound &&
-      found.owner === request.owner
-    ) {
-      return CLAIMED;
-    }
     if (found.state === 'finished' && found.expiresAt > Date.now()) {
       return { state: 'finished', record: found.record };
     }
-    return undefined;
+    // Its claim sent again (see CLAIM), a claim held by another attempt or
+    // bound by a step (its lease is in its value), a record past its own
+    // expiry: the script decides.
+    return SCRIPT;
   }
 
   /**
@@ -103,7 +124,10 @@ export class RedisPlainCommands {
    * (see {@link RedisClaim.take}), `finished` is the record whole and the
    * server has the option: whether it wrote. False leaves the completion
    * to the script: a value that changed (a duplicate waits, the lease was
-   * taken over), a server without `SET … IFEQ`, any other lease.
+   * taken over), a server without `SET … IFEQ`, any other lease, and a
+   * record kept for less time than the claim kept the key's generation
+   * (this command leaves the generation as it is, and it must not outlive
+   * the record: see COMPLETE).
    * @throws what the command threw, unless the server refused the option.
    */
   async complete(
@@ -117,6 +141,7 @@ export class RedisPlainCommands {
       finished === undefined ||
       claimed === undefined ||
       ttlMs <= 0 ||
+      claimed.generationMs > ttlMs ||
       this.ifEq === false
     ) {
       return false;
@@ -129,7 +154,7 @@ export class RedisPlainCommands {
         'PX',
         ttlMs,
         'IFEQ',
-        claimed,
+        claimed.written,
       );
       this.ifEq = true;
       return reply === 'OK';

@@ -14,14 +14,16 @@ import type {
  *     i<w> <owner>\n<fingerprint JSON>\n<[method, path] JSON>
  *
  * where `<w>` is `w` once a duplicate waits for it, else `-`. Once the
- * claim saved a step (a recovery point), its key is bound to its request
- * (see `StepLease`), and the value becomes
+ * claim saved a step (a recovery point), or was bound to its request
+ * (`bind()`, a release that binds), its key is bound to its request (see
+ * `StepLease`, `IdempotencyStore.bind`), and the value becomes
  *
  *     b<w> <lease end> <binding end> <owner>\n<fingerprint JSON>\n<[method, path] JSON>
  *
- * (ms since the epoch, both by the clock of Redis, `TIME` in the scripts):
- * the lease is in the value, and its key expires at the later of the two,
- * so that it outlives its lease while the binding lasts. Released (or past
+ * (ms since the epoch, both by the clock of Redis, `TIME` in the scripts;
+ * the binding ends with the step, or with the key's generation, whichever
+ * is later): the lease is in the value, and its key expires at the later
+ * of the two, so that it outlives its lease while the binding lasts. Released (or past
  * its lease), it stays, ownerless (`<lease end>` 0 and no owner once
  * released), and only a claim of the same fingerprint takes it over (and
  * resumes after its steps) until the binding ends; a claim of another one

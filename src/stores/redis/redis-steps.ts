@@ -89,7 +89,7 @@ export class RedisSteps {
       runScript<number>(
         this.client,
         SAVE_STEP,
-        [this.keys.record(id), this.keys.steps(id)],
+        [this.keys.record(id), this.keys.steps(id), this.keys.generation(id)],
         [
           lease.owner,
           `s:${step}`,

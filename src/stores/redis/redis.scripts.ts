@@ -17,9 +17,9 @@ function script(name: string, lua: string): RedisScript {
 
 // The claim's owner (ARGV[1]) holds the record (see redis-record.ts): every
 // write of a claim is fenced by it. 105 is 'i' (in progress), 98 'b' (in
-// progress or released, bound to its request by a step), 119 'w' (a
-// duplicate waits). A claim without steps is checked as before, with no
-// more work; a bound one holds while its lease, in its value, has not
+// progress or released, bound to its request), 119 'w' (a duplicate
+// waits). A claim that is not bound is checked as before, with no more
+// work; a bound one holds while its lease, in its value, has not
 // ended by Redis's clock (TIME: Redis 7 and Valkey replicate a script by
 // its effects). For a bound value, sets `now`, `lease` and `bind` (lease
 // and binding ends, ms) and `at` (where its owner begins); `now` stays nil
@@ -37,30 +37,78 @@ if v and not owned and string.byte(v, 1) == 98 then
 end
 `;
 const WAITING = `(string.byte(v, 2) == 119 and 1 or 0)`;
+// After OWNED, for a claim that is not bound (`now` nil): `now`, and its
+// lease and binding ends as a bound value holds them (its lease its key's
+// PX, its binding over), and `at` where its owner begins.
+const TIMES = `if not now then
+  local t = redis.call('TIME')
+  now = t[1] * 1000 + math.floor(t[2] / 1000)
+  lease, bind, at = now + math.max(redis.call('PTTL', KEYS[1]), 0), now, 4
+end
+`;
 
+// A key's generation (`ClaimOutcome.generation`, which the module derives
+// the keys of downstream calls from) is a key of its own beside the record,
+// in its hash slot, not a part of the record: a claim's record expires with
+// its lease (its PX), and the generation must outlive that lease, so that
+// the claim that takes over after a crash derives the same keys, until the
+// key expires (`max(ttl, lease)` after its last claim). Moving the lease
+// into the value instead, as a bound claim has it, would keep the record
+// for the ttl, but the plain `SET NX` of a claim cannot read Redis's clock:
+// every claim would be a script.
+// The plain path sends `SET <generation> <owner> NX PX <keep>` in the
+// write of its `SET NX` of the record, before it: a claim that wrote both
+// started the generation (its owner token, never another claim's); one
+// that found a generation (the record had gone with the lease of a claim
+// whose instance died) is granted by the claim script, which reads it and
+// keeps it `keep` more. Sent with a replay or a refused claim, that
+// `SET NX` writes nothing while the key has a generation, as it has while
+// its record is a claim (bound or not: a binding keeps it as long as the
+// record) and mostly while it is finished; where it writes one, no claim has had it: the first claim that
+// finds it starts it. A generation never outlives a finished record (see
+// COMPLETE), so that the key starts a new one once the record expired.
+// Sent first: a claim that a failover kept (a replica had received the
+// beginning of the write) has its generation.
 /**
- * @internal Claims a key (KEYS[1]: the record) when the plain `SET NX` of
- * the store found it held. ARGV: owner, the claim's value, lease ms, wait
- * ('1'), the fingerprint's line, the instance's clock (ms). Takes over a
- * finished record past its own expiry, whatever Redis's own expiry of the key says;
- * a claim's lease is its key's `PX`. Otherwise returns the record, marking
- * a claim waited for when a duplicate of the same request waits. A claim
- * that the owner already holds is granted again: ioredis sends a command
- * again after a reconnection when its reply was lost, and the first one
- * may have run. A lease of 0 ms is over at once: the claim is granted, and
- * nothing holds the key.
- * A key bound to its request by a step (a `b` value) whose lease ended
- * (released, or not renewed) is taken over by a claim of the same
- * fingerprint only, bound still (its lease in its value, its key kept
+ * @internal Claims a key (KEYS[1]: the record, KEYS[2]: its generation)
+ * when the plain `SET NX` of the store found it held, or found its
+ * generation. ARGV: owner, the claim's value, lease ms, wait ('1'), the
+ * fingerprint's line, the instance's clock (ms), ms the generation is kept
+ * (the claim's ttl, at least its lease). Takes over a finished record past
+ * its own expiry, whatever Redis's own expiry of the key says; a claim's
+ * lease is its key's `PX`. Otherwise returns the record, marking a claim
+ * waited for when a duplicate of the same request waits. A claim that the
+ * owner already holds is granted again: ioredis sends a command again
+ * after a reconnection when its reply was lost, and the first one may have
+ * run. A lease of 0 ms is over at once: the claim is granted, and nothing
+ * holds the key.
+ * A key bound to its request (a `b` value: a step, `bind()`, a release
+ * that binds it) whose lease ended (released, or not renewed) is taken
+ * over by a claim of the same fingerprint only, bound still, now until
+ * the key expires at the earliest (its lease in its value, its key kept
  * until the later of lease and binding ends); a claim of another one gets
  * the value, with no lease left, until the binding ends; then the key is
  * free for any request.
- * Returns {1}, {0, record, lease ms left} (in progress) or {0, record}.
+ * A claim granted keeps the key's generation, or starts one (the owner
+ * token) where the key has none or its record was finished; the
+ * generation is kept for its ms from now, and as long as the record.
+ * Returns {1, generation}, {0, record, lease ms left} (in progress) or
+ * {0, record}.
  */
 export const CLAIM = script(
   'claim',
-  `${OWNED}if owned then
-  return {1}
+  `${OWNED}local function granted(fresh)
+  local g = not fresh and redis.call('GET', KEYS[2]) or ARGV[1]
+  local keep = math.max(tonumber(ARGV[7]), redis.call('PTTL', KEYS[1]))
+  if keep > 0 then
+    redis.call('SET', KEYS[2], g, 'PX', keep)
+  else
+    redis.call('DEL', KEYS[2])
+  end
+  return {1, g}
+end
+if owned then
+  return granted(false)
 end
 if v then
   local first = string.byte(v, 1)
@@ -82,8 +130,9 @@ if v then
         return {0, v, 0}
       end
       local ends = now + tonumber(ARGV[3])
+      bind = math.max(bind, now + tonumber(ARGV[7]))
       redis.call('SET', KEYS[1], 'b- ' .. ends .. ' ' .. bind .. ' ' .. string.sub(ARGV[2], 4), 'PX', math.max(ends, bind) - now)
-      return {1}
+      return granted(false)
     end
   elseif (tonumber(string.match(v, '^%a (%d+)')) or 0) > tonumber(ARGV[6]) then
     return {0, v}
@@ -94,13 +143,18 @@ if tonumber(ARGV[3]) > 0 then
 elseif v then
   redis.call('DEL', KEYS[1])
 end
-return {1}`,
+return granted(v and not now)`,
 );
 
 /**
  * @internal Completes a claim, fenced by its owner (KEYS[1]: the record,
- * KEYS[2]: its steps), and clears the key's steps. ARGV: owner, the finished
- * record, ttl ms (0: the record goes at once). Given two more ARGV (headers
+ * KEYS[2]: its steps, KEYS[3]: its generation), and clears the key's steps.
+ * ARGV: owner, the finished record, ttl ms (0: the record goes at once).
+ * The generation stays if it expires before the record (as a claim's
+ * `SET NX` of it then writes nothing while the record is replayed), and
+ * goes otherwise: once the record expired, the key starts a new one. Its
+ * time to live is read before the record is written, so that it ends
+ * before the record's by Redis's clock. Given two more ARGV (headers
  * JSON, body), the record's second is only its first line (status letter,
  * expiry, response status), and the script adds the claim's fingerprint,
  * method and path, then those: for a caller that has no claim request to
@@ -111,6 +165,10 @@ return {1}`,
 export const COMPLETE = script(
   'complete',
   `${OWNED}if not owned then return {0, 0} end
+local g = redis.call('PTTL', KEYS[3])
+if g == -1 or g >= tonumber(ARGV[3]) then
+  redis.call('DEL', KEYS[3])
+end
 if ARGV[3] == '0' then
   redis.call('DEL', KEYS[1])
 else
@@ -126,21 +184,46 @@ return {1, ${WAITING}}`,
 );
 
 /**
- * @internal Gives a claim up, fenced by its owner (KEYS[1]: the record).
- * ARGV: owner. The key's steps stay for the next attempt. A key bound to
- * its request by a step stays so, ownerless, until its binding ends: only
- * the same request claims it again.
+ * @internal Gives a claim up, fenced by its owner (KEYS[1]: the record,
+ * KEYS[2]: its generation). ARGV: owner, whether to bind the key to the
+ * claim's request ('1': the attempt derived keys), as BIND does. The key's
+ * steps stay for the next attempt. A key bound to its request stays so,
+ * ownerless, until its binding ends: only the same request claims it
+ * again, in the same generation. Any other goes at once, with its
+ * generation.
  * Returns {released, waiting}.
  */
 export const RELEASE = script(
   'release',
   `${OWNED}if not owned then return {0, 0} end
+if ARGV[2] == '1' then
+${TIMES}  bind = math.max(bind, now + redis.call('PTTL', KEYS[2]))
+end
 if now and bind > now then
   redis.call('SET', KEYS[1], 'b- 0 ' .. bind .. ' ' .. string.sub(v, (string.find(v, '\\n', at, true))), 'PX', bind - now)
+  redis.call('PEXPIRE', KEYS[2], bind - now, 'GT')
 else
-  redis.call('DEL', KEYS[1])
+  redis.call('DEL', KEYS[1], KEYS[2])
 end
 return {1, ${WAITING}}`,
+);
+
+/**
+ * @internal Binds a claim's key to its request, fenced by its owner
+ * (KEYS[1]: the record, KEYS[2]: its generation): the record becomes (or
+ * stays) a `b` value, its lease moved from its key's `PX` into it, bound
+ * until the key's generation ends (the key's expiry: a binding that
+ * outlived it would refuse other requests past it), or later where a step
+ * binds it longer. ARGV: owner. Returns 1 when bound.
+ */
+export const BIND = script(
+  'bind',
+  `${OWNED}if not owned then return 0 end
+${TIMES}local ends = now + redis.call('PTTL', KEYS[2])
+if ends > bind then
+  redis.call('SET', KEYS[1], 'b' .. string.sub(v, 2, 2) .. ' ' .. lease .. ' ' .. ends .. ' ' .. string.sub(v, at), 'PX', math.max(lease, ends) - now)
+end
+return 1`,
 );
 
 /**
@@ -171,9 +254,10 @@ return 1`,
 
 /**
  * @internal Saves a step's result, fenced by the claim's owner (KEYS[1]:
- * the record, KEYS[2]: its steps), and binds the key to the claim's
- * request until the step expires (by Redis's clock): the record becomes
- * (or stays) a `b` value, its lease moved from its key's `PX` into it.
+ * the record, KEYS[2]: its steps, KEYS[3]: its generation), and binds the
+ * key to the claim's request until the step expires (by Redis's clock):
+ * the record becomes (or stays) a `b` value, its lease moved from its
+ * key's `PX` into it, and the key's generation is kept as long as it.
  * ARGV: owner, field, value, identity (JSON of scope and key), ms Redis
  * keeps the steps at least, the step's ttl ms, the fingerprint's line of
  * the lease, which must be the claim's (else nothing is saved).
@@ -190,14 +274,11 @@ local keep = tonumber(ARGV[5])
 if redis.call('PTTL', KEYS[2]) < keep then
   redis.call('PEXPIRE', KEYS[2], keep)
 end
-if not now then
-  local t = redis.call('TIME')
-  now = t[1] * 1000 + math.floor(t[2] / 1000)
-  lease, bind, at = now + math.max(redis.call('PTTL', KEYS[1]), 0), now, 4
-end
-local ends = now + tonumber(ARGV[6])
+${TIMES}local ends = now + tonumber(ARGV[6])
 if ends > bind then
-  redis.call('SET', KEYS[1], 'b' .. string.sub(v, 2, 2) .. ' ' .. lease .. ' ' .. ends .. ' ' .. string.sub(v, at), 'PX', math.max(lease, ends) - now)
+  local life = math.max(lease, ends) - now
+  redis.call('SET', KEYS[1], 'b' .. string.sub(v, 2, 2) .. ' ' .. lease .. ' ' .. ends .. ' ' .. string.sub(v, at), 'PX', life)
+  redis.call('PEXPIRE', KEYS[3], life, 'GT')
 end
 return 1`,
 );

@@ -32,6 +32,7 @@ import {
 } from './redis-store.options.js';
 import { RedisSubscription } from './redis-subscription.js';
 import {
+  BIND,
   CLAIM,
   COMPLETE,
   RELEASE,
@@ -41,8 +42,11 @@ import {
   type RedisClient,
 } from './redis.scripts.js';
 
-/** The claim script's reply: {1}, or {0, the record, lease ms left}. */
-type ClaimReply = [1] | [0, Buffer, number?];
+/**
+ * The claim script's reply: {1, the key's generation}, or {0, the record,
+ * lease ms left}.
+ */
+type ClaimReply = [1, Buffer] | [0, Buffer, number?];
 
 /** A duration as the commands take it: whole ms, at least 0. */
 const ms = (value: number): number => Math.max(0, Math.ceil(value));
@@ -54,9 +58,9 @@ const ms = (value: number): number => Math.max(0, Math.ceil(value));
  *
  * Each call is one round trip. A free key is claimed by a plain
  * `SET NX PX GET`, which returns the record holding it otherwise (a replay
- * needs nothing more); completion, release, renewal, steps and a claim of a
- * held key are Lua scripts (sent by SHA1, loaded again when the server lost
- * them), every write fenced by the attempt's owner token. Where the server
+ * needs nothing more); completion, release, renewal, binding, steps and a
+ * claim of a held key are Lua scripts (sent by SHA1, loaded again when the
+ * server lost them), every write fenced by the attempt's owner token. Where the server
  * has `SET … IFEQ` (Valkey 8.1, Redis 8.4), the completion of a claim
  * without steps (an `EXISTS` in the claim's write tells) is that plain
  * command instead, fenced by the claim's value (its owner token in it): the
@@ -64,13 +68,18 @@ const ms = (value: number): number => Math.max(0, Math.ceil(value));
  * key's `PX`, renewed while the handler runs; a finished record expires by
  * `PX`, and by the expiry it carries (stamped by the clock of the instance
  * that completed it) as well: past it, it is taken over even while Redis
- * still holds it. A claim that saved a step binds its key to its request
- * (I6): its record then carries its lease (by Redis's clock) and outlives
- * it, released or not renewed, until the step expires or the key
+ * still holds it. A claim that saved a step, or was bound (`bind()`, or a
+ * release that binds), binds its key to its request (I6): its record then
+ * carries its lease (by Redis's clock) and outlives it, released or not
+ * renewed, until the step expires, the key's generation ends or the key
  * completes, so that the plain `SET NX` of another request finds it and
  * the claim script refuses it, while one of the same request takes it over
- * and resumes (see redis-record.ts); a key without steps is claimed,
- * renewed and released by its `PX` alone. Every key of a (scope, key)
+ * and resumes (see redis-record.ts); a key that is not bound is claimed,
+ * renewed and released by its `PX` alone. The key's generation (I7: what
+ * downstream keys are derived from) is a key of its own beside the
+ * record, which outlives a claim's lease until the key expires: its
+ * `SET NX` goes in the claim's write, and a claim that finds one is the
+ * claim script's (see redis.scripts.ts). Every key of a (scope, key)
  * shares one hash slot (its hash tag is a digest of scope and key), so the
  * store runs on a Redis Cluster. The commands of the requests in flight
  * leave in one socket write (see `batchWrites`).
@@ -157,11 +166,14 @@ export class RedisIdempotencyStore
 
   /**
    * One plain `SET NX PX GET` claims a free key, or returns the record that
-   * holds it (a finished one is replayed from it); a claim held by another
-   * attempt, or a record past its own expiry, goes to the claim script
+   * holds it (a finished one is replayed from it), after a `SET NX` of the
+   * key's generation in the same write; a claim held by another attempt, a
+   * record past its own expiry, or a key that had a generation already
+   * (after a crash, or a release that bound it) goes to the claim script
    * (see {@link RedisPlainCommands}). A claim granted by the `SET NX` on a
-   * key without steps comes with the store's handle (a {@link RedisClaim}),
-   * for its completion.
+   * key without steps comes with the store's handle (a
+   * {@link RedisClaim}), for its completion. The key's generation is kept
+   * for the claim's ttl (at least its lease) after the claim.
    */
   async claim(request: ClaimRequest): Promise<ClaimOutcome> {
     const id = RedisKeys.id(request.scope, request.key);
@@ -172,16 +184,25 @@ export class RedisIdempotencyStore
       request.path,
     );
     const leaseMs = ms(request.leaseMs);
+    const generationMs = Math.max(ms(request.ttlMs), leaseMs);
+    let lease: RedisClaim | undefined;
     if (leaseMs > 0) {
-      const outcome = await this.plain.claim(request, id, value, leaseMs);
-      if (outcome) {
+      const outcome = await this.plain.claim(
+        request,
+        id,
+        value,
+        leaseMs,
+        generationMs,
+      );
+      if (outcome.state !== 'script') {
         return outcome;
       }
+      lease = outcome.lease;
     }
     const reply = await runScriptBuffer<ClaimReply>(
       this.client,
       CLAIM,
-      [this.keys.record(id)],
+      [this.keys.record(id), this.keys.generation(id)],
       [
         request.owner,
         value,
@@ -189,10 +210,14 @@ export class RedisIdempotencyStore
         request.wait ? '1' : '0',
         fingerprintLine(request.fingerprint),
         Date.now(),
+        generationMs,
       ],
     );
     if (reply[0] === 1) {
-      return { state: 'claimed' };
+      const generation = reply[1].toString();
+      return lease
+        ? { state: 'claimed', lease, generation }
+        : { state: 'claimed', generation };
     }
     const found = decodeRecord(reply[1]);
     return found.state === 'in_progress'
@@ -262,7 +287,7 @@ export class RedisIdempotencyStore
     const [fenced, waiting] = await runScript<[number, number]>(
       this.client,
       COMPLETE,
-      [this.keys.record(id), this.keys.steps(id)],
+      [this.keys.record(id), this.keys.steps(id), this.keys.generation(id)],
       value !== undefined
         ? [lease.owner, value, ttlMs]
         : [lease.owner, head, ttlMs, headers, stored?.body ?? ''],
@@ -270,16 +295,41 @@ export class RedisIdempotencyStore
     return { fenced: fenced === 1, waiting: waiting === 1 };
   }
 
-  async release(lease: Lease): Promise<FencedWrite> {
+  /**
+   * Gives the claim up, fenced by the owner: the key is free at once, with
+   * a new generation for the next claim, unless it is bound to its request
+   * (a step, {@link bind}, or `bind` here: see RELEASE).
+   */
+  async release(lease: Lease, bind = false): Promise<FencedWrite> {
     RedisClaim.take(lease);
     const id = RedisKeys.id(lease.scope, lease.key);
     const [fenced, waiting] = await runScript<[number, number]>(
       this.client,
       RELEASE,
-      [this.keys.record(id)],
-      [lease.owner],
+      [this.keys.record(id), this.keys.generation(id)],
+      [lease.owner, bind ? '1' : '0'],
     );
     return { fenced: fenced === 1, waiting: waiting === 1 };
+  }
+
+  /**
+   * Binds the key to the claim's request, fenced by the owner, until the
+   * key's generation ends (see BIND): released, taken over or lost with
+   * its instance, the claim goes to the same request only, in the same
+   * generation. One script.
+   */
+  async bind(lease: StepLease): Promise<boolean> {
+    // Its record changes: a completion by SET IFEQ would find it changed.
+    RedisClaim.take(lease);
+    const id = RedisKeys.id(lease.scope, lease.key);
+    return (
+      (await runScript<number>(
+        this.client,
+        BIND,
+        [this.keys.record(id), this.keys.generation(id)],
+        [lease.owner],
+      )) === 1
+    );
   }
 
   /** Publishes each key's completion on the store's channel. */
