@@ -5,6 +5,7 @@ import { RedisIdempotencyStore } from '../../src/stores/redis/index.js';
 import { RedisKeys } from '../../src/stores/redis/redis-keys.js';
 import { decodeRecord } from '../../src/stores/redis/redis-record.js';
 import {
+  BIND,
   CLAIM,
   COMPLETE,
   READ_STEP,
@@ -32,7 +33,7 @@ import {
 import { startStorePayments } from './store-matrix.module.js';
 
 /** The store's scripts (loaded before the cells). */
-const SCRIPTS = [CLAIM, COMPLETE, READ_STEP, RELEASE, RENEW, SAVE_STEP];
+const SCRIPTS = [BIND, CLAIM, COMPLETE, READ_STEP, RELEASE, RENEW, SAVE_STEP];
 
 const text = (arg: unknown) =>
   Buffer.isBuffer(arg) ? arg.toString('latin1') : String(arg);
@@ -65,9 +66,9 @@ function commandOf(
       return script(SAVE_STEP.sha);
     // ARGV[2], the finished record, begins with its status's letter.
     case 'completion':
-      return script(COMPLETE.sha, (args) => text(args[5]).startsWith('c '));
+      return script(COMPLETE.sha, (args) => text(args[6]).startsWith('c '));
     case 'stored error':
-      return script(COMPLETE.sha, (args) => text(args[5]).startsWith('f '));
+      return script(COMPLETE.sha, (args) => text(args[6]).startsWith('f '));
     case 'release':
       return script(RELEASE.sha);
     case 'renewal':
