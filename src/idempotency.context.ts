@@ -107,6 +107,12 @@ export class IdempotencyContext {
    * went through but whose step never committed, the retry sends the same
    * key, and the downstream service deduplicates the call.
    *
+   * Call it inside `step()` (or use `fetch()`): a step binds the key to its
+   * request before it runs, so that no other request under the key runs
+   * until it expires, even if this attempt's instance dies during the
+   * call. A key derived outside a step binds it only when the attempt
+   * fails and releases it, not when its instance dies.
+   *
    * Its format: a UUID of version 8 (RFC 9562), 36 characters of lower-case
    * hexadecimal and hyphens, made of the SHA-256 of those parts; a gateway
    * that asks for a UUID, or caps its keys at 40 to 255 characters, takes
