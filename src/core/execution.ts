@@ -362,19 +362,8 @@ export class Execution implements RunningLink {
    * owner.
    */
   private async step<T>(name: string, fn: () => T | Promise<T>): Promise<T> {
-    const { host, lease, attempt, options, transaction } = this;
-    if (!lease) {
-      throw new IdempotencyConfigurationError(
-        'IdempotencyContext.step() needs an idempotency key, and this request has none.',
-        'Require a key on this route (the default), or derive one with the `key` option.',
-      );
-    }
-    if (typeof name !== 'string' || name.length === 0) {
-      throw new IdempotencyConfigurationError(
-        `Invalid step name: ${JSON.stringify(name)}.`,
-        'Give every step a non-empty name, unique within the handler.',
-      );
-    }
+    const { host, attempt, options, transaction } = this;
+    const lease = this.named('step', name);
     const stored = await ownStatement(() => host.store.readStep(lease, name));
     if (stored) {
       return stored.result as T;
@@ -424,19 +413,8 @@ export class Execution implements RunningLink {
    * whose step never committed.
    */
   private deriveKey(name: string): string {
-    const { lease, attempt } = this;
-    if (!lease) {
-      throw new IdempotencyConfigurationError(
-        'IdempotencyContext.deriveKey() needs an idempotency key, and this request has none.',
-        'Require a key on this route (the default), or derive one with the `key` option.',
-      );
-    }
-    if (typeof name !== 'string' || name.length === 0) {
-      throw new IdempotencyConfigurationError(
-        `Invalid name of a derived key: ${JSON.stringify(name)}.`,
-        'Name every downstream call with a non-empty string, unique within the handler.',
-      );
-    }
+    const { attempt } = this;
+    const lease = this.named('deriveKey', name);
     this.derived = true;
     return derivedKey({
       scope: attempt.scope,
@@ -445,6 +423,27 @@ export class Execution implements RunningLink {
       generation: this.generation,
       name,
     });
+  }
+
+  /**
+   * The claim of a request with a key, for a call of
+   * `IdempotencyContext[method]` with `name` (a step's, a downstream call's).
+   * @throws IdempotencyConfigurationError for a keyless request or an empty name.
+   */
+  private named(method: 'step' | 'deriveKey', name: unknown): StepLease {
+    if (!this.lease) {
+      throw new IdempotencyConfigurationError(
+        `IdempotencyContext.${method}() needs an idempotency key, and this request has none.`,
+        'Require a key on this route (the default), or derive one with the `key` option.',
+      );
+    }
+    if (typeof name !== 'string' || name.length === 0) {
+      throw new IdempotencyConfigurationError(
+        `Invalid name of a ${method === 'step' ? 'step' : 'derived key'}: ${JSON.stringify(name)}.`,
+        'Name every step and downstream call with a non-empty string, unique within the handler.',
+      );
+    }
+    return this.lease;
   }
 
   /** At the deadline: abandons the attempt and frees its key. */
