@@ -150,7 +150,7 @@ return granted(v and not now)`,
  * @internal Completes a claim, fenced by its owner (KEYS[1]: the record,
  * KEYS[2]: its steps, KEYS[3]: its generation), and clears the key's steps.
  * ARGV: owner, the finished record, ttl ms (0: the record goes at once).
- * The generation stays if it expires before the record (as a claim's
+ * The generation stays if it expires no later than the record (as a claim's
  * `SET NX` of it then writes nothing while the record is replayed), and
  * goes otherwise: once the record expired, the key starts a new one. Its
  * time to live is read before the record is written, so that it ends
@@ -166,7 +166,7 @@ export const COMPLETE = script(
   'complete',
   `${OWNED}if not owned then return {0, 0} end
 local g = redis.call('PTTL', KEYS[3])
-if g == -1 or g >= tonumber(ARGV[3]) then
+if g == -1 or g > tonumber(ARGV[3]) then
   redis.call('DEL', KEYS[3])
 end
 if ARGV[3] == '0' then
