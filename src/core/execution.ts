@@ -88,6 +88,8 @@ export class Execution implements RunningLink {
   private settled = false;
   /** Whether a key was derived for a downstream call (see {@link deriveKey}). */
   private derived = false;
+  /** Whether a step of this attempt bound the key to its request. */
+  private bound = false;
 
   constructor(
     private readonly host: ExecutionHost,
@@ -387,9 +389,12 @@ export class Execution implements RunningLink {
     // The effect may happen even if its result never commits: from now on
     // the key belongs to this request, whose retry must derive the same
     // downstream keys (and no other request may run under the key).
-    const bound = await ownStatement(() => host.store.bind(lease));
-    if (!bound) {
-      throw new LeaseLostError();
+    // Once per attempt: the binding lasts until the key completes or expires.
+    if (!this.bound) {
+      if (!(await ownStatement(() => host.store.bind(lease)))) {
+        throw new LeaseLostError();
+      }
+      this.bound = true;
     }
     const result = await fn();
     if (this.abandoned) {

@@ -129,13 +129,16 @@ export class MemoryIdempotencyStore implements IdempotencyStore<unknown> {
       record?.status === 'in_progress' && record.expiresAt > now
         ? record
         : undefined;
-    // A committed step binds the key to its request, whatever became of the
-    // claim that saved it; so does a bound claim, until it expires.
-    const bound =
-      this.boundTo(id, now) ?? (live?.bound ? live.fingerprint : undefined);
-    if (bound !== undefined && bound !== request.fingerprint) {
+    // A bound claim (a step began or committed, or its attempt derived
+    // keys) keeps the key for its request until it expires, whatever
+    // became of its owner: its record outlives its steps.
+    if (live?.bound && live.fingerprint !== request.fingerprint) {
       if (!record || this.takeable(record, now)) {
-        return { state: 'in_progress', fingerprint: bound, leaseMs: 0 };
+        return {
+          state: 'in_progress',
+          fingerprint: live.fingerprint,
+          leaseMs: 0,
+        };
       }
     } else if (!record || this.takeable(record, now)) {
       const generation = live?.generation ?? randomUUID();
@@ -354,16 +357,6 @@ export class MemoryIdempotencyStore implements IdempotencyStore<unknown> {
     }
     removed += rows;
     return { removed, more: removed >= batchSize };
-  }
-
-  /** The fingerprint a live step of the key binds it to, if any. */
-  private boundTo(id: string, now: number): string | undefined {
-    for (const step of this.steps.get(id)?.values() ?? []) {
-      if (step.expiresAt > now) {
-        return step.fingerprint;
-      }
-    }
-    return undefined;
   }
 
   /** Whether a claim may take the record over: expired, or its lease is. */
