@@ -277,16 +277,7 @@ export class StatementFaults {
       deliver();
       return ending;
     };
-    if (connection.processID === undefined) {
-      throw new Error('The connection has no backend to end');
-    }
-    await terminateBackend(
-      {
-        query: async <T>(sql: string, params?: unknown[]) =>
-          (await this.client.query(sql, params)).rows as T[],
-      },
-      connection.processID,
-    );
+    await this.terminate(connection);
     // The socket's close reached the client (held back from its driver).
     await new Promise<void>((resolve, reject) => {
       const timer = setTimeout(
@@ -312,6 +303,20 @@ export class StatementFaults {
     };
   }
 
+  /** Ends the server session of `connection` (`pg_terminate_backend`). */
+  private async terminate(connection: DriverClient): Promise<void> {
+    if (connection.processID === undefined) {
+      throw new Error('The connection has no backend to end');
+    }
+    await terminateBackend(
+      {
+        query: async <T>(sql: string, params?: unknown[]) =>
+          (await this.client.query(sql, params)).rows as T[],
+      },
+      connection.processID,
+    );
+  }
+
   /**
    * Ends the session of `connection` and waits until its driver has seen
    * it (the client ended); returns the error the client got.
@@ -335,16 +340,7 @@ export class StatementFaults {
         resolve();
       });
     });
-    if (connection.processID === undefined) {
-      throw new Error('The connection has no backend to end');
-    }
-    await terminateBackend(
-      {
-        query: async <T>(sql: string, params?: unknown[]) =>
-          (await this.client.query(sql, params)).rows as T[],
-      },
-      connection.processID,
-    );
+    await this.terminate(connection);
     await seen;
     return error;
   }
