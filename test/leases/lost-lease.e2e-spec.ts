@@ -140,6 +140,34 @@ describe.each(PLATFORMS)(
       );
 
     /**
+     * Lets R1, the stale owner held on A, go on: it writes once, and its
+     * completion, fenced out, answers 503 with a `lease-lost` event.
+     */
+    const expectFencedOut = async (
+      gateA: Gate,
+      r1: Promise<Answer>,
+      key: string,
+    ) => {
+      gateA.barrier.open();
+      const late = await r1;
+      gateA.hold = false;
+      expect(gateA.wrote).toHaveLength(1);
+      expect({ ...late, body: JSON.parse(late.text) as unknown }).toEqual({
+        status: 503,
+        replayed: false,
+        contentType: expect.stringMatching(/^application\/problem\+json/),
+        retryAfter: '1',
+        text: late.text,
+        body: UNAVAILABLE,
+      });
+      expect(
+        events.filter(
+          (event) => event.key === key && event.type === 'lease-lost',
+        ),
+      ).toEqual([expect.objectContaining({ type: 'lease-lost', key })]);
+    };
+
+    /**
      * R1 runs on A and is held after its claim; `takeAway` makes its claim
      * claimable by B; R2 (the same request on B) then executes; R1 is
      * released, writes, and must not commit.
@@ -198,24 +226,8 @@ describe.each(PLATFORMS)(
       expect(await record(key)).toMatchObject({ status: 'completed' });
       expect((await record(key)).owner).not.toBe(claimed.owner);
 
-      gateA.barrier.open();
-      const late = await r1;
-      gateA.hold = false;
       // R1 did write, in a transaction that never committed.
-      expect(gateA.wrote).toHaveLength(1);
-      expect({ ...late, body: JSON.parse(late.text) as unknown }).toEqual({
-        status: 503,
-        replayed: false,
-        contentType: expect.stringMatching(/^application\/problem\+json/),
-        retryAfter: '1',
-        text: late.text,
-        body: UNAVAILABLE,
-      });
-      expect(
-        events.filter(
-          (event) => event.key === key && event.type === 'lease-lost',
-        ),
-      ).toEqual([expect.objectContaining({ type: 'lease-lost', key })]);
+      await expectFencedOut(gateA, r1, key);
 
       // Exactly one set of rows: R2's.
       expect(await orders(reference)).toEqual([{ id: r2Body.id, source: 'B' }]);
@@ -285,23 +297,7 @@ describe.each(PLATFORMS)(
 
         // The stale owner writes and completes first: its completion finds
         // the key owned by R2, and its transaction rolls back.
-        gateA.barrier.open();
-        const late = await r1;
-        gateA.hold = false;
-        expect(gateA.wrote).toHaveLength(1);
-        expect({ ...late, body: JSON.parse(late.text) as unknown }).toEqual({
-          status: 503,
-          replayed: false,
-          contentType: expect.stringMatching(/^application\/problem\+json/),
-          retryAfter: '1',
-          text: late.text,
-          body: UNAVAILABLE,
-        });
-        expect(
-          events.filter(
-            (event) => event.key === key && event.type === 'lease-lost',
-          ),
-        ).toEqual([expect.objectContaining({ type: 'lease-lost', key })]);
+        await expectFencedOut(gateA, r1, key);
         expect(await orders(reference)).toEqual([]);
         expect(await record(key)).toMatchObject({
           status: 'in_progress',
