@@ -1,7 +1,7 @@
 import { Inject, Injectable } from '@nestjs/common';
 import type { EntityManager } from 'typeorm';
 import { handlerContexts } from './core/handler-context.js';
-import { HandlerTransactions } from './core/handler-transaction.js';
+import { HandlerTransactions } from './interfaces/handler-transaction.interface.js';
 import { IdempotencyConfigurationError } from './exceptions/idempotency-configuration.error.js';
 import type { ResolvedIdempotencyOptions } from './idempotency.options.js';
 import { IDEMPOTENCY_RESOLVED_OPTIONS } from './idempotency.tokens.js';
@@ -23,7 +23,7 @@ import { idempotentFetch } from './outgoing/idempotent-fetch.js';
  * }
  */
 @Injectable()
-export class IdempotencyContext {
+export class IdempotencyContext<Transaction = unknown> {
   constructor(
     @Inject(HandlerTransactions)
     private readonly transactions: HandlerTransactions<EntityManager>,
@@ -43,6 +43,24 @@ export class IdempotencyContext {
    */
   get manager(): EntityManager {
     return this.current().transaction.manager as EntityManager;
+  }
+
+  /**
+   * The current handler's transaction, as the PostgreSQL store's data
+   * library gives it: what `Transaction` names, the type of the adapter's
+   * entry (`PrismaTransaction`, `DrizzleTransaction`, `KyselyTransaction`,
+   * `PgTransaction`; TypeORM's `EntityManager`, also as `manager`). Its
+   * first statement begins the transaction; the record commits in it.
+   * @throws IdempotencyConfigurationError outside a decorated handler, or
+   * with a store other than PostgreSQL (the handler has no transaction).
+   * @example
+   * constructor(private readonly idempotency: IdempotencyContext<PgTransaction>) {}
+   * create(dto: CreatePaymentDto) {
+   *   return this.idempotency.transaction.query('INSERT INTO payments (amount) VALUES ($1)', [dto.amount]);
+   * }
+   */
+  get transaction(): Transaction {
+    return this.current().transaction.manager as Transaction;
   }
 
   /**

@@ -20,6 +20,7 @@ import type {
   IdempotentOptions,
 } from './interfaces/idempotency-options.interface.js';
 import { IdempotencyConfigurationError } from './exceptions/idempotency-configuration.error.js';
+import type { PostgresAdapter } from './interfaces/postgres-adapter.interface.js';
 import { RETRY_LATER_STATUSES } from './core/failures.js';
 import {
   FETCH_DEFAULTS,
@@ -74,6 +75,8 @@ export interface ResolvedIdempotencyOptions extends ResolvedRouteOptions {
   /** `undefined` when disabled. */
   readonly gc: ResolvedGcOptions | undefined;
   readonly onEvent: IdempotencyModuleOptions['onEvent'];
+  /** `undefined`: TypeORM's, on the DataSource named `dataSource`. */
+  readonly adapter: PostgresAdapter | undefined;
   readonly dataSource: string | undefined;
   /** As configured, for messages. */
   readonly headerName: string;
@@ -346,6 +349,28 @@ export function resolveModuleOptions(
   ) {
     invalid('presence', presence, 'Give true, false or { url: string }.');
   }
+  const { adapter } = options;
+  if (
+    adapter !== undefined &&
+    (typeof adapter !== 'object' ||
+      adapter === null ||
+      typeof adapter.create !== 'function')
+  ) {
+    invalid(
+      'adapter',
+      typeof adapter === 'object' && adapter !== null
+        ? `an object without create(): ${Object.keys(adapter).join(', ')}`
+        : adapter,
+      'Give an adapter of a data library, such as `new PgIdempotencyAdapter({ poolToken })` of nestjs-idempotency/pg.',
+    );
+  }
+  if (adapter !== undefined && options.dataSource !== undefined) {
+    invalid(
+      'dataSource',
+      options.dataSource,
+      'It names a TypeORM DataSource, and `adapter` is given: leave `dataSource` out, or give `adapter: new TypeOrmIdempotencyAdapter({ dataSource })` of nestjs-idempotency/typeorm.',
+    );
+  }
   const openApi = options.openApi ?? DEFAULTS.openApi;
   if (typeof openApi !== 'boolean') {
     invalid('openApi', openApi, 'Give true or false.');
@@ -366,6 +391,7 @@ export function resolveModuleOptions(
     telemetry: resolveTelemetryOptions(options.telemetry),
     outgoing: resolveFetchOptions(FETCH_DEFAULTS, options.outgoing, 'outgoing'),
     onEvent: options.onEvent,
+    adapter,
     dataSource: options.dataSource,
     headerName,
     headerField: headerName.toLowerCase(),

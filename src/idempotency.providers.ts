@@ -17,7 +17,7 @@ import {
   type ResolvedIdempotencyOptions,
 } from './idempotency.options.js';
 import { AttemptTelemetry } from './core/attempt-telemetry.js';
-import { HandlerTransactions } from './core/handler-transaction.js';
+import { HandlerTransactions } from './interfaces/handler-transaction.interface.js';
 import { NO_HANDLER_TRANSACTIONS } from './core/no-transaction.js';
 import { isIdempotencyStore } from './core/is-idempotency-store.js';
 import { IdempotencyExecutor } from './core/idempotency.executor.js';
@@ -35,8 +35,7 @@ import { IdempotencyJobs } from './bullmq/idempotency.jobs.js';
 import { IdempotencyProcessors } from './bullmq/idempotency.processors.js';
 import { idempotencyOpenApi } from './openapi/idempotency-openapi.js';
 import { IdempotencyTelemetry } from './telemetry/idempotency.telemetry.js';
-import { IdempotencyDataSource } from './typeorm/idempotency-data-source.js';
-import { loadTypeormRuntime } from './typeorm/typeorm-runtime.js';
+import { TypeOrmIdempotencyAdapter } from './typeorm/typeorm.adapter.js';
 import { PostgresIdempotencyStore } from './stores/postgres/postgres.store.js';
 
 /** @internal */
@@ -150,30 +149,27 @@ function withStore(
 }
 
 /**
- * The PostgreSQL store on the application's DataSource. Nest runs the
- * lifecycle hooks of both halves: the store's as the `IdempotencyStore`
- * provider's, the DataSource side's as the `HandlerTransactions` one's.
+ * The PostgreSQL store on the application's data library (`adapter`, by
+ * default TypeORM). Nest runs the lifecycle hooks of both halves: the
+ * store's as the `IdempotencyStore` provider's, the data library's as the
+ * `HandlerTransactions` one's.
  */
 async function postgresStore(
   moduleRef: ModuleRef,
   options: ResolvedIdempotencyOptions,
 ): Promise<IdempotencyStore> {
-  const source = new IdempotencyDataSource(
-    moduleRef,
-    options,
-    await loadTypeormRuntime(),
-  );
-  return new PostgresIdempotencyStore(source, options);
+  const adapter =
+    options.adapter ??
+    new TypeOrmIdempotencyAdapter({ dataSource: options.dataSource });
+  return new PostgresIdempotencyStore(await adapter.create(moduleRef), options);
 }
 
 /**
- * The handlers' transactions: the DataSource's with the PostgreSQL store,
- * none with any other store (including one a test put in its place).
+ * The handlers' transactions: those the store completes in, or none
+ * (including with a store a test put in its place).
  */
 function handlerTransactionsOf(store: IdempotencyStore): HandlerTransactions {
-  return store instanceof PostgresIdempotencyStore
-    ? store.source
-    : NO_HANDLER_TRANSACTIONS;
+  return store.transactions ?? NO_HANDLER_TRANSACTIONS;
 }
 
 function invalidStore(store: unknown): IdempotencyConfigurationError {

@@ -11,8 +11,9 @@
  * module, its providers, the dispatching interceptor and the package's
  * entry points) wire them together.
  */
-const OUTER =
-  '^src/(http|graphql|messages|bullmq|stores|typeorm|cls|telemetry|openapi|testing)/';
+/** The folders of the data libraries' adapters of the PostgreSQL store. */
+const ADAPTERS = 'typeorm|prisma|drizzle|kysely|pg';
+const OUTER = `^src/(http|graphql|messages|bullmq|stores|${ADAPTERS}|cls|telemetry|openapi|testing)/`;
 const COMPOSITION =
   '^src/(index|idempotency[.]module|idempotency[.]providers|idempotency[.]interceptor)[.]ts$|^src/[^/]+/index[.]ts$|^src/stores/[^/]+/index[.]ts$';
 const CORE = '^src/(core|interfaces|exceptions)/|^src/[^/]+[.]ts$';
@@ -81,6 +82,19 @@ module.exports = {
       severity: 'error',
       from: { path: '^src/client/' },
       to: { path: '^src/', pathNot: '^src/client/' },
+    },
+    {
+      name: 'postgres-store-knows-no-data-library',
+      comment:
+        'The PostgreSQL store reaches the database through its connection port (interfaces/postgres-adapter.interface.ts) only: it imports no adapter of a data library, and no data library or driver, not even their types.',
+      severity: 'error',
+      from: { path: '^src/stores/postgres/' },
+      to: {
+        path: [
+          `^src/(${ADAPTERS})/`,
+          '(^|/)node_modules/(typeorm|@nestjs/typeorm|pg|pg-pool|@prisma/[^/]+|prisma|drizzle-orm|kysely)/',
+        ],
+      },
     },
     {
       name: 'stores-know-no-transport',

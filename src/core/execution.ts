@@ -22,7 +22,7 @@ import type { LogKeys } from './log-key.js';
 import type {
   HandlerTransaction,
   HandlerTransactions,
-} from './handler-transaction.js';
+} from '../interfaces/handler-transaction.interface.js';
 import { ownStatement } from './own-statement.js';
 import type { RunningLink } from './running-executions.js';
 

@@ -1,6 +1,6 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import type { OutgoingCall, OutgoingCallRecord } from './attempt-telemetry.js';
-import type { HandlerTransaction } from './handler-transaction.js';
+import type { HandlerTransaction } from '../interfaces/handler-transaction.interface.js';
 
 /**
  * @internal What the code of a decorated handler runs with, through its

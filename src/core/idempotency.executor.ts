@@ -30,7 +30,7 @@ import { Execution, type ExecutionHost } from './execution.js';
 import {
   HandlerTransactions,
   type HandlerTransaction,
-} from './handler-transaction.js';
+} from '../interfaces/handler-transaction.interface.js';
 import { NO_HANDLER_TRANSACTIONS } from './no-transaction.js';
 import { isIdempotencyStore } from './is-idempotency-store.js';
 import { LogKeys } from './log-key.js';

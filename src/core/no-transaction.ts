@@ -3,7 +3,7 @@ import type {
   HandlerTransaction,
   HandlerTransactions,
   TransactionListener,
-} from './handler-transaction.js';
+} from '../interfaces/handler-transaction.interface.js';
 import { TransactionHooks } from './transaction-hooks.js';
 
 /**

@@ -4,7 +4,7 @@ import { handlerContexts } from './handler-context.js';
 import type {
   TransactionListener,
   TransactionOutcome,
-} from './handler-transaction.js';
+} from '../interfaces/handler-transaction.interface.js';
 
 const logger = new Logger('Idempotency');
 

@@ -13,6 +13,22 @@ export class TransactionLostError extends Error {
 }
 
 /**
+ * @internal Raised when the handler's transaction was ended underneath the
+ * module: a `COMMIT` or `ROLLBACK` sent by hand, or a data library's own
+ * transaction run on the handler's connection. What the handler wrote
+ * before may have committed without the record; nothing more of the
+ * attempt commits, and the record is not written.
+ */
+export class TransactionEndedError extends TransactionLostError {
+  constructor() {
+    super();
+    this.message =
+      "The handler's transaction was ended underneath the module (a COMMIT or ROLLBACK sent by hand, or a data library's own transaction() run on the handler's connection): the record is not written, and no later statement of the handler runs. Write through the handler's transaction, and open transactions of its own with IdempotencyContext.newTransaction()";
+    this.name = 'TransactionEndedError';
+  }
+}
+
+/**
  * @internal Raised by a statement of a handler that the module abandoned (its
  * deadline passed): nothing it does commits any more.
  */

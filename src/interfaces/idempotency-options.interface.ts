@@ -1,3 +1,4 @@
+import type { PostgresAdapter } from './postgres-adapter.interface.js';
 import type { ExecutionContext } from '@nestjs/common';
 import type { IdempotencyEvent } from './idempotency-event.interface.js';
 import type { IdempotentFetchOptions } from './idempotent-fetch.interface.js';
@@ -342,10 +343,23 @@ export interface IdempotencyModuleOptions extends IdempotentOptions {
    */
   onEvent?: (event: IdempotencyEvent) => void;
   /**
+   * The data library the PostgreSQL store (the store without a `store`
+   * option) works through: the handler writes through it, and the record
+   * commits in the same transaction of it. An adapter of
+   * `nestjs-idempotency/prisma`, `/drizzle`, `/kysely` or `/pg`, or
+   * `TypeOrmIdempotencyAdapter` of `nestjs-idempotency/typeorm` for a named
+   * DataSource.
+   * @default TypeORM, on the DataSource named by `dataSource`
+   * @example
+   * adapter: new PgIdempotencyAdapter({ poolToken: PG_POOL })
+   */
+  adapter?: PostgresAdapter;
+  /**
    * Name of the TypeORM DataSource to use, as given to
    * `TypeOrmModule.forRoot({ name })`. The module borrows connections from
    * this DataSource's pool; its only connection of its own is the presence
-   * session (see `presence`).
+   * session (see `presence`). The same as `adapter: new
+   * TypeOrmIdempotencyAdapter({ dataSource })`; not with another adapter.
    * @default the default DataSource
    */
   dataSource?: string;

@@ -1,3 +1,5 @@
+import type { HandlerTransactions } from './handler-transaction.interface.js';
+
 /**
  * A response as stored and replayed: status, the headers kept for replay
  * (lower-cased names) and the exact bytes of the body.
@@ -145,6 +147,13 @@ export interface IdempotencyStore<Transaction = unknown> {
    * handler (a store outside the application's database).
    */
   readonly completesInTransaction: boolean;
+  /**
+   * The handlers' transactions that `complete()` writes in, for a store that
+   * completes in the handler's transaction: the PostgreSQL store's, from its
+   * data library's adapter. The module runs every handler in one of them.
+   * @default none: a handler runs in no transaction of the module's
+   */
+  readonly transactions?: HandlerTransactions<unknown>;
   /** Claims a key, or reports the record that holds it. One statement. */
   claim(request: ClaimRequest): Promise<ClaimOutcome>;
   /** Renews leases; returns the owners that still hold their claim. */

@@ -1,6 +1,7 @@
 /*
  * The `nestjs-idempotency/store` entry: the contract a store implements, for
- * the authors of stores. An application that only configures a store, or
+ * the authors of stores, and the one of the PostgreSQL store's data-library
+ * adapters, for their authors. An application that only configures a store, or
  * injects it, needs the main entry alone (`IdempotencyStore` is there too).
  */
 export {
@@ -17,3 +18,20 @@ export {
   type StoredRecord,
   type StoredResponse,
 } from '../interfaces/idempotency-store.interface.js';
+export type {
+  HandlerTransaction,
+  HandlerTransactionState,
+  HandlerTransactions,
+  TransactionListener,
+  TransactionOutcome,
+} from '../interfaces/handler-transaction.interface.js';
+export type {
+  PostgresAdapter,
+  PostgresClient,
+  PostgresConnection,
+  PostgresDataAccess,
+  PostgresQuery,
+  PostgresResult,
+  PostgresSession,
+  PostgresTransaction,
+} from '../interfaces/postgres-adapter.interface.js';

@@ -6,14 +6,13 @@ import {
 import type { ModuleRef } from '@nestjs/core';
 import type { Pool } from 'pg';
 import type { DataSource, EntityManager } from 'typeorm';
+import type { HandlerTransaction } from '../interfaces/handler-transaction.interface.js';
+import { isIsolationLevel } from '../idempotency.options.js';
 import type {
-  HandlerTransaction,
-  HandlerTransactions,
-} from '../core/handler-transaction.js';
-import {
-  isIsolationLevel,
-  type ResolvedIdempotencyOptions,
-} from '../idempotency.options.js';
+  PostgresConnection,
+  PostgresDataAccess,
+} from '../interfaces/postgres-adapter.interface.js';
+import { poolConnection } from '../pg/pg-pool-connection.js';
 import type { IdempotencyIsolationLevel } from '../interfaces/idempotency-options.interface.js';
 import { IdempotencyConfigurationError } from '../exceptions/idempotency-configuration.error.js';
 import { assertPostgresDataSource } from './postgres-data-source.js';
@@ -32,23 +31,34 @@ import {
 } from './typeorm-transactional.js';
 
 /**
+ * The options with which `@nestjs/typeorm` retries the DataSource's own
+ * connection at start-up (`TypeOrmModule.forRoot({ retryAttempts,
+ * retryDelay })`), which it hands over to the DataSource: the store's
+ * start-up check retries with them.
+ */
+interface TypeOrmRetryOptions {
+  readonly retryAttempts?: unknown;
+  readonly retryDelay?: unknown;
+}
+
+/**
  * @internal The module's side of TypeORM, and the TypeORM implementation of
- * the handler's transactions: the application's DataSource (the
- * default one, or the one named by the `dataSource` option), whose manager,
- * repositories and `query()` are bound to the ambient transaction of the
- * decorated handler running, the share of its pool that handler
- * transactions may hold, and the transaction libraries that join them.
- * Made with the PostgreSQL store, by the store's provider.
+ * the PostgreSQL store's data access: the application's DataSource (the
+ * default one, or the one named), whose manager, repositories and
+ * `query()` are bound to the ambient transaction of the decorated handler
+ * running, the share of its pool that handler transactions may hold, and
+ * the transaction libraries that join them.
  */
 export class IdempotencyDataSource
   implements
-    HandlerTransactions<EntityManager>,
+    PostgresDataAccess<EntityManager>,
     OnModuleInit,
     OnApplicationBootstrap,
     OnApplicationShutdown
 {
   private source: DataSource | undefined;
   private driverPool: Pool | undefined;
+  private poolConnection: PostgresConnection | undefined;
   private unbind?: () => void;
   private transactionGate = new TransactionGate(Infinity);
   /** The DataSource's `isolationLevel` option, the default of handlers. */
@@ -56,9 +66,15 @@ export class IdempotencyDataSource
   /** typeorm-transactional, once it is seen to manage the DataSource. */
   private typeormTransactional: Promise<TransactionParticipant> | undefined;
 
+  readonly schemaHelp = {
+    where: 'the database of the TypeORM DataSource',
+    how: 'Add `...idempotencyMigrations` to the DataSource `migrations` and run them (TypeORM CLI `migration:run`, or `migrationsRun: true`).',
+  };
+
   constructor(
     private readonly moduleRef: ModuleRef,
-    private readonly options: ResolvedIdempotencyOptions,
+    /** The DataSource's name; `undefined`: the default one. */
+    private readonly name: string | undefined,
     private readonly typeorm: TypeormRuntime,
   ) {}
 
@@ -86,6 +102,15 @@ export class IdempotencyDataSource
   get pool(): Pool {
     this.resolve();
     return this.driverPool!;
+  }
+
+  /**
+   * The store's connection: the pool of the DataSource's driver, retried at
+   * start-up as `@nestjs/typeorm` retries the DataSource.
+   */
+  get connection(): PostgresConnection {
+    this.resolve();
+    return this.poolConnection!;
   }
 
   /** The transactions of handlers open now, and how many may be. */
@@ -193,7 +218,7 @@ export class IdempotencyDataSource
     if (this.source) {
       return this.source;
     }
-    const token = this.typeorm.getDataSourceToken(this.options.dataSource);
+    const token = this.typeorm.getDataSourceToken(this.name);
     let dataSource: unknown;
     try {
       dataSource = this.moduleRef.get(token, { strict: false });
@@ -202,7 +227,7 @@ export class IdempotencyDataSource
     }
     if (!(dataSource instanceof this.typeorm.DataSource)) {
       throw new IdempotencyConfigurationError(
-        `IdempotencyModule found no TypeORM DataSource${this.options.dataSource ? ` named "${this.options.dataSource}"` : ''}: without a \`store\` option, it keeps its records in PostgreSQL through TypeORM.`,
+        `IdempotencyModule found no TypeORM DataSource${this.name ? ` named "${this.name}"` : ''}: without a \`store\` option, it keeps its records in PostgreSQL through TypeORM.`,
         'Import TypeOrmModule.forRoot() (or forRootAsync()) in the application module.',
         'Pass `dataSource: <name>` to IdempotencyModule if the DataSource has a name.',
         'Or give IdempotencyModule another store: `IdempotencyModule.forRoot({ store: new MemoryIdempotencyStore() })` (or a Redis or DynamoDB store).',
@@ -229,8 +254,27 @@ export class IdempotencyDataSource
       this.transactionGate = new TransactionGate(poolSize - 1);
     }
     this.driverPool = pool;
+    this.poolConnection = poolConnection(pool, startupRetry(dataSource));
     this.unbind = bindAmbientTransaction(dataSource);
     this.source = dataSource;
     return dataSource;
   }
+}
+
+/** The retry options of the TypeORM module, or their defaults. */
+function startupRetry(
+  dataSource: DataSource,
+): PostgresConnection['startupRetry'] {
+  const { retryAttempts, retryDelay } =
+    dataSource.options as TypeOrmRetryOptions;
+  return {
+    attempts:
+      typeof retryAttempts === 'number' && Number.isFinite(retryAttempts)
+        ? Math.max(1, Math.floor(retryAttempts))
+        : 10,
+    maxDelayMs:
+      typeof retryDelay === 'number' && Number.isFinite(retryDelay)
+        ? Math.max(0, retryDelay)
+        : 3_000,
+  };
 }

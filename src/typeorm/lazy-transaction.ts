@@ -7,14 +7,20 @@ import type {
   HandlerTransaction,
   HandlerTransactionState,
   TransactionListener,
-} from '../core/handler-transaction.js';
+} from '../interfaces/handler-transaction.interface.js';
 import { ownStatement } from '../core/own-statement.js';
 import {
   AbandonedTransactionError,
+  TransactionEndedError,
   TransactionLostError,
 } from '../core/transaction.errors.js';
 import { TransactionHooks } from '../core/transaction-hooks.js';
 import type { TransactionGate } from './transaction-gate.js';
+import {
+  cancelStatement,
+  runningStatement,
+  type DriverClient,
+} from '../pg/cancel-statement.js';
 
 type State = 'idle' | 'open' | 'ended' | 'abandoned';
 
@@ -27,52 +33,6 @@ interface RunnerInternals {
   startTransaction(isolationLevel?: unknown): Promise<void>;
   /** Gives the connection back, or, with an error, has the pool close it. */
   releasePostgresConnection(error?: Error): Promise<void>;
-}
-
-/** A pg client as the driver keeps it, for a cancel request. */
-interface DriverClient {
-  /** pg 8.20 and later; `activeQuery` before (deprecated since). */
-  _getActiveQuery?: () => unknown;
-  activeQuery?: unknown;
-  processID?: number;
-  secretKey?: number;
-  connectionParameters?: { host?: string; port?: number };
-  connection?: { constructor: new () => CancelConnection };
-}
-
-/** The driver's protocol connection, as a cancel request uses it. */
-interface CancelConnection {
-  connect(port: number | string, host?: string): void;
-  cancel(processID: number, secretKey: number): void;
-  on(event: 'connect' | 'error', listener: (error?: Error) => void): void;
-  end(): void;
-}
-
-/**
- * Asks the server to cancel the statement that `client` runs, over a
- * connection of its own (PostgreSQL's cancel request, as the driver sends
- * it; PgBouncer forwards it to the right server connection).
- */
-function cancelStatement(client: DriverClient): void {
-  const { host = 'localhost', port = 5432 } = client.connectionParameters ?? {};
-  const Connection = client.connection?.constructor;
-  if (!Connection || client.processID === undefined) {
-    return;
-  }
-  const connection = new Connection();
-  connection.on('error', (error) => {
-    logger.warn(
-      `Cancelling the statement of an abandoned request failed: ${error?.message ?? 'unknown error'}`,
-    );
-  });
-  connection.on('connect', () => {
-    connection.cancel(client.processID!, client.secretKey ?? 0);
-  });
-  if (host.startsWith('/')) {
-    connection.connect(`${host}/.s.PGSQL.${port}`);
-  } else {
-    connection.connect(port, host);
-  }
 }
 
 const logger = new Logger('Idempotency');
@@ -94,6 +54,10 @@ export class LazyTransaction implements HandlerTransaction {
   private readonly hooks = new TransactionHooks();
   /** The level the transaction runs at, once read from the server. */
   private serverLevel: string | undefined;
+  /** Whether the module's own COMMIT is under way. */
+  private committing = false;
+  /** Set once it is seen ended underneath the module. */
+  private endedUnderneath: TransactionEndedError | undefined;
 
   constructor(
     /** The DataSource whose connection it holds. */
@@ -108,11 +72,39 @@ export class LazyTransaction implements HandlerTransaction {
     readonly isolationLevel?: IdempotencyIsolationLevel,
   ) {}
 
-  /** The transaction's connection, once it has begun. */
+  /**
+   * The transaction's connection, once it has begun, while the transaction
+   * is open on it.
+   */
   get client(): PoolClient | undefined {
-    return this.phase === 'open' && this.runner && !this.runner.isReleased
-      ? (this.runner as unknown as RunnerInternals).databaseConnection
-      : undefined;
+    const client =
+      this.phase === 'open' && this.runner && !this.runner.isReleased
+        ? (this.runner as unknown as RunnerInternals).databaseConnection
+        : undefined;
+    return client && !this.endedOn(client) ? client : undefined;
+  }
+
+  /** Why it is no longer open, when it was ended underneath the module. */
+  get failure(): TransactionEndedError | undefined {
+    return this.endedUnderneath;
+  }
+
+  /**
+   * Whether the transaction was ended on `client` underneath the module (a
+   * COMMIT or ROLLBACK sent by hand): the server said, with its last
+   * answer, that the session is in no transaction block (node-postgres's
+   * `getTransactionStatus()`, 'I'). Once seen, for good.
+   */
+  private endedOn(client: PoolClient): boolean {
+    if (
+      !this.endedUnderneath &&
+      !this.committing &&
+      client.getTransactionStatus?.() === 'I'
+    ) {
+      this.endedUnderneath = new TransactionEndedError();
+      logger.warn(this.endedUnderneath.message);
+    }
+    return this.endedUnderneath !== undefined;
   }
 
   /** Whether the handler's statements go through this transaction. */
@@ -136,7 +128,9 @@ export class LazyTransaction implements HandlerTransaction {
         return this.opening ? 'open' : 'idle';
       case 'open':
         // TypeORM releases the runner of a connection that broke.
-        return this.runner?.isReleased === true ? 'lost' : 'open';
+        return this.runner?.isReleased === true || this.endedUnderneath
+          ? 'lost'
+          : 'open';
       default:
         return 'ended';
     }
@@ -176,9 +170,10 @@ export class LazyTransaction implements HandlerTransaction {
       }
       if (this.began && !this.client) {
         // Lost or ended: the handler's writes are gone.
-        throw new TransactionLostError();
+        throw this.endedUnderneath ?? new TransactionLostError();
       }
       if (this.client && this.runner?.isTransactionActive) {
+        this.committing = true;
         await this.runner.commitTransaction();
       }
     } catch (error) {
@@ -250,10 +245,7 @@ export class LazyTransaction implements HandlerTransaction {
     // Read while the transaction is still open: `client` is undefined after.
     const client = this.client as unknown as DriverClient | undefined;
     this.phase = 'abandoned';
-    const running = client?._getActiveQuery
-      ? client._getActiveQuery()
-      : client?.activeQuery;
-    if (client && running) {
+    if (client && runningStatement(client)) {
       try {
         cancelStatement(client);
       } catch (error) {
@@ -306,7 +298,10 @@ export class LazyTransaction implements HandlerTransaction {
     const startTransaction = internals.startTransaction.bind(runner);
     internals.connect = () => {
       if (this.phase === 'open') {
-        return connect();
+        const client = internals.databaseConnection;
+        return client && this.endedOn(client)
+          ? Promise.reject(this.endedUnderneath!)
+          : connect();
       }
       if (this.phase !== 'idle') {
         return Promise.reject(new AbandonedTransactionError());

@@ -1,7 +1,8 @@
 /**
  * The dependency rules of `npm run lint` (test/dependency-cruiser.cjs) hold
  * on the library, and catch what they are for: an import from the core
- * into TypeORM's side or a transport, and a cycle. Each case runs the
+ * into TypeORM's side or a transport, from the PostgreSQL store into a data
+ * library or its adapter, and a cycle. Each case runs the
  * dependency check on a copy of `src` and `migrations` with one import
  * added.
  */
@@ -112,6 +113,24 @@ describe('the dependency rules', () => {
       'src/messages/idempotency.messages.ts',
       "import '../http/idempotency.http.js';",
       'transports-are-apart: src/messages/idempotency.messages.ts → src/http/idempotency.http.ts',
+    ],
+    [
+      'the PostgreSQL store into TypeORM itself (types only)',
+      'src/stores/postgres/postgres.store.ts',
+      "import type { DataSource } from 'typeorm'; export type Probe = DataSource;",
+      'postgres-store-knows-no-data-library: src/stores/postgres/postgres.store.ts → ',
+    ],
+    [
+      'the PostgreSQL store into pg itself',
+      'src/stores/postgres/postgres-presence.ts',
+      "import 'pg';",
+      'postgres-store-knows-no-data-library: src/stores/postgres/postgres-presence.ts → ',
+    ],
+    [
+      'the PostgreSQL store into an adapter',
+      'src/stores/postgres/postgres-collection.ts',
+      "import '../../typeorm/typeorm.adapter.js';",
+      'postgres-store-knows-no-data-library: src/stores/postgres/postgres-collection.ts → src/typeorm/typeorm.adapter.ts',
     ],
     [
       'a cycle of files',

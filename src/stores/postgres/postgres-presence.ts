@@ -1,6 +1,6 @@
 import { Logger } from '@nestjs/common';
 import { randomUUID } from 'node:crypto';
-import type { Client, ClientConfig, Notification } from 'pg';
+import type { PostgresSession } from '../../interfaces/postgres-adapter.interface.js';
 
 /** Channel of the NOTIFY a completion sends to the waiters of its key. */
 export const COMPLETION_CHANNEL = 'idempotency_records';
@@ -8,8 +8,6 @@ export const COMPLETION_CHANNEL = 'idempotency_records';
 export const PRESENCE_APPLICATION_NAME = 'idempotency-presence';
 /** Longest wait between two attempts to reconnect. */
 const MAX_BACKOFF_MS = 5_000;
-
-type ClientClass = new (config: ClientConfig) => Client;
 
 /**
  * @internal The instance's presence: one dedicated session (not a pooled
@@ -25,7 +23,7 @@ export class PostgresPresence {
   /** The instance's id, written as `owner_instance` while the lock is held. */
   readonly instance = randomUUID();
   private readonly logger = new Logger('Idempotency');
-  private client: Client | undefined;
+  private client: PostgresSession | undefined;
   private held = false;
   private stopped = false;
   private backoffMs = 100;
@@ -33,8 +31,8 @@ export class PostgresPresence {
   private readonly listeners = new Set<(payload?: string) => void>();
 
   constructor(
-    private readonly Client: ClientClass,
-    private readonly config: ClientConfig,
+    /** Makes a new session, not yet open. */
+    private readonly newSession: () => PostgresSession,
   ) {}
 
   /** The instance's id while its presence lock is held, else `null`. */
@@ -75,10 +73,7 @@ export class PostgresPresence {
     if (this.stopped) {
       return;
     }
-    const client = new this.Client({
-      ...this.config,
-      application_name: PRESENCE_APPLICATION_NAME,
-    });
+    const client = this.newSession();
     const lost = (error?: Error) => {
       if (this.client !== client) {
         return;
@@ -95,7 +90,7 @@ export class PostgresPresence {
     };
     client.on('error', lost);
     client.on('end', () => lost());
-    client.on('notification', (message: Notification) => {
+    client.on('notification', (message) => {
       if (message.payload !== undefined) {
         for (const listener of this.listeners) {
           listener(message.payload);
@@ -105,14 +100,14 @@ export class PostgresPresence {
     this.client = client;
     try {
       await client.connect();
-      const { rows } = await client.query<{ locked: boolean }>(
-        `SELECT pg_try_advisory_lock(hashtextextended('idempotency:' || $1, 0)) AS locked`,
-        [this.instance],
-      );
+      const { rows } = await client.query<{ locked: boolean }>({
+        text: `SELECT pg_try_advisory_lock(hashtextextended('idempotency:' || $1, 0)) AS locked`,
+        values: [this.instance],
+      });
       if (!rows[0]?.locked) {
         throw new Error('the presence lock of this instance is held elsewhere');
       }
-      await client.query(`LISTEN ${COMPLETION_CHANNEL}`);
+      await client.query({ text: `LISTEN ${COMPLETION_CHANNEL}` });
       if (this.client !== client || this.stopped) {
         await client.end().catch(() => undefined);
         return;

@@ -1,37 +1,16 @@
 import { Logger } from '@nestjs/common';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { DataSource } from 'typeorm';
+import type { PostgresConnection } from '../../interfaces/postgres-adapter.interface.js';
 import { isConnectionFailure, sqlState } from '../../core/failures.js';
 
-/** Attempts in all, unless the TypeORM module's `retryAttempts` says otherwise. */
+/** Attempts in all, unless the connection says otherwise. */
 const DEFAULT_ATTEMPTS = 10;
-/** Longest wait between two attempts, unless `retryDelay` says otherwise. */
+/** Longest wait between two attempts, unless the connection says otherwise. */
 const DEFAULT_MAX_DELAY_MS = 3_000;
 /** The first wait: a terminated backend is replaced at once. */
 const FIRST_DELAY_MS = 100;
 
-/**
- * The options with which `@nestjs/typeorm` retries the DataSource's own
- * connection at start-up (`TypeOrmModule.forRoot({ retryAttempts,
- * retryDelay })`). It hands every option over to the DataSource, where the
- * start-up check reads them.
- */
-interface TypeOrmRetryOptions {
-  /**
-   * Attempts in all of the start-up check, once it loses its connection.
-   * @default 10 (as `@nestjs/typeorm`)
-   */
-  readonly retryAttempts?: unknown;
-  /**
-   * Longest wait between two attempts, in milliseconds. The first wait is
-   * 100 ms (or `retryDelay`, if shorter) and doubles from one attempt to the
-   * next.
-   * @default 3000 (as `@nestjs/typeorm`)
-   */
-  readonly retryDelay?: unknown;
-}
-
-/** What the database of the DataSource has of the shipped migrations. */
+/** What the database has of the shipped migrations. */
 export interface PostgresSchema {
   /** Whether the record table exists. */
   readonly ready: boolean;
@@ -42,46 +21,49 @@ export interface PostgresSchema {
 }
 
 /**
- * @internal Reads, at start-up, whether the database of `dataSource` has the
+ * @internal Reads, at start-up, whether the database has the
  * record table `table`, the functions `functions` (signatures, as
  * `to_regprocedure` takes them) and the columns `columns` (table, column).
  *
  * A connection lost meanwhile (a terminated backend, a server restarting or
  * out of reach: see {@link isConnectionFailure}) must not stop the
  * application: the check runs again on a new connection, after a wait that
- * starts at 100 ms and doubles up to the TypeORM module's `retryDelay`
- * (3000 ms by default), up to its `retryAttempts` attempts in all (10 by
- * default): the options with which `@nestjs/typeorm` retries its own
- * connection. Each retry is logged (context `Idempotency`). Any other error
+ * starts at 100 ms and doubles up to the connection's `startupRetry`
+ * (3000 ms and 10 attempts in all by default; on TypeORM, the module's
+ * `retryDelay` and `retryAttempts`, with which `@nestjs/typeorm` retries
+ * its own connection). Each retry is logged (context `Idempotency`). Any other error
  * (authentication, a database that does not exist or refuses connections,
  * a permission) is thrown at once, as is the last connection failure.
  */
 export async function readPostgresSchema(
-  dataSource: DataSource,
+  connection: PostgresConnection,
   table: string,
   functions: readonly string[],
   columns: ReadonlyArray<readonly [table: string, column: string]>,
   logger = new Logger('Idempotency'),
 ): Promise<PostgresSchema> {
-  const { attempts, maxDelayMs } = retryOptions(dataSource);
+  const { attempts, maxDelayMs } = connection.startupRetry ?? {
+    attempts: DEFAULT_ATTEMPTS,
+    maxDelayMs: DEFAULT_MAX_DELAY_MS,
+  };
   for (let attempt = 1; ; attempt += 1) {
     try {
-      const [schema] = (await dataSource.query(
-        `SELECT to_regclass($1) IS NOT NULL AS ready,
+      const { rows } = await connection.query<PostgresSchema>({
+        text: `SELECT to_regclass($1) IS NOT NULL AS ready,
                 coalesce(bool_and(to_regprocedure(f) IS NOT NULL), false) AS functions,
                 (SELECT count(*) FROM unnest($3::text[], $4::text[]) AS c(t, name)
                   JOIN pg_attribute a ON a.attrelid = to_regclass(c.t)
                    AND a.attname = c.name AND NOT a.attisdropped)
                   = cardinality($3::text[]) AS columns
          FROM unnest($2::text[]) AS f`,
-        [
+        values: [
           table,
           functions,
           columns.map(([name]) => name),
           columns.map(([, column]) => column),
         ],
-      )) as PostgresSchema[];
-      return schema;
+      });
+      return rows[0];
     } catch (error) {
       if (!isConnectionFailure(error)) {
         throw error;
@@ -102,23 +84,4 @@ export async function readPostgresSchema(
       await sleep(delayMs);
     }
   }
-}
-
-/** The retry options of the TypeORM module, or their defaults. */
-function retryOptions(dataSource: DataSource): {
-  attempts: number;
-  maxDelayMs: number;
-} {
-  const { retryAttempts, retryDelay } =
-    dataSource.options as TypeOrmRetryOptions;
-  return {
-    attempts:
-      typeof retryAttempts === 'number' && Number.isFinite(retryAttempts)
-        ? Math.max(1, Math.floor(retryAttempts))
-        : DEFAULT_ATTEMPTS,
-    maxDelayMs:
-      typeof retryDelay === 'number' && Number.isFinite(retryDelay)
-        ? Math.max(0, retryDelay)
-        : DEFAULT_MAX_DELAY_MS,
-  };
 }

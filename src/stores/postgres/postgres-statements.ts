@@ -1,6 +1,9 @@
 import { Logger } from '@nestjs/common';
 import { createHash } from 'node:crypto';
-import type { Pool, PoolClient, QueryResult, QueryResultRow } from 'pg';
+import type {
+  PostgresClient,
+  PostgresResult,
+} from '../../interfaces/postgres-adapter.interface.js';
 import { sqlState } from '../../core/failures.js';
 import { IDEMPOTENCY_STEPS_TABLE_NAME } from '../../idempotency.constants.js';
 
@@ -49,15 +52,15 @@ export class PostgresStatements {
    * @param inTransaction whether `connection` is in the handler's
    * transaction, which a refused statement aborts.
    */
-  async query<R extends QueryResultRow>(
-    connection: Pool | PoolClient,
+  async query<R>(
+    connection: PostgresClient,
     statement: PostgresStatement,
     values: unknown[],
     inTransaction = false,
-  ): Promise<QueryResult<R>> {
+  ): Promise<PostgresResult<R>> {
     const { text, name } = statement;
     if (!this.named) {
-      return connection.query<R>(text, values);
+      return connection.query<R>({ text, values });
     }
     try {
       return await connection.query<R>({ name, text, values });
@@ -74,7 +77,7 @@ export class PostgresStatements {
       if (inTransaction) {
         throw error;
       }
-      return connection.query<R>(text, values);
+      return connection.query<R>({ text, values });
     }
   }
 }

@@ -3,10 +3,13 @@ import {
   type OnApplicationShutdown,
   type OnModuleInit,
 } from '@nestjs/common';
-import type { ClientConfig, Pool, PoolClient } from 'pg';
 import type { ResolvedIdempotencyOptions } from '../../idempotency.options.js';
 import { IdempotencyConfigurationError } from '../../exceptions/idempotency-configuration.error.js';
-import { IdempotencyDataSource } from '../../typeorm/idempotency-data-source.js';
+import type {
+  PostgresConnection,
+  PostgresDataAccess,
+  PostgresTransaction,
+} from '../../interfaces/postgres-adapter.interface.js';
 import {
   IDEMPOTENCY_STEPS_TABLE_NAME,
   IDEMPOTENCY_TABLE_NAME,
@@ -24,7 +27,12 @@ import type {
   StepLease,
 } from '../../interfaces/idempotency-store.interface.js';
 import { TransactionLostError } from '../../core/transaction.errors.js';
-import { COMPLETION_CHANNEL, PostgresPresence } from './postgres-presence.js';
+import { collectExpired } from './postgres-collection.js';
+import {
+  COMPLETION_CHANNEL,
+  PRESENCE_APPLICATION_NAME,
+  PostgresPresence,
+} from './postgres-presence.js';
 import { readPostgresSchema } from './postgres-schema-check.js';
 import {
   ACQUIRE,
@@ -36,17 +44,6 @@ import {
   RENEW,
   SAVE_STEP,
 } from './postgres-statements.js';
-
-/** The connection of a handler's transaction, once it has begun. */
-export interface PostgresTransaction {
-  /**
-   * The transaction's connection while it is open; `undefined` before it
-   * began, and once it was lost or ended.
-   */
-  readonly client: PoolClient | undefined;
-  /** Whether a statement of the handler began it (see `client`). */
-  readonly began: boolean;
-}
 
 interface AcquireRow {
   acquired: boolean;
@@ -89,8 +86,9 @@ export function completionPayload(scope: string, key: string): string {
  * @internal The claim protocol on PostgreSQL: every statement is one call of a
  * function of the shipped migrations, sent on the application's pool (or, for
  * a completion, on the connection of the handler's transaction) through the
- * driver directly. Claims, releases and renewals commit without waiting for
- * the WAL flush; completions and steps commit durably.
+ * data library's adapter, whose transactions handlers run in. Claims,
+ * releases and renewals commit without waiting for the WAL flush;
+ * completions and steps commit durably.
  */
 export class PostgresIdempotencyStore
   implements
@@ -105,13 +103,13 @@ export class PostgresIdempotencyStore
   private readonly statements = new PostgresStatements();
 
   constructor(
-    /** The TypeORM side it completes in: the handlers' transactions. */
-    readonly source: IdempotencyDataSource,
+    /** The data library it completes in: the handlers' transactions. */
+    readonly transactions: PostgresDataAccess,
     private readonly options: ResolvedIdempotencyOptions,
   ) {}
 
-  private get pool(): Pool {
-    return this.source.pool;
+  private get pool(): PostgresConnection {
+    return this.transactions.connection;
   }
 
   /**
@@ -120,7 +118,7 @@ export class PostgresIdempotencyStore
    */
   async onModuleInit(): Promise<void> {
     const { ready, functions, columns } = await readPostgresSchema(
-      this.source.dataSource,
+      this.pool,
       TABLE,
       POSTGRES_FUNCTIONS,
       POSTGRES_COLUMNS,
@@ -133,21 +131,16 @@ export class PostgresIdempotencyStore
           ? `The columns of migration BindIdempotencySteps1764000000004 do not exist`
           : undefined;
     if (missing) {
-      throw new IdempotencyConfigurationError(
-        `${missing} in the database of the DataSource.`,
-        'Add `...idempotencyMigrations` to the DataSource `migrations` and run them (TypeORM CLI `migration:run`, or `migrationsRun: true`).',
-      );
+      const { where, how } = this.transactions.schemaHelp;
+      throw new IdempotencyConfigurationError(`${missing} in ${where}.`, how);
     }
     const { presence } = this.options;
     if (presence && !this.presence) {
-      const driver = this.source.dataSource.driver as unknown as {
-        postgres: { Client: new (config: ClientConfig) => never };
-      };
-      const config: ClientConfig =
-        typeof presence === 'object'
-          ? { connectionString: presence.url }
-          : { ...(this.pool as unknown as { options: ClientConfig }).options };
-      this.presence = new PostgresPresence(driver.postgres.Client, config);
+      const pool = this.pool;
+      const url = typeof presence === 'object' ? presence.url : undefined;
+      this.presence = new PostgresPresence(() =>
+        pool.session({ url, applicationName: PRESENCE_APPLICATION_NAME }),
+      );
       this.presence.onNotification((payload) => {
         const at = payload?.indexOf('\u001f');
         for (const watcher of this.watchers) {
@@ -260,7 +253,7 @@ export class PostgresIdempotencyStore
     // connection, the record would commit without the handler's writes.
     const connection = transaction?.began ? transaction.client : this.pool;
     if (!connection) {
-      throw new TransactionLostError();
+      throw transaction?.failure ?? new TransactionLostError();
     }
     const { rows } = await this.statements.query<{
       finished: boolean;
@@ -292,10 +285,10 @@ export class PostgresIdempotencyStore
       // Too long to notify: the waiter finds the record when it polls.
       .filter((payload) => Buffer.byteLength(payload) <= MAX_PAYLOAD_BYTES);
     if (payloads.length > 0) {
-      await this.pool.query(
-        `SELECT pg_notify('${COMPLETION_CHANNEL}', payload) FROM unnest($1::text[]) AS payload`,
-        [payloads],
-      );
+      await this.pool.query({
+        text: `SELECT pg_notify('${COMPLETION_CHANNEL}', payload) FROM unnest($1::text[]) AS payload`,
+        values: [payloads],
+      });
     }
   }
 
@@ -334,84 +327,10 @@ export class PostgresIdempotencyStore
     return rows[0].saved;
   }
 
-  async collect(
+  collect(
     batchSize: number,
     abandoned: (key: AbandonedKey) => void,
   ): Promise<{ removed: number; more: boolean }> {
-    const records = await this.pool.query<{ deleted: number }>(
-      `WITH expired AS (
-         SELECT scope, key FROM ${TABLE}
-         WHERE expires_at < now()
-           -- A claim is kept while its lease runs, past its ttl too.
-           AND (status <> 'in_progress' OR lease_expires_at IS NULL
-             OR lease_expires_at < now())
-         ORDER BY expires_at
-         LIMIT $1
-         FOR UPDATE SKIP LOCKED
-       ), deleted AS (
-         DELETE FROM ${TABLE} r USING expired e
-         WHERE r.scope = e.scope AND r.key = e.key
-         RETURNING 1
-       )
-       SELECT count(*)::int AS deleted FROM deleted`,
-      [batchSize],
-    );
-    const removed = records.rows[0].deleted;
-    if (removed >= batchSize) {
-      return { removed, more: true };
-    }
-    // Expired steps are those of requests that never completed: a
-    // completion deletes its key's steps. Each key is reported before the
-    // deletion commits, so that a crash in between reports it again.
-    const client = await this.pool.connect();
-    try {
-      await client.query('BEGIN');
-      const { rows } = await client.query<{
-        scope: string;
-        key: string;
-        step: string;
-        result: unknown;
-      }>(
-        `WITH expired AS (
-           SELECT scope, key FROM ${STEPS}
-           WHERE expires_at < now()
-           ORDER BY expires_at
-           LIMIT $1
-           FOR UPDATE SKIP LOCKED
-         )
-         DELETE FROM ${STEPS} s
-         USING (SELECT DISTINCT scope, key FROM expired) e
-         WHERE s.scope = e.scope AND s.key = e.key AND s.expires_at < now()
-         RETURNING s.scope, s.key, s.step, s.result`,
-        [batchSize - removed],
-      );
-      const keys = new Map<string, AbandonedKey>();
-      for (const row of rows) {
-        const id = `${row.scope}\u001f${row.key}`;
-        const entry = keys.get(id) ?? {
-          scope: row.scope,
-          key: row.key,
-          steps: [],
-        };
-        (entry.steps as Array<{ step: string; result: unknown }>).push({
-          step: row.step,
-          result: row.result,
-        });
-        keys.set(id, entry);
-      }
-      for (const key of keys.values()) {
-        abandoned(key);
-      }
-      await client.query('COMMIT');
-      client.release();
-      return {
-        removed: removed + rows.length,
-        more: removed + rows.length >= batchSize,
-      };
-    } catch (error) {
-      await client.query('ROLLBACK').catch(() => undefined);
-      client.release(error as Error);
-      throw error;
-    }
+    return collectExpired(this.pool, batchSize, abandoned);
   }
 }

@@ -1,15 +1,15 @@
-/** @internal How a handler's transaction ended. */
+/** How a handler's transaction ended. */
 export type TransactionOutcome =
   | { readonly committed: true }
   | { readonly committed: false; readonly error: unknown };
 
-/** @internal Told how a handler's transaction ended. */
+/** Told how a handler's transaction ended. */
 export type TransactionListener = (
   outcome: TransactionOutcome,
 ) => unknown | Promise<unknown>;
 
 /**
- * @internal What became of a handler's transaction:
+ * What became of a handler's transaction:
  * - `none`: there is none (a store that completes outside of the
  *   application's database);
  * - `idle`: no statement has begun it yet;
@@ -22,8 +22,7 @@ export type HandlerTransactionState =
   'none' | 'idle' | 'open' | 'lost' | 'ended';
 
 /**
- * @internal The transaction a handler runs in, as the request sequence
- * drives it. The store completes in it (`IdempotencyStore.complete`) when
+ * The transaction a handler runs in, as the request sequence drives it. The store completes in it (`IdempotencyStore.complete`) when
  * it completes in the handler's transaction.
  */
 export interface HandlerTransaction {
@@ -55,11 +54,11 @@ export interface HandlerTransaction {
 }
 
 /**
- * @internal The port through which the request sequence gets the handler's
- * transaction: TypeORM's implementation (`typeorm/`) with the PostgreSQL
- * store, {@link NO_HANDLER_TRANSACTIONS} with the others. Another data
- * access library would implement these three functions; `Manager` is its
- * handle of a transaction (TypeORM's `EntityManager`).
+ * The port through which the request sequence gets the handler's
+ * transaction: the store's (`IdempotencyStore.transactions`), which the
+ * PostgreSQL store takes from its data library's adapter; none with the
+ * other stores. A data library's adapter implements these three functions;
+ * `Manager` is its handle of a transaction (TypeORM's `EntityManager`).
  *
  * The interface doubles as its injection token.
  */

@@ -1,0 +1,57 @@
+import type { Client, ClientConfig, Pool } from 'pg';
+import type {
+  PostgresClient,
+  PostgresConnection,
+} from '../interfaces/postgres-adapter.interface.js';
+
+/** What node-postgres's Pool keeps of how it makes its clients. */
+interface PoolInternals {
+  /** The client class it makes its connections with. */
+  readonly Client: new (config: ClientConfig) => Client;
+  /** The configuration it makes them with. */
+  readonly options: ClientConfig;
+}
+
+/**
+ * @internal The PostgreSQL store's connection on a node-postgres `Pool`: the
+ * pool of the application's data library (TypeORM's driver, Drizzle's and
+ * Kysely's node-postgres dialects, Prisma's `@prisma/adapter-pg`, or the
+ * application's own). Sessions are made by the pool's own client class
+ * with the pool's own settings (pg's `Pool` keeps them as `Client` and
+ * `options`: not in its typings).
+ */
+export function poolConnection(
+  pool: Pool,
+  startupRetry?: PostgresConnection['startupRetry'],
+): PostgresConnection {
+  const statements: PostgresClient = pool;
+  return {
+    query: (query) => statements.query(query),
+    async transaction(fn) {
+      const client = await pool.connect();
+      try {
+        await client.query('BEGIN');
+        const result = await fn(client);
+        await client.query('COMMIT');
+        client.release();
+        return result;
+      } catch (error) {
+        await client.query('ROLLBACK').catch(() => undefined);
+        // A failed connection is closed, never handed to another request.
+        client.release(
+          error instanceof Error ? error : new Error(String(error)),
+        );
+        throw error;
+      }
+    },
+    session({ url, applicationName }) {
+      const { Client: SessionClient, options } =
+        pool as unknown as PoolInternals;
+      return new SessionClient({
+        ...(url === undefined ? options : { connectionString: url }),
+        application_name: applicationName,
+      });
+    },
+    startupRetry,
+  };
+}

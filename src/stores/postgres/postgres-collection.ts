@@ -1,0 +1,89 @@
+import {
+  IDEMPOTENCY_STEPS_TABLE_NAME,
+  IDEMPOTENCY_TABLE_NAME,
+} from '../../idempotency.constants.js';
+import type { AbandonedKey } from '../../interfaces/idempotency-store.interface.js';
+import type { PostgresConnection } from '../../interfaces/postgres-adapter.interface.js';
+
+const TABLE = `"${IDEMPOTENCY_TABLE_NAME}"`;
+const STEPS = `"${IDEMPOTENCY_STEPS_TABLE_NAME}"`;
+
+/**
+ * @internal Deletes at most `batchSize` expired records, or else expired
+ * steps (see `IdempotencyStore.collect`), safe with many instances at once
+ * (`FOR UPDATE SKIP LOCKED`).
+ */
+export async function collectExpired(
+  connection: PostgresConnection,
+  batchSize: number,
+  abandoned: (key: AbandonedKey) => void,
+): Promise<{ removed: number; more: boolean }> {
+  const records = await connection.query<{ deleted: number }>({
+    text: `WITH expired AS (
+         SELECT scope, key FROM ${TABLE}
+         WHERE expires_at < now()
+           -- A claim is kept while its lease runs, past its ttl too.
+           AND (status <> 'in_progress' OR lease_expires_at IS NULL
+             OR lease_expires_at < now())
+         ORDER BY expires_at
+         LIMIT $1
+         FOR UPDATE SKIP LOCKED
+       ), deleted AS (
+         DELETE FROM ${TABLE} r USING expired e
+         WHERE r.scope = e.scope AND r.key = e.key
+         RETURNING 1
+       )
+       SELECT count(*)::int AS deleted FROM deleted`,
+    values: [batchSize],
+  });
+  const removed = records.rows[0].deleted;
+  if (removed >= batchSize) {
+    return { removed, more: true };
+  }
+  // Expired steps are those of requests that never completed: a completion
+  // deletes its key's steps. Each key is reported before the deletion
+  // commits, so that a crash in between reports it again.
+  const steps = await connection.transaction(async (client) => {
+    const { rows } = await client.query<{
+      scope: string;
+      key: string;
+      step: string;
+      result: unknown;
+    }>({
+      text: `WITH expired AS (
+           SELECT scope, key FROM ${STEPS}
+           WHERE expires_at < now()
+           ORDER BY expires_at
+           LIMIT $1
+           FOR UPDATE SKIP LOCKED
+         )
+         DELETE FROM ${STEPS} s
+         USING (SELECT DISTINCT scope, key FROM expired) e
+         WHERE s.scope = e.scope AND s.key = e.key AND s.expires_at < now()
+         RETURNING s.scope, s.key, s.step, s.result`,
+      values: [batchSize - removed],
+    });
+    const keys = new Map<string, AbandonedKey>();
+    for (const row of rows) {
+      const id = `${row.scope}\u001f${row.key}`;
+      const entry = keys.get(id) ?? {
+        scope: row.scope,
+        key: row.key,
+        steps: [],
+      };
+      (entry.steps as Array<{ step: string; result: unknown }>).push({
+        step: row.step,
+        result: row.result,
+      });
+      keys.set(id, entry);
+    }
+    for (const key of keys.values()) {
+      abandoned(key);
+    }
+    return rows.length;
+  });
+  return {
+    removed: removed + steps,
+    more: removed + steps >= batchSize,
+  };
+}
