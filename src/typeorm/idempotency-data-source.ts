@@ -18,7 +18,7 @@ import { IdempotencyConfigurationError } from '../exceptions/idempotency-configu
 import { assertPostgresDataSource } from './postgres-data-source.js';
 import { bindAmbientTransaction } from './ambient-transaction.js';
 import { LazyTransaction } from './lazy-transaction.js';
-import { TransactionGate } from './transaction-gate.js';
+import { TransactionGate } from '../pg/transaction-gate.js';
 import {
   outsideHandlerTransaction,
   transactionParticipants,

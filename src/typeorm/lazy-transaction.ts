@@ -15,7 +15,7 @@ import {
   TransactionLostError,
 } from '../core/transaction.errors.js';
 import { TransactionHooks } from '../core/transaction-hooks.js';
-import type { TransactionGate } from './transaction-gate.js';
+import type { TransactionGate } from '../pg/transaction-gate.js';
 import {
   cancelStatement,
   runningStatement,

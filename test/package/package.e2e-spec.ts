@@ -15,6 +15,7 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { promisify } from 'node:util';
 import { assertBuilt, librarySources } from '../utils/library-build.js';
+import { idempotencySqlMigrations } from '../../migrations/index.js';
 import {
   createTestDatabase,
   type TestDatabase,
@@ -103,7 +104,7 @@ const REQUIRED_PEERS = [
 
 /**
  * The repository's folders of which the package holds only the Markdown
- * guides its own documents link to.
+ * guides its own documents link to (and the plain SQL of the migrations).
  */
 const SOURCE_FOLDERS =
   /^package\/(test|sample-app|dist-sample|src|migrations)\//;
@@ -198,13 +199,21 @@ describe('the published package', () => {
       expect(files).toContain(`${compiled}.js`);
       expect(files).toContain(`${compiled}.d.ts`);
     }
+    // Each migration as plain SQL, for applications without TypeORM.
+    expect(files.filter((file) => file.endsWith('.sql')).sort()).toEqual(
+      (await idempotencySqlMigrations()).map(
+        ({ fileName }) => `package/migrations/sql/${fileName}`,
+      ),
+    );
   });
 
   it('holds no sources, tests, sample app or dependencies, only their guides', () => {
     const unwanted = files.filter(
       (file) =>
         (/\.[cm]?ts$/.test(file) && !/\.d\.[cm]?ts$/.test(file)) ||
-        (SOURCE_FOLDERS.test(file) && !file.endsWith('.md')) ||
+        (SOURCE_FOLDERS.test(file) &&
+          !file.endsWith('.md') &&
+          !/^package\/migrations\/sql\/[^/]+\.sql$/.test(file)) ||
         file.includes('node_modules/') ||
         file.endsWith('.tgz'),
     );

@@ -1,0 +1,103 @@
+import type { InjectionToken } from '@nestjs/common';
+import type { ModuleRef } from '@nestjs/core';
+import type { Pool, PoolClient } from 'pg';
+import { IdempotencyConfigurationError } from '../exceptions/idempotency-configuration.error.js';
+import type { PostgresAdapter } from '../interfaces/postgres-adapter.interface.js';
+import { PoolDataAccess } from './pool-data-access.js';
+
+/**
+ * A handler's transaction on node-postgres: `query()` as a `PoolClient`
+ * has it. Its first statement takes a connection of the pool and begins the
+ * transaction; the idempotency record commits in it.
+ */
+export type PgTransaction = Pick<PoolClient, 'query'>;
+
+/** Options of {@link PgIdempotencyAdapter}. */
+export interface PgIdempotencyAdapterOptions {
+  /**
+   * Injection token of the application's `pg.Pool` (a provider of the
+   * application: `{ provide: PG_POOL, useFactory: () => new Pool(...) }`).
+   */
+  readonly poolToken: InjectionToken;
+}
+
+/**
+ * The PostgreSQL store on a node-postgres `Pool`, for applications without
+ * a data library. The handler writes through its transaction,
+ * `IdempotencyContext<PgTransaction>.transaction`: statements sent on the
+ * pool itself run outside of it, and commit whatever becomes of the
+ * request.
+ *
+ * @example
+ * IdempotencyModule.forRoot({
+ *   adapter: new PgIdempotencyAdapter({ poolToken: PG_POOL }),
+ * })
+ * // In the handler's code:
+ * constructor(private readonly idempotency: IdempotencyContext<PgTransaction>) {}
+ * await this.idempotency.transaction.query(
+ *   'INSERT INTO payments (amount) VALUES ($1)', [dto.amount]);
+ */
+export class PgIdempotencyAdapter implements PostgresAdapter<PgTransaction> {
+  constructor(private readonly options: PgIdempotencyAdapterOptions) {}
+
+  /** @internal Finds the pool at start-up. */
+  create(moduleRef: ModuleRef): PoolDataAccess<PgTransaction> {
+    return new PoolDataAccess(
+      () => {
+        const pool = lookUp<Pool>(moduleRef, this.options.poolToken, 'pg Pool');
+        return {
+          pool,
+          handleOf: (client) => client as unknown as PgTransaction,
+          async newTransaction(isolationLevel, fn) {
+            const client = await pool.connect();
+            try {
+              await client.query(
+                isolationLevel
+                  ? `START TRANSACTION ISOLATION LEVEL ${isolationLevel}`
+                  : 'START TRANSACTION',
+              );
+              const result = await fn(client);
+              await client.query('COMMIT');
+              client.release();
+              return result;
+            } catch (error) {
+              await client.query('ROLLBACK').catch(() => undefined);
+              client.release(
+                error instanceof Error ? error : new Error(String(error)),
+              );
+              throw error;
+            }
+          },
+        };
+      },
+      {
+        where: 'the database of the pg Pool',
+        how: 'Apply the SQL files of node_modules/nestjs-idempotency/migrations/sql/ in order (`psql --single-transaction -f <file>`), as the migrations guide shows.',
+      },
+    );
+  }
+}
+
+/**
+ * @internal The provider of `token`, looked up anywhere in the application.
+ * @throws IdempotencyConfigurationError when there is none.
+ */
+export function lookUp<T>(
+  moduleRef: ModuleRef,
+  token: InjectionToken,
+  what: string,
+): T {
+  let found: T | undefined;
+  try {
+    found = moduleRef.get<T>(token, { strict: false });
+  } catch {
+    found = undefined;
+  }
+  if (found === undefined || found === null) {
+    throw new IdempotencyConfigurationError(
+      `IdempotencyModule found no ${what} under the token ${String(typeof token === 'function' ? token.name : token)}.`,
+      `Provide the application's ${what} under that token, in a module the application imports (global, or imported by the module that imports IdempotencyModule).`,
+    );
+  }
+  return found;
+}

@@ -1,0 +1,115 @@
+import type { OnModuleInit } from '@nestjs/common';
+import type { Pool } from 'pg';
+import { handlerContexts } from '../core/handler-context.js';
+import { IdempotencyConfigurationError } from '../exceptions/idempotency-configuration.error.js';
+import type { HandlerTransaction } from '../interfaces/handler-transaction.interface.js';
+import type { IdempotencyIsolationLevel } from '../interfaces/idempotency-options.interface.js';
+import type {
+  PostgresConnection,
+  PostgresDataAccess,
+} from '../interfaces/postgres-adapter.interface.js';
+import { poolConnection } from './pg-pool-connection.js';
+import { PoolTransaction, type LazyPoolClient } from './pool-transaction.js';
+import { TransactionGate } from './transaction-gate.js';
+
+/**
+ * @internal A data library on a node-postgres pool, as its adapter finds it
+ * in the application: the pool, and the library's handles of a
+ * transaction.
+ */
+export interface PoolLibrary<Handle> {
+  /** The application's pool, which the library writes through. */
+  readonly pool: Pool;
+  /** The library's handle of a handler's transaction, on `client`. */
+  handleOf(client: LazyPoolClient): Handle;
+  /**
+   * Runs `fn` in a transaction of its own on another connection of the
+   * pool, at `isolationLevel` (by default, the server's), with the
+   * library's handle of it.
+   */
+  newTransaction<T>(
+    isolationLevel: IdempotencyIsolationLevel | undefined,
+    fn: (handle: Handle) => Promise<T>,
+  ): Promise<T>;
+}
+
+/**
+ * @internal The PostgreSQL store's data access on a library that writes
+ * through a node-postgres pool (pg itself, Drizzle, Kysely): the handlers'
+ * transactions are {@link PoolTransaction}s, begun by their first
+ * statement, at most one fewer open at once than the pool's connections.
+ */
+export class PoolDataAccess<Handle>
+  implements PostgresDataAccess<Handle>, OnModuleInit
+{
+  private library: PoolLibrary<Handle> | undefined;
+  private poolConnection: PostgresConnection | undefined;
+  private gate = new TransactionGate(Infinity);
+
+  constructor(
+    /** Finds the library in the application; called once, at start-up. */
+    private readonly find: () => PoolLibrary<Handle>,
+    readonly schemaHelp: { readonly where: string; readonly how: string },
+  ) {}
+
+  onModuleInit(): void {
+    this.resolve();
+  }
+
+  get connection(): PostgresConnection {
+    this.resolve();
+    return this.poolConnection!;
+  }
+
+  begin(deadline: number, isolationLevel?: string): PoolTransaction<Handle> {
+    const library = this.resolve();
+    return new PoolTransaction(
+      library.pool,
+      this.gate,
+      deadline,
+      isolationLevel as IdempotencyIsolationLevel | undefined,
+      (client) => library.handleOf(client),
+    );
+  }
+
+  join<T>(_transaction: HandlerTransaction, fn: () => Promise<T>): Promise<T> {
+    return fn();
+  }
+
+  newTransaction<T>(
+    isolationLevel: string | undefined,
+    fn: (handle: Handle) => Promise<T>,
+  ): Promise<T> {
+    const library = this.resolve();
+    return handlerContexts.exit(() =>
+      library.newTransaction(
+        isolationLevel as IdempotencyIsolationLevel | undefined,
+        fn,
+      ),
+    );
+  }
+
+  private resolve(): PoolLibrary<Handle> {
+    if (this.library) {
+      return this.library;
+    }
+    const library = this.find();
+    const { pool } = library;
+    if (
+      typeof pool?.connect !== 'function' ||
+      typeof pool.query !== 'function'
+    ) {
+      throw new IdempotencyConfigurationError(
+        'The data library of the idempotency module does not write through a node-postgres Pool.',
+        'Give it a `pg.Pool` (node-postgres 8): the module runs the handlers’ transactions and its own statements on that pool.',
+      );
+    }
+    const size = (pool as { options?: { max?: unknown } }).options?.max ?? 10;
+    if (typeof size === 'number' && size > 1) {
+      this.gate = new TransactionGate(size - 1);
+    }
+    this.poolConnection = poolConnection(pool);
+    this.library = library;
+    return library;
+  }
+}

@@ -1,0 +1,284 @@
+import { Logger } from '@nestjs/common';
+import type { Pool, PoolClient, QueryResult } from 'pg';
+import type {
+  HandlerTransaction,
+  HandlerTransactionState,
+  TransactionListener,
+} from '../interfaces/handler-transaction.interface.js';
+import type { IdempotencyIsolationLevel } from '../interfaces/idempotency-options.interface.js';
+import type { PostgresTransaction } from '../interfaces/postgres-adapter.interface.js';
+import { ownStatement } from '../core/own-statement.js';
+import {
+  AbandonedTransactionError,
+  TransactionEndedError,
+  TransactionLostError,
+} from '../core/transaction.errors.js';
+import { TransactionHooks } from '../core/transaction-hooks.js';
+import {
+  cancelStatement,
+  runningStatement,
+  type DriverClient,
+} from './cancel-statement.js';
+import type { TransactionGate } from './transaction-gate.js';
+
+const logger = new Logger('Idempotency');
+
+type Phase = 'idle' | 'open' | 'ended' | 'abandoned';
+
+/**
+ * @internal The client a data library writes a handler's transaction
+ * through, in place of a node-postgres `PoolClient` (Drizzle's and Kysely's
+ * node-postgres dialects take one): its first statement takes a connection
+ * of the pool and begins the transaction; every statement then goes on that
+ * connection, and none once the transaction ended. `release()` does
+ * nothing: the module gives the connection back when the transaction ends.
+ */
+export interface LazyPoolClient {
+  query(...args: unknown[]): Promise<QueryResult>;
+  release(): void;
+}
+
+/**
+ * @internal The transaction of a decorated handler on a node-postgres pool,
+ * begun by its first statement: until then the request holds no connection,
+ * so a handler that waits on a gateway first holds nothing while it waits.
+ * The data library's handle of it (`manager`) is made, on first use, by
+ * `handleOf` from the {@link LazyPoolClient}.
+ *
+ * It takes a place in the module's share of the pool before its connection
+ * (see {@link TransactionGate}); a statement it sees end the transaction
+ * underneath it (a `COMMIT` sent by hand, a library's own transaction on its
+ * connection: the server then says the session is in no transaction block)
+ * makes every later statement, and the completion, fail.
+ */
+export class PoolTransaction<Handle>
+  implements HandlerTransaction, PostgresTransaction
+{
+  private phase: Phase = 'idle';
+  private connection: PoolClient | undefined;
+  private opening: Promise<PoolClient> | undefined;
+  private holdsPlace = false;
+  private broken = false;
+  private committing = false;
+  private endedUnderneath: TransactionEndedError | undefined;
+  private handle: Handle | undefined;
+  private readonly hooks = new TransactionHooks();
+  private readonly onError = () => {
+    this.broken = true;
+  };
+  /** What the handler's data library writes through. */
+  readonly lazyClient: LazyPoolClient = {
+    query: (...args: unknown[]) => this.query(args),
+    release: () => undefined,
+  };
+
+  constructor(
+    private readonly pool: Pool,
+    private readonly gate: TransactionGate,
+    /** When the request's time is up (epoch ms): no place is awaited past it. */
+    private readonly deadline: number,
+    /** The level it begins with; `undefined`: the server's default. */
+    readonly isolationLevel: IdempotencyIsolationLevel | undefined,
+    private readonly handleOf: (client: LazyPoolClient) => Handle,
+  ) {}
+
+  /** The data library's handle of the transaction, as the handler gets it. */
+  get manager(): Handle {
+    this.handle ??= this.handleOf(this.lazyClient);
+    return this.handle;
+  }
+
+  get began(): boolean {
+    return this.phase !== 'idle' || this.opening !== undefined;
+  }
+
+  /** The connection while the transaction is open on it. */
+  get client(): PoolClient | undefined {
+    const client = this.phase === 'open' ? this.connection : undefined;
+    return client && !this.broken && !this.endedOn(client) ? client : undefined;
+  }
+
+  get failure(): TransactionEndedError | undefined {
+    return this.endedUnderneath;
+  }
+
+  get state(): HandlerTransactionState {
+    switch (this.phase) {
+      case 'idle':
+        return this.opening ? 'open' : 'idle';
+      case 'open':
+        return this.broken || this.endedUnderneath ? 'lost' : 'open';
+      default:
+        return 'ended';
+    }
+  }
+
+  onEnd(listener: TransactionListener): void {
+    this.hooks.add(listener);
+  }
+
+  async commit(): Promise<void> {
+    let failure: Error | undefined;
+    try {
+      if (this.opening) {
+        await this.opening;
+      }
+      const client = this.client;
+      if (this.began && !client) {
+        throw this.endedUnderneath ?? new TransactionLostError();
+      }
+      if (client) {
+        this.committing = true;
+        await client.query('COMMIT');
+      }
+    } catch (error) {
+      // The session may be gone, or the transaction still open on it: the
+      // connection is closed rather than handed to another request.
+      failure = error instanceof Error ? error : new Error(String(error));
+      throw error;
+    } finally {
+      this.end('ended', failure);
+    }
+    this.hooks.end({ committed: true });
+  }
+
+  rollback(error?: unknown): Promise<boolean> {
+    return this.rollbackAs('ended', error);
+  }
+
+  async abandon(): Promise<void> {
+    const client = this.client as unknown as DriverClient | undefined;
+    this.phase = 'abandoned';
+    if (client && runningStatement(client)) {
+      try {
+        cancelStatement(client);
+      } catch (error) {
+        logger.warn(
+          `Cancelling the statement of an abandoned request failed: ${(error as Error).message}`,
+        );
+      }
+    }
+    await this.rollbackAs('abandoned', new AbandonedTransactionError());
+  }
+
+  private async rollbackAs(
+    phase: 'ended' | 'abandoned',
+    error: unknown,
+  ): Promise<boolean> {
+    if (phase === 'abandoned') {
+      this.phase = 'abandoned';
+    }
+    await this.opening?.catch(() => undefined);
+    const client = this.broken ? undefined : this.connection;
+    let failure: Error | undefined;
+    try {
+      await client?.query('ROLLBACK');
+      return !this.broken;
+    } catch (rollbackError) {
+      failure = rollbackError as Error;
+      logger.warn(`Rollback failed: ${failure.message}`);
+      return false;
+    } finally {
+      this.end(phase, failure);
+      this.hooks.end({ committed: false, error });
+    }
+  }
+
+  /**
+   * Gives the connection back; a broken one, or one whose COMMIT or
+   * ROLLBACK failed, is closed instead.
+   */
+  private end(phase: 'ended' | 'abandoned', failure?: Error): void {
+    if (this.phase !== 'abandoned') {
+      this.phase = phase;
+    }
+    const client = this.connection;
+    this.connection = undefined;
+    if (client) {
+      client.removeListener('error', this.onError);
+      client.release(
+        failure ?? (this.broken ? new TransactionLostError() : undefined),
+      );
+    }
+    if (this.holdsPlace) {
+      this.holdsPlace = false;
+      this.gate.release();
+    }
+  }
+
+  /**
+   * Whether the transaction was ended on `client` underneath the module: the
+   * server said, with its last answer, that the session is in no
+   * transaction block (node-postgres's `getTransactionStatus()`, 'I'). Once
+   * seen, for good.
+   */
+  private endedOn(client: PoolClient): boolean {
+    if (
+      !this.endedUnderneath &&
+      !this.committing &&
+      client.getTransactionStatus?.() === 'I'
+    ) {
+      this.endedUnderneath = new TransactionEndedError();
+      logger.warn(this.endedUnderneath.message);
+    }
+    return this.endedUnderneath !== undefined;
+  }
+
+  private async query(args: unknown[]): Promise<QueryResult> {
+    const client = await this.connect();
+    const query = client.query.bind(client) as (
+      ...args: unknown[]
+    ) => Promise<QueryResult>;
+    return query(...args);
+  }
+
+  /** The open transaction's connection, begun by the first statement. */
+  private connect(): Promise<PoolClient> {
+    if (this.phase === 'open') {
+      const client = this.connection!;
+      if (this.broken) {
+        return Promise.reject(new TransactionLostError());
+      }
+      return this.endedOn(client)
+        ? Promise.reject(this.endedUnderneath!)
+        : Promise.resolve(client);
+    }
+    if (this.phase !== 'idle') {
+      return Promise.reject(new AbandonedTransactionError());
+    }
+    this.opening ??= this.open();
+    return this.opening;
+  }
+
+  /**
+   * Takes a place in the module's share of the pool, the connection, and
+   * begins the transaction: statements of the module's own (their errors
+   * are the database's, not the handler's).
+   */
+  private async open(): Promise<PoolClient> {
+    try {
+      return await ownStatement(async () => {
+        await this.gate.acquire(this.deadline - Date.now());
+        this.holdsPlace = true;
+        if (this.phase !== 'idle') {
+          throw new AbandonedTransactionError();
+        }
+        const client = await this.pool.connect();
+        this.connection = client;
+        client.on('error', this.onError);
+        await client.query(
+          this.isolationLevel
+            ? `START TRANSACTION ISOLATION LEVEL ${this.isolationLevel}`
+            : 'START TRANSACTION',
+        );
+        if (this.phase !== 'idle') {
+          throw new AbandonedTransactionError();
+        }
+        this.phase = 'open';
+        return client;
+      });
+    } finally {
+      this.opening = undefined;
+    }
+  }
+}

@@ -1,0 +1,6 @@
+import type { AdapterFixture } from './adapter-fixture.js';
+import { pgFixture } from './pg.fixture.js';
+import { typeormFixture } from './typeorm.fixture.js';
+
+/** Every data library the PostgreSQL store has an adapter of. */
+export const ADAPTERS: readonly AdapterFixture[] = [typeormFixture, pgFixture];
