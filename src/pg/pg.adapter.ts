@@ -47,6 +47,7 @@ export class PgIdempotencyAdapter implements PostgresAdapter<PgTransaction> {
         const pool = lookUp<Pool>(moduleRef, this.options.poolToken, 'pg Pool');
         return {
           pool,
+          client: pool,
           handleOf: (client) => client as unknown as PgTransaction,
           async newTransaction(isolationLevel, fn) {
             const client = await pool.connect();

@@ -1,6 +1,10 @@
 import type { OnModuleInit } from '@nestjs/common';
 import type { Pool } from 'pg';
 import { handlerContexts } from '../core/handler-context.js';
+import {
+  joinParticipants,
+  transactionParticipants,
+} from '../core/transaction-participants.js';
 import { IdempotencyConfigurationError } from '../exceptions/idempotency-configuration.error.js';
 import type { HandlerTransaction } from '../interfaces/handler-transaction.interface.js';
 import type { IdempotencyIsolationLevel } from '../interfaces/idempotency-options.interface.js';
@@ -20,6 +24,12 @@ import { TransactionGate } from './transaction-gate.js';
 export interface PoolLibrary<Handle> {
   /** The application's pool, which the library writes through. */
   readonly pool: Pool;
+  /**
+   * The application's client of the library (its Drizzle or Kysely
+   * database, the pool itself): the transaction libraries that join the
+   * handlers' transactions are added for it (see addTransactionParticipant).
+   */
+  readonly client: object;
   /** The library's handle of a handler's transaction, on `client`. */
   handleOf(client: LazyPoolClient): Handle;
   /**
@@ -72,8 +82,17 @@ export class PoolDataAccess<Handle>
     );
   }
 
-  join<T>(_transaction: HandlerTransaction, fn: () => Promise<T>): Promise<T> {
-    return fn();
+  /**
+   * Runs the handler, `fn`, with the transaction libraries that joined the
+   * library's client seeing `transaction` as their current one.
+   */
+  join<T>(transaction: HandlerTransaction, fn: () => Promise<T>): Promise<T> {
+    const joining = transactionParticipants<PoolTransaction<Handle>>(
+      this.resolve().client,
+    );
+    return joining.length === 0
+      ? fn()
+      : joinParticipants(joining, transaction as PoolTransaction<Handle>, fn);
   }
 
   newTransaction<T>(

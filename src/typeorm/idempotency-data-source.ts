@@ -12,6 +12,7 @@ import type {
   PostgresConnection,
   PostgresDataAccess,
 } from '../interfaces/postgres-adapter.interface.js';
+import { joinParticipants } from '../core/transaction-participants.js';
 import { poolConnection } from '../pg/pg-pool-connection.js';
 import type { IdempotencyIsolationLevel } from '../interfaces/idempotency-options.interface.js';
 import { IdempotencyConfigurationError } from '../exceptions/idempotency-configuration.error.js';
@@ -180,10 +181,7 @@ export class IdempotencyDataSource
     if (typeormTransactional) {
       participants.push(typeormTransactional);
     }
-    return participants.reduceRight<() => Promise<T>>(
-      (next, participant) => () => participant.join(transaction, next),
-      fn,
-    )();
+    return joinParticipants(participants, transaction, fn);
   }
 
   /**

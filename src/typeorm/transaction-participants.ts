@@ -1,22 +1,15 @@
 import type { DataSource } from 'typeorm';
 import { handlerContexts } from '../core/handler-context.js';
+import {
+  addTransactionParticipant as addParticipant,
+  transactionParticipants as participantsOf,
+  type TransactionParticipant as Participant,
+} from '../core/transaction-participants.js';
 import { handlerTransactionOf } from './ambient-transaction.js';
 import type { LazyTransaction } from './lazy-transaction.js';
 
-/**
- * @internal A transaction library that must see the transaction of a
- * decorated handler as its own current transaction while the handler runs
- * (nestjs-cls transactional, typeorm-transactional): so that its
- * `@Transactional()` joins it, its `MANDATORY` finds it, and its commit
- * hooks wait for its real commit.
- */
-export interface TransactionParticipant {
-  /** Runs `fn` with the library seeing `transaction` as the current one. */
-  join<T>(transaction: LazyTransaction, fn: () => Promise<T>): Promise<T>;
-}
-
-/** The participants of each DataSource, added by the libraries' adapters. */
-const participants = new WeakMap<DataSource, TransactionParticipant[]>();
+/** @internal A transaction library that joins TypeORM handlers' transactions. */
+export type TransactionParticipant = Participant<LazyTransaction>;
 
 /**
  * @internal Makes `participant` join the transaction of every decorated
@@ -26,17 +19,14 @@ export function addTransactionParticipant(
   dataSource: DataSource,
   participant: TransactionParticipant,
 ): void {
-  participants.set(dataSource, [
-    ...(participants.get(dataSource) ?? []),
-    participant,
-  ]);
+  addParticipant(dataSource, participant);
 }
 
 /** @internal The participants of `dataSource`, in the order they were added. */
 export function transactionParticipants(
   dataSource: DataSource,
 ): readonly TransactionParticipant[] {
-  return participants.get(dataSource) ?? [];
+  return participantsOf<LazyTransaction>(dataSource);
 }
 
 /**
