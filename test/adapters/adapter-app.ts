@@ -15,7 +15,7 @@ import type { AdapterFixture } from './adapter-fixture.js';
 import { PaymentsController, TERMINATOR } from './payments.controller.js';
 
 /** The payments tables of the adapters' suites. */
-const PAYMENTS_SQL = `
+export const PAYMENTS_SQL = `
   CREATE TABLE payments (
     id serial PRIMARY KEY,
     key text NOT NULL,

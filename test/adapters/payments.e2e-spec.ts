@@ -3,11 +3,10 @@
  * Express and Fastify: the payments handler's rows and its idempotency
  * record commit together or not at all, whatever fails and wherever.
  */
-import { randomUUID } from 'node:crypto';
 import { PLATFORMS } from '../utils/test-app.js';
 import { startAdapterApp, type AdapterApp } from './adapter-app.js';
 import { ADAPTERS } from './adapters.js';
-import type { PaymentFault } from './payments.controller.js';
+import { describePaymentsPromise } from './payments-promise.js';
 
 describe.each(ADAPTERS.map((fixture) => [fixture.name, fixture] as const))(
   'payments on %s',
@@ -20,112 +19,7 @@ describe.each(ADAPTERS.map((fixture) => [fixture.name, fixture] as const))(
       });
       afterAll(() => target?.close());
 
-      const pay = (key: string, amount: number, fault?: PaymentFault) =>
-        fetch(`${target.url}/payments`, {
-          method: 'POST',
-          headers: {
-            'content-type': 'application/json',
-            'idempotency-key': key,
-          },
-          body: JSON.stringify({ key, amount, fault }),
-        });
-
-      /** The rows of `key`: its record's status, payments and ledger entries. */
-      async function rowsOf(key: string) {
-        const [row] = await target.db.query<{
-          record: string | null;
-          payments: number;
-          ledger: number;
-        }>(
-          `SELECT (SELECT status FROM idempotency_records WHERE key = $1) AS record,
-                  (SELECT count(*)::int FROM payments WHERE key = $1) AS payments,
-                  (SELECT count(*)::int FROM ledger_entries l
-                     JOIN payments p ON p.id = l.payment_id WHERE p.key = $1) AS ledger`,
-          [key],
-        );
-        return row;
-      }
-
-      it('replays the stored answer byte for byte, and writes once', async () => {
-        const key = randomUUID();
-        const first = await pay(key, 100);
-        const body = Buffer.from(await first.arrayBuffer());
-        const again = await pay(key, 100);
-        expect({
-          status: again.status,
-          replayed: again.headers.get('idempotent-replayed'),
-          body: Buffer.from(await again.arrayBuffer()),
-        }).toEqual({ status: 201, replayed: 'true', body });
-        expect(first.status).toBe(201);
-        expect(await rowsOf(key)).toEqual({
-          record: 'completed',
-          payments: 1,
-          ledger: 2,
-        });
-      });
-
-      it('writes one set of rows for ten concurrent duplicates', async () => {
-        const key = randomUUID();
-        const answers = await Promise.all(
-          Array.from({ length: 10 }, async () => {
-            const response = await pay(key, 250);
-            return { status: response.status, body: await response.text() };
-          }),
-        );
-        const created = answers.filter((answer) => answer.status === 201);
-        expect(created.length).toBeGreaterThanOrEqual(1);
-        expect(new Set(created.map((answer) => answer.body)).size).toBe(1);
-        expect(
-          answers.filter((answer) => ![201, 409].includes(answer.status)),
-        ).toEqual([]);
-        expect(await rowsOf(key)).toEqual({
-          record: 'completed',
-          payments: 1,
-          ledger: 2,
-        });
-      });
-
-      it.each([
-        ['the handler throws', 'throw', 500],
-        ['a deferred constraint fails at COMMIT', 'deferred', 503],
-        [
-          'its connection is terminated as the handler returns',
-          'terminate',
-          503,
-        ],
-      ] as const)(
-        'stores nothing and frees the key at once when %s',
-        async (_what, fault, status) => {
-          const key = randomUUID();
-          const failed = await pay(key, 300, fault);
-          expect(failed.status).toBe(status);
-          expect(await rowsOf(key)).toEqual({
-            record: null,
-            payments: 0,
-            ledger: 0,
-          });
-          const retry = await pay(key, 300);
-          expect(retry.status).toBe(201);
-          expect(await rowsOf(key)).toEqual({
-            record: 'completed',
-            payments: 1,
-            ledger: 2,
-          });
-        },
-      );
-
-      it('answers 503 and stores nothing when a COMMIT sent by hand ends the transaction underneath', async () => {
-        const key = randomUUID();
-        const answer = await pay(key, 400, 'commit');
-        expect(answer.status).toBe(503);
-        // The payment committed with the COMMIT sent by hand; nothing after
-        // it ran, and no record says the request was done.
-        expect(await rowsOf(key)).toEqual({
-          record: null,
-          payments: 1,
-          ledger: 0,
-        });
-      });
+      describePaymentsPromise(() => target);
     });
   },
 );

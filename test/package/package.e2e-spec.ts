@@ -1,17 +1,14 @@
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
-import { once } from 'node:events';
 import {
   access,
   copyFile,
   mkdir,
   mkdtemp,
-  readFile,
   rm,
   writeFile,
 } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
-import { createInterface } from 'node:readline';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { promisify } from 'node:util';
 import { assertBuilt, librarySources } from '../utils/library-build.js';
@@ -20,7 +17,16 @@ import {
   createTestDatabase,
   type TestDatabase,
 } from '../utils/test-database.js';
-import { childEnv, npm, packLibrary, root } from './packed-library.js';
+import {
+  childEnv,
+  installedVersion,
+  listening,
+  npm,
+  packLibrary,
+  root,
+  stop,
+  type AppOutput,
+} from './packed-library.js';
 
 /*
  * The package as published: `npm pack` of the built repository, installed
@@ -108,59 +114,6 @@ const REQUIRED_PEERS = [
  */
 const SOURCE_FOLDERS =
   /^package\/(test|sample-app|dist-sample|src|migrations)\//;
-
-/** The installed version of a dependency of the repository. */
-async function installedVersion(name: string): Promise<string> {
-  const manifest = JSON.parse(
-    await readFile(join(root, 'node_modules', name, 'package.json'), 'utf8'),
-  ) as { version: string };
-  return manifest.version;
-}
-
-/** What the consumer app printed, as it prints it. */
-interface AppOutput {
-  readonly lines: string[];
-  stderr: string;
-}
-
-/** Collects the output of `child`; resolves once it prints `listening: <url>`. */
-function listening(child: ChildProcess, output: AppOutput): Promise<string> {
-  child.stderr!.setEncoding('utf8');
-  child.stderr!.on('data', (chunk: string) => {
-    output.stderr += chunk;
-  });
-  return new Promise((resolve, reject) => {
-    const onExit = (code: number | null, signal: string | null) =>
-      reject(
-        new Error(
-          `the consumer app exited (${signal ?? code}) before it listened:\n${output.stderr}`,
-        ),
-      );
-    child.once('exit', onExit);
-    createInterface({ input: child.stdout! }).on('line', (line) => {
-      output.lines.push(line);
-      const match = /^listening: (\S+)$/.exec(line);
-      if (match) {
-        child.off('exit', onExit);
-        resolve(match[1]);
-      }
-    });
-  });
-}
-
-async function stop(child: ChildProcess): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null) {
-    return;
-  }
-  const exited = once(child, 'exit');
-  child.kill('SIGTERM');
-  const timer = setTimeout(() => child.kill('SIGKILL'), 10_000);
-  try {
-    await exited;
-  } finally {
-    clearTimeout(timer);
-  }
-}
 
 describe('the published package', () => {
   let scratch: string;

@@ -1,4 +1,7 @@
-import { execFile } from 'node:child_process';
+import { execFile, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+import { readFile } from 'node:fs/promises';
+import { createInterface } from 'node:readline';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
@@ -69,4 +72,61 @@ export async function packLibrary(
     tarball,
     files: stdout.split('\n').filter((line) => line.length > 0),
   };
+}
+
+/** The installed version of a dependency of the repository. */
+export async function installedVersion(name: string): Promise<string> {
+  const manifest = JSON.parse(
+    await readFile(join(root, 'node_modules', name, 'package.json'), 'utf8'),
+  ) as { version: string };
+  return manifest.version;
+}
+
+/** What an application outside the repository printed, as it prints it. */
+export interface AppOutput {
+  readonly lines: string[];
+  stderr: string;
+}
+
+/** Collects the output of `child`; resolves once it prints `listening: <url>`. */
+export function listening(
+  child: ChildProcess,
+  output: AppOutput,
+): Promise<string> {
+  child.stderr!.setEncoding('utf8');
+  child.stderr!.on('data', (chunk: string) => {
+    output.stderr += chunk;
+  });
+  return new Promise((resolve, reject) => {
+    const onExit = (code: number | null, signal: string | null) =>
+      reject(
+        new Error(
+          `the application exited (${signal ?? code}) before it listened:\n${output.stderr}`,
+        ),
+      );
+    child.once('exit', onExit);
+    createInterface({ input: child.stdout! }).on('line', (line) => {
+      output.lines.push(line);
+      const match = /^listening: (\S+)$/.exec(line);
+      if (match) {
+        child.off('exit', onExit);
+        resolve(match[1]);
+      }
+    });
+  });
+}
+
+/** Stops `child` (SIGTERM, then SIGKILL after 10 s). */
+export async function stop(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) {
+    return;
+  }
+  const exited = once(child, 'exit');
+  child.kill('SIGTERM');
+  const timer = setTimeout(() => child.kill('SIGKILL'), 10_000);
+  try {
+    await exited;
+  } finally {
+    clearTimeout(timer);
+  }
 }

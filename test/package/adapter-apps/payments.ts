@@ -1,0 +1,69 @@
+/*
+ * The payments handler of the applications outside the repository
+ * (adapter-apps.e2e-spec.ts), as test/adapters/payments.controller.ts has
+ * it, on the installed package: copied next to each application's own file,
+ * which provides its `PaymentsWriter` and starts it.
+ */
+import {
+  Body,
+  Controller,
+  HttpCode,
+  Inject,
+  InternalServerErrorException,
+  Post,
+} from '@nestjs/common';
+import { Idempotent } from 'nestjs-idempotency';
+import pg from 'pg';
+
+/** One statement each, in the handler's transaction, through the library. */
+export interface PaymentsWriter {
+  insertPayment(key: string, amount: number): Promise<number>;
+  insertLedger(paymentId: number, amount: number): Promise<void>;
+  backendPid(): Promise<number>;
+  raw(sql: string): Promise<void>;
+}
+
+/** Injection token of the {@link PaymentsWriter}. */
+export const PaymentsWriter = Symbol('PaymentsWriter');
+
+/** Ends the connection of `pid`, from a connection of its own. */
+async function terminate(pid: number): Promise<void> {
+  const client = new pg.Client({ connectionString: process.env.DATABASE_URL });
+  await client.connect();
+  try {
+    await client.query('SELECT pg_terminate_backend($1, 10000)', [pid]);
+  } finally {
+    await client.end();
+  }
+}
+
+@Controller('payments')
+export class PaymentsController {
+  constructor(
+    @Inject(PaymentsWriter) private readonly writer: PaymentsWriter,
+  ) {}
+
+  @Post()
+  @HttpCode(201)
+  @Idempotent()
+  async create(
+    @Body() body: { key: string; amount: number; fault?: string },
+  ): Promise<{ id: number; amount: number; note: string }> {
+    const id = await this.writer.insertPayment(body.key, body.amount);
+    if (body.fault === 'commit') {
+      await this.writer.raw('COMMIT');
+    }
+    await this.writer.insertLedger(id, body.amount);
+    await this.writer.insertLedger(
+      body.fault === 'deferred' ? -id : id,
+      -body.amount,
+    );
+    if (body.fault === 'terminate') {
+      await terminate(await this.writer.backendPid());
+    }
+    if (body.fault === 'throw') {
+      throw new InternalServerErrorException('the handler failed');
+    }
+    return { id, amount: body.amount, note: `paid ${body.amount}` };
+  }
+}
