@@ -4,6 +4,8 @@ import type { ClaimRequest } from '../../src/interfaces/idempotency-store.interf
 import { listen } from '../utils/notifications.js';
 import { poolOf } from '../utils/statement-counter.js';
 import { startTestApp, type TestApp } from '../utils/test-app.js';
+import { startAdapterApp } from '../adapters/adapter-app.js';
+import { ADAPTERS } from '../adapters/adapters.js';
 import { describeStoreConformance } from './conformance.js';
 
 /** The store of a running application, as the module uses it. */
@@ -12,10 +14,17 @@ async function startStore() {
   return { target, store: target.app.get<IdempotencyStore>(IdempotencyStore) };
 }
 
-describeStoreConformance('PostgreSQL', async () => {
-  const { target, store } = await startStore();
-  return { store, close: () => target.close() };
-});
+// On every data library's adapter: the store is the same, its statements
+// go through each library's connection.
+for (const fixture of ADAPTERS) {
+  describeStoreConformance(`PostgreSQL on ${fixture.name}`, async () => {
+    const target = await startAdapterApp(fixture);
+    return {
+      store: target.app.get<IdempotencyStore>(IdempotencyStore),
+      close: () => target.close(),
+    };
+  });
+}
 
 describe('the PostgreSQL store', () => {
   let target: TestApp;
