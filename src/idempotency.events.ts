@@ -1,6 +1,7 @@
 import { Inject, Injectable, Logger } from '@nestjs/common';
 import { IDEMPOTENCY_RESOLVED_OPTIONS } from './idempotency.tokens.js';
 import type { ResolvedIdempotencyOptions } from './idempotency.options.js';
+import type { ExecutorEvents } from './core/executor.events.js';
 import { LogKeys } from './core/log-key.js';
 import type {
   IdempotencyEvent,
@@ -29,10 +30,11 @@ const LEVELS: Record<IdempotencyEventType, 'debug' | 'log' | 'warn'> = {
 /**
  * @internal Logs the module's events as `key=value` lines (logfmt) under the
  * `Idempotency` context, their key as telemetry's `keys` option says (see
- * {@link LogKeys}), and hands them, key and all, to the `onEvent` option.
+ * {@link LogKeys}), and hands them, key and all, to the `onEvent` option:
+ * the core's {@link ExecutorEvents}.
  */
 @Injectable()
-export class IdempotencyEvents {
+export class IdempotencyEvents implements ExecutorEvents {
   private readonly logger = new Logger('Idempotency');
   /** How the lines show keys. */
   private readonly keys: LogKeys;

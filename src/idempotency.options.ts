@@ -6,13 +6,9 @@ import {
 } from './idempotency.constants.js';
 import { toMilliseconds } from './idempotency.duration.js';
 import type {
-  IdempotencyConcurrencyMode,
   IdempotencyErrorPolicy,
-  IdempotencyFingerprintFields,
-  IdempotencyFingerprintFunction,
   IdempotencyGcOptions,
   IdempotencyIsolationLevel,
-  IdempotencyKeyResolver,
   IdempotencyModuleOptions,
   IdempotencyScopeResolver,
   IdempotencyTelemetryKeys,
@@ -22,42 +18,15 @@ import type {
 import { IdempotencyConfigurationError } from './exceptions/idempotency-configuration.error.js';
 import type { PostgresAdapter } from './interfaces/postgres-adapter.interface.js';
 import { RETRY_LATER_STATUSES } from './core/failures.js';
+import type {
+  ExecutorOptions,
+  ResolvedRouteOptions,
+} from './core/executor.options.js';
 import {
   FETCH_DEFAULTS,
   resolveFetchOptions,
   type ResolvedFetchOptions,
 } from './outgoing/outgoing.options.js';
-
-/** @internal Options of one route, with every default applied. */
-export interface ResolvedRouteOptions {
-  readonly ttlMs: number;
-  readonly concurrency: IdempotencyConcurrencyMode;
-  readonly waitTimeoutMs: number;
-  readonly transactionTimeoutMs: number;
-  readonly scope: IdempotencyScopeResolver;
-  readonly required: boolean;
-  readonly retryAfter: number;
-  readonly key: IdempotencyKeyResolver | undefined;
-  readonly keyValidation: ResolvedKeyValidation;
-  readonly fingerprint:
-    IdempotencyFingerprintFields | IdempotencyFingerprintFunction;
-  readonly storeErrors: IdempotencyErrorPolicy | undefined;
-  readonly maxResponseSize: number;
-  /** Lower-cased names; `undefined` allows every header. */
-  readonly replayAllow: ReadonlySet<string> | undefined;
-  readonly replayDeny: ReadonlySet<string>;
-  readonly acknowledge: boolean;
-  /** `undefined`: the DataSource's or the server's default. */
-  readonly isolationLevel: IdempotencyIsolationLevel | undefined;
-}
-
-/** @internal */
-export interface ResolvedKeyValidation {
-  readonly minLength: number;
-  readonly maxLength: number;
-  readonly pattern: RegExp;
-  readonly validate: ((key: string) => boolean) | undefined;
-}
 
 /** Longest key the record table's index takes comfortably. */
 const MAX_KEY_LENGTH = 1024;
@@ -71,7 +40,8 @@ export interface ResolvedGcOptions {
 }
 
 /** @internal Module options, with every default applied. */
-export interface ResolvedIdempotencyOptions extends ResolvedRouteOptions {
+export interface ResolvedIdempotencyOptions
+  extends ResolvedRouteOptions, ExecutorOptions {
   /** `undefined` when disabled. */
   readonly gc: ResolvedGcOptions | undefined;
   readonly onEvent: IdempotencyModuleOptions['onEvent'];

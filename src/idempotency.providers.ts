@@ -17,6 +17,8 @@ import {
   type ResolvedIdempotencyOptions,
 } from './idempotency.options.js';
 import { AttemptTelemetry } from './core/attempt-telemetry.js';
+import { ExecutorEvents } from './core/executor.events.js';
+import { ExecutorOptions } from './core/executor.options.js';
 import { HandlerTransactions } from './interfaces/handler-transaction.interface.js';
 import { NO_HANDLER_TRANSACTIONS } from './core/no-transaction.js';
 import { isIdempotencyStore } from './core/is-idempotency-store.js';
@@ -67,8 +69,10 @@ export const IDEMPOTENCY_PROVIDERS: Provider[] = [
       resolveModuleOptions(options),
     inject: [IDEMPOTENCY_MODULE_OPTIONS],
   },
+  { provide: ExecutorOptions, useExisting: IDEMPOTENCY_RESOLVED_OPTIONS },
   IdempotencyRoutes,
   IdempotencyEvents,
+  { provide: ExecutorEvents, useExisting: IdempotencyEvents },
   {
     provide: AttemptTelemetry,
     useFactory: (options: ResolvedIdempotencyOptions) =>

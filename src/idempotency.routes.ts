@@ -8,8 +8,8 @@ import { IDEMPOTENCY_RESOLVED_OPTIONS } from './idempotency.tokens.js';
 import {
   resolveRouteOptions,
   type ResolvedIdempotencyOptions,
-  type ResolvedRouteOptions,
 } from './idempotency.options.js';
+import type { ResolvedRouteOptions } from './core/executor.options.js';
 import type { IdempotentOptions } from './interfaces/idempotency-options.interface.js';
 
 /** @internal What the module knows of a decorated handler, resolved once. */

@@ -2,21 +2,27 @@
 /**
  * The dependency rules of the library, checked by `npm run lint`.
  *
- * Dependencies point inward. The core (the request sequence and its
- * ports: `src/core/`, the public contracts in `src/interfaces/`, the
- * errors in `src/exceptions/`, and the module's own top-level files) knows
- * nothing of the transports (`http/`, `graphql/`, `messages/`, `bullmq/`),
- * the stores, TypeORM or the integrations (`typeorm/`, `cls/`,
- * `telemetry/`, `openapi/`, `testing/`). Only the composition roots (the
- * module, its providers, the dispatching interceptor and the package's
- * entry points) wire them together.
+ * Dependencies point inward. At the centre, the core (the request sequence
+ * and its ports in `src/core/`, the public contracts in `src/interfaces/`,
+ * the errors in `src/exceptions/`) imports nothing else of the library but
+ * the caller client's retry rules (`client/`, which imports nothing): it
+ * owns the ports (options, events, telemetry, transactions) that the rest
+ * implements. Around it, `outgoing/` (a handler's outgoing calls) imports
+ * the core only. The module's own top-level files (its public API, the
+ * options' resolution) import the core and `outgoing/`, and know nothing
+ * of the transports (`http/`, `graphql/`, `messages/`, `bullmq/`), the
+ * stores, TypeORM or the integrations (`typeorm/`, `cls/`, `telemetry/`,
+ * `openapi/`, `testing/`). Only the composition roots (the module, its
+ * providers, the dispatching interceptor and the package's entry points)
+ * wire them together.
  */
 /** The folders of the data libraries' adapters of the PostgreSQL store. */
 const ADAPTERS = 'typeorm|prisma|drizzle|kysely|pg';
 const OUTER = `^src/(http|graphql|messages|bullmq|stores|${ADAPTERS}|cls|telemetry|openapi|testing)/`;
 const COMPOSITION =
   '^src/(index|idempotency[.]module|idempotency[.]providers|idempotency[.]interceptor)[.]ts$|^src/[^/]+/index[.]ts$|^src/stores/[^/]+/index[.]ts$';
-const CORE = '^src/(core|interfaces|exceptions)/|^src/[^/]+[.]ts$';
+const INNER = '^src/(core|interfaces|exceptions)/';
+const CORE = `${INNER}|^src/[^/]+[.]ts$`;
 
 module.exports = {
   forbidden: [
@@ -29,7 +35,8 @@ module.exports = {
     },
     {
       name: 'no-circular-folders',
-      comment: 'A cycle of folders: their layers are not apart.',
+      comment:
+        'A cycle of folders: their layers are not apart. (A folder and the folders within it are one to this rule: core-is-innermost keeps src/core/ apart from the files above it.)',
       severity: 'error',
       scope: 'folder',
       from: {},
@@ -42,6 +49,25 @@ module.exports = {
       severity: 'error',
       from: { path: CORE, pathNot: COMPOSITION },
       to: { path: OUTER },
+    },
+    {
+      name: 'core-is-innermost',
+      comment:
+        "The request sequence, the contracts and the errors import neither the module's top-level files nor outgoing/: the core owns the ports of its options and events, which the top level provides.",
+      severity: 'error',
+      from: { path: INNER },
+      to: { path: ['^src/[^/]+[.]ts$', '^src/outgoing/'] },
+    },
+    {
+      name: 'outgoing-knows-only-the-core',
+      comment:
+        "A handler's outgoing calls import the core (and the caller client's retry rules) only: neither the top-level files that use them nor a transport, store or integration.",
+      severity: 'error',
+      from: { path: '^src/outgoing/' },
+      to: {
+        path: '^src/',
+        pathNot: '^src/(outgoing|core|interfaces|exceptions|client)/',
+      },
     },
     {
       name: 'core-knows-no-driver',
@@ -102,7 +128,7 @@ module.exports = {
       severity: 'error',
       from: { path: '^src/stores/' },
       to: {
-        path: '^src/(http|graphql|messages|bullmq|cls|openapi|telemetry)/',
+        path: '^src/(http|graphql|messages|bullmq|cls|openapi|telemetry|outgoing|client)/',
       },
     },
   ],

@@ -6,8 +6,8 @@ import { IDEMPOTENCY_RESOLVED_OPTIONS } from '../idempotency.tokens.js';
 import {
   resolveRouteOptions,
   type ResolvedIdempotencyOptions,
-  type ResolvedRouteOptions,
 } from '../idempotency.options.js';
+import type { ResolvedRouteOptions } from '../core/executor.options.js';
 import type {
   IdempotencyScopeResolver,
   IdempotentOptions,

@@ -1,10 +1,10 @@
 import type { ExecutionContext } from '@nestjs/common';
-import type { ResolvedRouteOptions } from '../idempotency.options.js';
 import { IdempotencyConfigurationError } from '../exceptions/idempotency-configuration.error.js';
 import {
   IdempotencyKeyMissingException,
   type IdempotencyKeyLocation,
 } from '../exceptions/idempotency-key-missing.exception.js';
+import type { ResolvedRouteOptions } from './executor.options.js';
 import { validKey } from './idempotency-key.js';
 import {
   legacyRequestFingerprint,

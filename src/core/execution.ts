@@ -1,4 +1,3 @@
-import type { ResolvedRouteOptions } from '../idempotency.options.js';
 import type { IdempotencyEventType } from '../interfaces/idempotency-event.interface.js';
 import type {
   Completion,
@@ -17,6 +16,7 @@ import {
   type FailureKind,
 } from './failures.js';
 import { derivedKey } from './derived-key.js';
+import type { ResolvedRouteOptions } from './executor.options.js';
 import { handlerContexts, type HandlerContext } from './handler-context.js';
 import type { LogKeys } from './log-key.js';
 import type {

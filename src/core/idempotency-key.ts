@@ -1,6 +1,6 @@
-import type { ResolvedKeyValidation } from '../idempotency.options.js';
 import { IdempotencyKeyInvalidException } from '../exceptions/idempotency-key-invalid.exception.js';
 import type { IdempotencyKeyLocation } from '../exceptions/idempotency-key-missing.exception.js';
+import type { ResolvedKeyValidation } from './executor.options.js';
 
 /** @internal Why `key` breaks the rules, or `undefined` when it is valid. */
 export function keyProblem(

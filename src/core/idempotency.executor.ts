@@ -6,12 +6,6 @@ import {
   type OnModuleInit,
 } from '@nestjs/common';
 import { randomUUID } from 'node:crypto';
-import { IDEMPOTENCY_RESOLVED_OPTIONS } from '../idempotency.tokens.js';
-import type {
-  ResolvedIdempotencyOptions,
-  ResolvedRouteOptions,
-} from '../idempotency.options.js';
-import { IdempotencyEvents } from '../idempotency.events.js';
 import type { IdempotencyEventType } from '../interfaces/idempotency-event.interface.js';
 import {
   IdempotencyStore,
@@ -27,6 +21,11 @@ import { IdempotencyUnavailableException } from '../exceptions/idempotency-unava
 import type { Attempt } from './attempt.js';
 import { AttemptTelemetry } from './attempt-telemetry.js';
 import { Execution, type ExecutionHost } from './execution.js';
+import { ExecutorEvents } from './executor.events.js';
+import {
+  ExecutorOptions,
+  type ResolvedRouteOptions,
+} from './executor.options.js';
 import {
   HandlerTransactions,
   type HandlerTransaction,
@@ -73,9 +72,8 @@ export class IdempotencyExecutor
 
   constructor(
     @Inject(IdempotencyStore) readonly store: IdempotencyStore,
-    private readonly events: IdempotencyEvents,
-    @Inject(IDEMPOTENCY_RESOLVED_OPTIONS)
-    private readonly options: ResolvedIdempotencyOptions,
+    @Inject(ExecutorEvents) private readonly events: ExecutorEvents,
+    @Inject(ExecutorOptions) private readonly options: ExecutorOptions,
     @Inject(AttemptTelemetry) readonly telemetry: AttemptTelemetry,
     /** The handler's transactions: TypeORM's with the PostgreSQL store. */
     @Inject(HandlerTransactions)

@@ -1,6 +1,6 @@
 import { hash } from 'node:crypto';
-import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
 import type { IdempotencyTelemetryKeys } from '../interfaces/idempotency-options.interface.js';
+import type { ExecutorOptions } from './executor.options.js';
 
 /**
  * @internal The first 16 hex digits of the sha256 of a key, as
@@ -21,7 +21,7 @@ export class LogKeys {
   /** Telemetry's `keys`, or its default when telemetry is off. */
   readonly mode: IdempotencyTelemetryKeys;
 
-  constructor(options: Pick<ResolvedIdempotencyOptions, 'telemetry'>) {
+  constructor(options: Pick<ExecutorOptions, 'telemetry'>) {
     this.mode = options.telemetry ? options.telemetry.keys : 'hash';
   }
 

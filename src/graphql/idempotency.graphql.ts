@@ -7,10 +7,8 @@ import {
 import type { IncomingMessage } from 'node:http';
 import { lastValueFrom } from 'rxjs';
 import { IDEMPOTENCY_RESOLVED_OPTIONS } from '../idempotency.tokens.js';
-import type {
-  ResolvedIdempotencyOptions,
-  ResolvedRouteOptions,
-} from '../idempotency.options.js';
+import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
+import type { ResolvedRouteOptions } from '../core/executor.options.js';
 import type { DecoratedRoute } from '../idempotency.routes.js';
 import { IdempotencyUnavailableException } from '../exceptions/idempotency-unavailable.exception.js';
 import { keySource, resolveRequestKey } from '../http/idempotency-key.js';

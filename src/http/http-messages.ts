@@ -5,7 +5,7 @@ import {
   IDEMPOTENT_BODY_OMITTED_HEADER,
   UNSAFE_REPLAY_HEADERS,
 } from '../idempotency.constants.js';
-import type { ResolvedRouteOptions } from '../idempotency.options.js';
+import type { ResolvedRouteOptions } from '../core/executor.options.js';
 import type { StoredResponse } from '../interfaces/idempotency-store.interface.js';
 import {
   queryParameters,

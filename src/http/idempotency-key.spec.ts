@@ -2,7 +2,7 @@ import { jest } from '@jest/globals';
 import { once } from 'node:events';
 import { createServer, IncomingMessage, type Server } from 'node:http';
 import { connect, Socket, type AddressInfo } from 'node:net';
-import type { ResolvedKeyValidation } from '../idempotency.options.js';
+import type { ResolvedKeyValidation } from '../core/executor.options.js';
 import { IdempotencyKeyInvalidException } from '../exceptions/idempotency-key-invalid.exception.js';
 import type { IdempotencyProblem } from '../exceptions/idempotency-http.exception.js';
 import { keyProblem, validKey } from '../core/idempotency-key.js';

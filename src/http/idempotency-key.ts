@@ -1,6 +1,6 @@
 import type { IncomingMessage } from 'node:http';
 import type { ExecutionContext } from '@nestjs/common';
-import type { ResolvedRouteOptions } from '../idempotency.options.js';
+import type { ResolvedRouteOptions } from '../core/executor.options.js';
 import { validKey } from '../core/idempotency-key.js';
 import { IdempotencyKeyInvalidException } from '../exceptions/idempotency-key-invalid.exception.js';
 import type { IdempotencyKeyLocation } from '../exceptions/idempotency-key-missing.exception.js';

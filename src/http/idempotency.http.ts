@@ -7,10 +7,8 @@ import {
 import { HttpAdapterHost } from '@nestjs/core';
 import { lastValueFrom } from 'rxjs';
 import { IDEMPOTENCY_RESOLVED_OPTIONS } from '../idempotency.tokens.js';
-import {
-  type ResolvedIdempotencyOptions,
-  type ResolvedRouteOptions,
-} from '../idempotency.options.js';
+import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
+import type { ResolvedRouteOptions } from '../core/executor.options.js';
 import { IdempotencyHttpException } from '../exceptions/idempotency-http.exception.js';
 import { IdempotencyUnavailableException } from '../exceptions/idempotency-unavailable.exception.js';
 import { IdempotencyConfigurationError } from '../exceptions/idempotency-configuration.error.js';

@@ -5,7 +5,7 @@ import {
   type ExecutionContext,
 } from '@nestjs/common';
 import { lastValueFrom } from 'rxjs';
-import type { ResolvedRouteOptions } from '../idempotency.options.js';
+import type { ResolvedRouteOptions } from '../core/executor.options.js';
 import { IdempotencyHttpException } from '../exceptions/idempotency-http.exception.js';
 import { IdempotencyKeyMissingException } from '../exceptions/idempotency-key-missing.exception.js';
 import { newAttempt, type Attempt } from '../core/attempt.js';

@@ -1,8 +1,10 @@
 /**
  * The dependency rules of `npm run lint` (test/dependency-cruiser.cjs) hold
  * on the library, and catch what they are for: an import from the core
- * into TypeORM's side or a transport, from the PostgreSQL store into a data
- * library or its adapter, and a cycle. Each case runs the
+ * into TypeORM's side, a transport, the module's top-level files or
+ * `outgoing/`, from `outgoing/` into anything but the core, from the caller
+ * client into the rest of the library, from the PostgreSQL store into a
+ * data library or its adapter, and a cycle. Each case runs the
  * dependency check on a copy of `src` and `migrations` with one import
  * added.
  */
@@ -131,6 +133,48 @@ describe('the dependency rules', () => {
       'src/stores/postgres/postgres-collection.ts',
       "import '../../typeorm/typeorm.adapter.js';",
       'postgres-store-knows-no-data-library: src/stores/postgres/postgres-collection.ts → src/typeorm/typeorm.adapter.ts',
+    ],
+    [
+      "the core into the module's options",
+      'src/core/execution.ts',
+      "import '../idempotency.options.js';",
+      'core-is-innermost: src/core/execution.ts → src/idempotency.options.ts',
+    ],
+    [
+      'the core into outgoing/',
+      'src/core/waiters.ts',
+      "import '../outgoing/idempotent-fetch.js';",
+      'core-is-innermost: src/core/waiters.ts → src/outgoing/idempotent-fetch.ts',
+    ],
+    [
+      'a contract into the public API',
+      'src/interfaces/idempotency-event.interface.ts',
+      "import '../idempotency.events.js';",
+      'core-is-innermost: src/interfaces/idempotency-event.interface.ts → src/idempotency.events.ts',
+    ],
+    [
+      'outgoing/ into the constants of the top level',
+      'src/outgoing/idempotent-fetch.ts',
+      "import '../idempotency.constants.js';",
+      'outgoing-knows-only-the-core: src/outgoing/idempotent-fetch.ts → src/idempotency.constants.ts',
+    ],
+    [
+      'outgoing/ into a transport',
+      'src/outgoing/outgoing.options.ts',
+      "import '../http/idempotency-key.js';",
+      'outgoing-knows-only-the-core: src/outgoing/outgoing.options.ts → src/http/idempotency-key.ts',
+    ],
+    [
+      'a store into outgoing/',
+      'src/stores/memory/memory.store.ts',
+      "import '../../outgoing/idempotent-fetch.js';",
+      'stores-know-no-transport: src/stores/memory/memory.store.ts → src/outgoing/idempotent-fetch.ts',
+    ],
+    [
+      'the caller client into the core',
+      'src/client/idempotent-client.ts',
+      "import '../core/waiters.js';",
+      'client-stands-alone: src/client/idempotent-client.ts → src/core/waiters.ts',
     ],
     [
       'a cycle of files',
