@@ -1,6 +1,11 @@
 import type { AdapterFixture } from './adapter-fixture.js';
+import { drizzleFixture } from './drizzle.fixture.js';
 import { pgFixture } from './pg.fixture.js';
 import { typeormFixture } from './typeorm.fixture.js';
 
 /** Every data library the PostgreSQL store has an adapter of. */
-export const ADAPTERS: readonly AdapterFixture[] = [typeormFixture, pgFixture];
+export const ADAPTERS: readonly AdapterFixture[] = [
+  typeormFixture,
+  pgFixture,
+  drizzleFixture,
+];

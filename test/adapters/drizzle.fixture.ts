@@ -1,0 +1,103 @@
+import {
+  Inject,
+  Injectable,
+  Module,
+  type OnApplicationShutdown,
+} from '@nestjs/common';
+import { sql } from 'drizzle-orm';
+import { drizzle } from 'drizzle-orm/node-postgres';
+import pg from 'pg';
+import { IdempotencyContext } from '../../src/index.js';
+import {
+  DrizzleIdempotencyAdapter,
+  type DrizzleTransaction,
+} from '../../src/drizzle/index.js';
+import { PaymentsWriter, type AdapterFixture } from './adapter-fixture.js';
+import {
+  DRIZZLE,
+  ledgerEntries,
+  payments,
+  paymentsSchema,
+  type PaymentsDb,
+} from './drizzle.schema.js';
+
+/** The payments handler's statements with Drizzle's query builder. */
+@Injectable()
+class DrizzlePaymentsWriter implements PaymentsWriter {
+  constructor(
+    private readonly idempotency: IdempotencyContext<
+      DrizzleTransaction<PaymentsDb>
+    >,
+  ) {}
+
+  async insertPayment(key: string, amount: number): Promise<number> {
+    const [{ id }] = await this.idempotency.transaction
+      .insert(payments)
+      .values({ key, amount })
+      .returning({ id: payments.id });
+    return id;
+  }
+
+  async insertLedger(paymentId: number, amount: number): Promise<void> {
+    await this.idempotency.transaction
+      .insert(ledgerEntries)
+      .values({ paymentId, amount });
+  }
+
+  async backendPid(): Promise<number> {
+    const { rows } = await this.idempotency.transaction.execute<{
+      pid: number;
+    }>(sql`SELECT pg_backend_pid() AS pid`);
+    return rows[0].pid;
+  }
+
+  async raw(text: string): Promise<void> {
+    await this.idempotency.transaction.execute(sql.raw(text));
+  }
+}
+
+/** Ends the application's pool with the application. */
+class DrizzleCloser implements OnApplicationShutdown {
+  constructor(@Inject(DRIZZLE) private readonly db: PaymentsDb) {}
+
+  onApplicationShutdown(): Promise<void> {
+    return this.db.$client.end();
+  }
+}
+
+/**
+ * The application's Drizzle database on a pool of `max` connections to
+ * `url`, under {@link DRIZZLE}, with the payments schema.
+ */
+export function drizzleModule(url: string, max = 5) {
+  @Module({
+    providers: [
+      {
+        provide: DRIZZLE,
+        useFactory: (): PaymentsDb => {
+          const pool = new pg.Pool({ connectionString: url, max });
+          pool.on('error', () => undefined);
+          return drizzle({ client: pool, schema: paymentsSchema });
+        },
+      },
+      DrizzleCloser,
+    ],
+    exports: [DRIZZLE],
+  })
+  class DrizzleModule {}
+  return DrizzleModule;
+}
+
+/** Drizzle on node-postgres: a Drizzle database provider. */
+export const drizzleFixture: AdapterFixture = {
+  name: 'drizzle',
+  setUp(url) {
+    return {
+      imports: [drizzleModule(url)],
+      providers: [{ provide: PaymentsWriter, useClass: DrizzlePaymentsWriter }],
+      adapter: new DrizzleIdempotencyAdapter<PaymentsDb>({
+        drizzleInstanceToken: DRIZZLE,
+      }),
+    };
+  },
+};
