@@ -4,8 +4,8 @@ import type { FailureKind } from './failures.js';
 
 /**
  * @internal What the request sequence tells about an attempt, for spans and
- * metrics: the OpenTelemetry recorder (`telemetry/`) implements it, and
- * {@link NO_TELEMETRY} does nothing.
+ * metrics: the OpenTelemetry recorder (`telemetry/`) implements it (a
+ * no-op without `@opentelemetry/api` or with `telemetry: false`).
  *
  * The interface doubles as its injection token.
  */
@@ -53,14 +53,3 @@ export interface OutgoingCallRecord {
 
 /** @internal Injection token of the {@link AttemptTelemetry}. */
 export const AttemptTelemetry = Symbol('AttemptTelemetry');
-
-/** @internal Telemetry that records nothing. */
-export const NO_TELEMETRY: AttemptTelemetry = {
-  claim: (_attempt, fn) => fn(),
-  handler: (_attempt, fn) => fn,
-  committing: () => undefined,
-  failed: () => undefined,
-  released: () => undefined,
-  event: () => undefined,
-  call: (_attempt, _call, fn) => fn({ resends: 0 }),
-};
