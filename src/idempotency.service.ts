@@ -17,7 +17,7 @@ import { noTransactionError } from './core/no-transaction.js';
  * database: a run that ignores it works, and any use of it throws the
  * configuration error.
  */
-const missingManager = new Proxy({} as EntityManager, {
+const missingManager = new Proxy({} as never, {
   get(_target, property) {
     // Awaiting or inspecting it must not throw.
     if (property === 'then' || typeof property === 'symbol') {
@@ -34,7 +34,10 @@ const ANY_RUN = '-';
 
 /**
  * Idempotency for any code path: queue workers, cron jobs, webhooks handled by
- * hand. Inject it and wrap the work in `run()`.
+ * hand. Inject it and wrap the work in `run()`. `Transaction` is the data
+ * library's handle of the run's transaction, which `fn` gets: TypeORM's
+ * `EntityManager` by default; with another adapter, its entry's type
+ * (`IdempotencyService<PgTransaction>`, ...).
  *
  * @example
  * const receipt = await this.idempotency.run(
@@ -46,7 +49,7 @@ const ANY_RUN = '-';
  * );
  */
 @Injectable()
-export class IdempotencyService {
+export class IdempotencyService<Transaction = EntityManager> {
   constructor(
     private readonly executor: IdempotencyExecutor,
     @Inject(IDEMPOTENCY_RESOLVED_OPTIONS)
@@ -76,7 +79,7 @@ export class IdempotencyService {
    */
   async run<T>(
     options: IdempotencyRunOptions,
-    fn: (manager: EntityManager) => T | Promise<T>,
+    fn: (manager: Transaction) => T | Promise<T>,
   ): Promise<T> {
     const route = resolveRouteOptions(this.options, {
       ttl: options.ttl,
@@ -100,7 +103,7 @@ export class IdempotencyService {
         fn(
           transaction.state === 'none'
             ? missingManager
-            : (transaction.manager as EntityManager),
+            : (transaction.manager as Transaction),
         ),
     );
     return result;

@@ -129,6 +129,39 @@ export interface PostgresDataAccess<
    * TypeORM DataSource'` and what to run.
    */
   readonly schemaHelp: { readonly where: string; readonly how: string };
+  /**
+   * The instance's presence session, as the adapter's options set it
+   * (see {@link PostgresAdapterOptions.presence}); `undefined`: the
+   * module's `presence` option.
+   */
+  readonly presence?: boolean | { readonly url: string };
+}
+
+/** What every adapter of the PostgreSQL store takes, beside its own options. */
+export interface PostgresAdapterOptions {
+  /**
+   * The instance's presence session: one dedicated connection (not from the
+   * pool) holding a session advisory lock on the instance's id, so that
+   * another instance takes the keys of a crashed one over at once, and
+   * listening for the completions that wake `'wait'`-mode duplicates.
+   * `true` connects with the pool's own settings; `{ url }` with another URL,
+   * such as a direct or session-mode one when the pool goes through
+   * PgBouncer in transaction pooling (where a session lock means nothing);
+   * `false` turns it off: crashes are then recovered when leases run out,
+   * and waiters poll.
+   * @default the module's `presence` option (`true`)
+   */
+  readonly presence?: boolean | { readonly url: string };
+  /**
+   * Isolation level of the handlers' transactions, unless their route (or
+   * the module's `isolationLevel`) says otherwise (the levels of
+   * `IdempotencyIsolationLevel`); also the one of
+   * `IdempotencyContext.newTransaction()` without a level.
+   * @default on TypeORM, the DataSource's `isolationLevel` option; else the
+   * server's default (`default_transaction_isolation`)
+   */
+  readonly isolationLevel?:
+    'READ UNCOMMITTED' | 'READ COMMITTED' | 'REPEATABLE READ' | 'SERIALIZABLE';
 }
 
 /**

@@ -2,7 +2,11 @@ import type { InjectionToken } from '@nestjs/common';
 import type { ModuleRef } from '@nestjs/core';
 import type { Pool, PoolClient } from 'pg';
 import { IdempotencyConfigurationError } from '../exceptions/idempotency-configuration.error.js';
-import type { PostgresAdapter } from '../interfaces/postgres-adapter.interface.js';
+import type {
+  PostgresAdapter,
+  PostgresAdapterOptions,
+} from '../interfaces/postgres-adapter.interface.js';
+import { checkAdapterOptions } from './postgres-adapter-options.js';
 import { PoolDataAccess } from './pool-data-access.js';
 
 /**
@@ -13,7 +17,7 @@ import { PoolDataAccess } from './pool-data-access.js';
 export type PgTransaction = Pick<PoolClient, 'query'>;
 
 /** Options of {@link PgIdempotencyAdapter}. */
-export interface PgIdempotencyAdapterOptions {
+export interface PgIdempotencyAdapterOptions extends PostgresAdapterOptions {
   /**
    * Injection token of the application's `pg.Pool` (a provider of the
    * application: `{ provide: PG_POOL, useFactory: () => new Pool(...) }`).
@@ -38,7 +42,9 @@ export interface PgIdempotencyAdapterOptions {
  *   'INSERT INTO payments (amount) VALUES ($1)', [dto.amount]);
  */
 export class PgIdempotencyAdapter implements PostgresAdapter<PgTransaction> {
-  constructor(private readonly options: PgIdempotencyAdapterOptions) {}
+  constructor(private readonly options: PgIdempotencyAdapterOptions) {
+    checkAdapterOptions('PgIdempotencyAdapter', options);
+  }
 
   /** @internal Finds the pool at start-up. */
   create(moduleRef: ModuleRef): PoolDataAccess<PgTransaction> {
@@ -75,6 +81,7 @@ export class PgIdempotencyAdapter implements PostgresAdapter<PgTransaction> {
         where: 'the database of the pg Pool',
         how: 'Apply the SQL files of node_modules/nestjs-idempotency/migrations/sql/ in order (`psql --single-transaction -f <file>`), as the migrations guide shows.',
       },
+      this.options,
     );
   }
 }

@@ -9,6 +9,7 @@ import { IdempotencyConfigurationError } from '../exceptions/idempotency-configu
 import type { HandlerTransaction } from '../interfaces/handler-transaction.interface.js';
 import type { IdempotencyIsolationLevel } from '../interfaces/idempotency-options.interface.js';
 import type {
+  PostgresAdapterOptions,
   PostgresConnection,
   PostgresDataAccess,
 } from '../interfaces/postgres-adapter.interface.js';
@@ -60,7 +61,13 @@ export class PoolDataAccess<Handle>
     /** Finds the library in the application; called once, at start-up. */
     private readonly find: () => PoolLibrary<Handle>,
     readonly schemaHelp: { readonly where: string; readonly how: string },
+    /** The adapter's `presence` and `isolationLevel`. */
+    private readonly options: PostgresAdapterOptions = {},
   ) {}
+
+  get presence(): PostgresAdapterOptions['presence'] {
+    return this.options.presence;
+  }
 
   onModuleInit(): void {
     this.resolve();
@@ -77,7 +84,8 @@ export class PoolDataAccess<Handle>
       library.pool,
       this.gate,
       deadline,
-      isolationLevel as IdempotencyIsolationLevel | undefined,
+      (isolationLevel as IdempotencyIsolationLevel | undefined) ??
+        this.options.isolationLevel,
       (client) => library.handleOf(client),
     );
   }
@@ -102,7 +110,8 @@ export class PoolDataAccess<Handle>
     const library = this.resolve();
     return handlerContexts.exit(() =>
       library.newTransaction(
-        isolationLevel as IdempotencyIsolationLevel | undefined,
+        (isolationLevel as IdempotencyIsolationLevel | undefined) ??
+          this.options.isolationLevel,
         fn,
       ),
     );

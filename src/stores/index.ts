@@ -27,6 +27,7 @@ export type {
 } from '../interfaces/handler-transaction.interface.js';
 export type {
   PostgresAdapter,
+  PostgresAdapterOptions,
   PostgresClient,
   PostgresConnection,
   PostgresDataAccess,

@@ -9,9 +9,11 @@ import type { DataSource, EntityManager } from 'typeorm';
 import type { HandlerTransaction } from '../interfaces/handler-transaction.interface.js';
 import { isIsolationLevel } from '../idempotency.options.js';
 import type {
+  PostgresAdapterOptions,
   PostgresConnection,
   PostgresDataAccess,
 } from '../interfaces/postgres-adapter.interface.js';
+import type { TypeOrmIdempotencyAdapterOptions } from './typeorm-adapter.options.js';
 import { joinParticipants } from '../core/transaction-participants.js';
 import { poolConnection } from '../pg/pg-pool-connection.js';
 import type { IdempotencyIsolationLevel } from '../interfaces/idempotency-options.interface.js';
@@ -72,12 +74,22 @@ export class IdempotencyDataSource
     how: 'Add `...idempotencyMigrations` to the DataSource `migrations` and run them (TypeORM CLI `migration:run`, or `migrationsRun: true`).',
   };
 
+  /** The adapter's `presence`, if it sets one. */
+  readonly presence: PostgresAdapterOptions['presence'];
+  /** The DataSource's name; `undefined`: the default one. */
+  private readonly name: string | undefined;
+  /** The adapter's default level of handlers, before the DataSource's. */
+  private readonly level: IdempotencyIsolationLevel | undefined;
+
   constructor(
     private readonly moduleRef: ModuleRef,
-    /** The DataSource's name; `undefined`: the default one. */
-    private readonly name: string | undefined,
+    options: TypeOrmIdempotencyAdapterOptions,
     private readonly typeorm: TypeormRuntime,
-  ) {}
+  ) {
+    this.name = options.dataSource;
+    this.presence = options.presence;
+    this.level = options.isolationLevel;
+  }
 
   onModuleInit(): void {
     this.resolve();
@@ -247,7 +259,7 @@ export class IdempotencyDataSource
         "Give 'READ UNCOMMITTED', 'READ COMMITTED', 'REPEATABLE READ' or 'SERIALIZABLE'.",
       );
     }
-    this.defaultLevel = level;
+    this.defaultLevel = this.level ?? level;
     if (typeof poolSize === 'number' && poolSize > 1) {
       this.transactionGate = new TransactionGate(poolSize - 1);
     }

@@ -1,18 +1,10 @@
 import type { ModuleRef } from '@nestjs/core';
 import type { EntityManager } from 'typeorm';
 import type { PostgresAdapter } from '../interfaces/postgres-adapter.interface.js';
+import type { TypeOrmIdempotencyAdapterOptions } from './typeorm-adapter.options.js';
+import { checkAdapterOptions } from '../pg/postgres-adapter-options.js';
 import { IdempotencyDataSource } from './idempotency-data-source.js';
 import { loadTypeormRuntime } from './typeorm-runtime.js';
-
-/** Options of {@link TypeOrmIdempotencyAdapter}. */
-export interface TypeOrmIdempotencyAdapterOptions {
-  /**
-   * Name of the TypeORM DataSource, as given to `TypeOrmModule.forRoot({
-   * name })`.
-   * @default the default DataSource
-   */
-  readonly dataSource?: string;
-}
 
 /**
  * The PostgreSQL store on TypeORM: the module's default, which needs no
@@ -27,15 +19,15 @@ export interface TypeOrmIdempotencyAdapterOptions {
  * })
  */
 export class TypeOrmIdempotencyAdapter implements PostgresAdapter<EntityManager> {
-  constructor(
-    private readonly options: TypeOrmIdempotencyAdapterOptions = {},
-  ) {}
+  constructor(private readonly options: TypeOrmIdempotencyAdapterOptions = {}) {
+    checkAdapterOptions('TypeOrmIdempotencyAdapter', options);
+  }
 
   /** @internal Imports TypeORM, and binds the DataSource once it is found. */
   async create(moduleRef: ModuleRef): Promise<IdempotencyDataSource> {
     return new IdempotencyDataSource(
       moduleRef,
-      this.options.dataSource,
+      this.options,
       await loadTypeormRuntime(),
     );
   }

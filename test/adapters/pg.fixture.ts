@@ -12,7 +12,7 @@ import {
 } from '../../src/pg/index.js';
 import { PaymentsWriter, type AdapterFixture } from './adapter-fixture.js';
 
-const PG_POOL = Symbol('PG_POOL');
+export const PG_POOL = Symbol('PG_POOL');
 
 /** The payments handler's statements on node-postgres. */
 @Injectable()

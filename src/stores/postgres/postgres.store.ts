@@ -134,7 +134,7 @@ export class PostgresIdempotencyStore
       const { where, how } = this.transactions.schemaHelp;
       throw new IdempotencyConfigurationError(`${missing} in ${where}.`, how);
     }
-    const { presence } = this.options;
+    const presence = this.transactions.presence ?? this.options.presence;
     if (presence && !this.presence) {
       const pool = this.pool;
       const url = typeof presence === 'object' ? presence.url : undefined;
