@@ -72,12 +72,18 @@ export async function startAdapterApp(
     platform?: Platform;
     idempotency?: IdempotencyModuleOptions;
     database?: TestDatabase;
+    /** Where the library's client connects; the database's URL by default. */
+    clientUrl?: string;
   } = {},
 ): Promise<AdapterApp> {
   const db = options.database ?? (await createAdapterDatabase());
   const dropDatabase = () => (options.database ? Promise.resolve() : db.drop());
   try {
-    const { imports = [], providers = [], adapter } = fixture.setUp(db.url);
+    const {
+      imports = [],
+      providers = [],
+      adapter,
+    } = fixture.setUp(options.clientUrl ?? db.url);
 
     @Module({
       providers: [
