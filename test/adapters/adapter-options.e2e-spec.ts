@@ -104,3 +104,18 @@ describe('an adapter option of another value', () => {
     ).toThrow(message);
   });
 });
+
+describe('an adapter whose client the application does not provide', () => {
+  it('stops the application at start-up, naming the token', async () => {
+    const fixture: AdapterFixture = {
+      name: 'pg',
+      setUp: (url) => ({
+        ...pgFixture.setUp(url),
+        adapter: new PgIdempotencyAdapter({ poolToken: 'MISSING_POOL' }),
+      }),
+    };
+    await expect(startAdapterApp(fixture)).rejects.toThrow(
+      'IdempotencyModule found no pg Pool under the token MISSING_POOL.',
+    );
+  });
+});
