@@ -3,10 +3,12 @@ import type { ModuleRef } from '@nestjs/core';
 import type { NodePgDatabase } from 'drizzle-orm/node-postgres';
 import type {
   PostgresAdapter,
+  PostgresAdapterOptions,
   PostgresDataAccess,
 } from '../interfaces/postgres-adapter.interface.js';
 import { lookUp } from '../pg/pg.adapter.js';
 import { PoolDataAccess } from '../pg/pool-data-access.js';
+import { checkAdapterOptions } from '../pg/postgres-adapter-options.js';
 import { loadDrizzleRuntime } from './drizzle-runtime.js';
 import {
   drizzleLibrary,
@@ -15,7 +17,7 @@ import {
 } from './drizzle-transaction.js';
 
 /** Options of {@link DrizzleIdempotencyAdapter}. */
-export interface DrizzleIdempotencyAdapterOptions {
+export interface DrizzleIdempotencyAdapterOptions extends PostgresAdapterOptions {
   /**
    * Injection token of the application's Drizzle database (a provider of
    * the application: `{ provide: DRIZZLE, useFactory: () => drizzle({
@@ -46,7 +48,9 @@ export interface DrizzleIdempotencyAdapterOptions {
 export class DrizzleIdempotencyAdapter<
   Db extends DrizzleDatabase = NodePgDatabase,
 > implements PostgresAdapter<DrizzleTransaction<Db>> {
-  constructor(private readonly options: DrizzleIdempotencyAdapterOptions) {}
+  constructor(private readonly options: DrizzleIdempotencyAdapterOptions) {
+    checkAdapterOptions('DrizzleIdempotencyAdapter', options);
+  }
 
   /** @internal Imports drizzle-orm; finds the database at start-up. */
   async create(
@@ -65,6 +69,7 @@ export class DrizzleIdempotencyAdapter<
         where: 'the database of the Drizzle instance',
         how: 'Apply the SQL files of node_modules/nestjs-idempotency/migrations/sql/ in order, as drizzle-kit custom migrations (`drizzle-kit generate --custom`), as the migrations guide shows.',
       },
+      this.options,
     );
     // Drizzle types the transaction of every database alike but for its
     // schema, which only the application's own type names.

@@ -1,4 +1,5 @@
 import {
+  Global,
   Inject,
   Injectable,
   Module,
@@ -66,16 +67,18 @@ class DrizzleCloser implements OnApplicationShutdown {
 }
 
 /**
- * The application's Drizzle database on a pool of `max` connections to
- * `url`, under {@link DRIZZLE}, with the payments schema.
+ * The application's Drizzle database on a pool of 5 connections to `url`,
+ * under {@link DRIZZLE} (global, for the handlers' modules and
+ * nestjs-cls's plugin), with the payments schema.
  */
-export function drizzleModule(url: string, max = 5) {
+export function drizzleModule(url: string) {
+  @Global()
   @Module({
     providers: [
       {
         provide: DRIZZLE,
         useFactory: (): PaymentsDb => {
-          const pool = new pg.Pool({ connectionString: url, max });
+          const pool = new pg.Pool({ connectionString: url, max: 5 });
           pool.on('error', () => undefined);
           return drizzle({ client: pool, schema: paymentsSchema });
         },
