@@ -25,7 +25,11 @@ describe('the nestjs-idempotency/drizzle entry', () => {
     await assertBuilt();
     scratch = await mkdtemp(join(tmpdir(), 'nestjs-idempotency-drizzle-'));
   });
-  afterAll(() => rm(scratch, { recursive: true, force: true }));
+  afterAll(async () => {
+    if (scratch) {
+      await rm(scratch, { recursive: true, force: true });
+    }
+  });
 
   /** What the app printed, with drizzle-orm hidden or not. */
   async function start(hide: boolean): Promise<string[]> {
