@@ -1,5 +1,6 @@
 import type { AdapterFixture } from './adapter-fixture.js';
 import { drizzleFixture } from './drizzle.fixture.js';
+import { kyselyFixture } from './kysely.fixture.js';
 import { pgFixture } from './pg.fixture.js';
 import { typeormFixture } from './typeorm.fixture.js';
 
@@ -8,4 +9,5 @@ export const ADAPTERS: readonly AdapterFixture[] = [
   typeormFixture,
   pgFixture,
   drizzleFixture,
+  kyselyFixture,
 ];
