@@ -1,189 +1,17 @@
-import type { ExecutionContext } from '@nestjs/common';
-import { IdempotencyConfigurationError } from './exceptions/idempotency-configuration.error.js';
-import { FETCH_DEFAULTS } from './outgoing/outgoing.options.js';
 import type {
   IdempotencyErrorPolicy,
-  IdempotencyModuleOptions,
   IdempotentOptions,
 } from './interfaces/idempotency-options.interface.js';
+import { resolveRouteOptions } from './idempotency.options.js';
+import { resolveModuleOptions } from './idempotency.module-options.js';
 import {
-  resolveModuleOptions,
-  resolveRouteOptions,
-} from './idempotency.options.js';
+  configurationError,
+  refusalMessage,
+  refusal,
+  untyped,
+} from '../test/utils/option-refusals.js';
 
-/** A context for resolvers that never look at it. */
-const context = {} as ExecutionContext;
-
-/** The error `resolve` throws; fails the test when it throws none or another. */
-function configurationError(resolve: () => unknown): Error {
-  try {
-    resolve();
-  } catch (error) {
-    expect(error).toBeInstanceOf(IdempotencyConfigurationError);
-    expect((error as Error).name).toBe('IdempotencyConfigurationError');
-    return error as Error;
-  }
-  throw new Error('expected an IdempotencyConfigurationError, got none');
-}
-
-/** The message of an IdempotencyConfigurationError. */
-function message(problem: string, solution: string): string {
-  return `${problem}\nPotential solutions:\n- ${solution}`;
-}
-
-/** The message of the error that `resolveModuleOptions(options)` throws. */
-function refusal(options: IdempotencyModuleOptions): string {
-  return configurationError(() => resolveModuleOptions(options)).message;
-}
-
-/** Options the type system refuses, as a JavaScript caller may give them. */
-function untyped(options: Record<string, unknown>): IdempotencyModuleOptions {
-  return options as IdempotencyModuleOptions;
-}
-
-describe('resolveModuleOptions', () => {
-  it('applies every default when given nothing', () => {
-    const resolved = resolveModuleOptions();
-    expect(resolved).toEqual({
-      gc: {
-        intervalMs: 300_000,
-        cron: undefined,
-        batchSize: 1000,
-        maxDurationMs: 10_000,
-      },
-      onEvent: undefined,
-      dataSource: undefined,
-      headerName: 'Idempotency-Key',
-      headerField: 'idempotency-key',
-      replayHeaderName: 'Idempotent-Replayed',
-      problemTypeBaseUrl: undefined,
-      leaseMs: 15_000,
-      presence: true,
-      openApi: true,
-      telemetry: { keys: 'hash' },
-      outgoing: {
-        headerName: 'Idempotency-Key',
-        retry: {
-          attempts: 5,
-          baseDelayMs: 100,
-          maxDelayMs: 5_000,
-          deadlineMs: 30_000,
-          random: Math.random,
-        },
-        timeoutMs: 10_000,
-        fetch: undefined,
-      },
-      ttlMs: 86_400_000,
-      concurrency: 'reject',
-      waitTimeoutMs: 10_000,
-      transactionTimeoutMs: 30_000,
-      scope: expect.any(Function),
-      required: true,
-      retryAfter: 1,
-      key: undefined,
-      keyValidation: {
-        minLength: 1,
-        maxLength: 255,
-        pattern: /^[\x21-\x7e]+$/,
-        validate: undefined,
-      },
-      fingerprint: {},
-      storeErrors: undefined,
-      maxResponseSize: 1_048_576,
-      replayAllow: undefined,
-      replayDeny: new Set(),
-      acknowledge: false,
-    });
-    expect(resolved.scope(context)).toBe('global');
-  });
-
-  it('gives the same defaults for an empty object', () => {
-    const fromEmpty = resolveModuleOptions({});
-    expect(fromEmpty).toEqual(resolveModuleOptions());
-    expect(fromEmpty.scope).toBe(resolveModuleOptions().scope);
-  });
-
-  it('takes every option given over its default', () => {
-    const scope = () => 'tenant-1';
-    const key = () => 'derived';
-    const fingerprint = () => 'fp';
-    const validate = (value: string) => value.startsWith('k');
-    const onEvent = () => undefined;
-    const resolved = resolveModuleOptions({
-      ttl: '1h',
-      concurrency: 'wait',
-      waitTimeout: 2500,
-      transactionTimeout: '5s',
-      scope,
-      required: false,
-      retryAfter: 0,
-      key,
-      keyValidation: {
-        minLength: 8,
-        maxLength: 64,
-        pattern: /^k[a-z0-9]+$/,
-        validate,
-      },
-      fingerprint,
-      maxResponseSize: 0,
-      acknowledge: true,
-      onEvent,
-      dataSource: 'payments',
-      headerName: 'X-Request-Key',
-      replayHeaderName: 'Idempotency-Replayed',
-      problemTypeBaseUrl: 'https://docs.example.com/errors/',
-      gc: false,
-      lease: '3s',
-      presence: { url: 'postgres://direct/db' },
-      openApi: false,
-      telemetry: { keys: 'raw' },
-      outgoing: { headerName: 'X-Downstream-Key', timeoutMs: 2_000 },
-    });
-    expect(resolved).toEqual({
-      gc: undefined,
-      onEvent,
-      dataSource: 'payments',
-      headerName: 'X-Request-Key',
-      headerField: 'x-request-key',
-      replayHeaderName: 'Idempotency-Replayed',
-      problemTypeBaseUrl: 'https://docs.example.com/errors/',
-      leaseMs: 3_000,
-      presence: { url: 'postgres://direct/db' },
-      openApi: false,
-      telemetry: { keys: 'raw' },
-      outgoing: {
-        ...FETCH_DEFAULTS,
-        headerName: 'X-Downstream-Key',
-        timeoutMs: 2_000,
-      },
-      ttlMs: 3_600_000,
-      concurrency: 'wait',
-      waitTimeoutMs: 2500,
-      transactionTimeoutMs: 5000,
-      scope,
-      required: false,
-      retryAfter: 0,
-      key,
-      keyValidation: {
-        minLength: 8,
-        maxLength: 64,
-        pattern: /^k[a-z0-9]+$/,
-        validate,
-      },
-      fingerprint,
-      storeErrors: undefined,
-      maxResponseSize: 0,
-      replayAllow: undefined,
-      replayDeny: new Set(),
-      acknowledge: true,
-    });
-    expect(resolved.scope).toBe(scope);
-    expect(resolved.key).toBe(key);
-    expect(resolved.fingerprint).toBe(fingerprint);
-    expect(resolved.keyValidation.validate).toBe(validate);
-    expect(resolved.onEvent).toBe(onEvent);
-  });
-
+describe('the route options, through resolveModuleOptions', () => {
   it('keeps the default key rules it is not given', () => {
     const { keyValidation } = resolveModuleOptions({
       keyValidation: { maxLength: 36 },
@@ -210,176 +38,6 @@ describe('resolveModuleOptions', () => {
     );
   });
 
-  it.each([
-    ['ttl', { ttl: 'forever' }, '"forever"'],
-    ['waitTimeout', { waitTimeout: 0 }, '0'],
-    ['transactionTimeout', { transactionTimeout: '30' }, '"30"'],
-    ['gc.interval', { gc: { interval: -5 } }, '-5'],
-    ['gc.maxDuration', { gc: { maxDuration: '1 week' } }, '"1 week"'],
-  ])(
-    'refuses an invalid duration for %s, naming the option',
-    (option, options, shown) => {
-      expect(refusal(options)).toBe(
-        message(
-          `Invalid duration for "${option}": ${shown}.`,
-          "Give a positive number of milliseconds or a string such as '500ms', '30s', '15m', '24h' or '7d'.",
-        ),
-      );
-    },
-  );
-
-  describe('lease', () => {
-    it('takes a duration of 300 ms or more', () => {
-      expect(resolveModuleOptions({ lease: 300 }).leaseMs).toBe(300);
-      expect(resolveModuleOptions({ lease: '30s' }).leaseMs).toBe(30_000);
-    });
-
-    it('refuses a shorter lease, saying what to give', () => {
-      expect(() => resolveModuleOptions({ lease: '100ms' })).toThrow(
-        /Invalid "lease": "100ms"\..*Give a lease of 300 ms or more/s,
-      );
-    });
-  });
-
-  describe('presence', () => {
-    it('takes true, false or a URL', () => {
-      expect(resolveModuleOptions({ presence: false }).presence).toBe(false);
-      expect(resolveModuleOptions({ presence: true }).presence).toBe(true);
-    });
-
-    it.each([[{ url: '' }], [{}], ['postgres://x'], [1]])(
-      'refuses %p',
-      (presence) => {
-        expect(() =>
-          resolveModuleOptions({ presence } as unknown as {
-            presence: boolean;
-          }),
-        ).toThrow(/Invalid "presence".*Give true, false or \{ url: string \}/s);
-      },
-    );
-  });
-
-  it.each([['yes'], [1], ['false']])('refuses openApi: %p', (openApi) => {
-    expect(() =>
-      resolveModuleOptions({ openApi } as unknown as { openApi: boolean }),
-    ).toThrow(/Invalid "openApi".*Give true or false/s);
-  });
-
-  describe('telemetry', () => {
-    it('takes true, false or the way spans carry keys', () => {
-      expect(resolveModuleOptions({ telemetry: true }).telemetry).toEqual({
-        keys: 'hash',
-      });
-      expect(resolveModuleOptions({ telemetry: {} }).telemetry).toEqual({
-        keys: 'hash',
-      });
-      expect(resolveModuleOptions({ telemetry: false }).telemetry).toBe(false);
-      for (const keys of ['hash', 'raw', 'none'] as const) {
-        expect(resolveModuleOptions({ telemetry: { keys } }).telemetry).toEqual(
-          { keys },
-        );
-      }
-    });
-
-    it.each([['on'], [1], [null]])('refuses %p', (telemetry) => {
-      expect(refusal(untyped({ telemetry }))).toBe(
-        message(
-          `Invalid "telemetry": ${JSON.stringify(telemetry)}.`,
-          "Give true, false or { keys: 'hash' }.",
-        ),
-      );
-    });
-
-    it('refuses keys it does not know', () => {
-      expect(refusal(untyped({ telemetry: { keys: 'plain' } }))).toBe(
-        message(
-          'Invalid "telemetry.keys": "plain".',
-          "Use 'hash', 'raw' or 'none'.",
-        ),
-      );
-    });
-  });
-
-  describe('headerName', () => {
-    it.each([
-      'Idempotency-Key',
-      'X-Request-Key',
-      'idem_key',
-      "x!#$%&'*+.^`|~1",
-    ])('accepts the header name %p', (headerName) => {
-      const resolved = resolveModuleOptions({ headerName });
-      expect(resolved.headerName).toBe(headerName);
-      expect(resolved.headerField).toBe(headerName.toLowerCase());
-    });
-
-    it.each([
-      ['', '""'],
-      ['Idempotency Key', '"Idempotency Key"'],
-      ['Idempotency-Key:', '"Idempotency-Key:"'],
-      ['Clé', '"Clé"'],
-      ['Key\n', '"Key\\n"'],
-    ])('refuses the header name %p', (headerName, shown) => {
-      expect(refusal({ headerName })).toBe(
-        message(
-          `Invalid "headerName": ${shown}.`,
-          "Give an HTTP header name such as 'Idempotency-Key'.",
-        ),
-      );
-    });
-  });
-
-  describe('replayHeaderName', () => {
-    it.each(['Idempotency-Replayed', 'X-Replayed', 'replayed_1'])(
-      'accepts the header name %p',
-      (replayHeaderName) => {
-        expect(
-          resolveModuleOptions({ replayHeaderName }).replayHeaderName,
-        ).toBe(replayHeaderName);
-      },
-    );
-
-    it.each([
-      ['', '""'],
-      ['Idempotent Replayed', '"Idempotent Replayed"'],
-      ['Replayed:', '"Replayed:"'],
-      ['Content-Type', '"Content-Type"'],
-      ['idempotent-body-omitted', '"idempotent-body-omitted"'],
-    ])('refuses the header name %p', (replayHeaderName, shown) => {
-      expect(refusal({ replayHeaderName })).toBe(
-        message(
-          `Invalid "replayHeaderName": ${shown}.`,
-          "Give an HTTP header name of its own such as 'Idempotent-Replayed' or 'Idempotency-Replayed'.",
-        ),
-      );
-    });
-  });
-
-  describe('problemTypeBaseUrl', () => {
-    it.each([
-      'https://docs.example.com/errors/',
-      'https://docs.example.com/errors#',
-      'http://localhost:3000/problems/',
-    ])('accepts the absolute URL %p', (problemTypeBaseUrl) => {
-      expect(
-        resolveModuleOptions({ problemTypeBaseUrl }).problemTypeBaseUrl,
-      ).toBe(problemTypeBaseUrl);
-    });
-
-    it.each([
-      ['/errors/', '"/errors/"'],
-      ['docs.example.com/errors/', '"docs.example.com/errors/"'],
-      ['', '""'],
-      [42, '42'],
-    ])('refuses %p', (problemTypeBaseUrl, shown) => {
-      expect(refusal(untyped({ problemTypeBaseUrl }))).toBe(
-        message(
-          `Invalid "problemTypeBaseUrl": ${shown}.`,
-          "Give an absolute URL such as 'https://docs.example.com/errors/' (the problem's slug is appended to it).",
-        ),
-      );
-    });
-  });
-
   describe('concurrency', () => {
     it.each(['reject', 'wait'] as const)('accepts %p', (concurrency) => {
       expect(resolveModuleOptions({ concurrency }).concurrency).toBe(
@@ -393,7 +51,10 @@ describe('resolveModuleOptions', () => {
       [null, 'null'],
     ])('refuses %p', (concurrency, shown) => {
       expect(refusal(untyped({ concurrency }))).toBe(
-        message(`Invalid "concurrency": ${shown}.`, "Use 'reject' or 'wait'."),
+        refusalMessage(
+          `Invalid "concurrency": ${shown}.`,
+          "Use 'reject' or 'wait'.",
+        ),
       );
     });
   });
@@ -411,7 +72,7 @@ describe('resolveModuleOptions', () => {
       ['1', '"1"'],
     ])('refuses %p', (retryAfter, shown) => {
       expect(refusal(untyped({ retryAfter }))).toBe(
-        message(
+        refusalMessage(
           `Invalid "retryAfter": ${shown}.`,
           'Give a whole number of seconds (0 or more).',
         ),
@@ -441,7 +102,7 @@ describe('resolveModuleOptions', () => {
       [{ maxLength: Number.NaN }, '{"minLength":1,"maxLength":null}'],
     ])('refuses the lengths %p', (keyValidation, shown) => {
       expect(refusal({ keyValidation })).toBe(
-        message(
+        refusalMessage(
           `Invalid "keyValidation": ${shown}.`,
           'Give whole numbers with 1 <= minLength <= maxLength <= 1024.',
         ),
@@ -454,7 +115,10 @@ describe('resolveModuleOptions', () => {
       [{}, '{}'],
     ])('refuses the pattern %p, which is no RegExp', (pattern, shown) => {
       expect(refusal(untyped({ keyValidation: { pattern } }))).toBe(
-        message(`Invalid "keyValidation.pattern": ${shown}.`, 'Give a RegExp.'),
+        refusalMessage(
+          `Invalid "keyValidation.pattern": ${shown}.`,
+          'Give a RegExp.',
+        ),
       );
     });
   });
@@ -471,7 +135,7 @@ describe('resolveModuleOptions', () => {
       ],
     ])('refuses %p', (fingerprint, shown) => {
       expect(refusal(untyped({ fingerprint }))).toBe(
-        message(
+        refusalMessage(
           `Invalid "fingerprint": ${shown}.`,
           'Give { include?: string[], exclude?: string[] } or a function.',
         ),
@@ -486,7 +150,7 @@ describe('resolveModuleOptions', () => {
       ['1mb', '"1mb"'],
     ])('refuses %p', (maxResponseSize, shown) => {
       expect(refusal(untyped({ maxResponseSize }))).toBe(
-        message(
+        refusalMessage(
           `Invalid "maxResponseSize": ${shown}.`,
           'Give a whole number of bytes.',
         ),
@@ -553,7 +217,7 @@ describe('resolveModuleOptions', () => {
           [['X-Kept', 1], '["X-Kept",1]'],
         ] as const) {
           expect(refusal(untyped({ replayHeaders: { [list]: names } }))).toBe(
-            message(
+            refusalMessage(
               `Invalid "replayHeaders.${list}": ${shown}.`,
               'Give an array of header names.',
             ),
@@ -561,66 +225,6 @@ describe('resolveModuleOptions', () => {
         }
       },
     );
-  });
-
-  describe('gc', () => {
-    it('is disabled by false', () => {
-      expect(resolveModuleOptions({ gc: false }).gc).toBe(undefined);
-    });
-
-    it('applies its defaults to an empty object', () => {
-      expect(resolveModuleOptions({ gc: {} }).gc).toEqual({
-        intervalMs: 300_000,
-        cron: undefined,
-        batchSize: 1000,
-        maxDurationMs: 10_000,
-      });
-    });
-
-    it('takes the options given', () => {
-      expect(
-        resolveModuleOptions({
-          gc: {
-            interval: '1m',
-            cron: '0 * * * *',
-            batchSize: 50,
-            maxDuration: 2000,
-          },
-        }).gc,
-      ).toEqual({
-        intervalMs: 60_000,
-        cron: '0 * * * *',
-        batchSize: 50,
-        maxDurationMs: 2000,
-      });
-    });
-
-    it.each([
-      [0, '0'],
-      [-10, '-10'],
-      [2.5, '2.5'],
-      ['100', '"100"'],
-    ])('refuses the batch size %p', (batchSize, shown) => {
-      expect(refusal(untyped({ gc: { batchSize } }))).toBe(
-        message(
-          `Invalid "gc.batchSize": ${shown}.`,
-          'Give a whole number of rows, 1 or more.',
-        ),
-      );
-    });
-
-    it.each([
-      ['', '""'],
-      ['   ', '"   "'],
-      [5, '5'],
-    ])('refuses the cron expression %p', (cron, shown) => {
-      expect(refusal(untyped({ gc: { cron } }))).toBe(
-        message(
-          `Invalid "gc.cron": ${shown}.`,
-          "Give a cron expression such as '0 * * * *'.",
-        ),
-      );
-    });
   });
 });
 
@@ -709,7 +313,7 @@ describe('resolveRouteOptions', () => {
         resolveRouteOptions(base, { keyValidation: { maxLength: 3 } }),
       ).message,
     ).toBe(
-      message(
+      refusalMessage(
         'Invalid "keyValidation": {"minLength":4,"maxLength":3}.',
         'Give whole numbers with 1 <= minLength <= maxLength <= 1024.',
       ),

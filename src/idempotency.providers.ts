@@ -5,17 +5,15 @@ import {
 } from '@nestjs/common';
 import { APP_INTERCEPTOR, ModuleRef } from '@nestjs/core';
 import { IdempotencyConfigurationError } from './exceptions/idempotency-configuration.error.js';
-import type { IdempotencyModuleOptions } from './interfaces/idempotency-options.interface.js';
+import type { IdempotencyModuleOptions } from './interfaces/idempotency-module-options.interface.js';
 import type {
   IdempotencyStoreExtras,
   IdempotencyStoreOption,
 } from './interfaces/idempotency-store-option.interface.js';
 import { IdempotencyStore } from './interfaces/idempotency-store.interface.js';
 import { IDEMPOTENCY_RESOLVED_OPTIONS } from './idempotency.tokens.js';
-import {
-  resolveModuleOptions,
-  type ResolvedIdempotencyOptions,
-} from './idempotency.options.js';
+import type { ResolvedIdempotencyOptions } from './idempotency.options.js';
+import { resolveModuleOptions } from './idempotency.module-options.js';
 import { AttemptTelemetry } from './core/attempt-telemetry.js';
 import { ExecutorEvents } from './core/executor.events.js';
 import { ExecutorOptions } from './core/executor.options.js';

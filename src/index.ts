@@ -19,17 +19,19 @@ export type {
   IdempotencyErrorPolicy,
   IdempotencyFingerprintFields,
   IdempotencyFingerprintFunction,
-  IdempotencyGcOptions,
   IdempotencyIsolationLevel,
   IdempotencyKeyResolver,
   IdempotencyKeyValidation,
   IdempotencyReplayHeaders,
-  IdempotencyModuleOptions,
   IdempotencyScopeResolver,
-  IdempotencyTelemetryKeys,
-  IdempotencyTelemetryOptions,
   IdempotentOptions,
 } from './interfaces/idempotency-options.interface.js';
+export type {
+  IdempotencyGcOptions,
+  IdempotencyModuleOptions,
+  IdempotencyTelemetryKeys,
+  IdempotencyTelemetryOptions,
+} from './interfaces/idempotency-module-options.interface.js';
 export type {
   IdempotencyEvent,
   IdempotencyEventType,

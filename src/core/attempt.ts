@@ -7,6 +7,7 @@ import {
 import type { ResolvedRouteOptions } from './executor.options.js';
 import { validKey } from './idempotency-key.js';
 import {
+  isLegacyFingerprint,
   legacyRequestFingerprint,
   requestFingerprint,
   selectFields,
@@ -31,6 +32,20 @@ export interface Attempt {
    * compared by it until they expire. Only with the default fingerprint.
    */
   readonly legacyFingerprint?: () => string;
+}
+
+/**
+ * @internal Whether a record's `fingerprint` was written for the same
+ * request as `attempt`: the same fingerprint, or, for a record written by
+ * 0.1.0, the same fingerprint by 0.1.0's formula.
+ */
+export function isSameRequest(attempt: Attempt, fingerprint: string): boolean {
+  return (
+    fingerprint === attempt.fingerprint ||
+    (attempt.legacyFingerprint !== undefined &&
+      isLegacyFingerprint(fingerprint) &&
+      fingerprint === attempt.legacyFingerprint())
+  );
 }
 
 /** @internal The scope of a request or message, from the `scope` resolver. */

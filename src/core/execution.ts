@@ -1,11 +1,9 @@
 import type { IdempotencyEventType } from '../interfaces/idempotency-event.interface.js';
 import type {
   Completion,
-  IdempotencyStore,
   StepLease,
   StoredResponse,
 } from '../interfaces/idempotency-store.interface.js';
-import { IdempotencyConfigurationError } from '../exceptions/idempotency-configuration.error.js';
 import { IdempotencyUnavailableException } from '../exceptions/idempotency-unavailable.exception.js';
 import type { Attempt } from './attempt.js';
 import type { AttemptTelemetry } from './attempt-telemetry.js';
@@ -15,7 +13,6 @@ import {
   RETRY_LATER_STATUSES,
   type FailureKind,
 } from './failures.js';
-import { derivedKey } from './derived-key.js';
 import type { ResolvedRouteOptions } from './executor.options.js';
 import { handlerContexts, type HandlerContext } from './handler-context.js';
 import type { LogKeys } from './log-key.js';
@@ -23,7 +20,11 @@ import type {
   HandlerTransaction,
   HandlerTransactions,
 } from '../interfaces/handler-transaction.interface.js';
-import { ownStatement } from './own-statement.js';
+import {
+  RecoveryPoints,
+  type RecoveryHost,
+  type RecoveryOwner,
+} from './recovery-points.js';
 import type { RunningLink } from './running-executions.js';
 
 /**
@@ -41,8 +42,7 @@ const RELEASE_WAIT_MS = 1_000;
  * store, the handler's transactions, telemetry and events, and the
  * registry of the claims held by this instance.
  */
-export interface ExecutionHost {
-  readonly store: IdempotencyStore;
+export interface ExecutionHost extends RecoveryHost {
   readonly transactions: HandlerTransactions;
   readonly telemetry: AttemptTelemetry;
   emit(
@@ -60,8 +60,6 @@ export interface ExecutionHost {
    * waits elsewhere), those of the other instances.
    */
   ended(execution: Execution, waiting: boolean): void;
-  /** Logs a warning; with `once`, only the first time for that subject. */
-  warn(message: string, once?: string): void;
   /** How log lines show keys: a warning names a key only through it. */
   readonly logKeys: LogKeys;
 }
@@ -71,7 +69,7 @@ export interface ExecutionHost {
  * in its transaction until the deadline, then completes, fails or is
  * abandoned.
  */
-export class Execution implements RunningLink {
+export class Execution implements RunningLink, RecoveryOwner {
   previousRunning: RunningLink | undefined = undefined;
   nextRunning: RunningLink | undefined = undefined;
   isRunning = false;
@@ -86,10 +84,8 @@ export class Execution implements RunningLink {
   private abandoned = false;
   private lost = false;
   private settled = false;
-  /** Whether a key was derived for a downstream call (see {@link deriveKey}). */
-  private derived = false;
-  /** Whether a step of this attempt bound the key to its request. */
-  private bound = false;
+  /** Its steps and the keys of its downstream calls. */
+  private readonly points: RecoveryPoints;
 
   constructor(
     private readonly host: ExecutionHost,
@@ -98,13 +94,24 @@ export class Execution implements RunningLink {
     /** The store's handle of the claim; none for a keyless request. */
     readonly lease: StepLease | undefined,
     /** The key's generation, as the claim returned it. */
-    private readonly generation = '',
+    generation = '',
   ) {
     this.deadline = attempt.started + options.transactionTimeoutMs;
     this.transaction = host.transactions.begin(
       this.deadline,
       options.isolationLevel,
     );
+    this.points = new RecoveryPoints(this, host, generation);
+  }
+
+  /** Whether a renewal found the claim taken over. */
+  get isLeaseLost(): boolean {
+    return this.lost;
+  }
+
+  /** Whether the attempt was abandoned at its deadline. */
+  get isAbandoned(): boolean {
+    return this.abandoned;
   }
 
   /**
@@ -120,8 +127,8 @@ export class Execution implements RunningLink {
     const context: HandlerContext = {
       scope: attempt.scope,
       key: attempt.key,
-      step: (name, step) => this.step(name, step),
-      deriveKey: (name) => this.deriveKey(name),
+      step: (name, step) => this.points.step(name, step),
+      deriveKey: (name) => this.points.deriveKey(name),
       transaction,
       deadline: this.deadline,
       retryAfter: this.options.retryAfter,
@@ -334,7 +341,7 @@ export class Execution implements RunningLink {
     const released = (async () => {
       let waiting = false;
       try {
-        ({ waiting } = await host.store.release(lease, this.derived));
+        ({ waiting } = await host.store.release(lease, this.points.derived));
       } catch (error) {
         host.warn(
           `Releasing ${host.logKeys.phrase(lease.key)} failed: the next attempt claims it when its lease runs out (${(error as Error).message})`,
@@ -356,99 +363,6 @@ export class Execution implements RunningLink {
   leaseLost(): void {
     this.lost = true;
     this.host.forget(this);
-  }
-
-  /**
-   * A recovery point (see `IdempotencyContext.step`): the stored result of
-   * step `name` of this key, else `fn`'s, committed at once, fenced by the
-   * owner.
-   */
-  private async step<T>(name: string, fn: () => T | Promise<T>): Promise<T> {
-    const { host, attempt, options, transaction } = this;
-    const lease = this.named('step', name);
-    const stored = await ownStatement(() => host.store.readStep(lease, name));
-    if (stored) {
-      return stored.result as T;
-    }
-    if (transaction.state === 'open') {
-      const route = `${attempt.method} ${attempt.path} step ${JSON.stringify(name)}`;
-      host.warn(
-        `${route} runs while the handler's transaction is open: its connection is held during the step. Run steps before the handler's first database statement.`,
-        route,
-      );
-    }
-    // A step of an attempt that already lost its transaction or its claim
-    // would start an effect for an attempt that cannot commit (and, its
-    // claim lost, without reading the new owner's steps): 503 instead.
-    if (this.lost) {
-      throw new LeaseLostError();
-    }
-    if (transaction.state === 'lost') {
-      throw new IdempotencyUnavailableException(options.retryAfter);
-    }
-    // The effect may happen even if its result never commits: from now on
-    // the key belongs to this request, whose retry must derive the same
-    // downstream keys (and no other request may run under the key).
-    // Once per attempt: the binding lasts until the key completes or expires.
-    if (!this.bound) {
-      if (!(await ownStatement(() => host.store.bind(lease)))) {
-        throw new LeaseLostError();
-      }
-      this.bound = true;
-    }
-    const result = await fn();
-    if (this.abandoned) {
-      throw new IdempotencyUnavailableException(options.retryAfter);
-    }
-    const saved = await ownStatement(() =>
-      host.store.saveStep(lease, name, result, options.ttlMs),
-    );
-    if (!saved) {
-      throw new LeaseLostError();
-    }
-    return (result ?? null) as T;
-  }
-
-  /**
-   * The key of the downstream call `name` (see `IdempotencyContext.deriveKey`):
-   * unique to the scope, the key, the request's fingerprint, the key's
-   * generation and `name`. Once one is derived, a release binds the key to
-   * the request (a step binds it before it runs): the same request retried
-   * derives the same key, and the downstream service deduplicates a call
-   * whose step never committed.
-   */
-  private deriveKey(name: string): string {
-    const { attempt } = this;
-    const lease = this.named('deriveKey', name);
-    this.derived = true;
-    return derivedKey({
-      scope: attempt.scope,
-      key: lease.key,
-      fingerprint: attempt.fingerprint,
-      generation: this.generation,
-      name,
-    });
-  }
-
-  /**
-   * The claim of a request with a key, for a call of
-   * `IdempotencyContext[method]` with `name` (a step's, a downstream call's).
-   * @throws IdempotencyConfigurationError for a keyless request or an empty name.
-   */
-  private named(method: 'step' | 'deriveKey', name: unknown): StepLease {
-    if (!this.lease) {
-      throw new IdempotencyConfigurationError(
-        `IdempotencyContext.${method}() needs an idempotency key, and this request has none.`,
-        'Require a key on this route (the default), or derive one with the `key` option.',
-      );
-    }
-    if (typeof name !== 'string' || name.length === 0) {
-      throw new IdempotencyConfigurationError(
-        `Invalid name of a ${method === 'step' ? 'step' : 'derived key'}: ${JSON.stringify(name)}.`,
-        'Name every step and downstream call with a non-empty string, unique within the handler.',
-      );
-    }
-    return this.lease;
   }
 
   /** At the deadline: abandons the attempt and frees its key. */

@@ -6,8 +6,8 @@ import type {
   IdempotencyIsolationLevel,
   IdempotencyKeyResolver,
   IdempotencyScopeResolver,
-  IdempotencyTelemetryKeys,
 } from '../interfaces/idempotency-options.interface.js';
+import type { IdempotencyTelemetryKeys } from '../interfaces/idempotency-module-options.interface.js';
 
 /**
  * @internal Options of one route, with every default applied: what the

@@ -18,7 +18,7 @@ import { IdempotencyConflictException } from '../exceptions/idempotency-conflict
 import { IdempotencyKeyReusedException } from '../exceptions/idempotency-key-reused.exception.js';
 import { IdempotencyNotReplayableException } from '../exceptions/idempotency-not-replayable.exception.js';
 import { IdempotencyUnavailableException } from '../exceptions/idempotency-unavailable.exception.js';
-import type { Attempt } from './attempt.js';
+import { isSameRequest, type Attempt } from './attempt.js';
 import { AttemptTelemetry } from './attempt-telemetry.js';
 import { Execution, type ExecutionHost } from './execution.js';
 import { ExecutorEvents } from './executor.events.js';
@@ -33,8 +33,7 @@ import {
 import { NO_HANDLER_TRANSACTIONS } from './no-transaction.js';
 import { isIdempotencyStore } from './is-idempotency-store.js';
 import { LogKeys } from './log-key.js';
-import { isLegacyFingerprint } from './request-fingerprint.js';
-import { RunningExecutions } from './running-executions.js';
+import { LeaseRenewals } from './lease-renewals.js';
 import { Waiters } from './waiters.js';
 
 /**
@@ -62,13 +61,11 @@ export class IdempotencyExecutor
   private readonly logger = new Logger('Idempotency');
   private readonly waiters = new Waiters();
   /** Attempts of this instance holding a claim, renewed together. */
-  private readonly running = new RunningExecutions<Execution>();
+  private readonly renewals: LeaseRenewals;
   /** Subjects already warned of (see `warn`). */
   private readonly warned = new Set<string>();
   /** How log lines show keys (telemetry's `keys` option). */
   readonly logKeys: LogKeys;
-  private renewal: NodeJS.Timeout | undefined;
-  private renewing = false;
 
   constructor(
     @Inject(IdempotencyStore) readonly store: IdempotencyStore,
@@ -80,6 +77,7 @@ export class IdempotencyExecutor
     private readonly handlerTransactions: HandlerTransactions,
   ) {
     this.logKeys = new LogKeys(options);
+    this.renewals = new LeaseRenewals(store, options.leaseMs, this.logger);
   }
 
   /**
@@ -118,15 +116,11 @@ export class IdempotencyExecutor
         ? this.waiters.wakeAll()
         : this.waiters.wake(scope, key),
     );
-    this.renewal ??= setInterval(
-      () => void this.renew(),
-      Math.max(100, Math.floor(this.options.leaseMs / 3)),
-    ).unref();
+    this.renewals.start();
   }
 
   onApplicationShutdown(): void {
-    clearInterval(this.renewal);
-    this.renewal = undefined;
+    this.renewals.stop();
   }
 
   /**
@@ -185,7 +179,7 @@ export class IdempotencyExecutor
           outcome.lease ?? request,
           outcome.generation,
         );
-        this.running.add(execution);
+        this.renewals.add(execution);
         return { execution };
       }
       if (outcome.state === 'finished') {
@@ -193,12 +187,7 @@ export class IdempotencyExecutor
       }
       if (
         outcome.fingerprint !== undefined &&
-        outcome.fingerprint !== attempt.fingerprint &&
-        !(
-          attempt.legacyFingerprint &&
-          isLegacyFingerprint(outcome.fingerprint) &&
-          outcome.fingerprint === attempt.legacyFingerprint()
-        )
+        !isSameRequest(attempt, outcome.fingerprint)
       ) {
         this.emit('mismatch', attempt, { status: 422 });
         throw new IdempotencyKeyReusedException(key);
@@ -300,7 +289,7 @@ export class IdempotencyExecutor
 
   /** @throws IdempotencyKeyReusedException unless `record` is `attempt`'s. */
   private refuseOtherRequest(attempt: Attempt, record: StoredRecord): void {
-    if (!sameRequest(record, attempt)) {
+    if (!isSameRequest(attempt, record.fingerprint)) {
       this.emit('mismatch', attempt, { status: 422 });
       throw new IdempotencyKeyReusedException(attempt.key ?? '');
     }
@@ -338,11 +327,11 @@ export class IdempotencyExecutor
   }
 
   holds(execution: Execution): boolean {
-    return this.running.has(execution);
+    return this.renewals.has(execution);
   }
 
   forget(execution: Execution): void {
-    this.running.delete(execution);
+    this.renewals.delete(execution);
   }
 
   /**
@@ -351,7 +340,7 @@ export class IdempotencyExecutor
    * that has a waiter.
    */
   ended(execution: Execution, waiting: boolean): void {
-    this.running.delete(execution);
+    this.renewals.delete(execution);
     const { lease } = execution;
     if (!lease) {
       return;
@@ -375,55 +364,6 @@ export class IdempotencyExecutor
     }
     this.logger.warn(message);
   }
-
-  /** Renews the leases of every attempt running here, in one statement. */
-  private async renew(): Promise<void> {
-    if (this.renewing || this.running.size === 0) {
-      return;
-    }
-    this.renewing = true;
-    const now = Date.now();
-    const executions = this.running.toArray();
-    try {
-      const held = await this.store.renew(
-        executions.map(({ lease, deadline }) => ({
-          scope: lease!.scope,
-          key: lease!.key,
-          owner: lease!.owner,
-          // Never past the attempt's deadline.
-          durationMs: Math.max(
-            0,
-            Math.min(this.options.leaseMs, deadline - now),
-          ),
-        })),
-      );
-      for (const execution of executions) {
-        if (this.running.has(execution) && !held.has(execution.lease!.owner)) {
-          execution.leaseLost();
-        }
-      }
-    } catch (error) {
-      this.logger.warn(
-        `Renewing ${executions.length} lease(s) failed, retrying in ${Math.floor(this.options.leaseMs / 3)} ms: ${(error as Error).message}`,
-      );
-    } finally {
-      this.renewing = false;
-    }
-  }
-}
-
-/**
- * Whether a finished record was written for the same request as `attempt`:
- * the same fingerprint, or, for a record written by 0.1.0, the same
- * fingerprint by 0.1.0's formula.
- */
-function sameRequest(record: StoredRecord, attempt: Attempt): boolean {
-  return (
-    record.fingerprint === attempt.fingerprint ||
-    (attempt.legacyFingerprint !== undefined &&
-      isLegacyFingerprint(record.fingerprint) &&
-      record.fingerprint === attempt.legacyFingerprint())
-  );
 }
 
 /** @internal The stored response of a JSON result (`undefined`: no body). */

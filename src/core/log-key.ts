@@ -1,5 +1,5 @@
 import { hash } from 'node:crypto';
-import type { IdempotencyTelemetryKeys } from '../interfaces/idempotency-options.interface.js';
+import type { IdempotencyTelemetryKeys } from '../interfaces/idempotency-module-options.interface.js';
 import type { ExecutorOptions } from './executor.options.js';
 
 /**

@@ -1,104 +1,12 @@
 import { jest } from '@jest/globals';
-import { once } from 'node:events';
-import {
-  createServer,
-  request,
-  ServerResponse,
-  type IncomingHttpHeaders,
-  type Server,
-} from 'node:http';
-import type { AddressInfo } from 'node:net';
-import {
-  holdResponse,
-  sendInPlaceOfEmpty,
-  type CapturedResponse,
-} from './response-capture.js';
-
-interface Deferred<T> {
-  readonly promise: Promise<T>;
-  resolve(value: T): void;
-  reject(error: unknown): void;
-}
-
-function deferred<T = void>(): Deferred<T> {
-  let resolve!: (value: T) => void;
-  let reject!: (error: unknown) => void;
-  const promise = new Promise<T>((ok, fail) => {
-    resolve = ok;
-    reject = fail;
-  });
-  return { promise, resolve, reject };
-}
-
-/** Lets the event loop run a few turns, I/O included. */
-async function turns(count = 5): Promise<void> {
-  for (let i = 0; i < count; i += 1) {
-    await new Promise<void>((resolve) => setImmediate(resolve));
-  }
-}
-
-/** What the client got. */
-interface Received {
-  readonly status: number;
-  readonly statusMessage: string;
-  readonly headers: IncomingHttpHeaders;
-  readonly body: Buffer;
-  /** Whether the whole response arrived. */
-  readonly complete: boolean;
-}
+import { ServerResponse } from 'node:http';
+import { holdResponse, type CapturedResponse } from './response-capture.js';
+import { deferred, turns } from '../../test/utils/barrier.js';
+import { ResponseServer } from '../../test/utils/response-server.js';
 
 type Replace = (error: unknown) => CapturedResponse;
 
-let server: Server;
-let port: number;
-let handle: (response: ServerResponse) => void = () => undefined;
-
-beforeAll(async () => {
-  server = createServer((incoming, response) => {
-    incoming.resume();
-    handle(response);
-  });
-  server.listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  port = (server.address() as AddressInfo).port;
-});
-afterAll(async () => {
-  server.closeAllConnections();
-  server.close();
-  await once(server, 'close');
-});
-
-/** Sends a request on a connection of its own. */
-function send(): { response: Promise<Received>; responded(): boolean } {
-  let responded = false;
-  const response = new Promise<Received>((resolve, reject) => {
-    const outgoing = request(
-      { host: '127.0.0.1', port, method: 'POST', path: '/', agent: false },
-      (incoming) => {
-        responded = true;
-        const chunks: Buffer[] = [];
-        incoming.on('data', (chunk: Buffer) => chunks.push(chunk));
-        // A response cut short errors; `complete` tells.
-        incoming.on('error', () => undefined);
-        incoming.on('close', () =>
-          resolve({
-            status: incoming.statusCode ?? 0,
-            statusMessage: incoming.statusMessage ?? '',
-            headers: incoming.headers,
-            body: Buffer.concat(chunks),
-            complete: incoming.complete,
-          }),
-        );
-      },
-    );
-    outgoing.on('error', reject);
-    outgoing.end();
-  });
-  // A test that fails before awaiting the response must not crash the run
-  // when the server then closes the connection.
-  response.catch(() => undefined);
-  return { response, responded: () => responded };
-}
+const server = new ResponseServer();
 
 /**
  * Serves one request: holds its response, then lets `respond` write it as a
@@ -113,7 +21,7 @@ function exchange(
   const captured = deferred<CapturedResponse>();
   const settled = deferred();
   const served = deferred<ServerResponse>();
-  handle = (response) => {
+  server.handle = (response) => {
     holdResponse(
       response,
       (capture) => {
@@ -125,7 +33,7 @@ function exchange(
     served.resolve(response);
     respond(response);
   };
-  const client = send();
+  const client = server.send();
   return {
     client,
     captured: captured.promise,
@@ -434,75 +342,5 @@ describe('holdResponse', () => {
     expect(received.status).toBe(200);
     expect(received.complete).toBe(false);
     expect(received.body.toString()).not.toContain('unavailable');
-  });
-});
-
-describe('sendInPlaceOfEmpty', () => {
-  /** Every byte value, in an order no encoding would keep by chance. */
-  const stored: CapturedResponse = {
-    status: 202,
-    headers: {
-      'content-type': 'application/octet-stream',
-      'content-length': '256',
-      link: ['</a>; rel="a"', '</b>; rel="b"'],
-    },
-    body: Buffer.from(
-      Array.from({ length: 256 }, (_, i) => (i * 37 + 11) % 256),
-    ),
-  };
-
-  /** Serves one request: `respond` writes it as a platform would. */
-  function serve(respond: (response: ServerResponse) => void) {
-    handle = (response) => {
-      sendInPlaceOfEmpty(response, stored);
-      respond(response);
-    };
-    return send().response;
-  }
-
-  it('sends the replacement for an empty answer written as Express does', async () => {
-    const received = await serve((response) => {
-      response.setHeader('x-middleware', 'kept');
-      response.setHeader('content-type', 'text/html');
-      response.statusCode = 204;
-      response.end();
-    });
-    expect(received.status).toBe(202);
-    expect(received.body.equals(stored.body)).toBe(true);
-    expect(received.headers['content-type']).toBe('application/octet-stream');
-    expect(received.headers['content-length']).toBe('256');
-    expect(received.headers.link).toBe('</a>; rel="a", </b>; rel="b"');
-    expect(received.headers['x-middleware']).toBe('kept');
-  });
-
-  it("sends the replacement for an empty answer written as Fastify does, keeping the platform's other headers", async () => {
-    const received = await serve((response) => {
-      response.writeHead(201, { 'content-length': '0', 'x-platform': 'kept' });
-      response.end(null);
-    });
-    expect(received.status).toBe(202);
-    expect(received.body.equals(stored.body)).toBe(true);
-    expect(received.headers['content-length']).toBe('256');
-    expect(received.headers['x-platform']).toBe('kept');
-  });
-
-  it('lets an answer with a body (an exception filter) go out unchanged', async () => {
-    const problem = '{"status":500}';
-    const ended = await serve((response) => {
-      response.writeHead(500, { 'content-type': 'application/json' });
-      response.end(problem);
-    });
-    expect(ended.status).toBe(500);
-    expect(ended.body.toString()).toBe(problem);
-    expect(ended.headers['content-type']).toBe('application/json');
-    expect(ended.headers.link).toBe(undefined);
-
-    const written = await serve((response) => {
-      response.statusCode = 500;
-      response.write('{"status":');
-      response.end('500}');
-    });
-    expect(written.status).toBe(500);
-    expect(written.body.toString()).toBe(problem);
   });
 });

@@ -1,5 +1,5 @@
 import { IdempotencyConfigurationError } from '../exceptions/idempotency-configuration.error.js';
-import { resolveModuleOptions } from '../idempotency.options.js';
+import { resolveModuleOptions } from '../idempotency.module-options.js';
 import { FETCH_DEFAULTS, resolveFetchOptions } from './outgoing.options.js';
 
 describe('the options of outgoing calls', () => {

@@ -1,4 +1,4 @@
-import type { IdempotencyTelemetryKeys } from '../interfaces/idempotency-options.interface.js';
+import type { IdempotencyTelemetryKeys } from '../interfaces/idempotency-module-options.interface.js';
 import type { Attempt } from '../core/attempt.js';
 import type { OutgoingCall } from '../core/attempt-telemetry.js';
 import { keyHash } from '../core/log-key.js';

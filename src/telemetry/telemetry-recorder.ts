@@ -1,25 +1,18 @@
 import { performance } from 'node:perf_hooks';
 // Types only: the package itself is loaded by IdempotencyTelemetry, when present.
 import type * as OpenTelemetry from '@opentelemetry/api';
-import type {
-  Context,
-  Counter,
-  Exception,
-  Histogram,
-  Span,
-  Tracer,
-} from '@opentelemetry/api';
-import type { IdempotencyTelemetryKeys } from '../interfaces/idempotency-options.interface.js';
+import type { Context, Exception, Span, Tracer } from '@opentelemetry/api';
+import type { IdempotencyTelemetryKeys } from '../interfaces/idempotency-module-options.interface.js';
 import type { IdempotencyEventType } from '../interfaces/idempotency-event.interface.js';
 import type { Attempt } from '../core/attempt.js';
 import type {
   OutgoingCall,
   OutgoingCallRecord,
 } from '../core/attempt-telemetry.js';
+import { TelemetryMetrics } from './telemetry-metrics.js';
 import {
   ATTRIBUTES,
   callAttributes,
-  METRIC_NAMES,
   SPAN_NAMES,
   routeAttributes,
   spanAttributes,
@@ -50,11 +43,6 @@ const REPLAY_OUTCOMES = new Set<string>([
   'mismatch',
   'not-replayable',
 ]);
-
-/** Those of `http.server.request.duration`, in seconds. */
-const DURATION_BUCKETS = [
-  0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10,
-];
 
 /** @internal The parts of `@opentelemetry/api` the module uses. */
 export type OpenTelemetryApi = Pick<
@@ -96,49 +84,16 @@ interface AttemptState {
 export class TelemetryRecorder {
   private readonly states = new WeakMap<Attempt, AttemptState>();
   private readonly tracer: Tracer;
-  private readonly requests: Counter;
-  private readonly requestDuration: Histogram;
-  private readonly claimDuration: Histogram;
-  private readonly commitDuration: Histogram;
-  /** Whether a meter provider was registered: the meters record. */
-  private readonly metered: boolean;
+  private readonly metrics: TelemetryMetrics;
 
   constructor(
     private readonly api: OpenTelemetryApi,
     private readonly keys: IdempotencyTelemetryKeys,
   ) {
     this.tracer = api.trace.getTracer(SCOPE);
-    const meter = api.metrics.getMeter(SCOPE);
-    // The API gives a no-op meter for good when no provider is registered
-    // yet: metrics are never recorded then.
-    this.metered = meter.constructor !== api.createNoopMeter().constructor;
-    const seconds = (description: string) => ({
-      description,
-      unit: 's',
-      advice: { explicitBucketBoundaries: DURATION_BUCKETS },
-    });
-    this.requests = meter.createCounter(METRIC_NAMES.requests, {
-      description:
-        'Requests, messages and runs on idempotent handlers, by outcome.',
-      unit: '{request}',
-    });
-    this.requestDuration = meter.createHistogram(
-      METRIC_NAMES.requestDuration,
-      seconds(
-        'Duration of idempotent requests, from their arrival to their outcome.',
-      ),
-    );
-    this.claimDuration = meter.createHistogram(
-      METRIC_NAMES.claimDuration,
-      seconds(
-        'Duration of claims of idempotency keys, waits for a duplicate included.',
-      ),
-    );
-    this.commitDuration = meter.createHistogram(
-      METRIC_NAMES.commitDuration,
-      seconds(
-        'Duration of completions: the fenced write of the record and the commit.',
-      ),
+    this.metrics = new TelemetryMetrics(
+      api.metrics.getMeter(SCOPE),
+      api.createNoopMeter(),
     );
   }
 
@@ -148,7 +103,7 @@ export class TelemetryRecorder {
    * followed at all, and costs nothing.
    */
   get recording(): boolean {
-    if (this.metered) {
+    if (this.metrics.metered) {
       return true;
     }
     const provider = this.api.trace.getTracerProvider();
@@ -209,7 +164,7 @@ export class TelemetryRecorder {
       state.claim = undefined;
       span.setAttribute(ATTRIBUTES.claimResult, state.claimResult!);
       span.end(state.claimEnded);
-      this.claimDuration.record((state.claimEnded - started) / 1000, {
+      this.metrics.claimDuration.record((state.claimEnded - started) / 1000, {
         ...routeAttributes(attempt),
         [ATTRIBUTES.claimResult]: state.claimResult!,
       });
@@ -313,7 +268,7 @@ export class TelemetryRecorder {
       const ended = performance.now();
       state.commit.end(ended);
       state.commit = undefined;
-      this.commitDuration.record(
+      this.metrics.commitDuration.record(
         (ended - state.commitStarted!) / 1000,
         attributes,
       );
@@ -326,8 +281,8 @@ export class TelemetryRecorder {
       }
     }
     state.root?.end();
-    this.requests.add(1, attributes);
-    this.requestDuration.record(
+    this.metrics.requests.add(1, attributes);
+    this.metrics.requestDuration.record(
       Math.max(0, Date.now() - attempt.started) / 1000,
       attributes,
     );

@@ -1,6 +1,6 @@
 import type { DynamicModule } from '@nestjs/common';
 import { IdempotencyModule } from '../idempotency.module.js';
-import type { IdempotencyModuleOptions } from '../interfaces/idempotency-options.interface.js';
+import type { IdempotencyModuleOptions } from '../interfaces/idempotency-module-options.interface.js';
 import { MemoryIdempotencyStore } from '../stores/memory/memory.store.js';
 
 /**

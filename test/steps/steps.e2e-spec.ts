@@ -152,9 +152,9 @@ describe.each(PLATFORMS)('recovery points (%s)', (platform) => {
     // The instance's next renewal, now: it finds the claim gone.
     await (
       target.app.get(IdempotencyExecutor) as unknown as {
-        renew(): Promise<void>;
+        renewals: { renew(): Promise<void> };
       }
-    ).renew();
+    ).renewals.renew();
     faults.beforeCharge.open();
     const response = await request;
     expect(response.status).toBe(503);

@@ -49,6 +49,31 @@ export class Barrier {
   }
 }
 
+/** A promise, and what settles it. */
+export interface Deferred<T> {
+  readonly promise: Promise<T>;
+  resolve(value: T): void;
+  reject(error: unknown): void;
+}
+
+/** A promise that the test settles. */
+export function deferred<T = void>(): Deferred<T> {
+  let resolve!: (value: T) => void;
+  let reject!: (error: unknown) => void;
+  const promise = new Promise<T>((ok, fail) => {
+    resolve = ok;
+    reject = fail;
+  });
+  return { promise, resolve, reject };
+}
+
+/** Lets the event loop run a few turns, I/O included. */
+export async function turns(count = 5): Promise<void> {
+  for (let i = 0; i < count; i += 1) {
+    await new Promise<void>((resolve) => setImmediate(resolve));
+  }
+}
+
 /**
  * Polls `condition` until it holds: for states that only the database can
  * report (a lock taken, a session gone). Fails after `timeoutMs`.

@@ -1,8 +1,13 @@
 import type {
+  ClaimOutcome,
   ClaimRequest,
   Lease,
   StepLease,
 } from '../../interfaces/idempotency-store.interface.js';
+import { runScriptBuffer, type RedisClient } from './redis-client.js';
+import { RedisKeys } from './redis-keys.js';
+import { decodeRecord, fingerprintLine } from './redis-record.js';
+import { CLAIM } from './redis.scripts.js';
 
 /** @internal The lines of a claim that its finished record repeats. */
 export interface ClaimLines {
@@ -85,4 +90,58 @@ export function claimLinesOf(lease: Lease): ClaimLines | undefined {
     lines.path !== undefined
     ? (lines as ClaimLines)
     : undefined;
+}
+
+/**
+ * The claim script's reply: {1, the key's generation}, or {0, the record,
+ * lease ms left}.
+ */
+type ClaimReply = [1, Buffer] | [0, Buffer, number?];
+
+/**
+ * @internal Claims a key by the claim script (see CLAIM), where the plain
+ * `SET NX` did not decide: `claim.value` is the claim's in-progress value,
+ * `claim.lease` the store's handle when that `SET NX` wrote the claim.
+ */
+export async function claimByScript(
+  client: RedisClient,
+  keys: RedisKeys,
+  request: ClaimRequest,
+  claim: {
+    readonly value: string;
+    readonly leaseMs: number;
+    readonly generationMs: number;
+    readonly lease: RedisClaim | undefined;
+  },
+): Promise<ClaimOutcome> {
+  const id = RedisKeys.id(request.scope, request.key);
+  const { lease } = claim;
+  const reply = await runScriptBuffer<ClaimReply>(
+    client,
+    CLAIM,
+    [keys.record(id), keys.generation(id)],
+    [
+      request.owner,
+      claim.value,
+      claim.leaseMs,
+      request.wait ? '1' : '0',
+      fingerprintLine(request.fingerprint),
+      Date.now(),
+      claim.generationMs,
+    ],
+  );
+  if (reply[0] === 1) {
+    const generation = reply[1].toString();
+    return lease
+      ? { state: 'claimed', lease, generation }
+      : { state: 'claimed', generation };
+  }
+  const found = decodeRecord(reply[1]);
+  return found.state === 'in_progress'
+    ? {
+        state: 'in_progress',
+        fingerprint: found.fingerprint,
+        leaseMs: Math.max(0, Number(reply[2] ?? 0)),
+      }
+    : { state: 'finished', record: found.record };
 }

@@ -6,7 +6,7 @@ import type {
 import { RedisClaim } from './redis-claim.js';
 import type { RedisKeys } from './redis-keys.js';
 import { decodeRecord } from './redis-record.js';
-import { batchWrites, type RedisClient } from './redis.scripts.js';
+import { batchWrites, type RedisClient } from './redis-client.js';
 
 /** `SET` with options that ioredis's types do not list (`IFEQ`). */
 interface PlainSet {

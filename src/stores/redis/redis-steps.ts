@@ -5,14 +5,8 @@ import type {
 import { RECORD_ID_LENGTH, RedisKeys } from './redis-keys.js';
 import { fingerprintLine } from './redis-record.js';
 import { parseStep, stepValue } from './redis-step-value.js';
-import {
-  DROP_STEPS,
-  READ_STEP,
-  SAVE_STEP,
-  UNINDEX,
-  runScript,
-  type RedisClient,
-} from './redis.scripts.js';
+import { DROP_STEPS, READ_STEP, SAVE_STEP, UNINDEX } from './redis.scripts.js';
+import { runScript, type RedisClient } from './redis-client.js';
 
 /**
  * @internal The recovery points (steps) of the Redis store: each key's in

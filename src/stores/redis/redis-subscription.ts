@@ -1,5 +1,5 @@
 import { Logger } from '@nestjs/common';
-import type { RedisClient } from './redis.scripts.js';
+import type { RedisClient } from './redis-client.js';
 
 /**
  * @internal Called with the key another instance completed, or without

@@ -1,7 +1,5 @@
 import type { OnApplicationShutdown } from '@nestjs/common';
 import type { RedisOptions } from 'ioredis';
-import { loadOptionalPeer } from '../../core/optional-peer.js';
-import { IdempotencyConfigurationError } from '../../exceptions/idempotency-configuration.error.js';
 import type {
   AbandonedKey,
   ClaimOutcome,
@@ -14,13 +12,11 @@ import type {
   StepLease,
 } from '../../interfaces/idempotency-store.interface.js';
 import { notReplayable } from '../not-replayable.js';
-import { RedisClaim, claimLinesOf } from './redis-claim.js';
+import { RedisClaim, claimByScript, claimLinesOf } from './redis-claim.js';
 import { RedisKeys } from './redis-keys.js';
 import { RedisPlainCommands } from './redis-plain-commands.js';
 import {
-  decodeRecord,
   finishedValue,
-  fingerprintLine,
   inProgressValue,
   statusLetter,
 } from './redis-record.js';
@@ -31,22 +27,8 @@ import {
   type ResolvedRedisStoreOptions,
 } from './redis-store.options.js';
 import { RedisSubscription } from './redis-subscription.js';
-import {
-  BIND,
-  CLAIM,
-  COMPLETE,
-  RELEASE,
-  RENEW,
-  runScript,
-  runScriptBuffer,
-  type RedisClient,
-} from './redis.scripts.js';
-
-/**
- * The claim script's reply: {1, the key's generation}, or {0, the record,
- * lease ms left}.
- */
-type ClaimReply = [1, Buffer] | [0, Buffer, number?];
+import { BIND, COMPLETE, RELEASE, RENEW } from './redis.scripts.js';
+import { runScript, connectRedis, type RedisClient } from './redis-client.js';
 
 /** A duration as the commands take it: whole ms, at least 0. */
 const ms = (value: number): number => Math.max(0, Math.ceil(value));
@@ -141,20 +123,10 @@ export class RedisIdempotencyStore
     options: RedisIdempotencyStoreOptions = {},
   ): Promise<RedisIdempotencyStore> {
     const settings = resolveRedisStoreOptions(options);
-    const ioredis = await loadOptionalPeer('ioredis', () => import('ioredis'));
-    if (!ioredis) {
-      throw new IdempotencyConfigurationError(
-        'The Redis store needs the ioredis package, which is not installed.',
-        'Install it: `npm install ioredis`.',
-      );
-    }
-    const { Redis } = ioredis;
-    const defaults = { maxRetriesPerRequest: 1 };
-    const client =
-      typeof connection === 'string'
-        ? new Redis(connection, defaults)
-        : new Redis({ ...defaults, ...connection });
-    const store = new RedisIdempotencyStore(client, settings);
+    const store = new RedisIdempotencyStore(
+      await connectRedis(connection),
+      settings,
+    );
     store.ownsClient = true;
     return store;
   }
@@ -199,34 +171,12 @@ export class RedisIdempotencyStore
       }
       lease = outcome.lease;
     }
-    const reply = await runScriptBuffer<ClaimReply>(
-      this.client,
-      CLAIM,
-      [this.keys.record(id), this.keys.generation(id)],
-      [
-        request.owner,
-        value,
-        leaseMs,
-        request.wait ? '1' : '0',
-        fingerprintLine(request.fingerprint),
-        Date.now(),
-        generationMs,
-      ],
-    );
-    if (reply[0] === 1) {
-      const generation = reply[1].toString();
-      return lease
-        ? { state: 'claimed', lease, generation }
-        : { state: 'claimed', generation };
-    }
-    const found = decodeRecord(reply[1]);
-    return found.state === 'in_progress'
-      ? {
-          state: 'in_progress',
-          fingerprint: found.fingerprint,
-          leaseMs: Math.max(0, Number(reply[2] ?? 0)),
-        }
-      : { state: 'finished', record: found.record };
+    return claimByScript(this.client, this.keys, request, {
+      value,
+      leaseMs,
+      generationMs,
+      lease,
+    });
   }
 
   async renew(leases: readonly Renewal[]): Promise<ReadonlySet<string>> {

@@ -10,7 +10,7 @@ import type {
 } from '../../../src/interfaces/idempotency-store.interface.js';
 import { claimLinesOf } from '../../../src/stores/redis/redis-claim.js';
 import { RedisKeys } from '../../../src/stores/redis/redis-keys.js';
-import { batchWrites } from '../../../src/stores/redis/redis.scripts.js';
+import { batchWrites } from '../../../src/stores/redis/redis-client.js';
 import {
   finishedValue,
   statusLetter,

@@ -1,0 +1,158 @@
+import type {
+  IdempotencyStore,
+  StepLease,
+} from '../interfaces/idempotency-store.interface.js';
+import type { HandlerTransaction } from '../interfaces/handler-transaction.interface.js';
+import { IdempotencyConfigurationError } from '../exceptions/idempotency-configuration.error.js';
+import { IdempotencyUnavailableException } from '../exceptions/idempotency-unavailable.exception.js';
+import type { Attempt } from './attempt.js';
+import { derivedKey } from './derived-key.js';
+import type { ResolvedRouteOptions } from './executor.options.js';
+import { LeaseLostError } from './failures.js';
+import { ownStatement } from './own-statement.js';
+
+/**
+ * @internal What the recovery points of an attempt read of its execution
+ * as they run: its claim, its transaction, and whether it may go on.
+ */
+export interface RecoveryOwner {
+  readonly attempt: Attempt;
+  readonly options: ResolvedRouteOptions;
+  readonly transaction: HandlerTransaction;
+  /** The store's handle of the claim; none for a keyless request. */
+  readonly lease: StepLease | undefined;
+  /** Whether a renewal found the claim taken over. */
+  readonly isLeaseLost: boolean;
+  /** Whether the attempt was abandoned at its deadline. */
+  readonly isAbandoned: boolean;
+}
+
+/** @internal What the recovery points of an attempt need of the executor. */
+export interface RecoveryHost {
+  readonly store: IdempotencyStore;
+  /** Logs a warning; with `once`, only the first time for that subject. */
+  warn(message: string, once?: string): void;
+}
+
+/**
+ * @internal The recovery points of an attempt that owns its key: its steps
+ * (`IdempotencyContext.step`), each read and saved by a statement of its
+ * own fenced by the claim's owner, and the keys of its downstream calls
+ * (`IdempotencyContext.deriveKey`).
+ */
+export class RecoveryPoints {
+  /** Whether a key was derived for a downstream call (see {@link deriveKey}). */
+  private keysDerived = false;
+  /** Whether a step of this attempt bound the key to its request. */
+  private bound = false;
+
+  constructor(
+    private readonly owner: RecoveryOwner,
+    private readonly host: RecoveryHost,
+    /** The key's generation, as the claim returned it. */
+    private readonly generation: string,
+  ) {}
+
+  /**
+   * Whether the attempt derived a key for a downstream call: its release
+   * then binds the key to its request.
+   */
+  get derived(): boolean {
+    return this.keysDerived;
+  }
+
+  /**
+   * A recovery point (see `IdempotencyContext.step`): the stored result of
+   * step `name` of this key, else `fn`'s, committed at once, fenced by the
+   * owner.
+   */
+  async step<T>(name: string, fn: () => T | Promise<T>): Promise<T> {
+    const { host } = this;
+    const { attempt, options, transaction } = this.owner;
+    const lease = this.named('step', name);
+    const stored = await ownStatement(() => host.store.readStep(lease, name));
+    if (stored) {
+      return stored.result as T;
+    }
+    if (transaction.state === 'open') {
+      const route = `${attempt.method} ${attempt.path} step ${JSON.stringify(name)}`;
+      host.warn(
+        `${route} runs while the handler's transaction is open: its connection is held during the step. Run steps before the handler's first database statement.`,
+        route,
+      );
+    }
+    // A step of an attempt that already lost its transaction or its claim
+    // would start an effect for an attempt that cannot commit (and, its
+    // claim lost, without reading the new owner's steps): 503 instead.
+    if (this.owner.isLeaseLost) {
+      throw new LeaseLostError();
+    }
+    if (transaction.state === 'lost') {
+      throw new IdempotencyUnavailableException(options.retryAfter);
+    }
+    // The effect may happen even if its result never commits: from now on
+    // the key belongs to this request, whose retry must derive the same
+    // downstream keys (and no other request may run under the key).
+    // Once per attempt: the binding lasts until the key completes or expires.
+    if (!this.bound) {
+      if (!(await ownStatement(() => host.store.bind(lease)))) {
+        throw new LeaseLostError();
+      }
+      this.bound = true;
+    }
+    const result = await fn();
+    if (this.owner.isAbandoned) {
+      throw new IdempotencyUnavailableException(options.retryAfter);
+    }
+    const saved = await ownStatement(() =>
+      host.store.saveStep(lease, name, result, options.ttlMs),
+    );
+    if (!saved) {
+      throw new LeaseLostError();
+    }
+    return (result ?? null) as T;
+  }
+
+  /**
+   * The key of the downstream call `name` (see `IdempotencyContext.deriveKey`):
+   * unique to the scope, the key, the request's fingerprint, the key's
+   * generation and `name`. Once one is derived, a release binds the key to
+   * the request (a step binds it before it runs): the same request retried
+   * derives the same key, and the downstream service deduplicates a call
+   * whose step never committed.
+   */
+  deriveKey(name: string): string {
+    const { attempt } = this.owner;
+    const lease = this.named('deriveKey', name);
+    this.keysDerived = true;
+    return derivedKey({
+      scope: attempt.scope,
+      key: lease.key,
+      fingerprint: attempt.fingerprint,
+      generation: this.generation,
+      name,
+    });
+  }
+
+  /**
+   * The claim of a request with a key, for a call of
+   * `IdempotencyContext[method]` with `name` (a step's, a downstream call's).
+   * @throws IdempotencyConfigurationError for a keyless request or an empty name.
+   */
+  private named(method: 'step' | 'deriveKey', name: unknown): StepLease {
+    const { lease } = this.owner;
+    if (!lease) {
+      throw new IdempotencyConfigurationError(
+        `IdempotencyContext.${method}() needs an idempotency key, and this request has none.`,
+        'Require a key on this route (the default), or derive one with the `key` option.',
+      );
+    }
+    if (typeof name !== 'string' || name.length === 0) {
+      throw new IdempotencyConfigurationError(
+        `Invalid name of a ${method === 'step' ? 'step' : 'derived key'}: ${JSON.stringify(name)}.`,
+        'Name every step and downstream call with a non-empty string, unique within the handler.',
+      );
+    }
+    return lease;
+  }
+}
