@@ -242,26 +242,33 @@ export class IdempotencyContext<Transaction = unknown> {
    * locks until the deadline). Outside a decorated handler it is
    * `dataSource.transaction()`.
    *
+   * `fn` gets the data library's handle of the new transaction: TypeORM's
+   * `EntityManager` by default; with another adapter, annotate it with the
+   * type of its entry (`async (tx: DrizzleTransaction<typeof db>) => ...`).
+   *
    * @param isolationLevel of the new transaction; by default, the
-   * DataSource's `isolationLevel` option, else the server's default.
+   * adapter's `isolationLevel`, on TypeORM the DataSource's
+   * `isolationLevel` option, else the server's default.
    * @example
    * await this.idempotency.newTransaction((manager) =>
    *   manager.insert(AuditEntry, { action: 'payment.attempted', key: this.idempotency.key }),
    * );
    */
-  newTransaction<T>(fn: (manager: EntityManager) => Promise<T>): Promise<T>;
-  newTransaction<T>(
-    isolationLevel: IdempotencyIsolationLevel,
-    fn: (manager: EntityManager) => Promise<T>,
+  newTransaction<T, Handle = EntityManager>(
+    fn: (manager: Handle) => Promise<T>,
   ): Promise<T>;
-  newTransaction<T>(
-    levelOrFn:
-      IdempotencyIsolationLevel | ((manager: EntityManager) => Promise<T>),
-    fn?: (manager: EntityManager) => Promise<T>,
+  newTransaction<T, Handle = EntityManager>(
+    isolationLevel: IdempotencyIsolationLevel,
+    fn: (manager: Handle) => Promise<T>,
+  ): Promise<T>;
+  newTransaction<T, Handle = EntityManager>(
+    levelOrFn: IdempotencyIsolationLevel | ((manager: Handle) => Promise<T>),
+    fn?: (manager: Handle) => Promise<T>,
   ): Promise<T> {
+    const transactions = this.transactions as HandlerTransactions<Handle>;
     return typeof levelOrFn === 'function'
-      ? this.transactions.newTransaction(undefined, levelOrFn)
-      : this.transactions.newTransaction(levelOrFn, fn!);
+      ? transactions.newTransaction(undefined, levelOrFn)
+      : transactions.newTransaction(levelOrFn, fn!);
   }
 
   private current() {

@@ -34,10 +34,10 @@ const ANY_RUN = '-';
 
 /**
  * Idempotency for any code path: queue workers, cron jobs, webhooks handled by
- * hand. Inject it and wrap the work in `run()`. `Transaction` is the data
- * library's handle of the run's transaction, which `fn` gets: TypeORM's
- * `EntityManager` by default; with another adapter, its entry's type
- * (`IdempotencyService<PgTransaction>`, ...).
+ * hand. Inject it and wrap the work in `run()`. `fn` gets the data
+ * library's handle of the run's transaction: TypeORM's `EntityManager` by
+ * default; with another adapter, annotate it with its entry's type
+ * (`async (tx: PgTransaction) => ...`).
  *
  * @example
  * const receipt = await this.idempotency.run(
@@ -49,7 +49,7 @@ const ANY_RUN = '-';
  * );
  */
 @Injectable()
-export class IdempotencyService<Transaction = EntityManager> {
+export class IdempotencyService {
   constructor(
     private readonly executor: IdempotencyExecutor,
     @Inject(IDEMPOTENCY_RESOLVED_OPTIONS)
@@ -77,7 +77,7 @@ export class IdempotencyService<Transaction = EntityManager> {
    * after its `retryAfterSeconds`.
    * @throws whatever `fn` throws; nothing is stored then, and a retry runs again.
    */
-  async run<T>(
+  async run<T, Transaction = EntityManager>(
     options: IdempotencyRunOptions,
     fn: (manager: Transaction) => T | Promise<T>,
   ): Promise<T> {

@@ -4,7 +4,6 @@
  * of its handlers' transactions), here on node-postgres and TypeORM.
  */
 import { randomUUID } from 'node:crypto';
-import type { EntityManager } from 'typeorm';
 import { IdempotencyService } from '../../src/index.js';
 import {
   PgIdempotencyAdapter,
@@ -69,15 +68,15 @@ describe.each([
     const level =
       name === 'pg'
         ? await target.app
-            .get<IdempotencyService<PgTransaction>>(IdempotencyService)
-            .run({ key }, async (tx) => {
+            .get(IdempotencyService)
+            .run({ key }, async (tx: PgTransaction) => {
               const { rows } = await tx.query<{
                 transaction_isolation: string;
               }>('SHOW transaction_isolation');
               return rows[0].transaction_isolation;
             })
         : await target.app
-            .get<IdempotencyService<EntityManager>>(IdempotencyService)
+            .get(IdempotencyService)
             .run({ key }, async (manager) => {
               const rows: Array<{ transaction_isolation: string }> =
                 await manager.query('SHOW transaction_isolation');
