@@ -2,6 +2,7 @@ import type { AdapterFixture } from './adapter-fixture.js';
 import { drizzleFixture } from './drizzle.fixture.js';
 import { kyselyFixture } from './kysely.fixture.js';
 import { pgFixture } from './pg.fixture.js';
+import { prismaFixture } from './prisma.fixture.js';
 import { typeormFixture } from './typeorm.fixture.js';
 
 /** Every data library the PostgreSQL store has an adapter of. */
@@ -10,4 +11,5 @@ export const ADAPTERS: readonly AdapterFixture[] = [
   pgFixture,
   drizzleFixture,
   kyselyFixture,
+  prismaFixture,
 ];

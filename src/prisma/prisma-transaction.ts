@@ -1,0 +1,194 @@
+import { IdempotencyConfigurationError } from '../exceptions/idempotency-configuration.error.js';
+import type {
+  HandlerTransaction,
+  HandlerTransactionState,
+  TransactionListener,
+} from '../interfaces/handler-transaction.interface.js';
+import type { PostgresTransaction } from '../interfaces/postgres-adapter.interface.js';
+import type { PoolTransaction } from '../pg/pool-transaction.js';
+import { DriverConnection } from './driver-connection.js';
+import { routeTo } from '../pg/routed-pool.js';
+import type { PrismaClientLike } from './prisma-client.js';
+
+/**
+ * How much longer than the module's deadline Prisma's own timeout of the
+ * interactive transaction runs: the module abandons the handler at its
+ * deadline, and Prisma's timer is only a backstop behind it, which never
+ * fires first.
+ */
+const PRISMA_TIMEOUT_GRACE_MS = 1_000;
+
+/** Why the handler's interactive transaction is rolled back on Prisma's side. */
+class HandlerTransactionEnded extends Error {
+  constructor() {
+    super("The idempotent request's transaction ended without a commit");
+    this.name = 'HandlerTransactionEnded';
+  }
+}
+
+/**
+ * @internal The transaction of a decorated handler on Prisma: one of
+ * Prisma's interactive transactions (`$transaction(async (tx) => ...)`),
+ * held open while the handler runs, whose `tx` is the handler's handle
+ * (`manager`). Prisma runs it on a {@link DriverConnection}, so that the
+ * real transaction is the module's {@link PoolTransaction}, begun by the
+ * handler's first statement: until then the request holds no connection.
+ * The module's completion goes in it, on its connection; its COMMIT,
+ * ROLLBACK and abandonment are the module's, after which Prisma's side
+ * ends (committed or rolled back, with no statement of its own).
+ */
+export class PrismaHandlerTransaction<Tx>
+  implements HandlerTransaction, PostgresTransaction
+{
+  private handle: Tx | undefined;
+  private opening: Promise<void> | undefined;
+  /** Settles when Prisma's side has ended (never rejects). */
+  private prismaEnded: Promise<void> = Promise.resolve();
+  /** Ends Prisma's side: committed (`true`) or rolled back. */
+  private endPrisma!: (commit: boolean) => void;
+  private readonly ending: Promise<boolean>;
+  private readonly connection: DriverConnection;
+
+  constructor(
+    /** The real transaction, on the pool PrismaPg writes through. */
+    private readonly transaction: PoolTransaction<Tx>,
+    private readonly prisma: PrismaClientLike,
+    /** When the request's time is up (epoch ms). */
+    private readonly deadline: number,
+  ) {
+    this.connection = new DriverConnection(transaction.lazyClient);
+    this.ending = new Promise((resolve) => {
+      this.endPrisma = resolve;
+    });
+  }
+
+  /**
+   * The handler's handle: the `tx` of Prisma's interactive transaction.
+   * @throws IdempotencyConfigurationError before the handler runs.
+   */
+  get manager(): Tx {
+    if (this.handle === undefined) {
+      throw new IdempotencyConfigurationError(
+        'The Prisma transaction of an @Idempotent() handler was used before the handler ran: it is opened as the handler starts.',
+        'Use IdempotencyContext.transaction in the code the handler runs.',
+      );
+    }
+    return this.handle;
+  }
+
+  get state(): HandlerTransactionState {
+    return this.transaction.state;
+  }
+
+  get client() {
+    return this.transaction.client;
+  }
+
+  get began(): boolean {
+    return this.transaction.began;
+  }
+
+  get failure(): Error | undefined {
+    return this.transaction.failure;
+  }
+
+  onEnd(listener: TransactionListener): void {
+    this.transaction.onEnd(listener);
+  }
+
+  /**
+   * Opens Prisma's interactive transaction, which holds no connection, and
+   * resolves once Prisma handed its `tx` over.
+   * @throws IdempotencyConfigurationError when Prisma began it elsewhere
+   * than on the module's pool; what Prisma threw when it could not.
+   */
+  open(): Promise<void> {
+    this.opening ??= this.start();
+    return this.opening;
+  }
+
+  /** The handler returned: what Prisma ends from now on is its own. */
+  returned(): void {
+    this.connection.returned();
+  }
+
+  async commit(): Promise<void> {
+    this.returned();
+    let committed = false;
+    try {
+      await this.transaction.commit();
+      committed = true;
+    } finally {
+      await this.endPrismaSide(committed);
+    }
+  }
+
+  async rollback(error?: unknown): Promise<boolean> {
+    this.returned();
+    try {
+      return await this.transaction.rollback(error);
+    } finally {
+      await this.endPrismaSide(false);
+    }
+  }
+
+  async abandon(): Promise<void> {
+    this.returned();
+    try {
+      await this.transaction.abandon();
+    } finally {
+      await this.endPrismaSide(false);
+    }
+  }
+
+  private endPrismaSide(commit: boolean): Promise<void> {
+    this.endPrisma(commit);
+    return this.prismaEnded;
+  }
+
+  private async start(): Promise<void> {
+    // Prisma's timeouts run from now: neither cuts the handler short of
+    // its deadline, and the module ends the transaction at the deadline.
+    const wait = Math.max(1, this.deadline - Date.now());
+    let handOver!: (tx: Tx) => void;
+    const handedOver = new Promise<Tx>((resolve) => {
+      handOver = resolve;
+    });
+    // @prisma/adapter-pg's startTransaction() takes its client with
+    // `pool.connect()` in the async context of this `$transaction()` call
+    // (then sends BEGIN through it): the routed pool hands it the driver
+    // connection. The driver adapter and its transactions are private to
+    // Prisma's engine: this is the one way in.
+    let taken!: () => boolean;
+    const result = routeTo(this.connection, (routed) => {
+      taken = routed;
+      return this.prisma.$transaction(
+        async (tx) => {
+          this.connection.running();
+          handOver(tx as Tx);
+          if (!(await this.ending)) {
+            throw new HandlerTransactionEnded();
+          }
+        },
+        { maxWait: wait, timeout: wait + PRISMA_TIMEOUT_GRACE_MS },
+      );
+    });
+    this.prismaEnded = result.then(
+      () => undefined,
+      () => undefined,
+    );
+    const tx = await Promise.race([
+      handedOver,
+      // Prisma failed to begin it (it never hands it over then).
+      result.then(() => handedOver),
+    ]);
+    if (!taken()) {
+      this.endPrisma(false);
+      throw new IdempotencyConfigurationError(
+        'Prisma began the transaction of an @Idempotent() handler on a connection of its own, not on the pool the idempotency module uses: its writes would commit without their idempotency record.',
+        'Give PrismaPg the application’s pg.Pool (`new PrismaPg(pool)`), and PrismaIdempotencyAdapter that same pool (its `poolToken`) or none.',
+      );
+    }
+    this.handle = tx;
+  }
+}
