@@ -42,9 +42,12 @@ export class PrismaHandlerTransaction<Tx>
 {
   private handle: Tx | undefined;
   private opening: Promise<void> | undefined;
-  /** Settles when Prisma's side has ended (never rejects). */
-  private prismaEnded: Promise<void> = Promise.resolve();
-  /** Ends Prisma's side: committed (`true`) or rolled back. */
+  /**
+   * Ends Prisma's side, committed (`true`) or rolled back: Prisma's own
+   * COMMIT or ROLLBACK, answered by the driver connection. Nothing waits
+   * for it: the module's transaction has ended by then, and the answer
+   * never waits on Prisma's bookkeeping.
+   */
   private endPrisma!: (commit: boolean) => void;
   private readonly ending: Promise<boolean>;
   private readonly connection: DriverConnection;
@@ -112,38 +115,32 @@ export class PrismaHandlerTransaction<Tx>
     this.connection.returned();
   }
 
-  async commit(): Promise<void> {
-    this.returned();
-    let committed = false;
-    try {
-      await this.transaction.commit();
-      committed = true;
-    } finally {
-      await this.endPrismaSide(committed);
-    }
+  commit(): Promise<void> {
+    return this.end(() => this.transaction.commit(), true);
   }
 
-  async rollback(error?: unknown): Promise<boolean> {
-    this.returned();
-    try {
-      return await this.transaction.rollback(error);
-    } finally {
-      await this.endPrismaSide(false);
-    }
+  rollback(error?: unknown): Promise<boolean> {
+    return this.end(() => this.transaction.rollback(error));
   }
 
-  async abandon(): Promise<void> {
-    this.returned();
-    try {
-      await this.transaction.abandon();
-    } finally {
-      await this.endPrismaSide(false);
-    }
+  abandon(): Promise<void> {
+    return this.end(() => this.transaction.abandon());
   }
 
-  private endPrismaSide(commit: boolean): Promise<void> {
-    this.endPrisma(commit);
-    return this.prismaEnded;
+  /**
+   * Ends the module's transaction with `end`, then Prisma's side: committed
+   * when `commit` and `end` did, else rolled back.
+   */
+  private async end<T>(end: () => Promise<T>, commit = false): Promise<T> {
+    this.returned();
+    let ended = false;
+    try {
+      const result = await end();
+      ended = true;
+      return result;
+    } finally {
+      this.endPrisma(commit && ended);
+    }
   }
 
   private async start(): Promise<void> {
@@ -173,10 +170,8 @@ export class PrismaHandlerTransaction<Tx>
         { maxWait: wait, timeout: wait + PRISMA_TIMEOUT_GRACE_MS },
       );
     });
-    this.prismaEnded = result.then(
-      () => undefined,
-      () => undefined,
-    );
+    // Its end is Prisma's, once the module ended the transaction.
+    result.catch(() => undefined);
     const tx = await Promise.race([
       handedOver,
       // Prisma failed to begin it (it never hands it over then).

@@ -7,6 +7,7 @@ import { randomUUID } from 'node:crypto';
 import { describeWithRequireEsm } from '../utils/jest-esm.js';
 import { PLATFORMS } from '../utils/test-app.js';
 import { startAdapterApp, type AdapterApp } from './adapter-app.js';
+import { reader as readerOf, withModules } from './drizzle-app.js';
 import type { LedgerRequest } from './prisma-cls.module.js';
 import { prismaFixture } from './prisma.fixture.js';
 
@@ -26,53 +27,23 @@ describeCls.each(PLATFORMS)(
   '@nestjs-cls/transactional on Prisma (%s)',
   (platform) => {
     let target: AdapterApp;
+    const reader = readerOf(() => target);
+    const post = (path: string, body: LedgerRequest) =>
+      reader.post(path, body.reference, { ...body });
+    /** The sources of the payments of `reference`, in the order written. */
+    const sources = async (reference: string) =>
+      (await reader.payments(`${reference}/`)).map((key) => key.split('/')[1]);
+    const record = async (reference: string) =>
+      (await reader.record(reference))?.status;
 
     beforeAll(async () => {
       const { clsModule, PrismaClsTestModule } = await fixtures();
       target = await startAdapterApp(
-        {
-          name: 'prisma',
-          setUp(url) {
-            const setUp = prismaFixture.setUp(url);
-            return {
-              ...setUp,
-              imports: [
-                ...(setUp.imports ?? []),
-                clsModule(),
-                PrismaClsTestModule,
-              ],
-            };
-          },
-        },
+        withModules(prismaFixture, clsModule(), PrismaClsTestModule),
         { platform },
       );
     });
     afterAll(() => target?.close());
-
-    const post = (path: string, body: LedgerRequest) =>
-      fetch(`${target.url}${path}`, {
-        method: 'POST',
-        headers: {
-          'content-type': 'application/json',
-          'idempotency-key': body.reference,
-        },
-        body: JSON.stringify(body),
-      });
-    /** The sources of the payments of `reference`, in the order written. */
-    const sources = async (reference: string) =>
-      (
-        await target.db.query<{ key: string }>(
-          'SELECT key FROM payments WHERE key LIKE $1 ORDER BY id',
-          [`${reference}/%`],
-        )
-      ).map(({ key }) => key.split('/')[1]);
-    const record = async (reference: string) =>
-      (
-        await target.db.query<{ status: string }>(
-          'SELECT status FROM idempotency_records WHERE key = $1',
-          [reference],
-        )
-      )[0]?.status;
 
     it("makes the handler's transaction the plugin's: txHost.tx, joined by @Transactional() and Mandatory, a savepoint for Nested; RequiresNew and NotSupported apart, Never refused", async () => {
       const reference = randomUUID();

@@ -1,0 +1,292 @@
+/**
+ * The Prisma adapter's test application (prisma.e2e-spec.ts): a controller
+ * whose handlers wait where the tests look, fail as they ask, nest and
+ * open transactions of their own, on a PrismaClient of the test's making.
+ */
+import {
+  Body,
+  Controller,
+  Inject,
+  InternalServerErrorException,
+  Module,
+  Post,
+  type INestApplication,
+} from '@nestjs/common';
+import { Test } from '@nestjs/testing';
+import pg from 'pg';
+import type { PrismaClient } from './prisma/generated/client.js';
+import {
+  IdempotencyContext,
+  IdempotencyModule,
+  Idempotent,
+} from '../../src/index.js';
+import { PrismaIdempotencyAdapter } from '../../src/prisma/index.js';
+import { Barrier } from '../utils/barrier.js';
+import { idleInTransaction } from '../utils/sessions.js';
+import { listenOn } from '../utils/test-app.js';
+import type { TestDatabase } from '../utils/test-database.js';
+import { createAdapterDatabase } from './adapter-app.js';
+import {
+  PRISMA,
+  PRISMA_POOL,
+  prismaModule,
+  type PaymentsTransaction,
+  type PrismaModuleOptions,
+} from './prisma.fixture.js';
+
+/** Prisma's own timeout of the application's interactive transactions (ms). */
+export const PRISMA_TIMEOUT_MS = 300;
+
+/** Where the handlers wait, for the test to see them there. */
+export const gates = {
+  beforeFirst: new Barrier(),
+  afterFirst: new Barrier(),
+  hung: new Barrier(),
+  outlived: new Barrier(),
+  refused: new Barrier(),
+};
+/** What the handlers saw fail. */
+export const seen: { lateWrite?: unknown; nested?: unknown } = {};
+
+/** How the nesting handler nests. */
+export type Nesting = 'savepoint' | 'failed-savepoint' | 'client';
+
+@Controller('prisma')
+class PrismaController {
+  constructor(
+    private readonly idempotency: IdempotencyContext<PaymentsTransaction>,
+    @Inject(PRISMA) private readonly prisma: PrismaClient,
+  ) {}
+
+  private pay(tx: PaymentsTransaction, key: string, amount: number) {
+    return tx.payment.create({ data: { key, amount } });
+  }
+
+  @Post('parked')
+  @Idempotent()
+  async parked(@Body() { key }: { key: string }) {
+    await gates.beforeFirst.wait();
+    const { id } = await this.pay(this.idempotency.transaction, key, 1);
+    await gates.afterFirst.wait();
+    return { id };
+  }
+
+  @Post('hung')
+  @Idempotent({ transactionTimeout: '1s' })
+  async hung(@Body() { key }: { key: string }) {
+    const tx = this.idempotency.transaction;
+    const { id } = await this.pay(tx, key, 2);
+    await gates.hung.wait();
+    try {
+      await tx.ledgerEntry.create({ data: { paymentId: id, amount: 2 } });
+    } catch (error) {
+      seen.lateWrite = error;
+    }
+    return { id };
+  }
+
+  @Post('outlived')
+  @Idempotent()
+  async outlived(@Body() { key }: { key: string }) {
+    const tx = this.idempotency.transaction;
+    const { id } = await this.pay(tx, key, 3);
+    await gates.outlived.wait();
+    await tx.ledgerEntry.create({ data: { paymentId: id, amount: 3 } });
+    return { id };
+  }
+
+  @Post('conflicting')
+  @Idempotent()
+  async conflicting(@Body() { key }: { key: string }) {
+    await this.pay(this.idempotency.transaction, key, 6);
+    // What PostgreSQL answers a transaction that lost to a concurrent one.
+    await this.idempotency.transaction.$executeRawUnsafe(
+      `DO $$ BEGIN RAISE EXCEPTION 'could not serialize access' USING ERRCODE = 'serialization_failure'; END $$`,
+    );
+    return { key };
+  }
+
+  @Post('refused')
+  @Idempotent()
+  async refused(@Body() { key }: { key: string }) {
+    await gates.refused.wait();
+    await this.pay(this.idempotency.transaction, key, 7);
+    return { key };
+  }
+
+  @Post('level')
+  @Idempotent()
+  async level() {
+    return { level: await this.levelOf(this.idempotency.transaction) };
+  }
+
+  @Post('serializable')
+  @Idempotent({ isolationLevel: 'SERIALIZABLE' })
+  async serializable() {
+    return { level: await this.levelOf(this.idempotency.transaction) };
+  }
+
+  @Post('nested')
+  @Idempotent()
+  async nested(@Body() { key, how }: { key: string; how: Nesting }) {
+    const tx = this.idempotency.transaction;
+    const { id } = await this.pay(tx, key, 4);
+    if (how === 'client') {
+      // The PrismaClient's own transaction, on another connection.
+      await this.prisma.$transaction((other) =>
+        this.pay(other, `outside:${key}`, 4),
+      );
+      throw new InternalServerErrorException('the handler failed');
+    }
+    try {
+      await tx.$transaction(async (inner) => {
+        await inner.ledgerEntry.create({ data: { paymentId: id, amount: 4 } });
+        if (how === 'failed-savepoint') {
+          throw new Error('the nested transaction failed');
+        }
+      });
+    } catch (error) {
+      seen.nested = error;
+    }
+    return { id };
+  }
+
+  @Post('audited')
+  @Idempotent()
+  async audited(@Body() { key }: { key: string }) {
+    await this.idempotency.newTransaction(
+      'SERIALIZABLE',
+      async (tx: PaymentsTransaction) => {
+        await this.pay(tx, `audit:${key}:${await this.levelOf(tx)}`, 0);
+      },
+    );
+    await this.pay(this.idempotency.transaction, key, 5);
+    throw new InternalServerErrorException('the handler failed');
+  }
+
+  /** The isolation level of the transaction `tx`. */
+  private async levelOf(tx: PaymentsTransaction) {
+    const [{ level }] = await tx.$queryRaw<
+      Array<{ level: string }>
+    >`SELECT current_setting('transaction_isolation') AS level`;
+    return level;
+  }
+}
+
+/** A Prisma application on a database of its own. */
+export interface PrismaApp {
+  readonly app: INestApplication;
+  readonly url: string;
+  readonly db: TestDatabase;
+  readonly pool: pg.Pool;
+  readonly prisma: PrismaClient;
+  close(): Promise<void>;
+}
+
+/**
+ * Boots the controller above on a PrismaClient made with `options`; with
+ * `otherPool`, the adapter is told the token of another pool than the one
+ * PrismaPg writes through.
+ */
+export async function startPrismaApp(
+  options: PrismaModuleOptions & { otherPool?: boolean } = {},
+): Promise<PrismaApp> {
+  const db = await createAdapterDatabase();
+  const OTHER_POOL = Symbol('OTHER_POOL');
+  @Module({
+    providers: [
+      {
+        provide: OTHER_POOL,
+        useFactory: () => new pg.Pool({ connectionString: db.url, max: 5 }),
+      },
+    ],
+    exports: [OTHER_POOL],
+  })
+  class OtherPoolModule {}
+  let other: pg.Pool | undefined;
+  try {
+    const moduleRef = await Test.createTestingModule({
+      imports: [
+        prismaModule(db.url, options),
+        OtherPoolModule,
+        IdempotencyModule.forRoot({
+          gc: false,
+          adapter: new PrismaIdempotencyAdapter({
+            prismaToken: PRISMA,
+            ...(options.otherPool ? { poolToken: OTHER_POOL } : {}),
+          }),
+        }),
+      ],
+      controllers: [PrismaController],
+    }).compile();
+    other = moduleRef.get<pg.Pool>(OTHER_POOL);
+    const app = await listenOn(moduleRef, 'express');
+    return {
+      app,
+      url: await app.getUrl(),
+      db,
+      pool: app.get<pg.Pool>(PRISMA_POOL),
+      prisma: app.get<PrismaClient>(PRISMA),
+      async close() {
+        await app.close();
+        await other?.end();
+        await db.drop();
+      },
+    };
+  } catch (error) {
+    await other?.end();
+    await db.drop();
+    throw error;
+  }
+}
+
+/** Sends `body` to the handler at `path`, under its key. */
+export function post(
+  target: PrismaApp,
+  path: string,
+  body: { key: string; how?: Nesting },
+) {
+  return fetch(`${target.url}/prisma/${path}`, {
+    method: 'POST',
+    headers: {
+      'content-type': 'application/json',
+      'idempotency-key': body.key,
+    },
+    body: JSON.stringify(body),
+  });
+}
+
+/** The rows of `key`: its record's status, its payments' and ledger's amounts. */
+export async function rowsOf(target: PrismaApp, key: string) {
+  const [row] = await target.db.query<{
+    record: string | null;
+    payments: number[];
+    ledger: number[];
+  }>(
+    `SELECT (SELECT status FROM idempotency_records WHERE key = $1) AS record,
+            ARRAY(SELECT amount FROM payments WHERE key = $1 ORDER BY id) AS payments,
+            ARRAY(SELECT l.amount FROM ledger_entries l
+                    JOIN payments p ON p.id = l.payment_id
+                  WHERE p.key = $1 ORDER BY l.id) AS ledger`,
+    [key],
+  );
+  return row;
+}
+
+/** The rows of a key of which nothing was written. */
+export const NOTHING = { record: null, payments: [], ledger: [] };
+
+/** The rows of a completed key, with its payments' and ledger's amounts. */
+export const committed = (
+  payments: number[],
+  ledger: readonly number[] = [],
+) => ({
+  record: 'completed',
+  payments,
+  ledger,
+});
+
+/** Whether the session `pid` sits idle inside a transaction. */
+export async function inTransaction(target: PrismaApp, pid: number) {
+  return (await idleInTransaction(target.db)).includes(pid);
+}
