@@ -21,19 +21,6 @@ export const IDEMPOTENCY_STEPS_TABLE_NAME = 'idempotency_steps';
  */
 export const IDEMPOTENT_METADATA = 'idempotency:route-options';
 
-/** Request header that carries the idempotency key (default of `headerName`). */
-export const IDEMPOTENCY_KEY_HEADER = 'Idempotency-Key';
-
-/** Response header set to `true` on every replayed response. */
-export const IDEMPOTENT_REPLAYED_HEADER = 'Idempotent-Replayed';
-
-/**
- * Response header set to `true` on a replay whose original body was not
- * stored (a stream, a body over `maxResponseSize`): the original status
- * and headers, with an empty body on purpose.
- */
-export const IDEMPOTENT_BODY_OMITTED_HEADER = 'Idempotent-Body-Omitted';
-
 /** Scope used when no `scope` resolver is configured. */
 export const DEFAULT_SCOPE = 'global';
 

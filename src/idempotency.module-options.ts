@@ -1,9 +1,9 @@
 import type { ExecutionContext } from '@nestjs/common';
+import { DEFAULT_SCOPE } from './idempotency.constants.js';
 import {
-  DEFAULT_SCOPE,
   IDEMPOTENCY_KEY_HEADER,
   IDEMPOTENT_REPLAYED_HEADER,
-} from './idempotency.constants.js';
+} from './client/client.constants.js';
 import { toMilliseconds } from './idempotency.duration.js';
 import type { IdempotencyScopeResolver } from './interfaces/idempotency-options.interface.js';
 import type {

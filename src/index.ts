@@ -4,15 +4,7 @@ export { IdempotencyContext } from './idempotency.context.js';
 export { IdempotencyCollector } from './idempotency.collector.js';
 export { IdempotencyService } from './idempotency.service.js';
 export { IdempotencyStore } from './interfaces/idempotency-store.interface.js';
-export type { IdempotencyStoreOption } from './interfaces/idempotency-store-option.interface.js';
 export type { IdempotencyRunOptions } from './interfaces/idempotency-run-options.interface.js';
-export {
-  DEFAULT_SCOPE,
-  IDEMPOTENCY_KEY_HEADER,
-  IDEMPOTENT_BODY_OMITTED_HEADER,
-  IDEMPOTENT_REPLAYED_HEADER,
-  UNSAFE_REPLAY_HEADERS,
-} from './idempotency.constants.js';
 export type {
   IdempotencyConcurrencyMode,
   IdempotencyDuration,
@@ -62,11 +54,6 @@ export type {
   IdempotentFetchInit,
   IdempotentFetchOptions,
 } from './interfaces/idempotent-fetch.interface.js';
-export type { RetryOptions } from './client/retry-policy.js';
-export {
-  fetchFromHttpService,
-  type AxiosHttpService,
-} from './outgoing/http-service-fetch.js';
 export { IDEMPOTENCY_GRAPHQL_CODES } from './graphql/graphql-refusals.js';
 export {
   MemoryIdempotencyStore,

@@ -1,4 +1,3 @@
-import type { IdempotentFetchFunction } from '../interfaces/idempotent-fetch.interface.js';
 import { NULL_BODY_STATUSES } from './null-body-statuses.js';
 
 /**
@@ -29,13 +28,15 @@ export interface AxiosHttpService {
 
 /**
  * A `fetch` over `@nestjs/axios`'s `HttpService`, for the module's
- * `outgoing.fetch` option: the calls of `IdempotencyContext.fetch()` then go
- * through the application's axios instance (its interceptors, agents and
- * defaults). Every status is an answer, as with `fetch`; a request that got
+ * `outgoing.fetch` option (the calls of `IdempotencyContext.fetch()`) or an
+ * {@link IdempotentClient}'s `fetch`: the calls then go through the
+ * application's axios instance (its interceptors, agents and defaults). Every status is an answer, as with `fetch`; a request that got
  * no answer rejects with a `TypeError`, as `fetch` does, so that it is
  * retried; an aborted one with the signal's reason.
  *
  * @example
+ * import { fetchFromHttpService } from 'nestjs-idempotency/client';
+ *
  * IdempotencyModule.forRootAsync({
  *   imports: [HttpModule],
  *   inject: [HttpService],
@@ -44,7 +45,7 @@ export interface AxiosHttpService {
  */
 export function fetchFromHttpService(
   http: AxiosHttpService,
-): IdempotentFetchFunction {
+): (input: string | URL, init?: RequestInit) => Promise<Response> {
   return async (input, init = {}) => {
     // The platform's Request normalizes what fetch takes (a body of any
     // kind, its content type, the headers) into bytes and a header list.
@@ -93,9 +94,11 @@ export function fetchFromHttpService(
   };
 }
 
-function toBytes(data: unknown): Uint8Array {
+function toBytes(data: unknown): Uint8Array<ArrayBuffer> {
   if (data instanceof Uint8Array) {
-    return data;
+    // Axios's `arraybuffer` data: a Buffer (Node.js) over an ArrayBuffer,
+    // never a SharedArrayBuffer, which a Response would not take.
+    return data as Uint8Array<ArrayBuffer>;
   }
   if (data instanceof ArrayBuffer) {
     return new Uint8Array(data);

@@ -1,8 +1,13 @@
 export {
   IDEMPOTENCY_KEY_HEADER,
   IDEMPOTENT_REPLAYED_HEADER,
+  IDEMPOTENT_BODY_OMITTED_HEADER,
   DEFAULT_ATTEMPT_TIMEOUT_MS,
 } from './client.constants.js';
+export {
+  fetchFromHttpService,
+  type AxiosHttpService,
+} from './http-service-fetch.js';
 export { IdempotentClient } from './idempotent-client.js';
 export type {
   FetchFunction,

@@ -1,10 +1,8 @@
 import { StreamableFile, type ExecutionContext } from '@nestjs/common';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { Readable } from 'node:stream';
-import {
-  IDEMPOTENT_BODY_OMITTED_HEADER,
-  UNSAFE_REPLAY_HEADERS,
-} from '../idempotency.constants.js';
+import { UNSAFE_REPLAY_HEADERS } from '../idempotency.constants.js';
+import { IDEMPOTENT_BODY_OMITTED_HEADER } from '../client/client.constants.js';
 import type { ResolvedRouteOptions } from '../core/executor.options.js';
 import type { StoredResponse } from '../interfaces/idempotency-store.interface.js';
 import {

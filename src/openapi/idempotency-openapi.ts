@@ -7,7 +7,7 @@ import {
 import { RequestMethod } from '@nestjs/common/enums/request-method.enum.js';
 import { DiscoveryService, MetadataScanner } from '@nestjs/core';
 import { IDEMPOTENCY_RESOLVED_OPTIONS } from '../idempotency.tokens.js';
-import { IDEMPOTENT_BODY_OMITTED_HEADER } from '../idempotency.constants.js';
+import { IDEMPOTENT_BODY_OMITTED_HEADER } from '../client/client.constants.js';
 import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
 import type { ResolvedRouteOptions } from '../core/executor.options.js';
 import { IdempotencyRoutes } from '../idempotency.routes.js';

@@ -7,13 +7,13 @@ import {
   retryDelay,
 } from '../client/retry-policy.js';
 import { IDEMPOTENT_REPLAYED_HEADER } from '../client/client.constants.js';
+import { NULL_BODY_STATUSES } from '../client/null-body-statuses.js';
 import type { OutgoingCallRecord } from '../core/attempt-telemetry.js';
 import type { HandlerContext } from '../core/handler-context.js';
 import { IdempotencyConfigurationError } from '../exceptions/idempotency-configuration.error.js';
 import { IdempotencyDownstreamRefusedException } from '../exceptions/idempotency-downstream-refused.exception.js';
 import { IdempotencyDownstreamUnavailableException } from '../exceptions/idempotency-downstream-unavailable.exception.js';
 import type { IdempotentFetchInit } from '../interfaces/idempotent-fetch.interface.js';
-import { NULL_BODY_STATUSES } from './null-body-statuses.js';
 import {
   resolveFetchOptions,
   type ResolvedFetchOptions,

@@ -1,9 +1,18 @@
 /*
  * The `nestjs-idempotency/store` entry: the contract a store implements, for
  * the authors of stores, and the one of the PostgreSQL store's data-library
- * adapters, for their authors. An application that only configures a store, or
- * injects it, needs the main entry alone (`IdempotencyStore` is there too).
+ * adapters, for their authors; the scope a store is given for requests
+ * without a `scope` resolver, the headers a stored response never holds, and
+ * the type of the `store` option, for code that hands a store to the module
+ * (a store's own helpers, a test's). An application that only configures a
+ * store, or injects it, needs the main entry alone (`IdempotencyStore` is
+ * there too).
  */
+export {
+  DEFAULT_SCOPE,
+  UNSAFE_REPLAY_HEADERS,
+} from '../idempotency.constants.js';
+export type { IdempotencyStoreOption } from '../interfaces/idempotency-store-option.interface.js';
 export {
   IdempotencyStore,
   type AbandonedKey,

@@ -1,9 +1,6 @@
 import { Controller, Module, Post, Res } from '@nestjs/common';
-import {
-  IDEMPOTENT_BODY_OMITTED_HEADER,
-  IdempotencyConfigurationError,
-  Idempotent,
-} from '../../src/index.js';
+import { IdempotencyConfigurationError, Idempotent } from '../../src/index.js';
+import { IDEMPOTENT_BODY_OMITTED_HEADER } from '../../src/client/index.js';
 import { IDEMPOTENCY_TABLE_NAME } from '../../migrations/index.js';
 import {
   send,

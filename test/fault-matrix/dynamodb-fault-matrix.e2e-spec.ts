@@ -1,5 +1,5 @@
 import { DynamoDBClient, GetItemCommand } from '@aws-sdk/client-dynamodb';
-import { DEFAULT_SCOPE } from '../../src/index.js';
+import { DEFAULT_SCOPE } from '../../src/stores/index.js';
 import { DynamoDbIdempotencyStore } from '../../src/stores/dynamodb/index.js';
 import {
   numberOf,

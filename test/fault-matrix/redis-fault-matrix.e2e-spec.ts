@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { Redis, type RedisOptions } from 'ioredis';
-import { DEFAULT_SCOPE } from '../../src/index.js';
+import { DEFAULT_SCOPE } from '../../src/stores/index.js';
 import { RedisIdempotencyStore } from '../../src/stores/redis/index.js';
 import { RedisKeys } from '../../src/stores/redis/redis-keys.js';
 import { decodeRecord } from '../../src/stores/redis/redis-record.js';

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { Body, Controller, Post } from '@nestjs/common';
-import { Idempotent, type IdempotencyStoreOption } from '../../src/index.js';
+import { Idempotent } from '../../src/index.js';
+import type { IdempotencyStoreOption } from '../../src/stores/index.js';
 import { startStoreApp, type StoreApp } from '../utils/store-app.js';
 import type { Platform } from '../utils/test-app.js';
 import {

@@ -11,11 +11,8 @@ import type { INestApplication } from '@nestjs/common';
 import { Test, type TestingModuleBuilder } from '@nestjs/testing';
 import request from 'supertest';
 import { DataSource } from 'typeorm';
-import {
-  IdempotencyStore,
-  MemoryIdempotencyStore,
-  type IdempotencyStoreOption,
-} from '../../src/index.js';
+import { IdempotencyStore, MemoryIdempotencyStore } from '../../src/index.js';
+import type { IdempotencyStoreOption } from '../../src/stores/index.js';
 import { IdempotencyTestingModule } from '../../src/testing/index.js';
 import { IDEMPOTENCY_TABLE_NAME } from '../../migrations/index.js';
 import {

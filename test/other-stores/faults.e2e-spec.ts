@@ -1,8 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
 import { Redis, type RedisOptions } from 'ioredis';
-import { DEFAULT_SCOPE, type IdempotencyStore } from '../../src/index.js';
-import type { ClaimOutcome } from '../../src/stores/index.js';
+import type { IdempotencyStore } from '../../src/index.js';
+import { DEFAULT_SCOPE, type ClaimOutcome } from '../../src/stores/index.js';
 import { RedisIdempotencyStore } from '../../src/stores/redis/index.js';
 import { RedisKeys } from '../../src/stores/redis/redis-keys.js';
 import {

@@ -1,11 +1,10 @@
 import { randomUUID } from 'node:crypto';
 import {
-  DEFAULT_SCOPE,
   IdempotencyConfigurationError,
   IdempotencyService,
   type IdempotencyStore,
 } from '../../src/index.js';
-import type { ClaimOutcome } from '../../src/stores/index.js';
+import { DEFAULT_SCOPE, type ClaimOutcome } from '../../src/stores/index.js';
 import { Barrier, until } from '../utils/barrier.js';
 import { DERIVED_KEY } from '../utils/derived-keys.js';
 import { describeWithValkeyServer } from '../utils/redis-server.js';

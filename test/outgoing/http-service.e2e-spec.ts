@@ -1,6 +1,6 @@
 import { HttpService } from '@nestjs/axios';
 import axios from 'axios';
-import { fetchFromHttpService } from '../../src/index.js';
+import { fetchFromHttpService } from '../../src/client/index.js';
 import { derivedKeyOf } from '../utils/derived-keys.js';
 import { send, startTestApp, type TestApp } from '../utils/test-app.js';
 import { outgoingModule } from './outgoing.module.js';

@@ -3,8 +3,8 @@ import { Test } from '@nestjs/testing';
 import {
   IdempotencyModule,
   type IdempotencyModuleOptions,
-  type IdempotencyStoreOption,
 } from '../../src/index.js';
+import type { IdempotencyStoreOption } from '../../src/stores/index.js';
 import { listenOn, type Platform } from './test-app.js';
 
 /** A running application on a store other than PostgreSQL. */

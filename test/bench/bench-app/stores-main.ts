@@ -13,7 +13,7 @@
  * on the same Redis, its records under `BENCH_NODE_IDEMPOTENCY_PREFIX`.
  */
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
-import type { IdempotencyStoreOption } from 'nestjs-idempotency';
+import type { IdempotencyStoreOption } from 'nestjs-idempotency/store';
 import { MemoryIdempotencyStore } from 'nestjs-idempotency';
 import { DynamoDbIdempotencyStore } from 'nestjs-idempotency/dynamodb';
 import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';

@@ -1,9 +1,7 @@
 import { Module, type DynamicModule, type Type } from '@nestjs/common';
 import { APP_INTERCEPTOR } from '@nestjs/core';
-import {
-  IdempotencyModule,
-  type IdempotencyStoreOption,
-} from 'nestjs-idempotency';
+import { IdempotencyModule } from 'nestjs-idempotency';
+import type { IdempotencyStoreOption } from 'nestjs-idempotency/store';
 import { PaymentsModule } from '../../../sample-app/payments/payments.module.js';
 import { PaymentsDatabase } from '../../../sample-app/typeorm.options.js';
 import { InFlight } from './in-flight.js';
