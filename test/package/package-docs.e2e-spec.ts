@@ -157,9 +157,10 @@ describe('the documents of the published package', () => {
       await readFile(join(unpacked, 'package.json'), 'utf8'),
     ) as { version: string };
     const changelog = await readFile(join(unpacked, 'CHANGELOG.md'), 'utf8');
-    const releases = [...changelog.matchAll(/^## (.+)$/gm)].map(
-      (match) => match[1],
-    );
+    // What is not released yet sits above the newest release, as `Unreleased`.
+    const releases = [...changelog.matchAll(/^## (.+)$/gm)]
+      .map((match) => match[1])
+      .filter((heading) => heading !== 'Unreleased');
     expect(releases[0]).toBe(manifest.version);
 
     const readme = await readFile(join(unpacked, 'README.md'), 'utf8');
