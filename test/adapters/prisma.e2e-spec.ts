@@ -5,10 +5,10 @@
  * whatever Prisma's own timeout and not a moment past it, answers 503 for a
  * serialization failure or a transaction that cannot begin, takes the
  * PrismaClient's isolation level unless the route sets one, nests as
- * savepoints, is run()'s handle too, and leaves `newTransaction` and the
- * PrismaClient's own transactions to commit on their own; a PrismaClient
- * whose pool the module cannot reach is refused. The application is in
- * prisma-app.ts.
+ * savepoints, is run()'s handle too (an extended client's as well), and
+ * leaves `newTransaction` and the PrismaClient's own transactions to commit
+ * on their own; a PrismaClient whose pool the module cannot reach is
+ * refused. The application is in prisma-app.ts.
  */
 import { randomUUID } from 'node:crypto';
 import { IdempotencyService } from '../../src/index.js';
@@ -21,7 +21,9 @@ import {
   untilIdleInTransaction,
 } from '../utils/sessions.js';
 import { onServer } from '../utils/test-database.js';
+import type { PrismaTransaction } from '../../src/prisma/index.js';
 import type { PaymentsTransaction } from './prisma.fixture.js';
+import { Prisma, type PrismaClient } from './prisma/generated/client.js';
 import {
   committed,
   gates,
@@ -227,6 +229,43 @@ describe('the Prisma adapter', () => {
       handler: (await rowsOf(target, key)).payments,
       audit: (await rowsOf(target, `audit:${key}:serializable`)).payments,
     }).toEqual({ handler: [], audit: [0] });
+  });
+});
+
+/** A result extension of the payments: what an extended client adds. */
+const doubled = Prisma.defineExtension({
+  result: {
+    payment: {
+      doubled: {
+        needs: { amount: true },
+        compute: (payment: { amount: number }) => payment.amount * 2,
+      },
+    },
+  },
+});
+const extend = (prisma: PrismaClient) => prisma.$extends(doubled);
+
+describe('the Prisma adapter on an extended PrismaClient', () => {
+  it("hands over the extended client's transaction, typed as it", async () => {
+    const target = await startPrismaApp({ extend });
+    try {
+      const key = randomUUID();
+      const result = await target.app
+        .get(IdempotencyService)
+        .run(
+          { key },
+          async (tx: PrismaTransaction<ReturnType<typeof extend>>) => {
+            const payment = await tx.payment.create({
+              data: { key, amount: 21 },
+            });
+            return { doubled: payment.doubled };
+          },
+        );
+      expect(result).toEqual({ doubled: 42 });
+      expect(await rowsOf(target, key)).toEqual(committed([21]));
+    } finally {
+      await target.close();
+    }
   });
 });
 

@@ -79,6 +79,8 @@ export interface PrismaModuleOptions {
    * makes a pool of its own.
    */
   readonly settingsOnly?: boolean;
+  /** Provides the client extended (`$extends`) by this, in its place. */
+  readonly extend?: (prisma: PrismaClient) => object;
 }
 
 /**
@@ -87,7 +89,7 @@ export interface PrismaModuleOptions {
  * modules and the nestjs-cls plugin.
  */
 export function prismaModule(url: string, options: PrismaModuleOptions = {}) {
-  const { max = 5, client, settingsOnly = false } = options;
+  const { max = 5, client, settingsOnly = false, extend } = options;
   @Global()
   @Module({
     providers: [
@@ -101,13 +103,15 @@ export function prismaModule(url: string, options: PrismaModuleOptions = {}) {
       },
       {
         provide: PRISMA,
-        useFactory: (pool: pg.Pool) =>
-          new PrismaClient({
+        useFactory: (pool: pg.Pool) => {
+          const prisma = new PrismaClient({
             ...client,
             adapter: new PrismaPg(
               settingsOnly ? { connectionString: url, max } : pool,
             ),
-          }),
+          });
+          return extend ? extend(prisma) : prisma;
+        },
         inject: [PRISMA_POOL],
       },
       PrismaCloser,
