@@ -121,9 +121,7 @@ export class DrizzleController {
     await tx.insert(payments).values({ key: `${key}/handler`, amount: 1 });
     const context = await this.idempotency.newTransaction(
       'SERIALIZABLE',
-      async (manager) => {
-        // newTransaction() types its handle as TypeORM's EntityManager.
-        const own = manager as unknown as Tx;
+      async (own: Tx) => {
         await own.insert(payments).values({ key: `${key}/context`, amount: 2 });
         const { rows } = await own.execute<{ level: string }>(
           sql`SELECT current_setting('transaction_isolation') AS level`,

@@ -109,9 +109,7 @@ class KyselyController {
   @Post('audited')
   @Idempotent()
   async audited(@Body() { key }: { key: string }) {
-    await this.idempotency.newTransaction('SERIALIZABLE', async (manager) => {
-      // newTransaction's parameter is typed as TypeORM's for now.
-      const trx = manager as unknown as Trx;
+    await this.idempotency.newTransaction('SERIALIZABLE', async (trx: Trx) => {
       const { rows } = await sql<{
         level: string;
       }>`SELECT current_setting('transaction_isolation') AS level`.execute(trx);

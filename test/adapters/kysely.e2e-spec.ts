@@ -216,13 +216,13 @@ describe("the Kysely adapter's options", () => {
   }
 
   it("set the presence and the level of the handlers' transactions and of newTransaction", async () => {
-    const context = target.app.get<IdempotencyContext<Trx>>(IdempotencyContext);
+    const context = target.app.get(IdempotencyContext);
     const levels = await target.app
-      .get<IdempotencyService<Trx>>(IdempotencyService)
-      .run({ key: randomUUID() }, async (trx) => ({
+      .get(IdempotencyService)
+      .run({ key: randomUUID() }, async (trx: Trx) => ({
         handler: await levelOf(trx),
-        newTransaction: await context.newTransaction((manager) =>
-          levelOf(manager as unknown as Trx),
+        newTransaction: await context.newTransaction((manager: Trx) =>
+          levelOf(manager),
         ),
       }));
     expect({
