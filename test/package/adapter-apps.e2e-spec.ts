@@ -13,6 +13,7 @@ import {
   mkdir,
   mkdtemp,
   readdir,
+  readFile,
   rm,
   writeFile,
 } from 'node:fs/promises';
@@ -56,9 +57,63 @@ const BASE = [
 interface AdapterAppSpec {
   readonly name: string;
   readonly packages: readonly string[];
+  /** What the application does before it compiles, in its folder. */
+  prepare?(appDir: string): Promise<void>;
 }
 
-const APPS: readonly AdapterAppSpec[] = [{ name: 'pg', packages: [] }];
+const APPS: readonly AdapterAppSpec[] = [
+  { name: 'pg', packages: [] },
+  { name: 'drizzle', packages: ['drizzle-orm'] },
+  { name: 'kysely', packages: ['kysely'] },
+  {
+    name: 'prisma',
+    packages: ['@prisma/client', '@prisma/adapter-pg', 'prisma'],
+    // Its client, generated as the application's own build does (offline:
+    // no schema engine is needed to generate).
+    async prepare(appDir) {
+      await mkdir(join(appDir, 'prisma'));
+      await copyFile(
+        join(root, 'test/adapters/prisma/schema.prisma'),
+        join(appDir, 'prisma/schema.prisma'),
+      );
+      const app = join(appDir, 'prisma.app.ts');
+      await writeFile(
+        app,
+        (await readFile(app, 'utf8')).replace(
+          '../../adapters/prisma/generated/client.js',
+          './prisma/generated/client.js',
+        ),
+      );
+      await run(
+        process.execPath,
+        [
+          join(appDir, 'node_modules/prisma/build/index.js'),
+          'generate',
+          '--schema',
+          'prisma/schema.prisma',
+        ],
+        {
+          cwd: appDir,
+          env: childEnv({ PRISMA_SCHEMA_ENGINE_BINARY: '/bin/true' }),
+        },
+      );
+    },
+  },
+];
+
+let tarball: string;
+let packed: string;
+
+beforeAll(async () => {
+  await assertBuilt();
+  packed = await mkdtemp(join(tmpdir(), 'idempotency-packed-'));
+  ({ tarball } = await packLibrary(packed));
+}, 60_000);
+afterAll(async () => {
+  if (packed) {
+    await rm(packed, { recursive: true, force: true });
+  }
+});
 
 describe.each(APPS.map((spec) => [spec.name, spec] as const))(
   'the packed library on %s, outside the repository',
@@ -70,9 +125,7 @@ describe.each(APPS.map((spec) => [spec.name, spec] as const))(
     const output: AppOutput = { lines: [], stderr: '' };
 
     beforeAll(async () => {
-      await assertBuilt();
       scratch = await mkdtemp(join(tmpdir(), `idempotency-${spec.name}-app-`));
-      const { tarball } = await packLibrary(scratch);
       const appDir = join(scratch, 'app');
       await mkdir(appDir);
       await writeFile(
@@ -107,6 +160,7 @@ describe.each(APPS.map((spec) => [spec.name, spec] as const))(
           join(appDir, file),
         );
       }
+      await spec.prepare?.(appDir);
       await writeFile(
         join(appDir, 'tsconfig.json'),
         JSON.stringify({
