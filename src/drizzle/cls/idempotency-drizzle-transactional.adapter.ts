@@ -1,11 +1,8 @@
-import { Propagation, TransactionHost } from '@nestjs-cls/transactional';
 import {
   TransactionalAdapterDrizzleOrm,
   type DrizzleOrmTransactionalAdapterOptions,
 } from '@nestjs-cls/transactional-adapter-drizzle-orm';
-import { addTransactionParticipant } from '../../core/transaction-participants.js';
-import { IdempotencyConfigurationError } from '../../exceptions/idempotency-configuration.error.js';
-import type { HandlerTransaction } from '../../interfaces/handler-transaction.interface.js';
+import { HandlerTransactionJoin } from '../../cls/handler-transaction-join.js';
 import type { DrizzleDatabase } from '../drizzle-transaction.js';
 
 /** Options of {@link IdempotencyTransactionalAdapterDrizzleOrm}. */
@@ -19,11 +16,6 @@ export interface IdempotencyDrizzleOrmTransactionalAdapterOptions<
    */
   connectionName?: string;
 }
-
-/** Marks the transaction that the module's own call hands over. */
-const JOIN = Symbol('nestjs-idempotency:join');
-
-type JoiningOptions = { [JOIN]?: HandlerTransaction } | undefined;
 
 /**
  * The Drizzle adapter of `@nestjs-cls/transactional`
@@ -60,72 +52,30 @@ type JoiningOptions = { [JOIN]?: HandlerTransaction } | undefined;
 export class IdempotencyTransactionalAdapterDrizzleOrm<
   Db extends DrizzleDatabase,
 > extends TransactionalAdapterDrizzleOrm<Db> {
-  private readonly connectionName: string | undefined;
+  private readonly join: HandlerTransactionJoin;
   private db: Db | undefined;
 
   constructor(options: IdempotencyDrizzleOrmTransactionalAdapterOptions<Db>) {
     super(options);
-    this.connectionName = options.connectionName;
-    const drizzle = this.optionsFactory;
+    this.join = new HandlerTransactionJoin(
+      'IdempotencyTransactionalAdapterDrizzleOrm',
+      options.connectionName,
+      'drizzleInstanceToken',
+    );
+    const ownAdapter = this.optionsFactory;
     this.optionsFactory = (db: Db) => {
-      const adapter = drizzle(db);
       this.db = db;
-      addTransactionParticipant(db, {
-        join: (transaction, fn) =>
-          this.host().withTransaction(
-            // Always the adapter's own call below, which starts nothing:
-            // even inside another transaction of the plugin (a run() in a
-            // @Transactional() method), the handler's is the current one.
-            Propagation.RequiresNew,
-            // Options of no Drizzle transaction: the mark alone.
-            { [JOIN]: transaction } as never,
-            fn,
-          ),
-      });
-      return {
-        ...adapter,
-        wrapWithTransaction: (options, fn, setClient) => {
-          const joined = (options as JoiningOptions)?.[JOIN];
-          if (joined) {
-            setClient(joined.manager as Db);
-            return fn();
-          }
-          return adapter.wrapWithTransaction(options, fn, setClient);
-        },
-      };
+      this.join.participate(db);
+      return this.join.handingOver(ownAdapter(db));
     };
   }
 
   /**
    * Checks, once the application has started, that the plugin's
-   * `TransactionHost` is this adapter's.
+   * `TransactionHost` is this adapter's (outside of any request, its `tx` is the database).
    * @throws IdempotencyConfigurationError when it is not.
    */
   onApplicationBootstrap(): void {
-    const host = this.host();
-    // Outside of any request, `tx` is the adapter's fallback: the database.
-    if (this.db && host.tx !== this.db) {
-      throw this.misconfigured(
-        `The TransactionHost${this.connectionName ? ` of connection "${this.connectionName}"` : ''} is not the one of this IdempotencyTransactionalAdapterDrizzleOrm.`,
-      );
-    }
-  }
-
-  private host(): TransactionHost<TransactionalAdapterDrizzleOrm<Db>> {
-    try {
-      return TransactionHost.getInstance<TransactionalAdapterDrizzleOrm<Db>>(
-        this.connectionName,
-      );
-    } catch (error) {
-      throw this.misconfigured((error as Error).message);
-    }
-  }
-
-  private misconfigured(problem: string): IdempotencyConfigurationError {
-    return new IdempotencyConfigurationError(
-      `IdempotencyTransactionalAdapterDrizzleOrm found no TransactionHost of its own: ${problem}`,
-      'Pass the adapter to ClsPluginTransactional({ adapter }), in ClsModule.forRoot({ plugins }).',
-      'Give the adapter the same `connectionName` as the plugin: new IdempotencyTransactionalAdapterDrizzleOrm({ drizzleInstanceToken, connectionName }).',
-    );
+    this.join.checkHost(this.db);
   }
 }

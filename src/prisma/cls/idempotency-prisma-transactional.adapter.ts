@@ -1,12 +1,9 @@
-import { Propagation, TransactionHost } from '@nestjs-cls/transactional';
 import {
   TransactionalAdapterPrisma,
   type PrismaTransactionalAdapterOptions,
 } from '@nestjs-cls/transactional-adapter-prisma';
-import { addTransactionParticipant } from '../../core/transaction-participants.js';
-import { IdempotencyConfigurationError } from '../../exceptions/idempotency-configuration.error.js';
-import type { HandlerTransaction } from '../../interfaces/handler-transaction.interface.js';
-import type { PrismaClientLike, PrismaTransaction } from '../prisma-client.js';
+import { HandlerTransactionJoin } from '../../cls/handler-transaction-join.js';
+import type { PrismaClientLike } from '../prisma-client.js';
 
 /** Options of {@link IdempotencyTransactionalAdapterPrisma}. */
 export interface IdempotencyPrismaTransactionalAdapterOptions<
@@ -19,11 +16,6 @@ export interface IdempotencyPrismaTransactionalAdapterOptions<
    */
   connectionName?: string;
 }
-
-/** Marks the transaction that the module's own call hands over. */
-const JOIN = Symbol('nestjs-idempotency:join');
-
-type JoiningOptions = { [JOIN]?: HandlerTransaction } | undefined;
 
 /**
  * The Prisma adapter of `@nestjs-cls/transactional`
@@ -64,72 +56,30 @@ type JoiningOptions = { [JOIN]?: HandlerTransaction } | undefined;
 export class IdempotencyTransactionalAdapterPrisma<
   Client extends PrismaClientLike,
 > extends TransactionalAdapterPrisma<Client> {
-  private readonly connectionName: string | undefined;
+  private readonly join: HandlerTransactionJoin;
   private prisma: Client | undefined;
 
   constructor(options: IdempotencyPrismaTransactionalAdapterOptions<Client>) {
     super(options);
-    this.connectionName = options.connectionName;
-    const prismaAdapter = this.optionsFactory;
+    this.join = new HandlerTransactionJoin(
+      'IdempotencyTransactionalAdapterPrisma',
+      options.connectionName,
+      'prismaInjectionToken',
+    );
+    const ownAdapter = this.optionsFactory;
     this.optionsFactory = (prisma: Client) => {
-      const adapter = prismaAdapter(prisma);
       this.prisma = prisma;
-      addTransactionParticipant(prisma, {
-        join: (transaction, fn) =>
-          this.host().withTransaction(
-            // Always the adapter's own call below, which starts nothing:
-            // even inside another transaction of the plugin (a run() in a
-            // @Transactional() method), the handler's is the current one.
-            Propagation.RequiresNew,
-            // Options of no Prisma transaction: the mark alone.
-            { [JOIN]: transaction } as never,
-            fn,
-          ),
-      });
-      return {
-        ...adapter,
-        wrapWithTransaction: (options, fn, setClient) => {
-          const joined = (options as JoiningOptions)?.[JOIN];
-          if (joined) {
-            setClient(joined.manager as PrismaTransaction<Client>);
-            return fn();
-          }
-          return adapter.wrapWithTransaction(options, fn, setClient);
-        },
-      };
+      this.join.participate(prisma);
+      return this.join.handingOver(ownAdapter(prisma));
     };
   }
 
   /**
    * Checks, once the application has started, that the plugin's
-   * `TransactionHost` is this adapter's.
+   * `TransactionHost` is this adapter's (outside of any request, its `tx` is the client).
    * @throws IdempotencyConfigurationError when it is not.
    */
   onApplicationBootstrap(): void {
-    const host = this.host();
-    // Outside of any request, `tx` is the adapter's fallback: the client.
-    if (this.prisma && host.tx !== this.prisma) {
-      throw this.misconfigured(
-        `The TransactionHost${this.connectionName ? ` of connection "${this.connectionName}"` : ''} is not the one of this IdempotencyTransactionalAdapterPrisma.`,
-      );
-    }
-  }
-
-  private host(): TransactionHost<TransactionalAdapterPrisma<Client>> {
-    try {
-      return TransactionHost.getInstance<TransactionalAdapterPrisma<Client>>(
-        this.connectionName,
-      );
-    } catch (error) {
-      throw this.misconfigured((error as Error).message);
-    }
-  }
-
-  private misconfigured(problem: string): IdempotencyConfigurationError {
-    return new IdempotencyConfigurationError(
-      `IdempotencyTransactionalAdapterPrisma found no TransactionHost of its own: ${problem}`,
-      'Pass the adapter to ClsPluginTransactional({ adapter }), in ClsModule.forRoot({ plugins }).',
-      'Give the adapter the same `connectionName` as the plugin: new IdempotencyTransactionalAdapterPrisma({ prismaInjectionToken, connectionName }).',
-    );
+    this.join.checkHost(this.prisma);
   }
 }
