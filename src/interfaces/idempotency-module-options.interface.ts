@@ -144,11 +144,12 @@ export interface IdempotencyModuleOptions extends IdempotentOptions {
    * pool) holding a session advisory lock on the instance's id, so that
    * another instance takes the keys of a crashed one over at once, and
    * listening for the completions that wake `'wait'`-mode duplicates.
-   * `true` connects with the DataSource's own settings; `{ url }` with
-   * another URL, such as a direct or session-mode one when the DataSource
+   * `true` connects with the pool's own settings; `{ url }` with
+   * another URL, such as a direct or session-mode one when the pool
    * goes through PgBouncer in transaction pooling (where a session lock
    * means nothing); `false` turns it off: crashes are then recovered when
-   * leases run out, and waiters poll.
+   * leases run out, and waiters poll. The adapter's own `presence`, when
+   * it sets one, takes its place (see `PostgresAdapterOptions`).
    * @default true
    */
   presence?: boolean | { url: string };
