@@ -22,8 +22,8 @@ import {
   IdempotencyModule,
   Idempotent,
   MemoryIdempotencyStore,
-  type IdempotencyStoreOption,
 } from 'nestjs-idempotency';
+import type { IdempotencyStoreOption } from 'nestjs-idempotency/store';
 import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
 import { Redis } from 'ioredis';
 import { FloorController } from './floor.controller.js';
