@@ -1,11 +1,13 @@
 /**
  * One handler, every way of making it idempotent, side by side: what the
- * module costs on PostgreSQL against the bare SQL of its own protocol, and
- * on Redis against @node-idempotency/nestjs.
+ * module costs on PostgreSQL against the bare SQL of its own protocol, on
+ * Redis against @node-idempotency/nestjs, and on each data library's
+ * adapter against that library alone.
  *
  * Every mode runs the same minimal handler (bench-app/modes.handler.ts): it
  * awaits the gateway stand-in, then saves one payment and two ledger rows
- * through TypeORM repositories, and reads nothing back. Each mode is an app
+ * (through TypeORM repositories, or in the data libraries' modes with that
+ * library), and reads nothing back. Each mode is an app
  * of its own (bench-app/modes-main.ts), all of them on one database of one
  * PostgreSQL server (an embedded one with fsync on, or DATABASE_URL), and
  * each request carries a new UUID as its key:
@@ -38,6 +40,17 @@
  *              the module's own work costs the app's CPU, next to the
  *              baseline's undecorated route
  *
+ * and, for each data library L with an adapter of the PostgreSQL store (pg,
+ * drizzle, kysely, prisma; bench-app/<L>.library.ts), the same handler
+ * written with L, in an app without TypeORM, on a `pg.Pool` of its own:
+ *
+ *   L-baseline  no idempotency; the writes in L's own transaction, begun
+ *               after the charge (`BEGIN`/`COMMIT` on a client of the pool,
+ *               `db.transaction(...)`, `db.transaction().execute(...)`,
+ *               `prisma.$transaction(...)`)
+ *   L           @Idempotent(), the module on L's adapter; the writes
+ *               through `IdempotencyContext<…>.transaction`
+ *
  * in two settings:
  *
  *   light      POST /modes/light, no wait, BENCH_CONNECTIONS connections
@@ -50,12 +63,13 @@
  *
  * The runs (a mode in a setting) are interleaved in rounds, each round
  * starting with another one; the module on PostgreSQL and the floor run
- * back to back, and so do the two Redis modes of the module and the other
- * library, in their order one round and reversed the next. Per run: req/s,
- * p50 and p99 latency (medians of the rounds); ratios taken within each
- * round (medians): to the baseline of the setting, and of the module on
- * PostgreSQL to the floor and of the module's Redis modes to the other
- * library.
+ * back to back, and so do the Redis modes of the module and the other
+ * library, and each L-baseline and L, in their order one round and
+ * reversed the next. Per run: req/s, p50 and p99 latency (medians of the
+ * rounds); ratios taken within each round (medians): to the baseline of
+ * the setting, and of the module on PostgreSQL to the floor, of the
+ * module's Redis modes to the other library, and of each L to L-baseline
+ * (with the app's and PostgreSQL's CPU per request over it).
  *
  * CPU per request is measured during the load runs themselves (user +
  * system time from /proc over the run, divided by the requests it served;
@@ -70,10 +84,13 @@
  *
  *   npm run bench:modes           (npm run bench runs it first)
  *   BENCH_MODES=baseline,redis,theirs BENCH_SECONDS=2 BENCH_ROUNDS=1 npm run bench:modes
+ *   BENCH_MODES=baseline,postgres,adapters npm run bench:modes
  *
  * Settings (defaults), about 5 minutes on 2 cores:
- * BENCH_MODES=baseline,postgres,floor,redis,unfenced,theirs,memory (the baseline is
- * always run) BENCH_MODE_SETTINGS=light,gateway BENCH_SECONDS=4
+ * BENCH_MODES=baseline,postgres,floor,redis,unfenced,theirs,memory (the
+ * baseline is always run; the data libraries' modes only when named: one
+ * by one, or all eight as `adapters`, which doubles the bench's time)
+ * BENCH_MODE_SETTINGS=light,gateway BENCH_SECONDS=4
  * BENCH_ROUNDS=5 BENCH_CONNECTIONS=16 BENCH_GATEWAY_CONNECTIONS=50
  * BENCH_GATEWAY_MS=50 BENCH_WARMUP_SECONDS=2
  * BENCH_REDIS_URL=redis://127.0.0.1:6379 BENCH_NODE_IDEMPOTENCY=1.0.4 (0:
@@ -131,6 +148,15 @@ const OUTPUT =
   process.env.BENCH_MODES_OUTPUT ??
   `${ROOT}dist-bench/modes-bench-results.json`;
 
+/** The data libraries with an adapter of the PostgreSQL store, by id and name. */
+const LIBRARIES = [
+  ['pg', 'node-postgres'],
+  ['drizzle', 'Drizzle'],
+  ['kysely', 'Kysely'],
+  ['prisma', 'Prisma'],
+] as const;
+type Library = (typeof LIBRARIES)[number][0];
+
 type ModeId =
   | 'baseline'
   | 'postgres'
@@ -138,13 +164,17 @@ type ModeId =
   | 'redis'
   | 'unfenced'
   | 'theirs'
-  | 'memory';
+  | 'memory'
+  | Library
+  | `${Library}-baseline`;
 type Setting = 'light' | 'gateway';
 
 /** A way of making the handler idempotent (or not): one app. */
 interface Mode {
   readonly id: ModeId;
   readonly name: string;
+  /** The data library its handler writes with, if not TypeORM. */
+  readonly library?: string;
   /** The mode its throughput is compared with, round by round. */
   readonly against?: ModeId;
   /** Whether it runs in the gateway setting too. */
@@ -208,18 +238,62 @@ const MODES: readonly Mode[] = [
     idempotent: true,
     redis: false,
   },
+  ...LIBRARIES.flatMap(([id, library]): Mode[] => [
+    {
+      id: `${id}-baseline`,
+      name: `${library} alone`,
+      library,
+      gateway: true,
+      idempotent: false,
+      redis: false,
+    },
+    {
+      id,
+      name: `module on ${library}`,
+      library,
+      against: `${id}-baseline`,
+      gateway: true,
+      idempotent: true,
+      redis: false,
+    },
+  ]),
 ];
 
-/** The names `variable` lists (comma-separated) of `all`, in `all`'s order. */
+/**
+ * The modes compared with each other, whose runs go back to back: the
+ * module on PostgreSQL and the floor; the Redis modes and the other
+ * library; each data library alone and the module on it.
+ */
+const TOGETHER: readonly (readonly ModeId[])[] = [
+  ['postgres', 'floor'],
+  ['redis', 'unfenced', 'theirs'],
+  ...LIBRARIES.map(([id]): ModeId[] => [`${id}-baseline`, id]),
+];
+
+/** What BENCH_MODES may name besides modes: the data libraries' modes. */
+const MODE_GROUPS: Record<string, readonly ModeId[]> = {
+  adapters: LIBRARIES.flatMap(([id]) => [`${id}-baseline` as const, id]),
+};
+
+/**
+ * The names `variable` lists (comma-separated) of `all`, in `all`'s order;
+ * a name of `groups` stands for its members.
+ */
 function chosen<T extends string>(
   variable: string,
   all: readonly T[],
   fallback: readonly T[] = all,
+  groups: Record<string, readonly T[]> = {},
 ): T[] {
-  const names = process.env[variable]?.split(',') ?? fallback;
+  const names = (process.env[variable]?.split(',') ?? fallback).flatMap(
+    (name): readonly string[] =>
+      Object.hasOwn(groups, name) ? groups[name] : [name],
+  );
   for (const name of names) {
     if (!all.includes(name as T)) {
-      throw new Error(`${variable}: unknown ${name} (${all.join(', ')})`);
+      throw new Error(
+        `${variable}: unknown ${name} (${[...all, ...Object.keys(groups)].join(', ')})`,
+      );
     }
   }
   return all.filter((name) => names.includes(name));
@@ -228,6 +302,8 @@ function chosen<T extends string>(
 const MODE_IDS = chosen(
   'BENCH_MODES',
   MODES.map((mode) => mode.id),
+  MODES.filter((mode) => !mode.library).map((mode) => mode.id),
+  MODE_GROUPS,
 );
 const SETTING_NAMES = chosen<Setting>('BENCH_MODE_SETTINGS', [
   'light',
@@ -290,6 +366,8 @@ interface Row extends LoadRow {
     readonly interval: MedianInterval;
     readonly ratios: number[];
     readonly p99Ratio: number;
+    /** CPU µs per request less the other's, within each round (medians). */
+    readonly cpu: CpuPerRequest;
   };
 }
 
@@ -300,17 +378,17 @@ function summarize(
 ): Row {
   const own = results.get(run)!;
   const rounds = own.rounds;
-  const cpuMedian = (of: keyof CpuPerRequest) => {
-    const values = rounds.map((round) => round.cpu[of]);
-    return values.every((value) => value !== undefined)
-      ? median(values as number[])
-      : undefined;
-  };
+  const cpuMedian = (of: keyof CpuPerRequest) =>
+    medianOf(rounds.map((round) => round.cpu[of]));
+  /** The median of the rounds' CPU `of` per request less `than`'s. */
+  const cpuOver = (than: Measured[], of: keyof CpuPerRequest) =>
+    medianOf(
+      than.map((round, i) => {
+        const [a, b] = [rounds[i].cpu[of], round.cpu[of]];
+        return a === undefined || b === undefined ? undefined : a - b;
+      }),
+    );
   const base = run.baseline && results.get(run.baseline)!.rounds;
-  const differences = base?.map((round, i) => {
-    const [a, b] = [rounds[i].cpu.app, round.cpu.app];
-    return a === undefined || b === undefined ? undefined : a - b;
-  });
   const others = other && results.get(other)!.rounds;
   const ratios = others?.map((round, i) => rounds[i].rps / round.rps);
   const row = summarizeRounds(run, own);
@@ -323,10 +401,7 @@ function summarize(
       db: cpuMedian('db'),
       redis: cpuMedian('redis'),
     },
-    appOverBaseline:
-      differences && differences.every((d) => d !== undefined)
-        ? median(differences as number[])
-        : undefined,
+    appOverBaseline: base && cpuOver(base, 'app'),
     against:
       other && others && ratios
         ? {
@@ -338,9 +413,21 @@ function summarize(
             p99Ratio: median(
               rounds.map((round, i) => round.p99 / others[i].p99),
             ),
+            cpu: {
+              app: cpuOver(others, 'app'),
+              db: cpuOver(others, 'db'),
+              redis: cpuOver(others, 'redis'),
+            },
           }
         : undefined,
   };
+}
+
+/** The median of `values`, unless one is missing. */
+function medianOf(values: (number | undefined)[]): number | undefined {
+  return values.every((value) => value !== undefined)
+    ? median(values as number[])
+    : undefined;
 }
 
 /** Microseconds as printed; `signed`: with its sign. */
@@ -377,7 +464,7 @@ function report(rows: readonly Row[]): void {
       ],
       [
         'vs',
-        12,
+        22,
         (r) =>
           r.against ? `${fixed(r.against.ratio, 2)}x ${r.against.mode}` : '',
       ],
@@ -410,7 +497,9 @@ function report(rows: readonly Row[]): void {
       console.log(
         `${row.setting}: ${row.scenario} over ${row.against.name}: ${fixed(row.against.ratio, 2)}x ` +
           `(the median lies in ${fixed(low, 2)}x to ${fixed(high, 2)}x at ${fixed(coverage * 100, 0)} %; ` +
-          `rounds ${row.against.ratios.map((r) => r.toFixed(2)).join(', ')}; p99 ${fixed(row.against.p99Ratio, 2)}x)`,
+          `rounds ${row.against.ratios.map((r) => r.toFixed(2)).join(', ')}; p99 ${fixed(row.against.p99Ratio, 2)}x); ` +
+          `CPU a request over it: app ${us(row.against.cpu.app, true)} µs, PG ${us(row.against.cpu.db, true)} µs` +
+          `${row.cpu.redis === undefined ? '' : `, Redis ${us(row.against.cpu.redis, true)} µs`}`,
       );
     }
   }
@@ -568,10 +657,12 @@ async function main(): Promise<void> {
             ]
           : mode.id === 'floor'
             ? ['PostgreSQL', 'the bare SQL floor']
-            : [
-                mode.name.replace(/^module, | store$/g, ''),
-                'nestjs-idempotency',
-              ];
+            : mode.library
+              ? [`PostgreSQL on ${mode.library}`, 'nestjs-idempotency']
+              : [
+                  mode.name.replace(/^module, | store$/g, ''),
+                  'nestjs-idempotency',
+                ];
       checks.push(
         await checkReplay(
           apps.get(mode.id)!,
@@ -601,19 +692,10 @@ async function main(): Promise<void> {
     const redisPid = redis && (await localRedisPid(redis));
     // Only a server of the bench's own says what the requests cost it.
     const postmaster = server ? await localPostmaster(appUrl.href) : undefined;
-    // The runs compared with each other, back to back: the module on
-    // PostgreSQL and the floor; the Redis modes and the other library.
     const together = SETTING_NAMES.flatMap((setting) =>
-      (
-        [
-          ['postgres', 'floor'],
-          ['redis', 'unfenced', 'theirs'],
-        ] as const
-      ).flatMap((ids) => {
+      TOGETHER.flatMap((ids) => {
         const group = runs.filter(
-          (r) =>
-            r.setting === setting &&
-            (ids as readonly ModeId[]).includes(r.mode.id),
+          (r) => r.setting === setting && ids.includes(r.mode.id),
         );
         return group.length > 1 ? [group] : [];
       }),

@@ -5,6 +5,7 @@ import {
   Controller,
   Header,
   Headers,
+  Inject,
   Post,
   Res,
   ServiceUnavailableException,
@@ -16,7 +17,9 @@ import { createHash, randomUUID } from 'node:crypto';
 import type { Pool, PoolClient, QueryConfig } from 'pg';
 import type { DataSource } from 'typeorm';
 import { CreatePaymentDto } from '../../../sample-app/payments/create-payment.dto.js';
-import { ModesHandler, WAIT_MS, type ModeSetting } from './modes.handler.js';
+import { BENCH_POOL } from './bench-pool.js';
+import { charge, WAIT_MS, type ModeSetting } from './modes.handler.js';
+import { writeThrough } from './typeorm.library.js';
 
 /**
  * The statements of the claim protocol, as PostgresIdempotencyStore sends
@@ -63,15 +66,10 @@ interface AcquireRow {
  */
 @Controller('modes')
 export class FloorController {
-  private readonly pool: Pool;
-
   constructor(
-    private readonly handler: ModesHandler,
     @InjectDataSource() private readonly dataSource: DataSource,
-  ) {
-    // TypeORM's PostgreSQL driver keeps its pool in `master` (no replication).
-    this.pool = (dataSource.driver as unknown as { master: Pool }).master;
-  }
+    @Inject(BENCH_POOL) private readonly pool: Pool,
+  ) {}
 
   @Post('light')
   @Header('content-type', CONTENT_TYPE)
@@ -127,9 +125,9 @@ export class FloorController {
       return taken(claim, fingerprint, response);
     }
     try {
-      const charge = await this.handler.charge(dto, key, WAIT_MS[setting]);
+      const { id } = await charge(key, WAIT_MS[setting]);
       return await this.dataSource.transaction(async (manager) => {
-        const payment = await this.handler.book(dto, charge, manager);
+        const payment = await writeThrough(manager, dto, id);
         const body = JSON.stringify(payment);
         // The transaction's own connection: the record commits with the
         // payment or not at all.

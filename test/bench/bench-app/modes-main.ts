@@ -16,20 +16,33 @@
  *   theirs    @node-idempotency/nestjs on Redis, installed by the bench in
  *             `BENCH_NODE_IDEMPOTENCY_DIR`, records under
  *             `BENCH_NODE_IDEMPOTENCY_PREFIX`
+ *
+ * All of them write with TypeORM (typeorm.library.ts). The data libraries'
+ * modes write with another, without TypeORM in the application
+ * (`<library>.library.ts`; the baseline's app has run the migrations):
+ *
+ *   <library>-baseline  the library alone: no idempotency, the writes in a
+ *                       transaction of the library's own
+ *   <library>           the module on the library's adapter of the
+ *                       PostgreSQL store, the writes through
+ *                       `IdempotencyContext<…>.transaction`
+ *
+ * for pg, drizzle, kysely, prisma.
  */
-import type { DynamicModule, Type } from '@nestjs/common';
+import type { DynamicModule } from '@nestjs/common';
 import {
   IdempotencyModule,
   Idempotent,
   MemoryIdempotencyStore,
 } from 'nestjs-idempotency';
-import type { IdempotencyStoreOption } from 'nestjs-idempotency/store';
 import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
 import { Redis } from 'ioredis';
+import type { DataLibrary } from './data-library.js';
 import { FloorController } from './floor.controller.js';
 import { listenBenchApp } from './listen.js';
 import { modeController } from './modes.controller.js';
 import { ModesAppModule } from './modes.module.js';
+import { typeOrmLibrary } from './typeorm.library.js';
 import { UnfencedRedisStore } from './unfenced-redis.store.js';
 import {
   nodeIdempotencyModule,
@@ -39,55 +52,87 @@ import {
 const MODE = process.env.BENCH_MODE ?? 'baseline';
 const REDIS_URL = process.env.BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379';
 
-/** The module with the sample's options, on `store` (PostgreSQL if none). */
-const idempotency = (store?: IdempotencyStoreOption) =>
-  IdempotencyModule.forRoot({ ttl: '24h', store });
+/** The data libraries other than TypeORM, loaded by their own modes only. */
+const LIBRARIES: Record<string, () => Promise<DataLibrary>> = {
+  pg: async () => (await import('./pg.library.js')).pgLibrary,
+  drizzle: async () => (await import('./drizzle.library.js')).drizzleLibrary,
+  kysely: async () => (await import('./kysely.library.js')).kyselyLibrary,
+  prisma: async () => (await import('./prisma.library.js')).prismaLibrary,
+};
 
-function mode(): [Type, DynamicModule[]] {
+/** The module with the sample's options, and `options`. */
+const idempotency = (
+  options: Parameters<typeof IdempotencyModule.forRoot>[0] = {},
+) => IdempotencyModule.forRoot({ ttl: '24h', ...options });
+
+/** The handler on TypeORM, alone, under `decorate()` and `imports`. */
+const onTypeOrm = (
+  decorate?: () => MethodDecorator,
+  imports: DynamicModule[] = [],
+) =>
+  ModesAppModule.forMode(
+    typeOrmLibrary,
+    typeOrmLibrary.alone,
+    modeController(decorate),
+    imports,
+  );
+
+/** The handler on `library`: alone, or under the module on its adapter. */
+function onLibrary(library: DataLibrary, module: boolean): DynamicModule {
+  return module
+    ? ModesAppModule.forMode(
+        library,
+        library.module,
+        modeController(Idempotent),
+        [idempotency(library.adapter && { adapter: library.adapter })],
+      )
+    : ModesAppModule.forMode(library, library.alone, modeController());
+}
+
+async function mode(): Promise<DynamicModule> {
   switch (MODE) {
     case 'baseline':
-      return [modeController('own'), []];
+      return onTypeOrm();
     case 'postgres':
-      return [modeController('module', Idempotent), [idempotency()]];
+      return onLibrary(typeOrmLibrary, true);
     case 'floor':
-      return [FloorController, []];
+      return ModesAppModule.forMode(
+        typeOrmLibrary,
+        typeOrmLibrary.alone,
+        FloorController,
+      );
     case 'redis':
-      return [
-        modeController('own', Idempotent),
-        [
-          idempotency({
+      return onTypeOrm(Idempotent, [
+        idempotency({
+          store: {
             useFactory: () =>
               RedisIdempotencyStore.connect(REDIS_URL, {
                 prefix: process.env.BENCH_REDIS_PREFIX,
               }),
-          }),
-        ],
-      ];
+          },
+        }),
+      ]);
     case 'unfenced':
-      return [
-        modeController('own', Idempotent),
-        [
-          idempotency(
-            new UnfencedRedisStore(
-              new Redis(REDIS_URL, { maxRetriesPerRequest: 1 }),
-              { prefix: process.env.BENCH_REDIS_PREFIX },
-            ),
+      return onTypeOrm(Idempotent, [
+        idempotency({
+          store: new UnfencedRedisStore(
+            new Redis(REDIS_URL, { maxRetriesPerRequest: 1 }),
+            { prefix: process.env.BENCH_REDIS_PREFIX },
           ),
-        ],
-      ];
+        }),
+      ]);
     case 'memory':
-      return [
-        modeController('own', Idempotent),
-        [idempotency(new MemoryIdempotencyStore())],
-      ];
+      return onTypeOrm(Idempotent, [
+        idempotency({ store: new MemoryIdempotencyStore() }),
+      ]);
     case 'theirs': {
       const dir = process.env.BENCH_NODE_IDEMPOTENCY_DIR;
       if (!dir) {
         throw new Error('BENCH_MODE=theirs needs BENCH_NODE_IDEMPOTENCY_DIR');
       }
       const library = requireNodeIdempotency(dir);
-      return [
-        modeController('own', () => library.Idempotent()),
+      return onTypeOrm(
+        () => library.Idempotent(),
         [
           nodeIdempotencyModule(
             library,
@@ -95,13 +140,20 @@ function mode(): [Type, DynamicModule[]] {
             process.env.BENCH_NODE_IDEMPOTENCY_PREFIX ?? 'node-idempotency',
           ),
         ],
-      ];
-    }
-    default:
-      throw new Error(
-        `BENCH_MODE=${MODE}: expected baseline, postgres, floor, redis, unfenced, memory or theirs`,
       );
+    }
+    default: {
+      const [name, baseline] = MODE.split('-');
+      const load = Object.hasOwn(LIBRARIES, name) && LIBRARIES[name];
+      if (!load || (baseline !== undefined && baseline !== 'baseline')) {
+        throw new Error(
+          `BENCH_MODE=${MODE}: expected baseline, postgres, floor, redis, unfenced, memory, theirs, ` +
+            `or a library (${Object.keys(LIBRARIES).join(', ')}) with or without -baseline`,
+        );
+      }
+      return onLibrary(await load(), baseline === undefined);
+    }
   }
 }
 
-await listenBenchApp(ModesAppModule.forMode(...mode()));
+await listenBenchApp(await mode());

@@ -1,7 +1,13 @@
-import { Injectable, type OnApplicationBootstrap } from '@nestjs/common';
+import {
+  Inject,
+  Injectable,
+  Optional,
+  type OnApplicationBootstrap,
+} from '@nestjs/common';
 import { InjectDataSource } from '@nestjs/typeorm';
 import type { EventEmitter } from 'node:events';
 import type { DataSource } from 'typeorm';
+import { BENCH_POOL, poolOf } from './bench-pool.js';
 
 /** What {@link PoolGauge.read} reports. */
 export interface PoolReading {
@@ -21,38 +27,42 @@ interface PgPool extends EventEmitter {
 }
 
 /**
- * Counts the connections the app holds, exactly: the `pg` pool under the
- * TypeORM DataSource (the pool the idempotency module borrows from too) says
- * when a connection is checked out (`acquire`) and given back (`release`).
- * A connection counts as held from the one to the other, whether a statement
- * runs on it, a transaction sits open on it or nothing happens on it; nothing
- * in the library is changed or wrapped to know it.
+ * Counts the connections the app holds, exactly: its `pg` pool (the one
+ * under {@link BENCH_POOL} where the app provides one, as the modes bench's
+ * do, else the one under the TypeORM DataSource; the pool the idempotency
+ * module borrows from too) says when a connection is checked out
+ * (`acquire`) and given back (`release`). A connection counts as held from
+ * the one to the other, whether a statement runs on it, a transaction sits
+ * open on it or nothing happens on it; nothing in the library is changed or
+ * wrapped to know it.
  */
 @Injectable()
 export class PoolGauge implements OnApplicationBootstrap {
-  private pool?: PgPool;
+  private readonly pool: PgPool;
   private held = 0;
   private maxHeld = 0;
 
-  constructor(@InjectDataSource() private readonly dataSource: DataSource) {}
+  constructor(
+    @Optional() @Inject(BENCH_POOL) pool?: PgPool,
+    @Optional() @InjectDataSource() dataSource?: DataSource,
+  ) {
+    const watched = pool ?? (dataSource && poolOf(dataSource));
+    if (!watched) {
+      throw new Error('The app has no pg pool to watch.');
+    }
+    this.pool = watched as PgPool;
+  }
 
   onApplicationBootstrap(): void {
-    // TypeORM's PostgreSQL driver keeps its pool in `master` (no replication).
-    const pool = (this.dataSource.driver as unknown as { master?: PgPool })
-      .master;
-    if (!pool) {
-      throw new Error('The DataSource has no pg pool to watch.');
-    }
-    this.pool = pool;
     // Whatever is checked out already (normally nothing: the migrations
     // gave their connections back).
-    this.held = pool.totalCount - pool.idleCount;
+    this.held = this.pool.totalCount - this.pool.idleCount;
     this.maxHeld = this.held;
-    pool.on('acquire', () => {
+    this.pool.on('acquire', () => {
       this.held += 1;
       this.maxHeld = Math.max(this.maxHeld, this.held);
     });
-    pool.on('release', () => {
+    this.pool.on('release', () => {
       this.held -= 1;
     });
   }
@@ -62,7 +72,7 @@ export class PoolGauge implements OnApplicationBootstrap {
     const reading = {
       maxHeld: this.maxHeld,
       held: this.held,
-      size: this.pool?.options.max ?? 0,
+      size: this.pool.options.max,
     };
     this.maxHeld = this.held;
     return reading;
