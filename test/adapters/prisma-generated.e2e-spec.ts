@@ -1,9 +1,10 @@
 /**
- * The Prisma client the adapter's tests run on is committed (the test
- * command type-checks it before any test runs): it must be what `prisma
- * generate` makes of test/adapters/prisma/schema.prisma with the installed
- * Prisma, formatted by Prettier, or the tests would run on another
- * client than Prisma's.
+ * The Prisma clients the adapter's tests and the modes bench run on are
+ * committed (the test command type-checks them before any test runs): each
+ * must be what `prisma generate` makes of its schema.prisma
+ * (test/adapters/prisma/, test/bench/prisma/) with the installed Prisma,
+ * formatted by Prettier, or they would run on another client than
+ * Prisma's.
  */
 import { execFile } from 'node:child_process';
 import { copyFile, mkdtemp, readFile, readdir, rm } from 'node:fs/promises';
@@ -15,7 +16,6 @@ import prettier from 'prettier';
 
 const run = promisify(execFile);
 const root = path.resolve(import.meta.dirname, '../..');
-const folder = path.join(root, 'test/adapters/prisma');
 
 /** The files under `dir`, relative, sorted. */
 async function filesOf(dir: string): Promise<string[]> {
@@ -26,50 +26,58 @@ async function filesOf(dir: string): Promise<string[]> {
     .sort();
 }
 
-describe('the committed Prisma client of the tests', () => {
-  let generated: string;
+describe.each(['test/adapters/prisma', 'test/bench/prisma'])(
+  'the committed Prisma client of %s',
+  (relative) => {
+    const folder = path.join(root, relative);
+    let generated: string;
 
-  beforeAll(async () => {
-    generated = await mkdtemp(path.join(tmpdir(), 'prisma-client-'));
-    await copyFile(
-      path.join(folder, 'schema.prisma'),
-      path.join(generated, 'schema.prisma'),
-    );
-    const cli = createRequire(import.meta.url).resolve('prisma/build/index.js');
-    await run(
-      process.execPath,
-      [cli, 'generate', '--schema', path.join(generated, 'schema.prisma')],
-      {
-        cwd: generated,
-        env: {
-          ...process.env,
-          // Generating needs no engine: none is downloaded.
-          PRISMA_SCHEMA_ENGINE_BINARY: '/bin/true',
-          CHECKPOINT_DISABLE: '1',
-          PRISMA_HIDE_UPDATE_MESSAGE: '1',
-        },
-      },
-    );
-  }, 60_000);
-  afterAll(() => rm(generated, { recursive: true, force: true }));
-
-  it('is what prisma generate makes of the schema, formatted', async () => {
-    const fresh = path.join(generated, 'generated');
-    const committed = path.join(folder, 'generated');
-    const files = await filesOf(fresh);
-    expect(await filesOf(committed)).toEqual(files);
-    const options = await prettier.resolveConfig(path.join(committed, 'x.ts'));
-    const stale: string[] = [];
-    for (const file of files) {
-      const made = await prettier.format(
-        await readFile(path.join(fresh, file), 'utf8'),
-        { ...options, filepath: path.join(committed, file) },
+    beforeAll(async () => {
+      generated = await mkdtemp(path.join(tmpdir(), 'prisma-client-'));
+      await copyFile(
+        path.join(folder, 'schema.prisma'),
+        path.join(generated, 'schema.prisma'),
       );
-      if (made !== (await readFile(path.join(committed, file), 'utf8'))) {
-        stale.push(file);
+      const cli = createRequire(import.meta.url).resolve(
+        'prisma/build/index.js',
+      );
+      await run(
+        process.execPath,
+        [cli, 'generate', '--schema', path.join(generated, 'schema.prisma')],
+        {
+          cwd: generated,
+          env: {
+            ...process.env,
+            // Generating needs no engine: none is downloaded.
+            PRISMA_SCHEMA_ENGINE_BINARY: '/bin/true',
+            CHECKPOINT_DISABLE: '1',
+            PRISMA_HIDE_UPDATE_MESSAGE: '1',
+          },
+        },
+      );
+    }, 60_000);
+    afterAll(() => rm(generated, { recursive: true, force: true }));
+
+    it('is what prisma generate makes of the schema, formatted', async () => {
+      const fresh = path.join(generated, 'generated');
+      const committed = path.join(folder, 'generated');
+      const files = await filesOf(fresh);
+      expect(await filesOf(committed)).toEqual(files);
+      const options = await prettier.resolveConfig(
+        path.join(committed, 'x.ts'),
+      );
+      const stale: string[] = [];
+      for (const file of files) {
+        const made = await prettier.format(
+          await readFile(path.join(fresh, file), 'utf8'),
+          { ...options, filepath: path.join(committed, file) },
+        );
+        if (made !== (await readFile(path.join(committed, file), 'utf8'))) {
+          stale.push(file);
+        }
       }
-    }
-    // Regenerate it as test/adapters/prisma/schema.prisma says.
-    expect(stale).toEqual([]);
-  });
-});
+      // Regenerate it as its schema.prisma says.
+      expect(stale).toEqual([]);
+    });
+  },
+);
