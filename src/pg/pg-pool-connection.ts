@@ -1,4 +1,4 @@
-import type { Client, ClientConfig, Pool } from 'pg';
+import type { Client, ClientConfig, Pool, PoolClient } from 'pg';
 import type {
   PostgresClient,
   PostgresConnection,
@@ -27,23 +27,7 @@ export function poolConnection(
   const statements: PostgresClient = pool;
   return {
     query: (query) => statements.query(query),
-    async transaction(fn) {
-      const client = await pool.connect();
-      try {
-        await client.query('BEGIN');
-        const result = await fn(client);
-        await client.query('COMMIT');
-        client.release();
-        return result;
-      } catch (error) {
-        await client.query('ROLLBACK').catch(() => undefined);
-        // A failed connection is closed, never handed to another request.
-        client.release(
-          error instanceof Error ? error : new Error(String(error)),
-        );
-        throw error;
-      }
-    },
+    transaction: (fn) => inTransaction(pool, 'BEGIN', fn),
     session({ url, applicationName }) {
       const { Client: SessionClient, options } =
         pool as unknown as PoolInternals;
@@ -54,4 +38,35 @@ export function poolConnection(
     },
     startupRetry,
   };
+}
+
+/**
+ * @internal Runs `fn` on a connection of `pool` of its own, in a
+ * transaction begun by `begin`: COMMIT when `fn` resolves; ROLLBACK when it
+ * throws, and the connection closed rather than handed to another request.
+ */
+export async function inTransaction<T>(
+  pool: Pool,
+  begin: string,
+  fn: (client: PoolClient) => Promise<T>,
+): Promise<T> {
+  const client = await pool.connect();
+  try {
+    await client.query(begin);
+    const result = await fn(client);
+    await client.query('COMMIT');
+    client.release();
+    return result;
+  } catch (error) {
+    await client.query('ROLLBACK').catch(() => undefined);
+    client.release(error instanceof Error ? error : new Error(String(error)));
+    throw error;
+  }
+}
+
+/** @internal The statement that begins a transaction at `isolationLevel` (the server's default without one). */
+export function beginStatement(isolationLevel: string | undefined): string {
+  return isolationLevel
+    ? `START TRANSACTION ISOLATION LEVEL ${isolationLevel}`
+    : 'START TRANSACTION';
 }

@@ -7,6 +7,7 @@ import type {
   PostgresAdapterOptions,
 } from '../interfaces/postgres-adapter.interface.js';
 import { checkAdapterOptions } from './postgres-adapter-options.js';
+import { beginStatement, inTransaction } from './pg-pool-connection.js';
 import { PoolDataAccess } from './pool-data-access.js';
 
 /**
@@ -55,26 +56,8 @@ export class PgIdempotencyAdapter implements PostgresAdapter<PgTransaction> {
           pool,
           client: pool,
           handleOf: (client) => client as unknown as PgTransaction,
-          async newTransaction(isolationLevel, fn) {
-            const client = await pool.connect();
-            try {
-              await client.query(
-                isolationLevel
-                  ? `START TRANSACTION ISOLATION LEVEL ${isolationLevel}`
-                  : 'START TRANSACTION',
-              );
-              const result = await fn(client);
-              await client.query('COMMIT');
-              client.release();
-              return result;
-            } catch (error) {
-              await client.query('ROLLBACK').catch(() => undefined);
-              client.release(
-                error instanceof Error ? error : new Error(String(error)),
-              );
-              throw error;
-            }
-          },
+          newTransaction: (isolationLevel, fn) =>
+            inTransaction(pool, beginStatement(isolationLevel), fn),
         };
       },
       {

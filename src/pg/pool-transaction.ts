@@ -10,7 +10,6 @@ import type { PostgresTransaction } from '../interfaces/postgres-adapter.interfa
 import { ownStatement } from '../core/own-statement.js';
 import {
   AbandonedTransactionError,
-  TransactionEndedError,
   TransactionLostError,
 } from '../core/transaction.errors.js';
 import { TransactionHooks } from '../core/transaction-hooks.js';
@@ -19,6 +18,8 @@ import {
   runningStatement,
   type DriverClient,
 } from './cancel-statement.js';
+import { EndedUnderneath } from './ended-underneath.js';
+import { beginStatement } from './pg-pool-connection.js';
 import type { TransactionGate } from './transaction-gate.js';
 
 const logger = new Logger('Idempotency');
@@ -59,8 +60,7 @@ export class PoolTransaction<Handle>
   private opening: Promise<PoolClient> | undefined;
   private holdsPlace = false;
   private broken = false;
-  private committing = false;
-  private endedUnderneath: TransactionEndedError | undefined;
+  private readonly underneath = new EndedUnderneath();
   private handle: Handle | undefined;
   private readonly hooks = new TransactionHooks();
   private readonly onError = () => {
@@ -95,11 +95,13 @@ export class PoolTransaction<Handle>
   /** The connection while the transaction is open on it. */
   get client(): PoolClient | undefined {
     const client = this.phase === 'open' ? this.connection : undefined;
-    return client && !this.broken && !this.endedOn(client) ? client : undefined;
+    return client && !this.broken && !this.underneath.on(client)
+      ? client
+      : undefined;
   }
 
-  get failure(): TransactionEndedError | undefined {
-    return this.endedUnderneath;
+  get failure(): Error | undefined {
+    return this.underneath.error;
   }
 
   get state(): HandlerTransactionState {
@@ -107,7 +109,7 @@ export class PoolTransaction<Handle>
       case 'idle':
         return this.opening ? 'open' : 'idle';
       case 'open':
-        return this.broken || this.endedUnderneath ? 'lost' : 'open';
+        return this.broken || this.underneath.error ? 'lost' : 'open';
       default:
         return 'ended';
     }
@@ -125,10 +127,10 @@ export class PoolTransaction<Handle>
       }
       const client = this.client;
       if (this.began && !client) {
-        throw this.endedUnderneath ?? new TransactionLostError();
+        throw this.underneath.error ?? new TransactionLostError();
       }
       if (client) {
-        this.committing = true;
+        this.underneath.committing = true;
         await client.query('COMMIT');
       }
     } catch (error) {
@@ -206,30 +208,11 @@ export class PoolTransaction<Handle>
     }
   }
 
-  /**
-   * Whether the transaction was ended on `client` underneath the module: the
-   * server said, with its last answer, that the session is in no
-   * transaction block (node-postgres's `getTransactionStatus()`, 'I'). Once
-   * seen, for good.
-   */
-  private endedOn(client: PoolClient): boolean {
-    if (
-      !this.endedUnderneath &&
-      !this.committing &&
-      client.getTransactionStatus?.() === 'I'
-    ) {
-      this.endedUnderneath = new TransactionEndedError();
-      logger.warn(this.endedUnderneath.message);
-    }
-    return this.endedUnderneath !== undefined;
-  }
-
   private async query(args: unknown[]): Promise<QueryResult> {
-    const client = await this.connect();
-    const query = client.query.bind(client) as (
-      ...args: unknown[]
-    ) => Promise<QueryResult>;
-    return query(...args);
+    const client = (await this.connect()) as unknown as {
+      query(...args: unknown[]): Promise<QueryResult>;
+    };
+    return client.query(...args);
   }
 
   /** The open transaction's connection, begun by the first statement. */
@@ -239,8 +222,8 @@ export class PoolTransaction<Handle>
       if (this.broken) {
         return Promise.reject(new TransactionLostError());
       }
-      return this.endedOn(client)
-        ? Promise.reject(this.endedUnderneath!)
+      return this.underneath.on(client)
+        ? Promise.reject(this.underneath.error!)
         : Promise.resolve(client);
     }
     if (this.phase !== 'idle') {
@@ -266,11 +249,7 @@ export class PoolTransaction<Handle>
         const client = await this.pool.connect();
         this.connection = client;
         client.on('error', this.onError);
-        await client.query(
-          this.isolationLevel
-            ? `START TRANSACTION ISOLATION LEVEL ${this.isolationLevel}`
-            : 'START TRANSACTION',
-        );
+        await client.query(beginStatement(this.isolationLevel));
         if (this.phase !== 'idle') {
           throw new AbandonedTransactionError();
         }

@@ -11,10 +11,11 @@ import type {
 import { ownStatement } from '../core/own-statement.js';
 import {
   AbandonedTransactionError,
-  TransactionEndedError,
   TransactionLostError,
 } from '../core/transaction.errors.js';
 import { TransactionHooks } from '../core/transaction-hooks.js';
+import { EndedUnderneath } from '../pg/ended-underneath.js';
+import { beginStatement } from '../pg/pg-pool-connection.js';
 import type { TransactionGate } from '../pg/transaction-gate.js';
 import {
   cancelStatement,
@@ -54,10 +55,7 @@ export class LazyTransaction implements HandlerTransaction {
   private readonly hooks = new TransactionHooks();
   /** The level the transaction runs at, once read from the server. */
   private serverLevel: string | undefined;
-  /** Whether the module's own COMMIT is under way. */
-  private committing = false;
-  /** Set once it is seen ended underneath the module. */
-  private endedUnderneath: TransactionEndedError | undefined;
+  private readonly underneath = new EndedUnderneath();
 
   constructor(
     /** The DataSource whose connection it holds. */
@@ -81,30 +79,12 @@ export class LazyTransaction implements HandlerTransaction {
       this.phase === 'open' && this.runner && !this.runner.isReleased
         ? (this.runner as unknown as RunnerInternals).databaseConnection
         : undefined;
-    return client && !this.endedOn(client) ? client : undefined;
+    return client && !this.underneath.on(client) ? client : undefined;
   }
 
   /** Why it is no longer open, when it was ended underneath the module. */
-  get failure(): TransactionEndedError | undefined {
-    return this.endedUnderneath;
-  }
-
-  /**
-   * Whether the transaction was ended on `client` underneath the module (a
-   * COMMIT or ROLLBACK sent by hand): the server said, with its last
-   * answer, that the session is in no transaction block (node-postgres's
-   * `getTransactionStatus()`, 'I'). Once seen, for good.
-   */
-  private endedOn(client: PoolClient): boolean {
-    if (
-      !this.endedUnderneath &&
-      !this.committing &&
-      client.getTransactionStatus?.() === 'I'
-    ) {
-      this.endedUnderneath = new TransactionEndedError();
-      logger.warn(this.endedUnderneath.message);
-    }
-    return this.endedUnderneath !== undefined;
+  get failure(): Error | undefined {
+    return this.underneath.error;
   }
 
   /** Whether the handler's statements go through this transaction. */
@@ -128,7 +108,7 @@ export class LazyTransaction implements HandlerTransaction {
         return this.opening ? 'open' : 'idle';
       case 'open':
         // TypeORM releases the runner of a connection that broke.
-        return this.runner?.isReleased === true || this.endedUnderneath
+        return this.runner?.isReleased === true || this.underneath.error
           ? 'lost'
           : 'open';
       default:
@@ -170,10 +150,10 @@ export class LazyTransaction implements HandlerTransaction {
       }
       if (this.began && !this.client) {
         // Lost or ended: the handler's writes are gone.
-        throw this.endedUnderneath ?? new TransactionLostError();
+        throw this.underneath.error ?? new TransactionLostError();
       }
       if (this.client && this.runner?.isTransactionActive) {
-        this.committing = true;
+        this.underneath.committing = true;
         await this.runner.commitTransaction();
       }
     } catch (error) {
@@ -299,8 +279,8 @@ export class LazyTransaction implements HandlerTransaction {
     internals.connect = () => {
       if (this.phase === 'open') {
         const client = internals.databaseConnection;
-        return client && this.endedOn(client)
-          ? Promise.reject(this.endedUnderneath!)
+        return client && this.underneath.on(client)
+          ? Promise.reject(this.underneath.error!)
           : connect();
       }
       if (this.phase !== 'idle') {
@@ -373,11 +353,7 @@ export class LazyTransaction implements HandlerTransaction {
         const client = await connect();
         // Sent on the driver's client: TypeORM's own START TRANSACTION would
         // ask for the connection again, which is what is being opened.
-        await client.query(
-          this.isolationLevel
-            ? `START TRANSACTION ISOLATION LEVEL ${this.isolationLevel}`
-            : 'START TRANSACTION',
-        );
+        await client.query(beginStatement(this.isolationLevel));
         if (this.phase !== 'idle') {
           throw new AbandonedTransactionError();
         }
