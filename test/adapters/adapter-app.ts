@@ -1,4 +1,9 @@
-import { Module, type INestApplication } from '@nestjs/common';
+import {
+  Module,
+  type INestApplication,
+  type ModuleMetadata,
+  type Type,
+} from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import pg from 'pg';
 import { idempotencySqlMigrations } from '../../migrations/index.js';
@@ -19,12 +24,14 @@ export const PAYMENTS_SQL = `
   CREATE TABLE payments (
     id serial PRIMARY KEY,
     key text NOT NULL,
-    amount integer NOT NULL
+    amount integer NOT NULL,
+    charge_id text
   );
   CREATE TABLE ledger_entries (
     id serial PRIMARY KEY,
     payment_id integer NOT NULL
       REFERENCES payments (id) DEFERRABLE INITIALLY DEFERRED,
+    account text,
     amount integer NOT NULL
   )`;
 
@@ -74,6 +81,10 @@ export async function startAdapterApp(
     database?: TestDatabase;
     /** Where the library's client connects; the database's URL by default. */
     clientUrl?: string;
+    /** The application's controllers: the payments handler by default. */
+    controllers?: Type[];
+    /** Providers beside the library's (those of `controllers`). */
+    providers?: ModuleMetadata['providers'];
   } = {},
 ): Promise<AdapterApp> {
   const db = options.database ?? (await createAdapterDatabase());
@@ -108,8 +119,8 @@ export async function startAdapterApp(
           ...(adapter ? { adapter } : {}),
         }),
       ],
-      controllers: [PaymentsController],
-      providers,
+      controllers: options.controllers ?? [PaymentsController],
+      providers: [...providers, ...(options.providers ?? [])],
     }).compile();
     const app = await listenOn(moduleRef, options.platform ?? 'express');
     return {

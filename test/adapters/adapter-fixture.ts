@@ -1,4 +1,5 @@
-import type { ModuleMetadata } from '@nestjs/common';
+import type { INestApplication, ModuleMetadata } from '@nestjs/common';
+import type { Pool } from 'pg';
 import type { PostgresAdapter } from '../../src/stores/index.js';
 
 /**
@@ -7,10 +8,21 @@ import type { PostgresAdapter } from '../../src/stores/index.js';
  * statement in that transaction.
  */
 export interface PaymentsWriter {
-  /** Inserts a payment; returns its id. */
-  insertPayment(key: string, amount: number): Promise<number>;
-  /** Inserts a ledger entry of `paymentId` (a deferred foreign key). */
-  insertLedger(paymentId: number, amount: number): Promise<void>;
+  /** Inserts a payment, of the gateway's charge `chargeId` if any; returns its id. */
+  insertPayment(
+    key: string,
+    amount: number,
+    chargeId?: string | null,
+  ): Promise<number>;
+  /**
+   * Inserts a ledger entry of `paymentId` (a deferred foreign key), on
+   * `account` if given.
+   */
+  insertLedger(
+    paymentId: number,
+    amount: number,
+    account?: string | null,
+  ): Promise<void>;
   /** The server process of the transaction's connection. */
   backendPid(): Promise<number>;
   /** Sends `sql` as it is, in the handler's transaction. */
@@ -34,4 +46,9 @@ export interface AdapterFixture {
     readonly providers?: ModuleMetadata['providers'];
     readonly adapter?: PostgresAdapter;
   };
+  /**
+   * The `pg.Pool` that the library's client of `app` writes through (the
+   * handler's transactions take their connections from it).
+   */
+  poolOf(app: INestApplication): Pool;
 }

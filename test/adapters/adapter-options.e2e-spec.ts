@@ -25,7 +25,7 @@ const withOptions = (
       : never
     : never,
 ): AdapterFixture => ({
-  name: fixture.name,
+  ...fixture,
   setUp: (url) => ({ ...fixture.setUp(url), adapter }),
 });
 
@@ -107,7 +107,7 @@ describe('an adapter option of another value', () => {
 describe('an adapter whose client the application does not provide', () => {
   it('stops the application at start-up, naming the token', async () => {
     const fixture: AdapterFixture = {
-      name: 'pg',
+      ...pgFixture,
       setUp: (url) => ({
         ...pgFixture.setUp(url),
         adapter: new PgIdempotencyAdapter({ poolToken: 'MISSING_POOL' }),

@@ -9,7 +9,7 @@ export function withModules(
   ...modules: NonNullable<ModuleMetadata['imports']>
 ): AdapterFixture {
   return {
-    name: fixture.name,
+    ...fixture,
     setUp(url) {
       const base = fixture.setUp(url);
       return { ...base, imports: [...(base.imports ?? []), ...modules] };

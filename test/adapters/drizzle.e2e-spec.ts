@@ -193,7 +193,7 @@ describe('the Drizzle adapter on another client', () => {
     ],
   ])('stops the application at start-up: %s', async (_what, make, message) => {
     const fixture: AdapterFixture = {
-      name: 'drizzle',
+      ...drizzleFixture,
       setUp(url) {
         @Module({
           providers: [{ provide: 'OTHER_DB', useValue: make(url) }],

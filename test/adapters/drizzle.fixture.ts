@@ -31,18 +31,26 @@ class DrizzlePaymentsWriter implements PaymentsWriter {
     >,
   ) {}
 
-  async insertPayment(key: string, amount: number): Promise<number> {
+  async insertPayment(
+    key: string,
+    amount: number,
+    chargeId: string | null = null,
+  ): Promise<number> {
     const [{ id }] = await this.idempotency.transaction
       .insert(payments)
-      .values({ key, amount })
+      .values({ key, amount, chargeId })
       .returning({ id: payments.id });
     return id;
   }
 
-  async insertLedger(paymentId: number, amount: number): Promise<void> {
+  async insertLedger(
+    paymentId: number,
+    amount: number,
+    account: string | null = null,
+  ): Promise<void> {
     await this.idempotency.transaction
       .insert(ledgerEntries)
-      .values({ paymentId, amount });
+      .values({ paymentId, account, amount });
   }
 
   async backendPid(): Promise<number> {
@@ -103,4 +111,5 @@ export const drizzleFixture: AdapterFixture = {
       }),
     };
   },
+  poolOf: (app) => app.get<PaymentsDb>(DRIZZLE).$client,
 };

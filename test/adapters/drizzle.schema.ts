@@ -7,12 +7,14 @@ export const payments = pgTable('payments', {
   id: serial('id').primaryKey(),
   key: text('key').notNull(),
   amount: integer('amount').notNull(),
+  chargeId: text('charge_id'),
 });
 
 /** The ledger entries of a payment (a deferred foreign key in the table). */
 export const ledgerEntries = pgTable('ledger_entries', {
   id: serial('id').primaryKey(),
   paymentId: integer('payment_id').notNull(),
+  account: text('account'),
   amount: integer('amount').notNull(),
 });
 

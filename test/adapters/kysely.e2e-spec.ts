@@ -82,6 +82,7 @@ describe('the Kysely adapter', () => {
       body: {
         id: expect.any(Number),
         paymentId: expect.any(Number),
+        account: null,
         amount: 20,
       },
     });

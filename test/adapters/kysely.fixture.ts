@@ -21,10 +21,16 @@ import { PaymentsWriter, type AdapterFixture } from './adapter-fixture.js';
 
 /** The payments tables (see adapter-app.ts), as Kysely types them. */
 export interface PaymentsDatabase {
-  payments: { id: Generated<number>; key: string; amount: number };
+  payments: {
+    id: Generated<number>;
+    key: string;
+    amount: number;
+    charge_id: string | null;
+  };
   ledger_entries: {
     id: Generated<number>;
     payment_id: number;
+    account: string | null;
     amount: number;
   };
 }
@@ -43,19 +49,27 @@ class KyselyPaymentsWriter implements PaymentsWriter {
     >,
   ) {}
 
-  async insertPayment(key: string, amount: number): Promise<number> {
+  async insertPayment(
+    key: string,
+    amount: number,
+    chargeId: string | null = null,
+  ): Promise<number> {
     const { id } = await this.idempotency.transaction
       .insertInto('payments')
-      .values({ key, amount })
+      .values({ key, amount, charge_id: chargeId })
       .returning('id')
       .executeTakeFirstOrThrow();
     return id;
   }
 
-  async insertLedger(paymentId: number, amount: number): Promise<void> {
+  async insertLedger(
+    paymentId: number,
+    amount: number,
+    account: string | null = null,
+  ): Promise<void> {
     await this.idempotency.transaction
       .insertInto('ledger_entries')
-      .values({ payment_id: paymentId, amount })
+      .values({ payment_id: paymentId, account, amount })
       .execute();
   }
 
@@ -129,4 +143,5 @@ export const kyselyFixture: AdapterFixture = {
       }),
     };
   },
+  poolOf: (app) => app.get<pg.Pool>(KYSELY_POOL),
 };

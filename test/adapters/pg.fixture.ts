@@ -21,18 +21,26 @@ class PgPaymentsWriter implements PaymentsWriter {
     private readonly idempotency: IdempotencyContext<PgTransaction>,
   ) {}
 
-  async insertPayment(key: string, amount: number): Promise<number> {
+  async insertPayment(
+    key: string,
+    amount: number,
+    chargeId: string | null = null,
+  ): Promise<number> {
     const { rows } = await this.idempotency.transaction.query<{ id: number }>(
-      'INSERT INTO payments (key, amount) VALUES ($1, $2) RETURNING id',
-      [key, amount],
+      'INSERT INTO payments (key, amount, charge_id) VALUES ($1, $2, $3) RETURNING id',
+      [key, amount, chargeId],
     );
     return rows[0].id;
   }
 
-  async insertLedger(paymentId: number, amount: number): Promise<void> {
+  async insertLedger(
+    paymentId: number,
+    amount: number,
+    account: string | null = null,
+  ): Promise<void> {
     await this.idempotency.transaction.query(
-      'INSERT INTO ledger_entries (payment_id, amount) VALUES ($1, $2)',
-      [paymentId, amount],
+      'INSERT INTO ledger_entries (payment_id, account, amount) VALUES ($1, $2, $3)',
+      [paymentId, account, amount],
     );
   }
 
@@ -82,4 +90,5 @@ export const pgFixture: AdapterFixture = {
       adapter: new PgIdempotencyAdapter({ poolToken: PG_POOL }),
     };
   },
+  poolOf: (app) => app.get<pg.Pool>(PG_POOL),
 };

@@ -30,16 +30,24 @@ export class PrismaPaymentsWriter implements PaymentsWriter {
     private readonly idempotency: IdempotencyContext<PaymentsTransaction>,
   ) {}
 
-  async insertPayment(key: string, amount: number): Promise<number> {
+  async insertPayment(
+    key: string,
+    amount: number,
+    chargeId: string | null = null,
+  ): Promise<number> {
     const payment = await this.idempotency.transaction.payment.create({
-      data: { key, amount },
+      data: { key, amount, chargeId },
     });
     return payment.id;
   }
 
-  async insertLedger(paymentId: number, amount: number): Promise<void> {
+  async insertLedger(
+    paymentId: number,
+    amount: number,
+    account: string | null = null,
+  ): Promise<void> {
     await this.idempotency.transaction.ledgerEntry.create({
-      data: { paymentId, amount },
+      data: { paymentId, account, amount },
     });
   }
 
@@ -132,4 +140,5 @@ export const prismaFixture: AdapterFixture = {
       adapter: new PrismaIdempotencyAdapter({ prismaToken: PRISMA }),
     };
   },
+  poolOf: (app) => app.get<pg.Pool>(PRISMA_POOL),
 };

@@ -1,5 +1,7 @@
 import { Injectable } from '@nestjs/common';
 import { TypeOrmModule } from '@nestjs/typeorm';
+import type { Pool } from 'pg';
+import { DataSource } from 'typeorm';
 import { IdempotencyContext } from '../../src/index.js';
 import { PaymentsWriter, type AdapterFixture } from './adapter-fixture.js';
 
@@ -8,18 +10,26 @@ import { PaymentsWriter, type AdapterFixture } from './adapter-fixture.js';
 class TypeOrmPaymentsWriter implements PaymentsWriter {
   constructor(private readonly idempotency: IdempotencyContext) {}
 
-  async insertPayment(key: string, amount: number): Promise<number> {
+  async insertPayment(
+    key: string,
+    amount: number,
+    chargeId: string | null = null,
+  ): Promise<number> {
     const rows: Array<{ id: number }> = await this.idempotency.manager.query(
-      'INSERT INTO payments (key, amount) VALUES ($1, $2) RETURNING id',
-      [key, amount],
+      'INSERT INTO payments (key, amount, charge_id) VALUES ($1, $2, $3) RETURNING id',
+      [key, amount, chargeId],
     );
     return rows[0].id;
   }
 
-  async insertLedger(paymentId: number, amount: number): Promise<void> {
+  async insertLedger(
+    paymentId: number,
+    amount: number,
+    account: string | null = null,
+  ): Promise<void> {
     await this.idempotency.manager.query(
-      'INSERT INTO ledger_entries (payment_id, amount) VALUES ($1, $2)',
-      [paymentId, amount],
+      'INSERT INTO ledger_entries (payment_id, account, amount) VALUES ($1, $2, $3)',
+      [paymentId, account, amount],
     );
   }
 
@@ -51,5 +61,14 @@ export const typeormFixture: AdapterFixture = {
       ],
       providers: [{ provide: PaymentsWriter, useClass: TypeOrmPaymentsWriter }],
     };
+  },
+  poolOf: (app) => {
+    const { master } = app.get(DataSource).driver as unknown as {
+      master?: Pool;
+    };
+    if (!master) {
+      throw new Error('The DataSource has no pg pool');
+    }
+    return master;
   },
 };

@@ -63,6 +63,21 @@ export class Charging {
     }
   }
 
+  /**
+   * `POST /payments/limited`: counts the run, writes a payment of no charge
+   * with `insert` (which returns its id), then refuses an amount over the
+   * limit with a 402 (which the error policy stores, the write rolled back).
+   */
+  async limited(
+    body: PaymentRequest,
+    insert: (reference: string, amount: number) => Promise<number>,
+  ): Promise<{ paymentId: number }> {
+    this.count(body.reference);
+    const paymentId = await insert(body.reference, body.amount);
+    this.refuseOverLimit(body);
+    return { paymentId };
+  }
+
   /** A 402 (which the error policy stores) for an amount over the limit. */
   refuseOverLimit({ reference, amount }: PaymentRequest): void {
     if (amount > LIMIT) {

@@ -60,18 +60,15 @@ export class PaymentsController {
    */
   @Post('limited')
   @Idempotent({ storeErrors: true })
-  async createLimited(
-    @Body() body: PaymentRequest,
-  ): Promise<{ paymentId: number }> {
-    const { reference, amount } = body;
-    this.charging.count(reference);
-    const { identifiers } = await this.payments.insert({
-      reference,
-      amount,
-      chargeId: null,
+  createLimited(@Body() body: PaymentRequest): Promise<{ paymentId: number }> {
+    return this.charging.limited(body, async (reference, amount) => {
+      const { identifiers } = await this.payments.insert({
+        reference,
+        amount,
+        chargeId: null,
+      });
+      return (identifiers[0] as { id: number }).id;
     });
-    this.charging.refuseOverLimit(body);
-    return { paymentId: (identifiers[0] as { id: number }).id };
   }
 }
 

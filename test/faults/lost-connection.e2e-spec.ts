@@ -2,6 +2,7 @@ import { answer, UNAVAILABLE_ANSWER, type Answer } from '../utils/problems.js';
 import { terminateBackend, untilIdleInTransaction } from '../utils/sessions.js';
 import {
   StatementFaults,
+  typeormPool,
   type FaultTiming,
   type Statement,
 } from '../utils/statement-faults.js';
@@ -70,7 +71,10 @@ describe.each(PLATFORMS)(
         imports: [LostTransactionTestModule],
         idempotency: { gc: false, lease: LEASE },
       });
-      faults = await StatementFaults.install(target.dataSource, target.db.url);
+      faults = await StatementFaults.install(
+        typeormPool(target.dataSource),
+        target.db.url,
+      );
     });
     afterAll(async () => {
       await faults?.restore();

@@ -68,8 +68,8 @@ const SEEN_TIMEOUT_MS = 10_000;
 /**
  * Ends the PostgreSQL session of an application's connection at a chosen
  * statement, as a network or a server would, without touching the module:
- * `query` of the pg driver's `Client` (the class the DataSource's pool and
- * the module's presence session are made of) is wrapped; statements of
+ * `query` of the pg driver's `Client` (the class every data library's pool
+ * and the module's presence session are made of) is wrapped; statements of
  * other connections (the test's own) pass untouched. A statement is found
  * by its text and parameters, a session ended from a connection of the
  * injector's own.
@@ -92,28 +92,23 @@ export class StatementFaults {
   ) {}
 
   /**
-   * Starts watching the statements of `dataSource`'s connections (its pool,
-   * and sessions named `applicationNames`), on its database at `url`.
+   * Starts watching the statements of `pool`'s connections (the pool a
+   * data library writes through), and of sessions named
+   * `applicationNames`, on its database at `url`.
    */
   static async install(
-    dataSource: DataSource,
+    pool: Pool,
     url: string,
     applicationNames: readonly string[] = [],
   ): Promise<StatementFaults> {
-    const driver = dataSource.driver as unknown as {
-      master?: Pool;
-      postgres: { Client: { prototype: { query: Query } } };
-    };
-    if (!driver.master) {
-      throw new Error('The DataSource has no pg pool: is it PostgreSQL?');
-    }
     const client = new pg.Client({ connectionString: url });
     client.on('error', () => undefined);
     await client.connect();
-    const { prototype } = driver.postgres.Client;
+    // Every data library's pool is node-postgres's, of this one package.
+    const prototype = pg.Client.prototype as unknown as { query: Query };
     const faults = new StatementFaults(
       client,
-      driver.master,
+      pool,
       prototype,
       prototype.query,
     );
@@ -344,4 +339,13 @@ export class StatementFaults {
     await seen;
     return error;
   }
+}
+
+/** The pg pool of a TypeORM `DataSource` on PostgreSQL. */
+export function typeormPool(dataSource: DataSource): Pool {
+  const { master } = dataSource.driver as unknown as { master?: Pool };
+  if (!master) {
+    throw new Error('The DataSource has no pg pool: is it PostgreSQL?');
+  }
+  return master;
 }

@@ -649,6 +649,7 @@ export const PaymentScalarFieldEnum = {
   id: 'id',
   key: 'key',
   amount: 'amount',
+  chargeId: 'chargeId',
 } as const;
 
 export type PaymentScalarFieldEnum =
@@ -657,6 +658,7 @@ export type PaymentScalarFieldEnum =
 export const LedgerEntryScalarFieldEnum = {
   id: 'id',
   paymentId: 'paymentId',
+  account: 'account',
   amount: 'amount',
 } as const;
 
@@ -676,6 +678,13 @@ export const QueryMode = {
 } as const;
 
 export type QueryMode = (typeof QueryMode)[keyof typeof QueryMode];
+
+export const NullsOrder = {
+  first: 'first',
+  last: 'last',
+} as const;
+
+export type NullsOrder = (typeof NullsOrder)[keyof typeof NullsOrder];
 
 /**
  * Field references

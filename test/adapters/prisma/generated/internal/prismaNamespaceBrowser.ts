@@ -78,6 +78,7 @@ export const PaymentScalarFieldEnum = {
   id: 'id',
   key: 'key',
   amount: 'amount',
+  chargeId: 'chargeId',
 } as const;
 
 export type PaymentScalarFieldEnum =
@@ -86,6 +87,7 @@ export type PaymentScalarFieldEnum =
 export const LedgerEntryScalarFieldEnum = {
   id: 'id',
   paymentId: 'paymentId',
+  account: 'account',
   amount: 'amount',
 } as const;
 
@@ -105,3 +107,10 @@ export const QueryMode = {
 } as const;
 
 export type QueryMode = (typeof QueryMode)[keyof typeof QueryMode];
+
+export const NullsOrder = {
+  first: 'first',
+  last: 'last',
+} as const;
+
+export type NullsOrder = (typeof NullsOrder)[keyof typeof NullsOrder];

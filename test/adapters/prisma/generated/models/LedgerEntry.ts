@@ -41,18 +41,21 @@ export type LedgerEntrySumAggregateOutputType = {
 export type LedgerEntryMinAggregateOutputType = {
   id: number | null;
   paymentId: number | null;
+  account: string | null;
   amount: number | null;
 };
 
 export type LedgerEntryMaxAggregateOutputType = {
   id: number | null;
   paymentId: number | null;
+  account: string | null;
   amount: number | null;
 };
 
 export type LedgerEntryCountAggregateOutputType = {
   id: number;
   paymentId: number;
+  account: number;
   amount: number;
   _all: number;
 };
@@ -72,18 +75,21 @@ export type LedgerEntrySumAggregateInputType = {
 export type LedgerEntryMinAggregateInputType = {
   id?: true;
   paymentId?: true;
+  account?: true;
   amount?: true;
 };
 
 export type LedgerEntryMaxAggregateInputType = {
   id?: true;
   paymentId?: true;
+  account?: true;
   amount?: true;
 };
 
 export type LedgerEntryCountAggregateInputType = {
   id?: true;
   paymentId?: true;
+  account?: true;
   amount?: true;
   _all?: true;
 };
@@ -184,6 +190,7 @@ export type LedgerEntryGroupByArgs<
 export type LedgerEntryGroupByOutputType = {
   id: number;
   paymentId: number;
+  account: string | null;
   amount: number;
   _count: LedgerEntryCountAggregateOutputType | null;
   _avg: LedgerEntryAvgAggregateOutputType | null;
@@ -211,6 +218,7 @@ export type LedgerEntryWhereInput = {
   NOT?: Prisma.LedgerEntryWhereInput | Prisma.LedgerEntryWhereInput[];
   id?: Prisma.IntFilter<'LedgerEntry'> | number;
   paymentId?: Prisma.IntFilter<'LedgerEntry'> | number;
+  account?: Prisma.StringNullableFilter<'LedgerEntry'> | string | null;
   amount?: Prisma.IntFilter<'LedgerEntry'> | number;
   payment?: Prisma.XOR<
     Prisma.PaymentScalarRelationFilter,
@@ -221,6 +229,7 @@ export type LedgerEntryWhereInput = {
 export type LedgerEntryOrderByWithRelationInput = {
   id?: Prisma.SortOrder;
   paymentId?: Prisma.SortOrder;
+  account?: Prisma.SortOrderInput | Prisma.SortOrder;
   amount?: Prisma.SortOrder;
   payment?: Prisma.PaymentOrderByWithRelationInput;
 };
@@ -232,6 +241,7 @@ export type LedgerEntryWhereUniqueInput = Prisma.AtLeast<
     OR?: Prisma.LedgerEntryWhereInput[];
     NOT?: Prisma.LedgerEntryWhereInput | Prisma.LedgerEntryWhereInput[];
     paymentId?: Prisma.IntFilter<'LedgerEntry'> | number;
+    account?: Prisma.StringNullableFilter<'LedgerEntry'> | string | null;
     amount?: Prisma.IntFilter<'LedgerEntry'> | number;
     payment?: Prisma.XOR<
       Prisma.PaymentScalarRelationFilter,
@@ -244,6 +254,7 @@ export type LedgerEntryWhereUniqueInput = Prisma.AtLeast<
 export type LedgerEntryOrderByWithAggregationInput = {
   id?: Prisma.SortOrder;
   paymentId?: Prisma.SortOrder;
+  account?: Prisma.SortOrderInput | Prisma.SortOrder;
   amount?: Prisma.SortOrder;
   _count?: Prisma.LedgerEntryCountOrderByAggregateInput;
   _avg?: Prisma.LedgerEntryAvgOrderByAggregateInput;
@@ -262,10 +273,13 @@ export type LedgerEntryScalarWhereWithAggregatesInput = {
     | Prisma.LedgerEntryScalarWhereWithAggregatesInput[];
   id?: Prisma.IntWithAggregatesFilter<'LedgerEntry'> | number;
   paymentId?: Prisma.IntWithAggregatesFilter<'LedgerEntry'> | number;
+  account?:
+    Prisma.StringNullableWithAggregatesFilter<'LedgerEntry'> | string | null;
   amount?: Prisma.IntWithAggregatesFilter<'LedgerEntry'> | number;
 };
 
 export type LedgerEntryCreateInput = {
+  account?: string | null;
   amount: number;
   payment: Prisma.PaymentCreateNestedOneWithoutLedgerInput;
 };
@@ -273,10 +287,12 @@ export type LedgerEntryCreateInput = {
 export type LedgerEntryUncheckedCreateInput = {
   id?: number;
   paymentId: number;
+  account?: string | null;
   amount: number;
 };
 
 export type LedgerEntryUpdateInput = {
+  account?: Prisma.NullableStringFieldUpdateOperationsInput | string | null;
   amount?: Prisma.IntFieldUpdateOperationsInput | number;
   payment?: Prisma.PaymentUpdateOneRequiredWithoutLedgerNestedInput;
 };
@@ -284,22 +300,26 @@ export type LedgerEntryUpdateInput = {
 export type LedgerEntryUncheckedUpdateInput = {
   id?: Prisma.IntFieldUpdateOperationsInput | number;
   paymentId?: Prisma.IntFieldUpdateOperationsInput | number;
+  account?: Prisma.NullableStringFieldUpdateOperationsInput | string | null;
   amount?: Prisma.IntFieldUpdateOperationsInput | number;
 };
 
 export type LedgerEntryCreateManyInput = {
   id?: number;
   paymentId: number;
+  account?: string | null;
   amount: number;
 };
 
 export type LedgerEntryUpdateManyMutationInput = {
+  account?: Prisma.NullableStringFieldUpdateOperationsInput | string | null;
   amount?: Prisma.IntFieldUpdateOperationsInput | number;
 };
 
 export type LedgerEntryUncheckedUpdateManyInput = {
   id?: Prisma.IntFieldUpdateOperationsInput | number;
   paymentId?: Prisma.IntFieldUpdateOperationsInput | number;
+  account?: Prisma.NullableStringFieldUpdateOperationsInput | string | null;
   amount?: Prisma.IntFieldUpdateOperationsInput | number;
 };
 
@@ -316,6 +336,7 @@ export type LedgerEntryOrderByRelationAggregateInput = {
 export type LedgerEntryCountOrderByAggregateInput = {
   id?: Prisma.SortOrder;
   paymentId?: Prisma.SortOrder;
+  account?: Prisma.SortOrder;
   amount?: Prisma.SortOrder;
 };
 
@@ -328,12 +349,14 @@ export type LedgerEntryAvgOrderByAggregateInput = {
 export type LedgerEntryMaxOrderByAggregateInput = {
   id?: Prisma.SortOrder;
   paymentId?: Prisma.SortOrder;
+  account?: Prisma.SortOrder;
   amount?: Prisma.SortOrder;
 };
 
 export type LedgerEntryMinOrderByAggregateInput = {
   id?: Prisma.SortOrder;
   paymentId?: Prisma.SortOrder;
+  account?: Prisma.SortOrder;
   amount?: Prisma.SortOrder;
 };
 
@@ -442,11 +465,13 @@ export type LedgerEntryUncheckedUpdateManyWithoutPaymentNestedInput = {
 };
 
 export type LedgerEntryCreateWithoutPaymentInput = {
+  account?: string | null;
   amount: number;
 };
 
 export type LedgerEntryUncheckedCreateWithoutPaymentInput = {
   id?: number;
+  account?: string | null;
   amount: number;
 };
 
@@ -501,25 +526,30 @@ export type LedgerEntryScalarWhereInput = {
     Prisma.LedgerEntryScalarWhereInput | Prisma.LedgerEntryScalarWhereInput[];
   id?: Prisma.IntFilter<'LedgerEntry'> | number;
   paymentId?: Prisma.IntFilter<'LedgerEntry'> | number;
+  account?: Prisma.StringNullableFilter<'LedgerEntry'> | string | null;
   amount?: Prisma.IntFilter<'LedgerEntry'> | number;
 };
 
 export type LedgerEntryCreateManyPaymentInput = {
   id?: number;
+  account?: string | null;
   amount: number;
 };
 
 export type LedgerEntryUpdateWithoutPaymentInput = {
+  account?: Prisma.NullableStringFieldUpdateOperationsInput | string | null;
   amount?: Prisma.IntFieldUpdateOperationsInput | number;
 };
 
 export type LedgerEntryUncheckedUpdateWithoutPaymentInput = {
   id?: Prisma.IntFieldUpdateOperationsInput | number;
+  account?: Prisma.NullableStringFieldUpdateOperationsInput | string | null;
   amount?: Prisma.IntFieldUpdateOperationsInput | number;
 };
 
 export type LedgerEntryUncheckedUpdateManyWithoutPaymentInput = {
   id?: Prisma.IntFieldUpdateOperationsInput | number;
+  account?: Prisma.NullableStringFieldUpdateOperationsInput | string | null;
   amount?: Prisma.IntFieldUpdateOperationsInput | number;
 };
 
@@ -530,6 +560,7 @@ export type LedgerEntrySelect<
   {
     id?: boolean;
     paymentId?: boolean;
+    account?: boolean;
     amount?: boolean;
     payment?: boolean | Prisma.PaymentDefaultArgs<ExtArgs>;
   },
@@ -543,6 +574,7 @@ export type LedgerEntrySelectCreateManyAndReturn<
   {
     id?: boolean;
     paymentId?: boolean;
+    account?: boolean;
     amount?: boolean;
     payment?: boolean | Prisma.PaymentDefaultArgs<ExtArgs>;
   },
@@ -556,6 +588,7 @@ export type LedgerEntrySelectUpdateManyAndReturn<
   {
     id?: boolean;
     paymentId?: boolean;
+    account?: boolean;
     amount?: boolean;
     payment?: boolean | Prisma.PaymentDefaultArgs<ExtArgs>;
   },
@@ -565,6 +598,7 @@ export type LedgerEntrySelectUpdateManyAndReturn<
 export type LedgerEntrySelectScalar = {
   id?: boolean;
   paymentId?: boolean;
+  account?: boolean;
   amount?: boolean;
 };
 
@@ -572,7 +606,7 @@ export type LedgerEntryOmit<
   ExtArgs extends runtime.Types.Extensions.InternalArgs =
     runtime.Types.Extensions.DefaultArgs,
 > = runtime.Types.Extensions.GetOmit<
-  'id' | 'paymentId' | 'amount',
+  'id' | 'paymentId' | 'account' | 'amount',
   ExtArgs['result']['ledgerEntry']
 >;
 export type LedgerEntryInclude<
@@ -606,6 +640,7 @@ export type $LedgerEntryPayload<
     {
       id: number;
       paymentId: number;
+      account: string | null;
       amount: number;
     },
     ExtArgs['result']['ledgerEntry']
@@ -1212,6 +1247,7 @@ export interface Prisma__LedgerEntryClient<
 export interface LedgerEntryFieldRefs {
   readonly id: Prisma.FieldRef<'LedgerEntry', 'Int'>;
   readonly paymentId: Prisma.FieldRef<'LedgerEntry', 'Int'>;
+  readonly account: Prisma.FieldRef<'LedgerEntry', 'String'>;
   readonly amount: Prisma.FieldRef<'LedgerEntry', 'Int'>;
 }
 

@@ -40,18 +40,21 @@ export type PaymentMinAggregateOutputType = {
   id: number | null;
   key: string | null;
   amount: number | null;
+  chargeId: string | null;
 };
 
 export type PaymentMaxAggregateOutputType = {
   id: number | null;
   key: string | null;
   amount: number | null;
+  chargeId: string | null;
 };
 
 export type PaymentCountAggregateOutputType = {
   id: number;
   key: number;
   amount: number;
+  chargeId: number;
   _all: number;
 };
 
@@ -69,18 +72,21 @@ export type PaymentMinAggregateInputType = {
   id?: true;
   key?: true;
   amount?: true;
+  chargeId?: true;
 };
 
 export type PaymentMaxAggregateInputType = {
   id?: true;
   key?: true;
   amount?: true;
+  chargeId?: true;
 };
 
 export type PaymentCountAggregateInputType = {
   id?: true;
   key?: true;
   amount?: true;
+  chargeId?: true;
   _all?: true;
 };
 
@@ -181,6 +187,7 @@ export type PaymentGroupByOutputType = {
   id: number;
   key: string;
   amount: number;
+  chargeId: string | null;
   _count: PaymentCountAggregateOutputType | null;
   _avg: PaymentAvgAggregateOutputType | null;
   _sum: PaymentSumAggregateOutputType | null;
@@ -208,6 +215,7 @@ export type PaymentWhereInput = {
   id?: Prisma.IntFilter<'Payment'> | number;
   key?: Prisma.StringFilter<'Payment'> | string;
   amount?: Prisma.IntFilter<'Payment'> | number;
+  chargeId?: Prisma.StringNullableFilter<'Payment'> | string | null;
   ledger?: Prisma.LedgerEntryListRelationFilter;
 };
 
@@ -215,6 +223,7 @@ export type PaymentOrderByWithRelationInput = {
   id?: Prisma.SortOrder;
   key?: Prisma.SortOrder;
   amount?: Prisma.SortOrder;
+  chargeId?: Prisma.SortOrderInput | Prisma.SortOrder;
   ledger?: Prisma.LedgerEntryOrderByRelationAggregateInput;
 };
 
@@ -226,6 +235,7 @@ export type PaymentWhereUniqueInput = Prisma.AtLeast<
     NOT?: Prisma.PaymentWhereInput | Prisma.PaymentWhereInput[];
     key?: Prisma.StringFilter<'Payment'> | string;
     amount?: Prisma.IntFilter<'Payment'> | number;
+    chargeId?: Prisma.StringNullableFilter<'Payment'> | string | null;
     ledger?: Prisma.LedgerEntryListRelationFilter;
   },
   'id'
@@ -235,6 +245,7 @@ export type PaymentOrderByWithAggregationInput = {
   id?: Prisma.SortOrder;
   key?: Prisma.SortOrder;
   amount?: Prisma.SortOrder;
+  chargeId?: Prisma.SortOrderInput | Prisma.SortOrder;
   _count?: Prisma.PaymentCountOrderByAggregateInput;
   _avg?: Prisma.PaymentAvgOrderByAggregateInput;
   _max?: Prisma.PaymentMaxOrderByAggregateInput;
@@ -253,11 +264,14 @@ export type PaymentScalarWhereWithAggregatesInput = {
   id?: Prisma.IntWithAggregatesFilter<'Payment'> | number;
   key?: Prisma.StringWithAggregatesFilter<'Payment'> | string;
   amount?: Prisma.IntWithAggregatesFilter<'Payment'> | number;
+  chargeId?:
+    Prisma.StringNullableWithAggregatesFilter<'Payment'> | string | null;
 };
 
 export type PaymentCreateInput = {
   key: string;
   amount: number;
+  chargeId?: string | null;
   ledger?: Prisma.LedgerEntryCreateNestedManyWithoutPaymentInput;
 };
 
@@ -265,12 +279,14 @@ export type PaymentUncheckedCreateInput = {
   id?: number;
   key: string;
   amount: number;
+  chargeId?: string | null;
   ledger?: Prisma.LedgerEntryUncheckedCreateNestedManyWithoutPaymentInput;
 };
 
 export type PaymentUpdateInput = {
   key?: Prisma.StringFieldUpdateOperationsInput | string;
   amount?: Prisma.IntFieldUpdateOperationsInput | number;
+  chargeId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null;
   ledger?: Prisma.LedgerEntryUpdateManyWithoutPaymentNestedInput;
 };
 
@@ -278,6 +294,7 @@ export type PaymentUncheckedUpdateInput = {
   id?: Prisma.IntFieldUpdateOperationsInput | number;
   key?: Prisma.StringFieldUpdateOperationsInput | string;
   amount?: Prisma.IntFieldUpdateOperationsInput | number;
+  chargeId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null;
   ledger?: Prisma.LedgerEntryUncheckedUpdateManyWithoutPaymentNestedInput;
 };
 
@@ -285,23 +302,27 @@ export type PaymentCreateManyInput = {
   id?: number;
   key: string;
   amount: number;
+  chargeId?: string | null;
 };
 
 export type PaymentUpdateManyMutationInput = {
   key?: Prisma.StringFieldUpdateOperationsInput | string;
   amount?: Prisma.IntFieldUpdateOperationsInput | number;
+  chargeId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null;
 };
 
 export type PaymentUncheckedUpdateManyInput = {
   id?: Prisma.IntFieldUpdateOperationsInput | number;
   key?: Prisma.StringFieldUpdateOperationsInput | string;
   amount?: Prisma.IntFieldUpdateOperationsInput | number;
+  chargeId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null;
 };
 
 export type PaymentCountOrderByAggregateInput = {
   id?: Prisma.SortOrder;
   key?: Prisma.SortOrder;
   amount?: Prisma.SortOrder;
+  chargeId?: Prisma.SortOrder;
 };
 
 export type PaymentAvgOrderByAggregateInput = {
@@ -313,12 +334,14 @@ export type PaymentMaxOrderByAggregateInput = {
   id?: Prisma.SortOrder;
   key?: Prisma.SortOrder;
   amount?: Prisma.SortOrder;
+  chargeId?: Prisma.SortOrder;
 };
 
 export type PaymentMinOrderByAggregateInput = {
   id?: Prisma.SortOrder;
   key?: Prisma.SortOrder;
   amount?: Prisma.SortOrder;
+  chargeId?: Prisma.SortOrder;
 };
 
 export type PaymentSumOrderByAggregateInput = {
@@ -341,6 +364,10 @@ export type IntFieldUpdateOperationsInput = {
   decrement?: number;
   multiply?: number;
   divide?: number;
+};
+
+export type NullableStringFieldUpdateOperationsInput = {
+  set?: string | null;
 };
 
 export type PaymentCreateNestedOneWithoutLedgerInput = {
@@ -372,12 +399,14 @@ export type PaymentUpdateOneRequiredWithoutLedgerNestedInput = {
 export type PaymentCreateWithoutLedgerInput = {
   key: string;
   amount: number;
+  chargeId?: string | null;
 };
 
 export type PaymentUncheckedCreateWithoutLedgerInput = {
   id?: number;
   key: string;
   amount: number;
+  chargeId?: string | null;
 };
 
 export type PaymentCreateOrConnectWithoutLedgerInput = {
@@ -411,12 +440,14 @@ export type PaymentUpdateToOneWithWhereWithoutLedgerInput = {
 export type PaymentUpdateWithoutLedgerInput = {
   key?: Prisma.StringFieldUpdateOperationsInput | string;
   amount?: Prisma.IntFieldUpdateOperationsInput | number;
+  chargeId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null;
 };
 
 export type PaymentUncheckedUpdateWithoutLedgerInput = {
   id?: Prisma.IntFieldUpdateOperationsInput | number;
   key?: Prisma.StringFieldUpdateOperationsInput | string;
   amount?: Prisma.IntFieldUpdateOperationsInput | number;
+  chargeId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null;
 };
 
 /**
@@ -465,6 +496,7 @@ export type PaymentSelect<
     id?: boolean;
     key?: boolean;
     amount?: boolean;
+    chargeId?: boolean;
     ledger?: boolean | Prisma.Payment$ledgerArgs<ExtArgs>;
     _count?: boolean | Prisma.PaymentCountOutputTypeDefaultArgs<ExtArgs>;
   },
@@ -479,6 +511,7 @@ export type PaymentSelectCreateManyAndReturn<
     id?: boolean;
     key?: boolean;
     amount?: boolean;
+    chargeId?: boolean;
   },
   ExtArgs['result']['payment']
 >;
@@ -491,6 +524,7 @@ export type PaymentSelectUpdateManyAndReturn<
     id?: boolean;
     key?: boolean;
     amount?: boolean;
+    chargeId?: boolean;
   },
   ExtArgs['result']['payment']
 >;
@@ -499,13 +533,14 @@ export type PaymentSelectScalar = {
   id?: boolean;
   key?: boolean;
   amount?: boolean;
+  chargeId?: boolean;
 };
 
 export type PaymentOmit<
   ExtArgs extends runtime.Types.Extensions.InternalArgs =
     runtime.Types.Extensions.DefaultArgs,
 > = runtime.Types.Extensions.GetOmit<
-  'id' | 'key' | 'amount',
+  'id' | 'key' | 'amount' | 'chargeId',
   ExtArgs['result']['payment']
 >;
 export type PaymentInclude<
@@ -537,6 +572,7 @@ export type $PaymentPayload<
       id: number;
       key: string;
       amount: number;
+      chargeId: string | null;
     },
     ExtArgs['result']['payment']
   >;
@@ -1137,6 +1173,7 @@ export interface PaymentFieldRefs {
   readonly id: Prisma.FieldRef<'Payment', 'Int'>;
   readonly key: Prisma.FieldRef<'Payment', 'String'>;
   readonly amount: Prisma.FieldRef<'Payment', 'Int'>;
+  readonly chargeId: Prisma.FieldRef<'Payment', 'String'>;
 }
 
 // Custom InputTypes
