@@ -1,9 +1,11 @@
 /**
- * The payments promise on every data library's adapter behind PgBouncer in
- * transaction pooling, as the TypeORM path is tested in
- * test/faults/pgbouncer.e2e-spec.ts: the library's pool connects through
- * PgBouncer, the presence session directly.
+ * The payments promise and the store's conformance suite on every data
+ * library's adapter behind PgBouncer in transaction pooling, as the TypeORM
+ * path is tested in test/faults/pgbouncer.e2e-spec.ts: the library's pool
+ * connects through PgBouncer, the presence session directly.
  */
+import { IdempotencyStore } from '../../src/index.js';
+import { describeStoreConformance } from '../stores/conformance.js';
 import {
   describeWithPgBouncer,
   startPgBouncer,
@@ -54,5 +56,38 @@ describeWithPgBouncer()(
         describePaymentsPromise(() => target);
       },
     );
+
+    for (const fixture of ADAPTERS) {
+      describeStoreConformance(
+        `PostgreSQL on ${fixture.name} behind PgBouncer`,
+        async () => {
+          const db = await createAdapterDatabase();
+          const bouncer = await startPgBouncer(db.url, {
+            poolMode: 'transaction',
+            poolSize: 4,
+          }).catch(async (error: unknown) => {
+            await db.drop();
+            throw error;
+          });
+          const target = await startAdapterApp(fixture, {
+            database: db,
+            clientUrl: bouncer.url,
+            idempotency: { presence: { url: db.url } },
+          }).catch(async (error: unknown) => {
+            await bouncer.stop();
+            await db.drop();
+            throw error;
+          });
+          return {
+            store: target.app.get<IdempotencyStore>(IdempotencyStore),
+            async close() {
+              await target.close();
+              await bouncer.stop();
+              await db.drop();
+            },
+          };
+        },
+      );
+    }
   },
 );
