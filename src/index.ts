@@ -59,3 +59,21 @@ export {
   MemoryIdempotencyStore,
   type MemoryIdempotencyStoreOptions,
 } from './stores/memory/memory.store.js';
+export {
+  IdempotentWebhook,
+  WebhookDelivery,
+} from './webhooks/idempotent-webhook.decorator.js';
+export { hmacSha256Matches } from './webhooks/webhook-signatures.js';
+export {
+  IdempotencyWebhookRefusedException,
+  type WebhookRefusal,
+} from './webhooks/webhook-refused.exception.js';
+export type {
+  IdempotentWebhookOptions,
+  VerifiedWebhook,
+  WebhookIdentity,
+  WebhookPresetName,
+  WebhookProvider,
+  WebhookRequest,
+  WebhookSecrets,
+} from './webhooks/webhook-options.interface.js';

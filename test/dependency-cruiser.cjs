@@ -10,7 +10,8 @@
  * implements. Around it, `outgoing/` (a handler's outgoing calls) imports
  * the core only. The module's own top-level files (its public API, the
  * options' resolution) import the core and `outgoing/`, and know nothing
- * of the transports (`http/`, `graphql/`, `messages/`, `bullmq/`), the
+ * of the transports (`http/`, `graphql/`, `messages/`, `bullmq/`,
+ * `webhooks/`), the
  * stores, TypeORM or the integrations (`typeorm/`, `cls/`, `telemetry/`,
  * `openapi/`, `testing/`). Only the composition roots (the module, its
  * providers, the dispatching interceptor and the package's entry points)
@@ -18,7 +19,7 @@
  */
 /** The folders of the data libraries' adapters of the PostgreSQL store. */
 const ADAPTERS = 'typeorm|prisma|drizzle|kysely|pg';
-const OUTER = `^src/(http|graphql|messages|bullmq|stores|${ADAPTERS}|cls|telemetry|openapi|testing)/`;
+const OUTER = `^src/(http|graphql|messages|bullmq|webhooks|stores|${ADAPTERS}|cls|telemetry|openapi|testing)/`;
 const COMPOSITION =
   '^src/(index|idempotency[.]module|idempotency[.]providers|idempotency[.]interceptor)[.]ts$|^src/[^/]+/index[.]ts$|^src/stores/[^/]+/index[.]ts$';
 const INNER = '^src/(core|interfaces|exceptions)/';
@@ -95,9 +96,9 @@ module.exports = {
       comment:
         'A transport adapter never imports another one (GraphQL, served over HTTP, reads the key header as HTTP does).',
       severity: 'error',
-      from: { path: '^src/(http|graphql|messages|bullmq)/' },
+      from: { path: '^src/(http|graphql|messages|bullmq|webhooks)/' },
       to: {
-        path: '^src/(http|graphql|messages|bullmq)/',
+        path: '^src/(http|graphql|messages|bullmq|webhooks)/',
         pathNot: ['^src/$1/', '^src/http/idempotency-key[.]ts$'],
       },
     },

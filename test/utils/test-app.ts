@@ -59,6 +59,8 @@ export interface TestAppOptions extends ModuleMetadata {
    * database to its owner.
    */
   database?: TestDatabase;
+  /** Keeps each request's raw body (`rawBody: true`), as a webhook receiver needs. */
+  rawBody?: boolean;
 }
 
 /**
@@ -73,6 +75,7 @@ export async function startTestApp(options: TestAppOptions): Promise<TestApp> {
     platform = 'express',
     configure,
     database,
+    rawBody,
     imports = [],
     ...metadata
   } = options;
@@ -104,7 +107,7 @@ export async function startTestApp(options: TestAppOptions): Promise<TestApp> {
         ...imports,
       ],
     }).compile();
-    const app = await listenOn(moduleRef, platform, configure);
+    const app = await listenOn(moduleRef, platform, configure, rawBody);
     const dataSource = app.get<DataSource>(getDataSourceToken(typeorm?.name));
     return {
       app,
@@ -125,14 +128,17 @@ export async function startTestApp(options: TestAppOptions): Promise<TestApp> {
 
 /**
  * Creates the application of `moduleRef` on `platform`, lets `configure`
- * prepare it, and listens on a random loopback port.
+ * prepare it, and listens on a random loopback port; `rawBody` keeps each
+ * request's raw body.
  */
 export async function listenOn(
   moduleRef: TestingModule,
   platform: Platform,
   configure?: (app: INestApplication) => void,
+  rawBody?: boolean,
 ): Promise<INestApplication> {
   const appOptions: NestApplicationOptions = {
+    rawBody,
     logger: process.env.TEST_LOGS ? ['error', 'warn', 'log', 'debug'] : false,
     // close() ends the keep-alive connections fetch leaves open. Node counts
     // a connection on which no request arrived yet as busy, and after an

@@ -1,0 +1,138 @@
+import {
+  applyDecorators,
+  createParamDecorator,
+  SetMetadata,
+  UseGuards,
+  type ExecutionContext,
+} from '@nestjs/common';
+import { createHash } from 'node:crypto';
+import { Idempotent } from '../idempotent.decorator.js';
+import { toMilliseconds } from '../idempotency.duration.js';
+import { IdempotencyConfigurationError } from '../exceptions/idempotency-configuration.error.js';
+import type {
+  IdempotentWebhookOptions,
+  VerifiedWebhook,
+  WebhookPresetName,
+  WebhookProvider,
+} from './webhook-options.interface.js';
+import { WEBHOOK_PRESETS } from './webhook-presets.js';
+import {
+  IdempotentWebhookGuard,
+  WEBHOOK_METADATA,
+  type WebhookReceiver,
+} from './webhook.guard.js';
+import { deliveryOf } from './webhook-deliveries.js';
+
+/** The provider a decorator names: a preset's, or the one given. */
+function providerOf(
+  preset: WebhookPresetName | WebhookProvider,
+): WebhookProvider {
+  const provider =
+    typeof preset === 'string'
+      ? (WEBHOOK_PRESETS as Record<string, WebhookProvider | undefined>)[preset]
+      : preset;
+  if (
+    typeof provider?.verify !== 'function' ||
+    typeof provider.identify !== 'function' ||
+    typeof provider.name !== 'string'
+  ) {
+    throw new IdempotencyConfigurationError(
+      `Invalid webhook provider: ${JSON.stringify(preset)}.`,
+      `Name a preset (${Object.keys(WEBHOOK_PRESETS).join(', ')}) or give { name, verify, identify }.`,
+    );
+  }
+  return provider;
+}
+
+/** Event ids as providers write them: visible ASCII, whatever the module's key rules. */
+const EVENT_ID_RULES = {
+  minLength: 1,
+  maxLength: 255,
+  pattern: /^[\x21-\x7e]+$/,
+  validate: () => true,
+};
+
+/**
+ * Makes a `@Post()` route a webhook receiver that processes each event once.
+ *
+ * A guard verifies every delivery's signature over the raw body (constant
+ * time, any of the secrets), and its signed timestamp against `tolerance`,
+ * before anything is claimed or handed to the handler: a delivery that
+ * fails gets `401` problem+json and leaves nothing behind. A verified one
+ * runs as `@Idempotent()` runs a request, keyed by the provider's event id
+ * (no `Idempotency-Key` header) in one scope per receiver (and Stripe
+ * Connect account): the first delivery runs the handler in the shared
+ * transaction, a redelivery after it committed gets the stored 2xx, one
+ * while it runs waits for it (`concurrency: 'wait'`, `waitTimeout`) and
+ * then gets the stored answer or `409` (retried by the provider), and a
+ * handler that failed stored nothing, so the next delivery runs it.
+ *
+ * The application must keep raw bodies:
+ * `NestFactory.create(AppModule, { rawBody: true })`; without them every
+ * delivery gets `500` and the application logs how to fix it.
+ *
+ * @param preset `'stripe'`, `'github'`, `'standard-webhooks'`, or a
+ * {@link WebhookProvider} of your own
+ * @param options the secret(s), and overrides of the route options
+ *
+ * @example
+ * @Post('stripe')
+ * @IdempotentWebhook('stripe', { secret: process.env.STRIPE_WEBHOOK_SECRET! })
+ * onStripe(@WebhookDelivery() delivery: VerifiedWebhook<Stripe.Event>) {
+ *   return this.payments.apply(delivery.event);
+ * }
+ */
+export function IdempotentWebhook(
+  preset: WebhookPresetName | WebhookProvider,
+  options: IdempotentWebhookOptions,
+): MethodDecorator & ClassDecorator {
+  const provider = providerOf(preset);
+  const receiver: WebhookReceiver = {
+    provider,
+    secret: options.secret,
+    toleranceMs: toMilliseconds(options.tolerance ?? '5m', 'tolerance'),
+  };
+  return applyDecorators(
+    SetMetadata(WEBHOOK_METADATA, receiver),
+    UseGuards(IdempotentWebhookGuard),
+    Idempotent({
+      ttl: options.ttl,
+      transactionTimeout: options.transactionTimeout,
+      retryAfter: options.retryAfter,
+      storeErrors: options.storeErrors,
+      maxResponseSize: options.maxResponseSize,
+      replayHeaders: options.replayHeaders,
+      isolationLevel: options.isolationLevel,
+      concurrency: options.concurrency ?? 'wait',
+      waitTimeout: options.waitTimeout ?? provider.waitTimeout ?? '8s',
+      required: true,
+      key: (context) => deliveryOf(context).verified.id,
+      keyValidation: EVENT_ID_RULES,
+      scope: options.scope ?? receiverScope,
+      fingerprint: (context) =>
+        `webhook:${createHash('sha256').update(deliveryOf(context).compared).digest('hex')}`,
+    }),
+  );
+}
+
+/** `webhook:<provider>:<Controller>.<method>[:<account>]`. */
+function receiverScope(context: ExecutionContext): string {
+  const { provider, account } = deliveryOf(context).verified;
+  const receiver = `${context.getClass().name}.${context.getHandler().name}`;
+  return `webhook:${provider}:${receiver}${account === undefined ? '' : `:${account}`}`;
+}
+
+/**
+ * The verified delivery of an `@IdempotentWebhook()` route: its id, its
+ * parsed event, its raw body, its timestamp and account.
+ *
+ * @example
+ * onEvent(@WebhookDelivery() delivery: VerifiedWebhook<{ type: string }>) {
+ *   if (delivery.event.type === 'payment_intent.succeeded') { ... }
+ * }
+ */
+export const WebhookDelivery = createParamDecorator(
+  (_data: unknown, context: ExecutionContext): VerifiedWebhook => {
+    return deliveryOf(context).verified;
+  },
+);

@@ -1,0 +1,164 @@
+import {
+  Inject,
+  Injectable,
+  Logger,
+  Optional,
+  type CanActivate,
+  type ExecutionContext,
+} from '@nestjs/common';
+import { HttpAdapterHost, Reflector } from '@nestjs/core';
+import type { IncomingMessage } from 'node:http';
+import { IDEMPOTENCY_RESOLVED_OPTIONS } from '../idempotency.tokens.js';
+import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
+import type {
+  WebhookProvider,
+  WebhookRequest,
+  WebhookSecrets,
+} from './webhook-options.interface.js';
+import {
+  IdempotencyWebhookRefusedException,
+  type WebhookRefusal,
+} from './webhook-refused.exception.js';
+import { recordDelivery } from './webhook-deliveries.js';
+
+/** @internal Metadata key of a receiver's configuration. */
+export const WEBHOOK_METADATA = 'idempotency:webhook';
+
+/** @internal What `@IdempotentWebhook()` tells its guard. */
+export interface WebhookReceiver {
+  readonly provider: WebhookProvider;
+  readonly secret: WebhookSecrets;
+  readonly toleranceMs: number;
+}
+
+/** A request as the platforms give it, with the bytes `rawBody: true` keeps. */
+type PlatformRequest = IncomingMessage & {
+  rawBody?: unknown;
+  raw?: IncomingMessage & { rawBody?: unknown };
+};
+
+/**
+ * The event of a delivery: its body as JSON, or, for a form delivery
+ * (GitHub's `application/x-www-form-urlencoded`), its `payload` field as
+ * JSON; `undefined` when it is neither.
+ */
+function parseEvent(rawBody: Buffer, contentType: string | undefined): unknown {
+  const text = rawBody.toString('utf8');
+  try {
+    if (contentType?.startsWith('application/x-www-form-urlencoded')) {
+      const payload = new URLSearchParams(text).get('payload');
+      return payload === null ? undefined : (JSON.parse(payload) as unknown);
+    }
+    return JSON.parse(text) as unknown;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * @internal Verifies a webhook delivery before anything else of the module
+ * sees it: a guard runs before every interceptor, so a delivery that fails
+ * here is never claimed, stored or handed to the handler. A verified one is
+ * recorded for the route's key, scope and fingerprint and for
+ * `@WebhookDelivery()`.
+ */
+@Injectable()
+export class IdempotentWebhookGuard implements CanActivate {
+  private readonly logger = new Logger('IdempotentWebhook');
+
+  constructor(
+    private readonly reflector: Reflector,
+    private readonly adapterHost: HttpAdapterHost,
+    @Optional()
+    @Inject(IDEMPOTENCY_RESOLVED_OPTIONS)
+    private readonly options?: ResolvedIdempotencyOptions,
+  ) {}
+
+  async canActivate(context: ExecutionContext): Promise<boolean> {
+    const receiver = this.reflector.getAllAndOverride<
+      WebhookReceiver | undefined
+    >(WEBHOOK_METADATA, [context.getHandler(), context.getClass()]);
+    if (!receiver || context.getType() !== 'http') {
+      return true;
+    }
+    const name = `${context.getClass().name}.${context.getHandler().name}`;
+    const request = context.switchToHttp().getRequest<PlatformRequest>();
+    const rawBody = request.rawBody ?? request.raw?.rawBody;
+    if (!Buffer.isBuffer(rawBody)) {
+      this.logger.error(
+        `The webhook receiver ${name} got no raw body, so it cannot verify deliveries (each is answered 500 and nothing is processed). Create the application with the raw body kept: NestFactory.create(AppModule, { rawBody: true }) (on Fastify, NestFactory.create(AppModule, new FastifyAdapter(), { rawBody: true })). A delivery whose content type has no parser (Express parses JSON and forms only) needs one registered after that: app.useBodyParser('text') or 'raw'.`,
+      );
+      throw this.refuse(context, 'misconfigured');
+    }
+    const secrets = await this.secrets(receiver.secret, context);
+    if (secrets.length === 0) {
+      this.logger.error(
+        `The webhook receiver ${name} has no secret: give @IdempotentWebhook() a non-empty "secret" (a string, several, or a function returning them).`,
+      );
+      throw this.refuse(context, 'misconfigured');
+    }
+    const headers = request.headers;
+    const delivery: WebhookRequest = {
+      rawBody,
+      header: (field) => {
+        const value = headers[field.toLowerCase()];
+        return typeof value === 'string' ? value : undefined;
+      },
+    };
+    const { provider } = receiver;
+    if (!(await provider.verify(delivery, secrets))) {
+      throw this.refuse(context, 'unverified');
+    }
+    const event = parseEvent(rawBody, delivery.header('content-type'));
+    const identity = provider.identify(delivery, event);
+    if (
+      identity.timestamp !== undefined &&
+      Math.abs(Date.now() - identity.timestamp * 1000) > receiver.toleranceMs
+    ) {
+      throw this.refuse(context, 'expired');
+    }
+    if (typeof identity.id !== 'string' || identity.id.length === 0) {
+      throw this.refuse(context, 'malformed');
+    }
+    recordDelivery(request, {
+      verified: {
+        provider: provider.name,
+        id: identity.id,
+        event,
+        rawBody,
+        timestamp: identity.timestamp,
+        account: identity.account,
+      },
+      compared: identity.compared ?? '',
+    });
+    return true;
+  }
+
+  /** The receiver's secrets, without empty ones. */
+  private async secrets(
+    secret: WebhookSecrets,
+    context: ExecutionContext,
+  ): Promise<string[]> {
+    const value = typeof secret === 'function' ? await secret(context) : secret;
+    const list: readonly unknown[] = Array.isArray(value) ? value : [value];
+    return list.filter(
+      (entry): entry is string => typeof entry === 'string' && entry.length > 0,
+    );
+  }
+
+  /** The refusal, with its problem+json headers set on the response. */
+  private refuse(
+    context: ExecutionContext,
+    refusal: WebhookRefusal,
+  ): IdempotencyWebhookRefusedException {
+    const error = new IdempotencyWebhookRefusedException(refusal).withTypeBase(
+      this.options?.problemTypeBaseUrl,
+    );
+    this.adapterHost.httpAdapter.setHeader(
+      context.switchToHttp().getResponse(),
+      'Content-Type',
+      'application/problem+json',
+    );
+    return error;
+  }
+}

@@ -1,0 +1,370 @@
+import { IDEMPOTENCY_TABLE_NAME } from '../../migrations/index.js';
+import type { WebhookPresetName } from '../../src/index.js';
+import { Barrier } from '../utils/barrier.js';
+import { answer } from '../utils/problems.js';
+import { PLATFORMS, startTestApp, type TestApp } from '../utils/test-app.js';
+import {
+  eventId,
+  FOREIGN_SECRETS,
+  payloadOf,
+  SECRETS,
+  signedDelivery,
+  type DeliveryParts,
+  type SignedDelivery,
+} from './signed-deliveries.js';
+import {
+  ROUTES,
+  WebhookControls,
+  WebhooksTestModule,
+} from './webhooks.module.js';
+
+/** Event `id` of `preset`, signed with the receiver's current secret. */
+const sent = (
+  preset: WebhookPresetName,
+  id: string,
+  extra?: Record<string, unknown>,
+) =>
+  signedDelivery(preset, {
+    id,
+    payload: payloadOf(preset, id, extra),
+    secret: SECRETS[preset][0],
+  });
+
+const PRESETS: readonly WebhookPresetName[] = [
+  'stripe',
+  'github',
+  'standard-webhooks',
+];
+
+/** The refusals' bodies, by problem. */
+const UNVERIFIED = {
+  type: 'urn:idempotency:webhook-unverified',
+  title: 'Webhook signature not verified',
+  status: 401,
+  detail:
+    'The delivery carries no signature made with a secret of this receiver over its body.',
+};
+const EXPIRED = {
+  type: 'urn:idempotency:webhook-expired',
+  title: 'Webhook timestamp outside the tolerance',
+  status: 401,
+  detail:
+    'The delivery was signed too long ago (or ahead of time): it is refused as a replay.',
+};
+
+describe.each(PLATFORMS)('webhook receivers (%s)', (platform) => {
+  let target: TestApp;
+  let controls: WebhookControls;
+
+  beforeAll(async () => {
+    target = await startTestApp({
+      imports: [WebhooksTestModule],
+      platform,
+      rawBody: true,
+    });
+    controls = target.app.get(WebhookControls);
+  });
+  afterAll(() => target.close());
+
+  const deliver = (path: string, delivery: SignedDelivery) =>
+    fetch(`${target.url}${path}`, {
+      method: 'POST',
+      headers: delivery.headers,
+      body: delivery.body,
+    });
+  const rows = async (reference: string) =>
+    (
+      await target.db.query<{ source: string }>(
+        'SELECT source FROM orders WHERE reference = $1 ORDER BY id',
+        [reference],
+      )
+    ).map((row) => row.source);
+  const records = async (key: string) =>
+    (
+      await target.db.query<{ n: number }>(
+        `SELECT count(*)::int AS n FROM ${IDEMPOTENCY_TABLE_NAME} WHERE key = $1`,
+        [key],
+      )
+    )[0].n;
+
+  describe.each(PRESETS)('%s', (preset) => {
+    const route = ROUTES[preset];
+    const [secret, previousSecret] = SECRETS[preset];
+    const delivery = (id: string, parts: Partial<DeliveryParts> = {}) =>
+      signedDelivery(preset, {
+        id,
+        payload: payloadOf(preset, id),
+        secret,
+        ...parts,
+      });
+    const receipt = (id: string, body: string) => ({
+      provider: preset,
+      id,
+      bytes: Buffer.byteLength(body),
+      account: null,
+    });
+
+    it('runs a valid delivery once, with its raw body and its parsed event', async () => {
+      const id = eventId(preset);
+      const valid = delivery(id);
+      const first = await answer(deliver(route, valid));
+      expect(first).toMatchObject({
+        status: 200,
+        replayed: false,
+        body: receipt(id, valid.body),
+      });
+      expect(await rows(id)).toEqual([preset]);
+      expect(controls.seen.at(-1)).toEqual({
+        rawBody: valid.body,
+        body: JSON.parse(valid.body),
+      });
+    });
+
+    it('answers the same delivery sent 10 times in turn with the stored 2xx, one set of rows', async () => {
+      const id = eventId(preset);
+      const valid = delivery(id);
+      const answers = [];
+      for (let i = 0; i < 10; i += 1) {
+        answers.push(await answer(deliver(route, valid)));
+      }
+      expect(answers.map((a) => [a.status, a.replayed])).toEqual([
+        [200, false],
+        ...Array.from({ length: 9 }, () => [200, true]),
+      ]);
+      expect(new Set(answers.map((a) => JSON.stringify(a.body)))).toEqual(
+        new Set([JSON.stringify(receipt(id, valid.body))]),
+      );
+      expect(await rows(id)).toEqual([preset]);
+    });
+
+    it('answers 10 deliveries of one event sent at once with 2xx, one set of rows', async () => {
+      const id = eventId(preset);
+      const valid = delivery(id);
+      const answers = await Promise.all(
+        Array.from({ length: 10 }, () => answer(deliver(route, valid))),
+      );
+      expect(answers.map((a) => a.status)).toEqual(Array(10).fill(200));
+      expect(answers.filter((a) => !a.replayed)).toHaveLength(1);
+      for (const a of answers) {
+        expect(a.body).toEqual(receipt(id, valid.body));
+      }
+      expect(await rows(id)).toEqual([preset]);
+    });
+
+    it('accepts a delivery signed with the previous secret (rotation)', async () => {
+      const id = eventId(preset);
+      const old = delivery(id, { secret: previousSecret });
+      expect((await answer(deliver(route, old))).status).toBe(200);
+      expect(await rows(id)).toEqual([preset]);
+    });
+
+    const forgeries: Array<
+      [string, (id: string) => SignedDelivery, object | undefined]
+    > = [
+      [
+        'a signature made with another secret',
+        (id) => delivery(id, { secret: FOREIGN_SECRETS[preset] }),
+        UNVERIFIED,
+      ],
+      [
+        'a signature over another body',
+        (id) =>
+          delivery(id, {
+            signedPayload: payloadOf(preset, id, { amount: 1 }),
+          }),
+        UNVERIFIED,
+      ],
+      [
+        'no signature header',
+        (id) => {
+          const valid = delivery(id);
+          const headers = Object.fromEntries(
+            Object.entries(valid.headers).filter(
+              ([name]) =>
+                !/^(stripe-signature|x-hub-signature-256|webhook-signature)$/.test(
+                  name,
+                ),
+            ),
+          );
+          return { headers, body: valid.body };
+        },
+        UNVERIFIED,
+      ],
+    ];
+    if (preset !== 'github') {
+      forgeries.push([
+        'a timestamp older than the tolerance (5 minutes)',
+        (id) =>
+          delivery(id, { timestamp: Math.floor(Date.now() / 1000) - 301 }),
+        EXPIRED,
+      ]);
+    }
+
+    it.each(forgeries)(
+      'refuses %s with 401 problem+json, stores nothing, and runs the valid delivery that follows',
+      async (_name, forge, problem) => {
+        const id = eventId(preset);
+        const refused = await answer(deliver(route, forge(id)));
+        expect(refused).toEqual({
+          status: 401,
+          contentType: expect.stringMatching(/^application\/problem\+json/),
+          retryAfter: null,
+          replayed: false,
+          body: problem,
+        });
+        expect(await records(id)).toBe(0);
+        expect(await rows(id)).toEqual([]);
+
+        const valid = await answer(deliver(route, delivery(id)));
+        expect(valid).toMatchObject({ status: 200, replayed: false });
+        expect(await rows(id)).toEqual([preset]);
+      },
+    );
+
+    it('runs the real delivery after a forged one with its event id', async () => {
+      const id = eventId(preset);
+      const forged = delivery(id, {
+        secret: FOREIGN_SECRETS[preset],
+        payload: payloadOf(preset, id, { forged: true }),
+      });
+      expect((await deliver(route, forged)).status).toBe(401);
+      const real = await answer(deliver(route, delivery(id)));
+      expect(real).toMatchObject({ status: 200, replayed: false });
+      expect(await rows(id)).toEqual([preset]);
+      expect(await records(id)).toBe(1);
+    });
+
+    it('runs the next delivery after the handler threw, with its writes rolled back', async () => {
+      const id = eventId(preset);
+      const valid = delivery(id);
+      controls.failing.add(id);
+      expect((await deliver(route, valid)).status).toBe(500);
+      expect(await rows(id)).toEqual([]);
+      expect(await records(id)).toBe(0);
+
+      const retried = await answer(deliver(route, valid));
+      expect(retried).toMatchObject({ status: 200, replayed: false });
+      expect(await rows(id)).toEqual([preset]);
+    });
+  });
+
+  describe('what a redelivery compares', () => {
+    it('Stripe: a redelivery whose pending_webhooks changed is the same event (2xx replayed); another type with the same id is 422', async () => {
+      const id = eventId('stripe');
+      const first = sent('stripe', id, { pending_webhooks: 2 });
+      expect((await deliver(ROUTES.stripe, first)).status).toBe(200);
+      const redelivery = sent('stripe', id, { pending_webhooks: 1 });
+      expect(await answer(deliver(ROUTES.stripe, redelivery))).toMatchObject({
+        status: 200,
+        replayed: true,
+      });
+      const other = sent('stripe', id, { type: 'charge.refunded' });
+      expect((await deliver(ROUTES.stripe, other)).status).toBe(422);
+      expect(await rows(id)).toEqual(['stripe']);
+    });
+
+    it('GitHub: a redelivery compares X-GitHub-Event only', async () => {
+      const id = eventId('github');
+      expect((await deliver(ROUTES.github, sent('github', id))).status).toBe(
+        200,
+      );
+      const redelivery = sent('github', id, { after: 'def456' });
+      expect(await answer(deliver(ROUTES.github, redelivery))).toMatchObject({
+        status: 200,
+        replayed: true,
+      });
+      const other = signedDelivery('github', {
+        id,
+        payload: payloadOf('github', id),
+        secret: SECRETS.github[0],
+        githubEvent: 'issues',
+      });
+      expect((await deliver(ROUTES.github, other)).status).toBe(422);
+      expect(await rows(id)).toEqual(['github']);
+    });
+  });
+
+  it('Stripe Connect: one event id in two accounts is two events', async () => {
+    const id = eventId('stripe');
+    for (const account of ['acct_one', 'acct_two', 'acct_one']) {
+      const connect = sent('stripe', id, { account });
+      expect((await deliver(ROUTES.stripe, connect)).status).toBe(200);
+    }
+    expect(await rows(id)).toEqual(['stripe:acct_one', 'stripe:acct_two']);
+  });
+
+  it('GitHub: a verified delivery without X-GitHub-Delivery gets 400, nothing stored', async () => {
+    const id = eventId('github');
+    const valid = sent('github', id);
+    const headers = { ...valid.headers };
+    delete headers['x-github-delivery'];
+    const refused = await answer(
+      deliver(ROUTES.github, { headers, body: valid.body }),
+    );
+    expect(refused).toMatchObject({
+      status: 400,
+      contentType: expect.stringMatching(/^application\/problem\+json/),
+      body: {
+        type: 'urn:idempotency:webhook-malformed',
+        status: 400,
+        title: 'Webhook event id missing',
+      },
+    });
+    expect(await rows(id)).toEqual([]);
+  });
+
+  it('answers a redelivery while the first still runs with 409 and Retry-After once its wait ends; the first then commits', async () => {
+    const id = eventId('stripe');
+    const valid = sent('stripe', id);
+    const hold = new Barrier();
+    controls.holds.set(id, hold);
+    const first = answer(deliver('/webhooks/stripe-brief', valid));
+    await hold.reached();
+    const duplicate = await answer(deliver('/webhooks/stripe-brief', valid));
+    expect(duplicate).toMatchObject({
+      status: 409,
+      retryAfter: '1',
+      body: { type: 'urn:idempotency:request-in-progress', key: id },
+    });
+    hold.open();
+    expect(await first).toMatchObject({ status: 200, replayed: false });
+    expect(
+      await answer(deliver('/webhooks/stripe-brief', valid)),
+    ).toMatchObject({ status: 200, replayed: true });
+    expect(await rows(id)).toEqual(['stripe']);
+  });
+});
+
+describe.each(PLATFORMS)(
+  'a webhook receiver without raw bodies (%s)',
+  (platform) => {
+    let target: TestApp;
+
+    beforeAll(async () => {
+      target = await startTestApp({ imports: [WebhooksTestModule], platform });
+    });
+    afterAll(() => target.close());
+
+    it('answers 500 problem+json and runs nothing (the application logs how to keep raw bodies)', async () => {
+      const id = eventId('stripe');
+      const valid = sent('stripe', id);
+      const refused = await answer(
+        fetch(`${target.url}${ROUTES.stripe}`, {
+          method: 'POST',
+          headers: valid.headers,
+          body: valid.body,
+        }),
+      );
+      expect(refused).toMatchObject({
+        status: 500,
+        contentType: expect.stringMatching(/^application\/problem\+json/),
+        body: { type: 'urn:idempotency:webhook-misconfigured', status: 500 },
+      });
+      expect(
+        await target.db.query(
+          `SELECT key FROM ${IDEMPOTENCY_TABLE_NAME} UNION ALL SELECT reference FROM orders`,
+        ),
+      ).toEqual([]);
+    });
+  },
+);

@@ -1,0 +1,122 @@
+import {
+  Body,
+  Controller,
+  HttpCode,
+  Injectable,
+  Module,
+  Post,
+} from '@nestjs/common';
+import { InjectRepository, TypeOrmModule } from '@nestjs/typeorm';
+import type { Repository } from 'typeorm';
+import {
+  IdempotentWebhook,
+  WebhookDelivery,
+  type VerifiedWebhook,
+  type WebhookPresetName,
+} from '../../src/index.js';
+import { Order } from '../fixtures/order.entity.js';
+import type { Barrier } from '../utils/barrier.js';
+import { SECRETS } from './signed-deliveries.js';
+
+/** What the test makes the receivers do, by event id. */
+@Injectable()
+export class WebhookControls {
+  /** Deliveries held after their write, until the barrier opens. */
+  readonly holds = new Map<string, Barrier>();
+  /** Events whose next delivery throws after its write. */
+  readonly failing = new Set<string>();
+  /** What the handlers saw of each delivery. */
+  readonly seen: Array<{ rawBody: string; body: unknown }> = [];
+}
+
+/** What a receiver answers: what it got, so a replay can be compared. */
+interface Receipt {
+  provider: string;
+  id: string;
+  bytes: number;
+  account: string | null;
+}
+
+@Controller('webhooks')
+export class WebhooksController {
+  constructor(
+    @InjectRepository(Order) private readonly orders: Repository<Order>,
+    private readonly controls: WebhookControls,
+  ) {}
+
+  @Post('stripe')
+  @HttpCode(200)
+  @IdempotentWebhook('stripe', { secret: SECRETS.stripe })
+  stripe(@WebhookDelivery() delivery: VerifiedWebhook, @Body() body: unknown) {
+    return this.receive(delivery, body);
+  }
+
+  @Post('github')
+  @HttpCode(200)
+  @IdempotentWebhook('github', { secret: SECRETS.github })
+  github(@WebhookDelivery() delivery: VerifiedWebhook, @Body() body: unknown) {
+    return this.receive(delivery, body);
+  }
+
+  @Post('standard-webhooks')
+  @HttpCode(200)
+  @IdempotentWebhook('standard-webhooks', {
+    // A function: read per delivery, as from a configuration service.
+    secret: () => SECRETS['standard-webhooks'],
+  })
+  standard(
+    @WebhookDelivery() delivery: VerifiedWebhook,
+    @Body() body: unknown,
+  ) {
+    return this.receive(delivery, body);
+  }
+
+  /** Stripe, where a redelivery gives up waiting at once. */
+  @Post('stripe-brief')
+  @HttpCode(200)
+  @IdempotentWebhook('stripe', {
+    secret: SECRETS.stripe,
+    waitTimeout: '200ms',
+  })
+  stripeBrief(@WebhookDelivery() delivery: VerifiedWebhook) {
+    return this.receive(delivery, undefined);
+  }
+
+  private async receive(
+    delivery: VerifiedWebhook,
+    body: unknown,
+  ): Promise<Receipt> {
+    await this.orders.insert({
+      reference: delivery.id,
+      source: `${delivery.provider}${delivery.account ? `:${delivery.account}` : ''}`,
+    });
+    this.controls.seen.push({
+      rawBody: delivery.rawBody.toString('utf8'),
+      body,
+    });
+    await this.controls.holds.get(delivery.id)?.wait();
+    if (this.controls.failing.delete(delivery.id)) {
+      throw new Error(`The handler of ${delivery.id} failed`);
+    }
+    return {
+      provider: delivery.provider,
+      id: delivery.id,
+      bytes: delivery.rawBody.length,
+      account: delivery.account ?? null,
+    };
+  }
+}
+
+@Module({
+  imports: [TypeOrmModule.forFeature([Order])],
+  controllers: [WebhooksController],
+  providers: [WebhookControls],
+})
+export class WebhooksTestModule {}
+
+/** The receiver route of each preset. */
+export const ROUTES: Record<WebhookPresetName, string> = {
+  stripe: '/webhooks/stripe',
+  github: '/webhooks/github',
+  'standard-webhooks': '/webhooks/standard-webhooks',
+};
