@@ -181,6 +181,8 @@ export function resolveModuleOptions(
     replayAllow: undefined,
     replayDeny: new Set(),
     acknowledge: false,
+    maxAttempts: undefined,
+    deadLetter: undefined,
     isolationLevel: undefined,
   };
   return resolveRouteOptions(base, options);

@@ -189,6 +189,24 @@ export function resolveRouteOptions<T extends ResolvedRouteOptions>(
     );
   }
   const { storeErrors } = options;
+  const maxAttempts = options.maxAttempts ?? base.maxAttempts;
+  const deadLetter = options.deadLetter ?? base.deadLetter;
+  if (
+    maxAttempts !== undefined &&
+    (!Number.isInteger(maxAttempts) || maxAttempts < 1)
+  ) {
+    invalidOption(
+      'maxAttempts',
+      maxAttempts,
+      'Give a whole number of attempts, 1 or more.',
+    );
+  }
+  if ((maxAttempts === undefined) !== (deadLetter === undefined)) {
+    throw new IdempotencyConfigurationError(
+      '`maxAttempts` and `deadLetter` go together: a message that failed its attempts is handed to `deadLetter`.',
+      'Give both (`maxAttempts: 5, deadLetter: (letter) => ...`), or neither.',
+    );
+  }
   return {
     ...base,
     ttlMs:
@@ -226,6 +244,8 @@ export function resolveRouteOptions<T extends ResolvedRouteOptions>(
       lowerCaseSet(options.replayHeaders?.deny, 'replayHeaders.deny') ??
       base.replayDeny,
     acknowledge: options.acknowledge ?? base.acknowledge,
+    maxAttempts,
+    deadLetter,
     isolationLevel: options.isolationLevel ?? base.isolationLevel,
   };
 }

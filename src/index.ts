@@ -19,6 +19,10 @@ export type {
   IdempotentOptions,
 } from './interfaces/idempotency-options.interface.js';
 export type {
+  IdempotencyDeadLetter,
+  IdempotencyDeadLetterHandler,
+} from './interfaces/idempotency-dead-letter.interface.js';
+export type {
   IdempotencyGcOptions,
   IdempotencyModuleOptions,
   IdempotencyTelemetryKeys,

@@ -7,6 +7,7 @@ import type {
   IdempotencyKeyResolver,
   IdempotencyScopeResolver,
 } from '../interfaces/idempotency-options.interface.js';
+import type { IdempotencyDeadLetterHandler } from '../interfaces/idempotency-dead-letter.interface.js';
 import type { IdempotencyTelemetryKeys } from '../interfaces/idempotency-module-options.interface.js';
 
 /**
@@ -32,6 +33,9 @@ export interface ResolvedRouteOptions {
   readonly replayAllow: ReadonlySet<string> | undefined;
   readonly replayDeny: ReadonlySet<string>;
   readonly acknowledge: boolean;
+  /** `undefined`: unbounded (no dead-letter path). */
+  readonly maxAttempts: number | undefined;
+  readonly deadLetter: IdempotencyDeadLetterHandler | undefined;
   /** `undefined`: the DataSource's or the server's default. */
   readonly isolationLevel: IdempotencyIsolationLevel | undefined;
 }

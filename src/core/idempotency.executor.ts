@@ -248,6 +248,33 @@ export class IdempotencyExecutor
   }
 
   /**
+   * Counts a failed attempt of `attempt`'s key (its handler threw) in the
+   * store, where it outlives the claim's release.
+   * @returns the key's failed attempts so far, this one included.
+   * @throws IdempotencyConfigurationError when the store cannot count.
+   * @throws the store's error when it is unreachable.
+   */
+  async countFailure(
+    attempt: Attempt,
+    options: ResolvedRouteOptions,
+  ): Promise<number> {
+    const { key } = attempt;
+    if (key === undefined) {
+      return 0;
+    }
+    if (!this.store.countFailure) {
+      throw new IdempotencyConfigurationError(
+        'The idempotency store cannot count failed attempts, which `maxAttempts` needs.',
+        'Implement `countFailure()` in the store, or leave `maxAttempts` out.',
+      );
+    }
+    return this.store.countFailure(
+      { scope: attempt.scope, key },
+      options.ttlMs,
+    );
+  }
+
+  /**
    * The one answer to a duplicate of a finished request, on every
    * transport: its stored response, when the record was written for the
    * same request (fingerprint) and holds one.

@@ -1,4 +1,5 @@
 import type { ExecutionContext } from '@nestjs/common';
+import type { IdempotencyDeadLetterHandler } from './idempotency-dead-letter.interface.js';
 
 /**
  * A span of time: a number of milliseconds, or a string such as `'500ms'`,
@@ -245,9 +246,33 @@ export interface IdempotentOptions {
    * one with the key of another request, and one whose handler threw a 4xx
    * `HttpException` (e.g. a `ValidationPipe` refusal) other than 408, 409,
    * 425 and 429. The handler must not acknowledge itself.
+   *
+   * For Kafka consumers (`@nestjs/microservices`' Kafka transport, run with
+   * `run: { autoCommit: false }`): the module commits each message's offset
+   * (`consumer.commitOffsets`, the next offset) only after its transaction
+   * committed, after dropping a duplicate, or after `deadLetter` took it;
+   * a failed message's offset is not committed, and kafkajs delivers it
+   * again.
    * @default false
    */
   acknowledge?: boolean;
+  /**
+   * For message handlers: how many failed attempts of one message (by key,
+   * counted in the store, so across redeliveries, instances and restarts)
+   * are made before it is handed to `deadLetter` and acknowledged instead
+   * of coming back again. Only the handler's own failures count: not an
+   * outage of the database, a lost lease, a deadline or a refusal of the
+   * module. A message whose handler threw a 4xx `HttpException` (other
+   * than 408, 409, 425 and 429) is handed over at once. Needs `deadLetter`.
+   * @default undefined: a failing message comes back for as long as it fails
+   */
+  maxAttempts?: number;
+  /**
+   * Where a message goes after `maxAttempts` failed attempts: see
+   * {@link IdempotencyDeadLetterHandler}. Needs `maxAttempts`.
+   * @default undefined: none
+   */
+  deadLetter?: IdempotencyDeadLetterHandler;
   /**
    * Isolation level of the handler's transaction, which the module begins
    * with `START TRANSACTION ISOLATION LEVEL ...` at the handler's first

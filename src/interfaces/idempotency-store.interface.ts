@@ -117,6 +117,12 @@ export interface FencedWrite {
   readonly waiting: boolean;
 }
 
+/** The key whose failed attempts {@link IdempotencyStore.countFailure} counts. */
+export interface FailureKey {
+  readonly scope: string;
+  readonly key: string;
+}
+
 /** A lease to renew, for `durationMs` from now. */
 export interface Renewal extends Lease {
   readonly durationMs: number;
@@ -220,6 +226,18 @@ export interface IdempotencyStore<Transaction = unknown> {
     result: unknown,
     ttlMs: number,
   ): Promise<boolean>;
+  /**
+   * Counts a failed attempt of a key (its handler threw), in a write of its
+   * own that the handler's rollback does not undo, and returns the key's
+   * failed attempts so far, this one included. The count outlives the
+   * claim's release and the record, and lasts `ttlMs` after the last
+   * failure; it never binds the key nor keeps it claimed. The module counts
+   * only for routes with `maxAttempts` (messages), to hand a poison message
+   * to the dead-letter path.
+   * @default absent: a route with `maxAttempts` fails, as a configuration
+   * error, instead of counting
+   */
+  countFailure?(key: FailureKey, ttlMs: number): Promise<number>;
   /**
    * Deletes at most `batchSize` expired records, or else expired steps, each
    * group of steps of one key handed to `abandoned` before its deletion

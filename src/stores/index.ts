@@ -19,6 +19,7 @@ export {
   type ClaimOutcome,
   type ClaimRequest,
   type Completion,
+  type FailureKey,
   type FencedWrite,
   type Lease,
   type RecordStatus,

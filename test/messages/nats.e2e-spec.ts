@@ -1,22 +1,22 @@
-import {
-  ClientProxyFactory,
-  Transport,
-  type ClientProxy,
-} from '@nestjs/microservices';
+import type { ClientProxy } from '@nestjs/microservices';
 import { lastValueFrom } from 'rxjs';
 import type { IdempotencyEvent } from '../../src/index.js';
 import { Barrier, until } from '../utils/barrier.js';
 import { watchClaims, type ClaimWatch } from '../utils/claims.js';
-import { startTestApp, type TestApp } from '../utils/test-app.js';
+import type { TestApp } from '../utils/test-app.js';
 import { describeWithBroker } from '../utils/broker.js';
+import {
+  NATS_HOST,
+  NATS_PORT,
+  startNatsApp,
+  type NatsApp,
+} from './nats-app.js';
 import { Handlers, NatsTestModule, SUBJECTS } from './nats.module.js';
 
-const HOST = '127.0.0.1';
-const PORT = 4222;
-const servers = [`nats://${HOST}:${PORT}`];
-const describeNats = await describeWithBroker('NATS', HOST, PORT);
+const describeNats = await describeWithBroker('NATS', NATS_HOST, NATS_PORT);
 
 describeNats('@Idempotent() on NATS handlers', () => {
+  let nats: NatsApp;
   let target: TestApp;
   let client: ClientProxy;
   let handlers: Handlers;
@@ -24,29 +24,15 @@ describeNats('@Idempotent() on NATS handlers', () => {
   const events: IdempotencyEvent[] = [];
 
   beforeAll(async () => {
-    target = await startTestApp({
+    nats = await startNatsApp({
       imports: [NatsTestModule],
       idempotency: { onEvent: (event) => events.push(event) },
     });
-    // A hybrid application shares its global interceptors with a microservice
-    // only with inheritAppConfig.
-    target.app.connectMicroservice(
-      { transport: Transport.NATS, options: { servers } },
-      { inheritAppConfig: true },
-    );
-    await target.app.startAllMicroservices();
+    ({ target, client } = nats);
     handlers = target.app.get(Handlers);
     claims = watchClaims(target.app);
-    client = ClientProxyFactory.create({
-      transport: Transport.NATS,
-      options: { servers },
-    });
-    await client.connect();
   });
-  afterAll(async () => {
-    await client.close();
-    await target.close();
-  });
+  afterAll(() => nats.close());
   beforeEach(() => {
     handlers.barrier = new Barrier();
     handlers.runs = 0;

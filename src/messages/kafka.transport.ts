@@ -1,0 +1,80 @@
+import { headerValue, type MessageTransport } from './message-transport.js';
+
+/** What the module reads of a kafkajs message (`KafkaMessage`). */
+export interface KafkaMessageLike {
+  readonly offset: string;
+  readonly headers?: Readonly<Record<string, unknown>>;
+}
+
+/** What the module calls of a kafkajs `Consumer`. */
+export interface KafkaOffsetCommitter {
+  commitOffsets(
+    offsets: Array<{ topic: string; partition: number; offset: string }>,
+  ): Promise<void>;
+}
+
+/** What the adapter reads of Nest's `KafkaContext`. */
+interface KafkaContextLike {
+  getTopic(): string;
+  getPartition(): number;
+  getMessage(): KafkaMessageLike;
+  getConsumer(): KafkaOffsetCommitter | null | undefined;
+}
+
+/**
+ * @internal The key of a Kafka message: a key header (names compared case
+ * aside), else its place in the log, `<topic>/<partition>/<offset>`, which
+ * every redelivery of it shares.
+ */
+export function kafkaKey(
+  topic: string,
+  partition: number,
+  message: KafkaMessageLike,
+  headerNames: readonly string[],
+): string {
+  return (
+    headerValue(message.headers, headerNames) ??
+    `${topic}/${partition}/${message.offset}`
+  );
+}
+
+/**
+ * @internal Commits a message's offset: the next one, as Kafka records
+ * what a group consumes next.
+ */
+export function commitOffset(
+  consumer: KafkaOffsetCommitter,
+  topic: string,
+  partition: number,
+  message: KafkaMessageLike,
+): Promise<void> {
+  return consumer.commitOffsets([
+    { topic, partition, offset: (BigInt(message.offset) + 1n).toString() },
+  ]);
+}
+
+/**
+ * @internal Kafka (`KafkaContext` of `@nestjs/microservices`): the key as
+ * {@link kafkaKey}; a route that acknowledges commits the offset after the
+ * record, and leaves a failed message's offset alone (the error goes back
+ * to kafkajs, which delivers it again).
+ */
+export function kafkaTransport(context: unknown): MessageTransport | undefined {
+  if (typeof (context as KafkaContextLike).getConsumer !== 'function') {
+    return undefined;
+  }
+  const kafka = context as KafkaContextLike;
+  const topic = kafka.getTopic();
+  const partition = kafka.getPartition();
+  const message = kafka.getMessage();
+  return {
+    channel: topic,
+    key: (names) => kafkaKey(topic, partition, message, names),
+    settle: async (outcome, options) => {
+      const consumer = kafka.getConsumer();
+      if (outcome === 'ack' && options.acknowledge && consumer) {
+        await commitOffset(consumer, topic, partition, message);
+      }
+    },
+  };
+}

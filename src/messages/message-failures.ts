@@ -1,0 +1,115 @@
+import { HttpException, Logger } from '@nestjs/common';
+import type { Attempt } from '../core/attempt.js';
+import type { ResolvedRouteOptions } from '../core/executor.options.js';
+import { RETRY_LATER_STATUSES } from '../core/failures.js';
+import type { IdempotencyExecutor } from '../core/idempotency.executor.js';
+import { loadRequiredPeer } from '../core/optional-peer.js';
+import { IdempotencyHttpException } from '../exceptions/idempotency-http.exception.js';
+import type { MessageOutcome } from './message-transport.js';
+
+const logger = new Logger('Idempotency');
+
+/**
+ * Client errors that a redelivery of the same message may not raise again:
+ * those that ask for a retry later, and a duplicate still executing (409).
+ */
+const RETRYABLE_CLIENT_STATUSES = new Set([...RETRY_LATER_STATUSES, 409]);
+
+/**
+ * @internal How a failed message is settled: rejected (dead-lettered, or
+ * dropped when the queue has no dead-letter exchange) when a redelivery can
+ * only fail the same way (the key of another message, a malformed key, or
+ * a 4xx `HttpException` such as a `ValidationPipe` refusal); requeued
+ * otherwise (a database outage, a concurrent duplicate in reject mode, any
+ * other error).
+ */
+export function failedOutcome(error: unknown): 'requeue' | 'reject' {
+  if (error instanceof HttpException) {
+    const status = error.getStatus();
+    return status >= 400 &&
+      status < 500 &&
+      !RETRYABLE_CLIENT_STATUSES.has(status)
+      ? 'reject'
+      : 'requeue';
+  }
+  return 'requeue';
+}
+
+/** @internal The message a failed attempt was of, for `deadLetter`. */
+export interface FailedMessage {
+  readonly pattern: string;
+  readonly data: unknown;
+  /** The transport's context, or the kafkajs payload. */
+  readonly context: unknown;
+}
+
+/**
+ * @internal What becomes of a failed message: `'dead-lettered'` once the
+ * route's `deadLetter` took it (the handler's failures reached
+ * `maxAttempts`, counted in the store, or a redelivery can only fail the
+ * same way), else how it is settled as failed. A count or a hand-over that
+ * fails leaves the message to come back.
+ */
+export async function afterFailure(
+  executor: IdempotencyExecutor,
+  attempt: Attempt | undefined,
+  options: ResolvedRouteOptions,
+  error: unknown,
+  message: FailedMessage,
+): Promise<MessageOutcome | 'dead-lettered'> {
+  const outcome = failedOutcome(error);
+  const { maxAttempts, deadLetter } = options;
+  if (!attempt?.key || maxAttempts === undefined || !deadLetter) {
+    return outcome;
+  }
+  // The module's own refusals are no failure of the handler: only one that
+  // a redelivery repeats (another message's key) is handed over.
+  const handlerFailed = !(error instanceof IdempotencyHttpException);
+  if (!handlerFailed && outcome !== 'reject') {
+    return outcome;
+  }
+  let attempts = 0;
+  try {
+    if (handlerFailed) {
+      attempts = await executor.countFailure(attempt, options);
+    }
+    if (attempts < maxAttempts && outcome !== 'reject') {
+      return outcome;
+    }
+    await deadLetter({
+      scope: attempt.scope,
+      key: attempt.key,
+      pattern: message.pattern,
+      data: message.data,
+      error,
+      attempts,
+      context: message.context,
+    });
+  } catch (failure) {
+    logger.warn(
+      `A failed message of ${message.pattern} could not be ${attempts < maxAttempts ? 'counted' : 'handed to deadLetter'}; it comes back: ${(failure as Error).message}`,
+    );
+    return 'requeue';
+  }
+  logger.warn(
+    `A message of ${message.pattern} was handed to deadLetter after ${attempts} failed attempt(s): ${(error as Error)?.message ?? String(error)}`,
+  );
+  return 'dead-lettered';
+}
+
+/**
+ * @internal The module's refusals as an `RpcException` (what microservice
+ * transports send back), with the problem details as its error.
+ */
+export async function toRpcException(error: unknown): Promise<unknown> {
+  if (!(error instanceof IdempotencyHttpException)) {
+    return error;
+  }
+  // Loaded here only: applications without microservices do not need it.
+  const { RpcException } = await loadRequiredPeer(
+    '@nestjs/microservices',
+    () => import('@nestjs/microservices'),
+    'Idempotent message handlers need @nestjs/microservices, which is not installed.',
+  );
+  return new RpcException({ ...error.getProblem() });
+}

@@ -1,0 +1,163 @@
+import { NatsRecordBuilder, type ClientProxy } from '@nestjs/microservices';
+import { headers } from '@nats-io/transport-node';
+import { lastValueFrom } from 'rxjs';
+import { Barrier } from '../utils/barrier.js';
+import type { TestApp } from '../utils/test-app.js';
+import { describeWithBroker } from '../utils/broker.js';
+import {
+  NATS_HOST,
+  NATS_PORT,
+  startNatsApp,
+  type NatsApp,
+} from './nats-app.js';
+import {
+  KEY_SUBJECTS,
+  KeyHandlers,
+  NatsKeysTestModule,
+} from './nats-keys.module.js';
+
+const describeNats = await describeWithBroker('NATS', NATS_HOST, NATS_PORT);
+
+describeNats(
+  'Message keys from the headerName header, and keyless messages (NATS)',
+  () => {
+    let nats: NatsApp;
+    let target: TestApp;
+    let client: ClientProxy;
+    let handlers: KeyHandlers;
+
+    beforeAll(async () => {
+      nats = await startNatsApp({
+        imports: [NatsKeysTestModule],
+        idempotency: { headerName: 'X-Request-Id' },
+      });
+      ({ target, client } = nats);
+      handlers = target.app.get(KeyHandlers);
+    });
+    afterAll(() => nats.close());
+    beforeEach(() => {
+      handlers.barrier = new Barrier();
+      handlers.runs = 0;
+    });
+
+    /** The reply of a request with these headers, or the error given back. */
+    const request = (
+      subject: string,
+      data: unknown,
+      with_: Record<string, string> = {},
+    ): Promise<{ reply?: unknown; error?: unknown }> => {
+      const natsHeaders = headers();
+      for (const [name, value] of Object.entries(with_)) {
+        natsHeaders.set(name, value);
+      }
+      const record = new NatsRecordBuilder(data)
+        .setHeaders(natsHeaders)
+        .build();
+      return lastValueFrom(client.send<unknown>(subject, record)).then(
+        (reply) => ({ reply }),
+        (error: unknown) => ({ error }),
+      );
+    };
+    const rows = async (reference: string) =>
+      (
+        await target.db.query('SELECT 1 FROM orders WHERE reference = $1', [
+          reference,
+        ])
+      ).length;
+    const records = async (key: string) =>
+      (
+        await target.db.query(
+          'SELECT status FROM idempotency_records WHERE key = $1',
+          [key],
+        )
+      ).map((row) => row.status);
+
+    it('takes the key from the header that headerName names', async () => {
+      const message = { reference: 'header-1' };
+      const first = await request(KEY_SUBJECTS.keyed, message, {
+        'X-Request-Id': 'header-key-1',
+      });
+      expect(first.reply).toEqual({ orderId: expect.any(Number), run: 1 });
+      const again = await request(KEY_SUBJECTS.keyed, message, {
+        'X-Request-Id': 'header-key-1',
+      });
+      expect(again.reply).toEqual(first.reply);
+      expect(handlers.runs).toBe(1);
+      expect(await rows('header-1')).toBe(1);
+      expect(await records('header-key-1')).toEqual(['completed']);
+    });
+
+    it('still reads the Idempotency-Key header that messages were read by before', async () => {
+      const message = { reference: 'header-2' };
+      const first = await request(KEY_SUBJECTS.keyed, message, {
+        'Idempotency-Key': 'header-key-2',
+      });
+      const again = await request(KEY_SUBJECTS.keyed, message, {
+        'Idempotency-Key': 'header-key-2',
+      });
+      expect(again.reply).toEqual(first.reply);
+      expect(handlers.runs).toBe(1);
+      expect(await records('header-key-2')).toEqual(['completed']);
+    });
+
+    it('prefers the headerName header to Idempotency-Key', async () => {
+      await request(
+        KEY_SUBJECTS.keyed,
+        { reference: 'header-3' },
+        { 'X-Request-Id': 'header-key-3', 'Idempotency-Key': 'legacy-key-3' },
+      );
+      expect(await records('header-key-3')).toEqual(['completed']);
+      expect(await records('legacy-key-3')).toEqual([]);
+    });
+
+    it('refuses a message without a key where one is required', async () => {
+      const keyless = await request(KEY_SUBJECTS.keyed, {
+        reference: 'header-4',
+      });
+      expect(keyless.error).toMatchObject({
+        type: 'urn:idempotency:missing-key',
+        status: 400,
+      });
+      expect(handlers.runs).toBe(0);
+      expect(await rows('header-4')).toBe(0);
+    });
+
+    it('runs a keyless message on a route that does not require a key, storing no record', async () => {
+      const first = await request(KEY_SUBJECTS.optional, {
+        reference: 'free-1',
+      });
+      const second = await request(KEY_SUBJECTS.optional, {
+        reference: 'free-1',
+      });
+      expect(first.reply).toEqual({ orderId: expect.any(Number), run: 1 });
+      expect(second.reply).toEqual({ orderId: expect.any(Number), run: 2 });
+      expect(await rows('free-1')).toBe(2);
+      expect(
+        await target.db.query(
+          `SELECT 1 FROM idempotency_records WHERE path = $1`,
+          [KEY_SUBJECTS.optional],
+        ),
+      ).toEqual([]);
+    });
+
+    it("runs a keyless message in the handler's transaction: a failure commits none of its writes", async () => {
+      const failed = await request(KEY_SUBJECTS.failing, {
+        reference: 'free-2',
+      });
+      expect(failed.error).toMatchObject({ message: 'Internal server error' });
+      expect(handlers.runs).toBe(1);
+      expect(await rows('free-2')).toBe(0);
+    });
+
+    it('abandons a keyless message at its deadline: a 503, and nothing it wrote commits', async () => {
+      const late = await request(KEY_SUBJECTS.slow, { reference: 'free-3' });
+      expect(late.error).toMatchObject({
+        type: 'urn:idempotency:unavailable',
+        status: 503,
+      });
+      handlers.barrier.open();
+      expect(handlers.runs).toBe(1);
+      expect(await rows('free-3')).toBe(0);
+    });
+  },
+);
