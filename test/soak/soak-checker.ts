@@ -125,7 +125,8 @@ export function describeExchange(exchange: Exchange): string {
     exchange.status === undefined
       ? exchange.error
       : `${exchange.status}${exchange.replayed ? ' replayed' : ''} ${exchange.body?.toString().slice(0, 160) ?? ''}`;
-  return `${exchange.key} ${exchange.role} (${exchange.sent.amount} ${exchange.sent.currency}) → #${exchange.instance} at ${exchange.sentAt}ms (${exchange.tookMs}ms): ${answer}`;
+  const to = [`#${exchange.instance}`, exchange.library].filter(Boolean);
+  return `${exchange.key} ${exchange.role} (${exchange.sent.amount} ${exchange.sent.currency}) → ${to.join(' ')} at ${exchange.sentAt}ms (${exchange.tookMs}ms): ${answer}`;
 }
 
 const sameBody = (a: PaymentBody, b: PaymentBody) =>

@@ -25,6 +25,8 @@ export interface Exchange {
   readonly sent: PaymentBody;
   /** Index of the instance it was sent to. */
   readonly instance: number;
+  /** The data library that instance writes with, if the client knows it. */
+  readonly library?: string;
   /** When it was sent, in ms since the run started. */
   readonly sentAt: number;
   readonly tookMs: number;
@@ -156,6 +158,8 @@ export interface SoakClientOptions {
   readonly retryAfterCapMs: number;
   /** Epoch ms after which nothing is sent any more. */
   readonly deadline: () => number;
+  /** The data library instance `index` writes with, for the record. */
+  readonly libraryOf?: (index: number) => string;
 }
 
 /**
@@ -181,7 +185,7 @@ export class SoakClient {
     random: SeededRandom,
     { instance: firstInstance, afterFailure }: SendOptions = {},
   ): Promise<Exchange | undefined> {
-    const { urls, startedAt, timeoutMs, retryAfterCapMs, deadline } =
+    const { urls, startedAt, timeoutMs, retryAfterCapMs, deadline, libraryOf } =
       this.options;
     let last: Exchange | undefined;
     let next = firstInstance;
@@ -204,6 +208,7 @@ export class SoakClient {
         role,
         sent: body,
         instance,
+        ...(libraryOf && { library: libraryOf(instance) }),
         sentAt: sentAt - startedAt,
         tookMs: Date.now() - sentAt,
         ...reply,

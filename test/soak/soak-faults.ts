@@ -1,6 +1,11 @@
 import type pg from 'pg';
 import { PRESENCE_APPLICATION_NAME } from '../utils/sessions.js';
 import type { SeededRandom } from './seeded-random.js';
+import {
+  LAST_STATEMENT,
+  SOAK_LIBRARIES,
+  type SoakLibrary,
+} from './soak-libraries.js';
 import { unreadBytes } from './socket-queue.js';
 import { delay } from './soak-client.js';
 import {
@@ -9,13 +14,28 @@ import {
   type SoakInstances,
 } from './soak-instances.js';
 
-/** One fault the soak injects. */
+/**
+ * One fault the soak injects. Each but the database restart hits the
+ * instances of one data library (`library`).
+ */
 export type Fault =
-  /** SIGKILL of an instance, which then starts again. */
-  | { readonly kind: 'kill'; readonly instance: number }
-  /** SIGSTOP of an instance for `pauseMs` (past its lease), then SIGCONT. */
+  /**
+   * SIGKILL of an instance, which then starts again; the faults that
+   * follow go on meanwhile, but those that hit it, which wait for it.
+   */
+  | {
+      readonly kind: 'kill';
+      readonly library: SoakLibrary;
+      readonly instance: number;
+    }
+  /**
+   * SIGSTOP of an instance for `pauseMs` (past its lease), then SIGCONT;
+   * the faults that follow go on meanwhile, but those that hit the paused
+   * instance, which wait for it.
+   */
   | {
       readonly kind: 'pause';
+      readonly library: SoakLibrary;
       readonly instance: number;
       readonly pauseMs: number;
     }
@@ -26,16 +46,31 @@ export type Fault =
    * the transaction lost between the handler's last write and its
    * completion (see `freezeAndTerminate`).
    */
-  | { readonly kind: 'freeze-terminate'; readonly frozenMs: number }
-  /** `pg_terminate_backend` of `count` sessions of the app, whatever they do. */
-  | { readonly kind: 'terminate'; readonly count: number }
+  | {
+      readonly kind: 'freeze-terminate';
+      readonly library: SoakLibrary;
+      readonly frozenMs: number;
+    }
   /**
-   * `pg_terminate_backend` of up to `count` sessions of the app idle in a
-   * handler's transaction: the sample's handlers open theirs after their
-   * charge step committed, so each such request fails (503) with its key
-   * bound to it.
+   * `pg_terminate_backend` of `count` sessions of the library's instances
+   * or presence sessions (of any instance), whatever they do.
    */
-  | { readonly kind: 'terminate-in-transaction'; readonly count: number }
+  | {
+      readonly kind: 'terminate';
+      readonly library: SoakLibrary;
+      readonly count: number;
+    }
+  /**
+   * `pg_terminate_backend` of up to `count` sessions of the library's
+   * instances idle in a handler's transaction: the sample's handlers open
+   * theirs after their charge step committed, so each such request fails
+   * (503) with its key bound to it.
+   */
+  | {
+      readonly kind: 'terminate-in-transaction';
+      readonly library: SoakLibrary;
+      readonly count: number;
+    }
   /** The database server goes down (`pg_ctl stop -m <mode>`) for `downMs`. */
   | {
       readonly kind: 'db-restart';
@@ -55,10 +90,14 @@ export interface FaultRecord {
   readonly at: number;
   readonly tookMs: number;
   readonly fault: Fault;
-  readonly detail: string;
+  /** For a fault that goes on in the background: filled in once it is over. */
+  detail: string;
 }
 
-/** How many of each fault a run injects, and one database restart. */
+/**
+ * How many of each fault a run injects at least (as many as the fleet has
+ * data libraries, so that each fault hits each), and one database restart.
+ */
 export const FAULT_COUNTS = {
   kill: 2,
   pause: 2,
@@ -68,37 +107,58 @@ export const FAULT_COUNTS = {
 } as const;
 
 /**
- * The run's faults, in a seeded order with seeded gaps. Pauses outlast the
- * lease (`leaseMs`): another instance takes the paused one's keys over, and
- * its late completions must be fenced off.
+ * The run's faults on a fleet whose instance `i` writes with `libraries[i]`,
+ * in a seeded order with seeded gaps: of each kind, {@link FAULT_COUNTS}
+ * or one per library, whichever is more, the libraries hit in a seeded
+ * order, each at least once. Pauses outlast the lease (`leaseMs`): another
+ * instance takes the paused one's keys over, and its late completions must
+ * be fenced off.
  */
 export function planFaults(
   random: SeededRandom,
-  instances: number,
+  libraries: readonly SoakLibrary[],
   leaseMs: number,
 ): PlannedFault[] {
   const faults: Fault[] = [];
-  const times = (kind: keyof typeof FAULT_COUNTS, make: () => Fault) => {
-    for (let i = 0; i < FAULT_COUNTS[kind]; i += 1) {
-      faults.push(make());
+  const fleet = SOAK_LIBRARIES.filter((library) => libraries.includes(library));
+  const instanceOf = (library: SoakLibrary) =>
+    random.pick(
+      [...libraries.keys()].filter((index) => libraries[index] === library),
+    );
+  const times = (
+    kind: keyof typeof FAULT_COUNTS,
+    make: (library: SoakLibrary) => Fault,
+  ) => {
+    const order = random.shuffle(fleet);
+    const count = Math.max(FAULT_COUNTS[kind], fleet.length);
+    for (let i = 0; i < count; i += 1) {
+      faults.push(make(order[i % order.length]));
     }
   };
-  times('kill', () => ({
+  times('kill', (library) => ({
     kind: 'kill',
-    instance: random.int(0, instances - 1),
+    library,
+    instance: instanceOf(library),
   }));
-  times('pause', () => ({
+  times('pause', (library) => ({
     kind: 'pause',
-    instance: random.int(0, instances - 1),
+    library,
+    instance: instanceOf(library),
     pauseMs: leaseMs + random.int(500, 1_500),
   }));
-  times('freeze-terminate', () => ({
+  times('freeze-terminate', (library) => ({
     kind: 'freeze-terminate',
+    library,
     frozenMs: random.int(50, 400),
   }));
-  times('terminate', () => ({ kind: 'terminate', count: random.int(1, 4) }));
-  times('terminate-in-transaction', () => ({
+  times('terminate', (library) => ({
+    kind: 'terminate',
+    library,
+    count: random.int(1, 4),
+  }));
+  times('terminate-in-transaction', (library) => ({
     kind: 'terminate-in-transaction',
+    library,
     count: random.int(1, 2),
   }));
   const order = random.shuffle(faults);
@@ -108,22 +168,22 @@ export function planFaults(
     mode: random.pick(['fast', 'immediate'] as const),
     downMs: random.int(300, 1_500),
   });
-  return order.map((fault) => ({ gapMs: random.int(150, 750), fault }));
+  return order.map((fault) => ({ gapMs: random.int(100, 500), fault }));
 }
 
 /** A fault as one line. */
 export function describeFault(fault: Fault): string {
   switch (fault.kind) {
     case 'kill':
-      return `kill #${fault.instance}`;
+      return `kill #${fault.instance} ${fault.library}`;
     case 'pause':
-      return `pause #${fault.instance} ${fault.pauseMs}ms`;
+      return `pause #${fault.instance} ${fault.library} ${fault.pauseMs}ms`;
     case 'freeze-terminate':
-      return `freeze-terminate ${fault.frozenMs}ms`;
+      return `freeze-terminate ${fault.library} ${fault.frozenMs}ms`;
     case 'terminate':
-      return `terminate ×${fault.count}`;
+      return `terminate ${fault.library} ×${fault.count}`;
     case 'terminate-in-transaction':
-      return `terminate-in-transaction ×${fault.count}`;
+      return `terminate-in-transaction ${fault.library} ×${fault.count}`;
     case 'db-restart':
       return `db-restart ${fault.mode} ${fault.downMs}ms`;
   }
@@ -146,9 +206,30 @@ export interface FaultTarget {
   readonly startedAt: number;
 }
 
-/** Sessions of the app (its pools, and the presence sessions). */
+/**
+ * Sessions of the app: the pools' of the instances whose application names
+ * are `$1`, and the presence sessions (of every instance).
+ */
 const APP_SESSIONS = `datname = current_database() AND backend_type = 'client backend'
-  AND (application_name LIKE 'soak-app-%' OR application_name = '${PRESENCE_APPLICATION_NAME}')`;
+  AND (application_name = ANY($1::text[]) OR application_name = '${PRESENCE_APPLICATION_NAME}')`;
+
+/** The application names of the pools of `library`'s instances. */
+function appNames(instances: SoakInstances, library: SoakLibrary): string[] {
+  return instances.of(library).map(instanceAppName);
+}
+
+/** The instances `fault` acts on (none: the database server). */
+function victims(fault: Fault, instances: SoakInstances): number[] {
+  switch (fault.kind) {
+    case 'kill':
+    case 'pause':
+      return [fault.instance];
+    case 'db-restart':
+      return [];
+    default:
+      return instances.of(fault.library);
+  }
+}
 
 /**
  * What the test's own connections see of a server that a fault restarted: a
@@ -178,63 +259,116 @@ async function rows<T extends pg.QueryResultRow>(
   }
 }
 
-/** Injects `plan`, one fault after the other, and says what each did. */
+/**
+ * Injects `plan`, one fault after the other, and says what each did. A
+ * pause, and a killed instance's new start, go on while the next faults
+ * run, but a fault that acts on that instance waits for their end; all
+ * have ended when this resolves.
+ */
 export async function injectFaults(
   plan: readonly PlannedFault[],
   target: FaultTarget,
 ): Promise<FaultRecord[]> {
   const records: FaultRecord[] = [];
-  for (const { gapMs, fault } of plan) {
-    await delay(gapMs);
-    const started = Date.now();
-    const detail = await inject(fault, target).catch((error: unknown) => {
-      throw new Error(
-        `${describeFault(fault)} at ${started - target.startedAt}ms failed: ${(error as Error).message}`,
-        { cause: error },
+  // What goes on in the background, by instance: a pause, a new start.
+  const pending = new Map<number, Promise<void>>();
+  const failed = (fault: Fault, started: number) => (error: unknown) => {
+    throw new Error(
+      `${describeFault(fault)} at ${started - target.startedAt}ms failed: ${(error as Error).message}`,
+      { cause: error },
+    );
+  };
+  try {
+    for (const { gapMs, fault } of plan) {
+      await delay(gapMs);
+      await Promise.all(
+        victims(fault, target.instances).flatMap(
+          (index) => pending.get(index) ?? [],
+        ),
       );
-    });
-    records.push({
-      at: started - target.startedAt,
-      tookMs: Date.now() - started,
-      fault,
-      detail,
-    });
+      const started = Date.now();
+      const done = await inject(fault, target).catch(failed(fault, started));
+      const record: FaultRecord = {
+        at: started - target.startedAt,
+        tookMs: Date.now() - started,
+        fault,
+        detail: typeof done === 'string' ? done : done.now,
+      };
+      records.push(record);
+      if (typeof done !== 'string') {
+        pending.set(
+          done.instance,
+          done.later.then(
+            (detail) => {
+              record.detail = detail;
+            },
+            failed(fault, started),
+          ),
+        );
+      }
+    }
+  } finally {
+    await Promise.all(pending.values());
   }
   return records;
 }
 
-async function inject(fault: Fault, target: FaultTarget): Promise<string> {
+/** A fault that goes on in the background after `now`, on `instance`. */
+interface Ongoing {
+  readonly instance: number;
+  /** What it did so far. */
+  readonly now: string;
+  /** What it did, once over. */
+  readonly later: Promise<string>;
+}
+
+async function inject(
+  fault: Fault,
+  target: FaultTarget,
+): Promise<string | Ongoing> {
   const { instances, db, server, random } = target;
   switch (fault.kind) {
     case 'kill': {
       const started = Date.now();
-      await instances.kill(fault.instance);
-      return `killed and started again in ${Date.now() - started}ms`;
+      return {
+        instance: fault.instance,
+        now: 'killed',
+        later: instances
+          .kill(fault.instance)
+          .then(() => `killed and started again in ${Date.now() - started}ms`),
+      };
     }
     case 'pause': {
-      instances.pause(fault.instance);
-      try {
-        await delay(fault.pauseMs);
-      } finally {
-        instances.resume(fault.instance);
-      }
-      return 'stopped and resumed';
+      const { instance, pauseMs } = fault;
+      instances.pause(instance);
+      return {
+        instance,
+        now: 'stopped',
+        later: delay(pauseMs).then(() => {
+          instances.resume(instance);
+          return `stopped and resumed ${pauseMs}ms later`;
+        }),
+      };
     }
     case 'freeze-terminate':
-      return freezeAndTerminate(target, fault.frozenMs);
+      return freezeAndTerminate(target, fault.library, fault.frozenMs);
     case 'terminate': {
-      const sessions = await rows<{ pid: number }>(
+      const sessions = await rows<{ pid: number; presence: boolean }>(
         db,
-        `SELECT pid FROM pg_stat_activity WHERE ${APP_SESSIONS} ORDER BY pid`,
+        `SELECT pid, application_name = '${PRESENCE_APPLICATION_NAME}' AS presence
+         FROM pg_stat_activity WHERE ${APP_SESSIONS} ORDER BY pid`,
+        [appNames(instances, fault.library)],
       );
-      const victims = random
-        .shuffle(sessions.map((row) => row.pid))
-        .slice(0, fault.count);
-      const ended = await terminate(db, victims);
-      return `${ended} of ${sessions.length} sessions ended`;
+      const chosen = random.shuffle(sessions).slice(0, fault.count);
+      const ended = await terminate(
+        db,
+        chosen.map((row) => row.pid),
+      );
+      const presence = chosen.filter((row) => row.presence).length;
+      return `${ended} of ${sessions.length} sessions ended (${presence} presence)`;
     }
     case 'terminate-in-transaction':
-      return terminateInTransaction(target, fault.count);
+      return terminateInTransaction(target, fault.library, fault.count);
     case 'db-restart': {
       await server.shutdown(fault.mode);
       await delay(fault.downMs);
@@ -245,10 +379,11 @@ async function inject(fault: Fault, target: FaultTarget): Promise<string> {
 }
 
 /**
- * The sample's last statement in a handler's transaction (it reads the
- * payment back); the completion comes next.
+ * Whether a session's statement is the handler's last in its transaction
+ * (it reads the payment back; the completion comes next), with the data
+ * library whose `LAST_STATEMENT` is `$2`.
  */
-const LAST_READ = `query LIKE 'SELECT "Payment"."id"%'`;
+const LAST_READ = `query LIKE $2`;
 
 /** A session of the app as a freeze-terminate looks at it. */
 interface AppSession {
@@ -261,9 +396,10 @@ interface AppSession {
 }
 
 /**
- * Waits (a few seconds at most) for a handler of the app at its last
- * statement ({@link LAST_READ}: running, or done), or else for any session
- * idle in a transaction; stops its instance (SIGSTOP) and lets the server
+ * Waits (a few seconds at most) for a handler of an instance of `library`
+ * at its last statement ({@link LAST_READ}: running, or done), or else for
+ * any of its sessions idle in a transaction; stops its instance (SIGSTOP)
+ * and lets the server
  * finish what the instance had sent. When the instance has not read the
  * last statement's result yet (its socket's receive queue says so; any
  * session will do after 3 s), the fault ends the instance's sessions idle
@@ -275,9 +411,11 @@ interface AppSession {
  */
 async function freezeAndTerminate(
   { instances, db, server }: FaultTarget,
+  library: SoakLibrary,
   frozenMs: number,
 ): Promise<string> {
   const started = Date.now();
+  const last = LAST_STATEMENT[library];
   let stops = 0;
   while (Date.now() < started + 4_000) {
     const anyWillDo = Date.now() > started + 3_000;
@@ -285,8 +423,9 @@ async function freezeAndTerminate(
       db,
       `SELECT pid, application_name AS app, client_port AS port, ${LAST_READ} AS last
        FROM pg_stat_activity
-       WHERE datname = current_database() AND application_name LIKE 'soak-app-%'
+       WHERE datname = current_database() AND application_name = ANY($1::text[])
          AND (state = 'idle in transaction' OR (state = 'active' AND ${LAST_READ}))`,
+      [appNames(instances, library), last],
     );
     const found = sessions.find((row) => row.last) ?? sessions[0];
     const index = found && instanceOfAppName(found.app);
@@ -296,7 +435,7 @@ async function freezeAndTerminate(
     instances.pause(index);
     stops += 1;
     try {
-      const idle = await settledSessions(db, instanceAppName(index));
+      const idle = await settledSessions(db, instanceAppName(index), last);
       let unread = 0;
       for (const session of idle.filter((row) => row.last)) {
         // Unknown (not Linux): taken as unread.
@@ -312,7 +451,7 @@ async function freezeAndTerminate(
         idle.map((row) => row.pid),
       );
       await delay(frozenMs);
-      return `#${index} frozen (${stops}× stopped), ${ended} sessions idle in a transaction ended, ${unread} with the last read's result unread`;
+      return `${instances.label(index)} frozen (${stops}× stopped), ${ended} sessions idle in a transaction ended, ${unread} with the last read's result unread`;
     } finally {
       instances.resume(index);
     }
@@ -321,11 +460,13 @@ async function freezeAndTerminate(
 }
 
 /**
- * Waits (2 s at most) for sessions of the app idle in a transaction (a
- * handler's, between its statements), and ends up to `count` of them.
+ * Waits (2 s at most) for sessions of `library`'s instances idle in a
+ * transaction (a handler's, between its statements), and ends up to
+ * `count` of them.
  */
 async function terminateInTransaction(
-  { db, random }: FaultTarget,
+  { instances, db, random }: FaultTarget,
+  library: SoakLibrary,
   count: number,
 ): Promise<string> {
   const started = Date.now();
@@ -333,9 +474,10 @@ async function terminateInTransaction(
     const sessions = await rows<{ pid: number }>(
       db,
       `SELECT pid FROM pg_stat_activity
-       WHERE datname = current_database() AND application_name LIKE 'soak-app-%'
+       WHERE datname = current_database() AND application_name = ANY($1::text[])
          AND state = 'idle in transaction'
        ORDER BY pid`,
+      [appNames(instances, library)],
     );
     if (sessions.length > 0) {
       const victims = random
@@ -351,11 +493,13 @@ async function terminateInTransaction(
 
 /**
  * The sessions of `app` idle in a transaction, once the statements its
- * (stopped) instance sent have run to their end.
+ * (stopped) instance sent have run to their end; `last`: the `LIKE`
+ * pattern of its library's last statement.
  */
 async function settledSessions(
   db: pg.Pool,
   app: string,
+  last: string,
 ): Promise<AppSession[]> {
   const settled = Date.now() + 500;
   while (
@@ -378,7 +522,7 @@ async function settledSessions(
      FROM pg_stat_activity
      WHERE datname = current_database() AND application_name = $1
        AND state = 'idle in transaction'`,
-    [app],
+    [app, last],
   );
 }
 

@@ -1,8 +1,5 @@
-import {
-  startSample,
-  TUNED_SAMPLE,
-  type SampleProcess,
-} from '../utils/sample-process.js';
+import { startSample, type SampleProcess } from '../utils/sample-process.js';
+import { libraryEntry, type SoakLibrary } from './soak-libraries.js';
 
 /** `application_name` of the pool connections of instance `index`. */
 export function instanceAppName(index: number): string {
@@ -19,31 +16,55 @@ export function instanceOfAppName(name: string): number | undefined {
 }
 
 /**
- * The sample app's instances of the soak (TUNED_SAMPLE processes), each
- * slot killed and started again, paused and resumed, as the faults say.
- * Each names its pool connections `soak-app-<index>` (`PGAPPNAME`), so that
- * the faults find its sessions in `pg_stat_activity`; its presence session
- * keeps the module's own name.
+ * The soak's instances of the sample's payments API, instance `index`
+ * written with data library `libraries[index]` (see soak-libraries.ts),
+ * each slot killed and started again, paused and resumed, as the faults
+ * say. Each names its pool connections `soak-app-<index>` (`PGAPPNAME`), so
+ * that the faults find its sessions in `pg_stat_activity`; its presence
+ * session keeps the module's own name.
  */
 export class SoakInstances {
   private readonly slots: Array<SampleProcess | undefined> = [];
   private readonly paused = new Set<number>();
   /** Every process started, killed ones included: their output on failure. */
   readonly started: Array<{ index: number; process: SampleProcess }> = [];
+  /** How many instances. */
+  readonly count: number;
+  /** Instances that exited when no fault or stop ended them, and how. */
+  readonly crashes: string[] = [];
 
   constructor(
-    readonly count: number,
+    readonly libraries: readonly SoakLibrary[],
     private readonly env: Record<string, string>,
-  ) {}
+  ) {
+    this.count = libraries.length;
+  }
 
   /**
-   * Starts every instance: the first alone (it runs the migrations), then
-   * the others together.
+   * Starts every instance: a TypeORM one first and alone (it runs the
+   * migrations), then the others together.
    */
   async start(): Promise<void> {
-    await this.launch(0);
+    const first = this.libraries[0] === 'typeorm' ? 1 : 0;
+    if (first === 1) {
+      await this.launch(0);
+    }
     await Promise.all(
-      Array.from({ length: this.count - 1 }, (_, i) => this.launch(i + 1)),
+      Array.from({ length: this.count - first }, (_, i) =>
+        this.launch(i + first),
+      ),
+    );
+  }
+
+  /** Instance `index` and its data library, as one word: `#2 drizzle`. */
+  label(index: number): string {
+    return `#${index} ${this.libraries[index]}`;
+  }
+
+  /** The instances of `library`. */
+  of(library: SoakLibrary): number[] {
+    return [...this.libraries.keys()].filter(
+      (index) => this.libraries[index] === library,
     );
   }
 
@@ -80,28 +101,46 @@ export class SoakInstances {
   /** Resumes the paused ones and stops every instance (SIGTERM). */
   async stop(): Promise<void> {
     [...this.paused].forEach((index) => this.resume(index));
+    const running = this.slots.splice(0);
     await Promise.all(
-      this.slots.flatMap((instance) => (instance ? [instance.stop()] : [])),
+      running.flatMap((instance) => (instance ? [instance.stop()] : [])),
     );
-    this.slots.length = 0;
   }
 
-  /** What the instances printed, the last `chars` characters of each. */
-  outputs(chars = 4_000): string {
+  /**
+   * What the instances (of `library`, or all) printed, the last `chars`
+   * characters of each.
+   */
+  outputs(chars = 4_000, library?: SoakLibrary): string {
     return this.started
+      .filter(
+        ({ index }) =>
+          library === undefined || this.libraries[index] === library,
+      )
       .map(
         ({ index, process }) =>
-          `--- instance ${index} (pid ${process.process.pid}) ---\n${process.output().slice(-chars)}`,
+          `--- instance ${this.label(index)} (pid ${process.process.pid}) ---\n${process.output().slice(-chars)}`,
       )
       .join('\n');
   }
 
   private async launch(index: number): Promise<void> {
+    const { entry, env } = libraryEntry(this.libraries[index]);
     const instance = await startSample(
-      { ...this.env, PGAPPNAME: instanceAppName(index) },
-      TUNED_SAMPLE,
+      { ...this.env, ...env, PGAPPNAME: instanceAppName(index) },
+      entry,
     );
     this.started.push({ index, process: instance });
     this.slots[index] = instance;
+    // Still in its slot when it exits: nobody meant it to (a kill and a
+    // stop empty the slot first).
+    void instance.exited().then(({ code, signal }) => {
+      if (this.slots[index] === instance) {
+        this.slots[index] = undefined;
+        this.crashes.push(
+          `instance ${this.label(index)} (pid ${instance.process.pid}) exited on its own (code ${code}, signal ${signal}):\n${instance.output().slice(-2_000)}`,
+        );
+      }
+    });
   }
 }

@@ -16,16 +16,30 @@ import {
   type FaultRecord,
 } from './soak-faults.js';
 import { SoakInstances } from './soak-instances.js';
+import {
+  migrate,
+  soakFleet,
+  SOAK_LIBRARIES,
+  type SoakLibrary,
+} from './soak-libraries.js';
 import { planPayments, runPayments, winningBody } from './soak-payments.js';
 import { installStepLog } from './step-log.js';
 
 type EmbeddedServer = Awaited<ReturnType<typeof startEmbeddedPostgres>>;
 
-const INSTANCES = 3;
+/**
+ * The data library of each instance: one instance per library, or those
+ * `SOAK_LIBRARIES` names (see soak-libraries.ts).
+ */
+const FLEET = soakFleet();
+const INSTANCES = FLEET.length;
 /** Short, so that a pause outlasts it in a few seconds. */
 const LEASE_MS = 2_000;
-/** 24 clients of 5 payments each, their starts spread over 24 s. */
-const LOAD = { clients: 24, perClient: 5, windowMs: 24_000 };
+/**
+ * 40 clients of 6 payments each, their starts spread over 29 s: as long as
+ * the faults, each instance busy enough for them to find its handlers.
+ */
+const LOAD = { clients: 40, perClient: 6, windowMs: 29_000 };
 /** A request that takes longer is given up and sent again (same key and body). */
 const REQUEST_TIMEOUT_MS = 2_500;
 const RETRY_AFTER_CAP_MS = 250;
@@ -45,17 +59,21 @@ function withSeed(error: unknown): Error {
   });
 }
 
-/** The statuses of `exchanges`, counted: `201×310, 409×12, ECONNRESET×3`. */
-function tally(exchanges: readonly Exchange[]): string {
+/** `items`, counted by `what`: `201×310, 409×12, ECONNRESET×3`. */
+function count<T>(items: readonly T[], what: (item: T) => string): string {
   const counts = new Map<string, number>();
-  for (const x of exchanges) {
-    const what = String(x.status ?? x.error);
-    counts.set(what, (counts.get(what) ?? 0) + 1);
+  for (const item of items) {
+    counts.set(what(item), (counts.get(what(item)) ?? 0) + 1);
   }
   return [...counts]
     .sort(([a], [b]) => a.localeCompare(b))
-    .map(([what, n]) => `${what}×${n}`)
+    .map(([name, n]) => `${name}×${n}`)
     .join(', ');
+}
+
+/** The statuses of `exchanges`, counted: `201×310, 409×12, ECONNRESET×3`. */
+function tally(exchanges: readonly Exchange[]): string {
+  return count(exchanges, (x) => String(x.status ?? x.error));
 }
 
 /**
@@ -73,7 +91,49 @@ function moduleEvents(output: string): string {
   return `${[...counts].map(([event, n]) => `${event}×${n}`).join(', ') || 'none'} (${lost} transactions lost)`;
 }
 
-describe('a seeded soak: three instances of the sample app under kills, pauses past the lease, terminated backends and a database restart', () => {
+/**
+ * The instances and libraries the requests of the key a violation names
+ * went to: ` [sent to #0 typeorm, #3 kysely]`.
+ */
+function sentTo(violation: string, exchanges: readonly Exchange[]): string {
+  const key = /^(pay-\d+-\d+):/.exec(violation)?.[1];
+  const to = new Set(
+    exchanges
+      .filter((x) => x.key === key)
+      .map((x) => `#${x.instance} ${x.library}`),
+  );
+  return to.size > 0 ? ` [sent to ${[...to].sort().join(', ')}]` : '';
+}
+
+/**
+ * What each data library of the fleet met, one line each: its requests,
+ * what its instances logged of failed attempts, the faults that hit it.
+ */
+function perLibrary(
+  exchanges: readonly Exchange[],
+  faults: readonly FaultRecord[],
+  instances: SoakInstances,
+): string {
+  return SOAK_LIBRARIES.filter((library) => FLEET.includes(library))
+    .map((library: SoakLibrary) => {
+      const own = exchanges.filter((x) => x.library === library);
+      // A fault that looked for a handler of the library and found none
+      // says so (`no …`).
+      const hits = faults.flatMap(({ fault, detail }) =>
+        'library' in fault && fault.library === library
+          ? [`${fault.kind}${detail.startsWith('no ') ? ' (found none)' : ''}`]
+          : [],
+      );
+      return (
+        `  ${library} (#${instances.of(library).join(', #')}): ${own.length} requests (${tally(own)}); ` +
+        `attempts that failed: ${moduleEvents(instances.outputs(Number.POSITIVE_INFINITY, library))}; ` +
+        `faults: ${count(hits, (kind) => kind)}, db-restart`
+      );
+    })
+    .join('\n');
+}
+
+describe('a seeded soak: instances of the sample app on every data library under kills, pauses past the lease, terminated backends and a database restart', () => {
   let server: EmbeddedServer | undefined;
   let db: pg.Pool | undefined;
   let gateway: RecordingGateway | undefined;
@@ -81,7 +141,9 @@ describe('a seeded soak: three instances of the sample app under kills, pauses p
   const random = new SeededRandom(seed);
 
   beforeAll(async () => {
-    console.log(`soak seed ${seed} (${replay})`);
+    console.log(
+      `soak seed ${seed} (${replay}); instances: ${FLEET.map((library, i) => `#${i} ${library}`).join(', ')}`,
+    );
     try {
       // A server of its own, whatever DATABASE_URL says: the soak restarts it.
       server = await startEmbeddedPostgres();
@@ -100,7 +162,11 @@ describe('a seeded soak: three instances of the sample app under kills, pauses p
       db.on('error', () => undefined);
       const delays = random.fork('gateway');
       gateway = await new RecordingGateway(() => delays.int(20, 800)).start();
-      instances = new SoakInstances(INSTANCES, {
+      if (FLEET[0] !== 'typeorm') {
+        // No instance runs them: a deployment step does.
+        await migrate(url.href);
+      }
+      instances = new SoakInstances(FLEET, {
         DATABASE_URL: url.href,
         GATEWAY_URL: gateway.url,
         SAMPLE_LEASE: `${LEASE_MS}ms`,
@@ -141,7 +207,7 @@ describe('a seeded soak: three instances of the sample app under kills, pauses p
    */
   async function soak(): Promise<string[]> {
     const plans = planPayments(random.fork('payments'), LOAD);
-    const faultPlan = planFaults(random.fork('faults'), INSTANCES, LEASE_MS);
+    const faultPlan = planFaults(random.fork('faults'), FLEET, LEASE_MS);
     const startedAt = Date.now();
     let deadline = Number.POSITIVE_INFINITY;
     const client = new SoakClient({
@@ -150,6 +216,7 @@ describe('a seeded soak: three instances of the sample app under kills, pauses p
       timeoutMs: REQUEST_TIMEOUT_MS,
       retryAfterCapMs: RETRY_AFTER_CAP_MS,
       deadline: () => deadline,
+      libraryOf: (index) => FLEET[index],
     });
     const clients = Promise.all(
       Array.from({ length: LOAD.clients }, (_, c) =>
@@ -202,7 +269,8 @@ describe('a seeded soak: three instances of the sample app under kills, pauses p
       charges: [...gateway!.charges.values()],
       final,
     };
-    const violations = checkSoak(evidence);
+    // An instance that exited on its own is a violation too.
+    const violations = [...checkSoak(evidence), ...instances!.crashes];
     const faultLog = faults
       .map(
         (f) =>
@@ -216,7 +284,8 @@ describe('a seeded soak: three instances of the sample app under kills, pauses p
       `${gateway!.charges.size} charges from ${gateway!.calls.length} gateway calls ` +
       `(${gateway!.calls.filter((call) => call.refused).length} refused); ` +
       `rivals: ${describeRivals(evidence)}; ` +
-      `attempts that failed: ${moduleEvents(instances!.outputs(Number.POSITIVE_INFINITY))}; faults:\n${faultLog}`;
+      `attempts that failed: ${moduleEvents(instances!.outputs(Number.POSITIVE_INFINITY))}; ` +
+      `per library:\n${perLibrary(client.exchanges, faults, instances!)}\nfaults:\n${faultLog}`;
     if (violations.length > 0) {
       const keys = new Set(
         violations.flatMap((line) => /^(pay-\d+-\d+):/.exec(line)?.[1] ?? []),
@@ -239,7 +308,10 @@ describe('a seeded soak: three instances of the sample app under kills, pauses p
         .join('\n');
       throw new Error(
         `soak seed ${seed} (${replay}): ${violations.length} violations:\n` +
-          violations.slice(0, 40).join('\n') +
+          violations
+            .slice(0, 40)
+            .map((line) => `${line}${sentTo(line, client.exchanges)}`)
+            .join('\n') +
           `\n\n${summary}\n\nexchanges of those keys:\n${trace}\n\nwhat the instances logged of them:\n${logged}`,
       );
     }

@@ -9,6 +9,7 @@ import {
 import { IdempotencyContext } from 'nestjs-idempotency';
 import type { PostgresAdapter } from 'nestjs-idempotency/store';
 import type { CreatePaymentDto } from '../../../sample-app/payments/create-payment.dto.js';
+import type { PaymentsLibrary } from '../../data-libraries/payments-library.js';
 
 /**
  * How a mode's handler writes the payment of a charge and its two ledger
@@ -90,4 +91,24 @@ export function moduleBooking<Transaction>(
     }
   }
   return ModuleBooking;
+}
+
+/**
+ * The modes of a data library other than TypeORM
+ * (test/data-libraries/): its client on a pool of the application's own,
+ * its writes alone or in the module's transaction, its adapter.
+ */
+export function benchLibrary<Client, Transaction>(
+  library: PaymentsLibrary<Client, Transaction>,
+): DataLibrary {
+  return {
+    providers: library.providers,
+    alone: aloneBooking<Client, Transaction>(
+      library.client,
+      (client, fn) => library.transaction(client, fn),
+      library.write,
+    ),
+    module: moduleBooking(library.write),
+    adapter: library.adapter(),
+  };
 }

@@ -19,7 +19,8 @@
  *
  * All of them write with TypeORM (typeorm.library.ts). The data libraries'
  * modes write with another, without TypeORM in the application
- * (`<library>.library.ts`; the baseline's app has run the migrations):
+ * (test/data-libraries/<library>.library.ts, which the soak's instances
+ * write with too; the baseline's app has run the migrations):
  *
  *   <library>-baseline  the library alone: no idempotency, the writes in a
  *                       transaction of the library's own
@@ -37,7 +38,12 @@ import {
 } from 'nestjs-idempotency';
 import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
 import { Redis } from 'ioredis';
-import type { DataLibrary } from './data-library.js';
+import {
+  isLibraryName,
+  LIBRARY_NAMES,
+  loadLibrary,
+} from '../../data-libraries/payments-library.js';
+import { benchLibrary, type DataLibrary } from './data-library.js';
 import { FloorController } from './floor.controller.js';
 import { listenBenchApp } from './listen.js';
 import { modeController } from './modes.controller.js';
@@ -51,14 +57,6 @@ import {
 
 const MODE = process.env.BENCH_MODE ?? 'baseline';
 const REDIS_URL = process.env.BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379';
-
-/** The data libraries other than TypeORM, loaded by their own modes only. */
-const LIBRARIES: Record<string, () => Promise<DataLibrary>> = {
-  pg: async () => (await import('./pg.library.js')).pgLibrary,
-  drizzle: async () => (await import('./drizzle.library.js')).drizzleLibrary,
-  kysely: async () => (await import('./kysely.library.js')).kyselyLibrary,
-  prisma: async () => (await import('./prisma.library.js')).prismaLibrary,
-};
 
 /** The module with the sample's options, and `options`. */
 const idempotency = (
@@ -144,14 +142,19 @@ async function mode(): Promise<DynamicModule> {
     }
     default: {
       const [name, baseline] = MODE.split('-');
-      const load = Object.hasOwn(LIBRARIES, name) && LIBRARIES[name];
-      if (!load || (baseline !== undefined && baseline !== 'baseline')) {
+      if (
+        !isLibraryName(name) ||
+        (baseline !== undefined && baseline !== 'baseline')
+      ) {
         throw new Error(
           `BENCH_MODE=${MODE}: expected baseline, postgres, floor, redis, unfenced, memory, theirs, ` +
-            `or a library (${Object.keys(LIBRARIES).join(', ')}) with or without -baseline`,
+            `or a library (${LIBRARY_NAMES.join(', ')}) with or without -baseline`,
         );
       }
-      return onLibrary(await load(), baseline === undefined);
+      return onLibrary(
+        benchLibrary(await loadLibrary(name)),
+        baseline === undefined,
+      );
     }
   }
 }

@@ -1,3 +1,4 @@
+import { eq } from 'drizzle-orm';
 import { drizzle, type NodePgDatabase } from 'drizzle-orm/node-postgres';
 import {
   char,
@@ -13,14 +14,10 @@ import {
   type DrizzleTransaction,
 } from 'nestjs-idempotency/drizzle';
 import type { Pool } from 'pg';
-import type { CreatePaymentDto } from '../../../sample-app/payments/create-payment.dto.js';
-import { BENCH_POOL, OWN_POOL } from './bench-pool.js';
-import {
-  aloneBooking,
-  moduleBooking,
-  type DataLibrary,
-} from './data-library.js';
-import { paymentRows, type PaymentRow } from './payment-rows.js';
+import type { CreatePaymentDto } from '../../sample-app/payments/create-payment.dto.js';
+import { fromJoin, paymentRows, type PaymentRow } from './payment-rows.js';
+import type { PaymentsLibrary } from './payments-library.js';
+import { OWN_POOL, POOL } from './pool.js';
 
 /** The sample's payments (its migrations make the table). */
 const payments = pgTable('payments', {
@@ -63,20 +60,32 @@ async function write(
 }
 
 /** Drizzle on node-postgres: the application's database, with its schema, on the pool. */
-export const drizzleLibrary: DataLibrary = {
+export const drizzlePayments: PaymentsLibrary<Db, DrizzleTransaction<Db>> = {
+  name: 'drizzle',
+  client: DRIZZLE,
   providers: [
     ...OWN_POOL,
     {
       provide: DRIZZLE,
       useFactory: (pool: Pool): Db => drizzle({ client: pool, schema }),
-      inject: [BENCH_POOL],
+      inject: [POOL],
     },
   ],
-  alone: aloneBooking<Db, DrizzleTransaction<Db>>(
-    DRIZZLE,
-    (db, fn) => db.transaction(fn),
-    write,
-  ),
-  module: moduleBooking(write),
-  adapter: new DrizzleIdempotencyAdapter<Db>({ drizzleInstanceToken: DRIZZLE }),
+  adapter: (options) =>
+    new DrizzleIdempotencyAdapter<Db>({
+      ...options,
+      drizzleInstanceToken: DRIZZLE,
+    }),
+  transaction: (db, fn) => db.transaction(fn),
+  write,
+  async read(db, id) {
+    return fromJoin(
+      await db
+        .select({ payment: payments, entry: ledgerEntries })
+        .from(payments)
+        .leftJoin(ledgerEntries, eq(ledgerEntries.paymentId, payments.id))
+        .where(eq(payments.id, id))
+        .orderBy(ledgerEntries.id),
+    );
+  },
 };

@@ -3,14 +3,15 @@ import {
   type PgTransaction,
 } from 'nestjs-idempotency/pg';
 import type { Pool, PoolClient } from 'pg';
-import type { CreatePaymentDto } from '../../../sample-app/payments/create-payment.dto.js';
-import { BENCH_POOL, OWN_POOL } from './bench-pool.js';
+import type { CreatePaymentDto } from '../../sample-app/payments/create-payment.dto.js';
 import {
-  aloneBooking,
-  moduleBooking,
-  type DataLibrary,
-} from './data-library.js';
-import { paymentRows, type PaymentRow } from './payment-rows.js';
+  fromJoinedRows,
+  paymentRows,
+  type JoinedRow,
+  type PaymentRow,
+} from './payment-rows.js';
+import type { PaymentsLibrary } from './payments-library.js';
+import { OWN_POOL, POOL } from './pool.js';
 
 const INSERT_PAYMENT = `INSERT INTO payments (amount, currency, merchant_id, charge_id)
   VALUES ($1, $2, $3, $4)
@@ -18,6 +19,12 @@ const INSERT_PAYMENT = `INSERT INTO payments (amount, currency, merchant_id, cha
     charge_id AS "chargeId", created_at AS "createdAt"`;
 const INSERT_LEDGER = `INSERT INTO ledger_entries (payment_id, account, direction, amount)
   VALUES ($1, $2, $3, $4), ($5, $6, $7, $8)`;
+/** The payment and its ledger rows, one row per entry. */
+const SELECT_PAYMENT = `SELECT p.id, p.amount, p.currency, p.merchant_id AS "merchantId",
+    p.charge_id AS "chargeId", p.created_at AS "createdAt", l.id AS "entryId",
+    l.account, l.direction, l.amount AS "entryAmount"
+  FROM payments p LEFT JOIN ledger_entries l ON l.payment_id = p.id
+  WHERE p.id = $1 ORDER BY l.id`;
 
 /** The payment of a charge and its ledger rows, in `tx`: two statements. */
 async function write(
@@ -69,9 +76,16 @@ async function inTransaction<T>(
 }
 
 /** node-postgres: the application's `pg.Pool`, and SQL written by hand. */
-export const pgLibrary: DataLibrary = {
+export const pgPayments: PaymentsLibrary<Pool, PgTransaction> = {
+  name: 'pg',
+  client: POOL,
   providers: OWN_POOL,
-  alone: aloneBooking<Pool, PgTransaction>(BENCH_POOL, inTransaction, write),
-  module: moduleBooking(write),
-  adapter: new PgIdempotencyAdapter({ poolToken: BENCH_POOL }),
+  adapter: (options) =>
+    new PgIdempotencyAdapter({ ...options, poolToken: POOL }),
+  transaction: inTransaction,
+  write,
+  async read(db, id) {
+    const { rows } = await db.query<JoinedRow>(SELECT_PAYMENT, [id]);
+    return fromJoinedRows(rows);
+  },
 };

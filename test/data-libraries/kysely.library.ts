@@ -4,14 +4,14 @@ import {
   type KyselyTransaction,
 } from 'nestjs-idempotency/kysely';
 import type { Pool } from 'pg';
-import type { CreatePaymentDto } from '../../../sample-app/payments/create-payment.dto.js';
-import { BENCH_POOL, OWN_POOL } from './bench-pool.js';
+import type { CreatePaymentDto } from '../../sample-app/payments/create-payment.dto.js';
 import {
-  aloneBooking,
-  moduleBooking,
-  type DataLibrary,
-} from './data-library.js';
-import { paymentRows, type PaymentRow } from './payment-rows.js';
+  fromJoinedRows,
+  paymentRows,
+  type PaymentRow,
+} from './payment-rows.js';
+import type { PaymentsLibrary } from './payments-library.js';
+import { OWN_POOL, POOL } from './pool.js';
 
 /** The sample's tables (its migrations make them), as Kysely types them. */
 interface Database {
@@ -73,24 +73,48 @@ async function write(
 }
 
 /** Kysely with its node-postgres dialect, on the application's pool. */
-export const kyselyLibrary: DataLibrary = {
+export const kyselyPayments: PaymentsLibrary<
+  Kysely<Database>,
+  KyselyTransaction<Database>
+> = {
+  name: 'kysely',
+  client: KYSELY,
   providers: [
     ...OWN_POOL,
     {
       provide: KYSELY,
       useFactory: (pool: Pool) =>
         new Kysely<Database>({ dialect: new PostgresDialect({ pool }) }),
-      inject: [BENCH_POOL],
+      inject: [POOL],
     },
   ],
-  alone: aloneBooking<Kysely<Database>, KyselyTransaction<Database>>(
-    KYSELY,
-    (db, fn) => db.transaction().execute(fn),
-    write,
-  ),
-  module: moduleBooking(write),
-  adapter: new KyselyIdempotencyAdapter({
-    kyselyToken: KYSELY,
-    poolToken: BENCH_POOL,
-  }),
+  adapter: (options) =>
+    new KyselyIdempotencyAdapter({
+      ...options,
+      kyselyToken: KYSELY,
+      poolToken: POOL,
+    }),
+  transaction: (db, fn) => db.transaction().execute(fn),
+  write,
+  async read(db, id) {
+    const rows = await db
+      .selectFrom('payments as p')
+      .leftJoin('ledger_entries as l', 'l.payment_id', 'p.id')
+      .select([
+        'p.id',
+        'p.amount',
+        'p.currency',
+        'p.merchant_id as merchantId',
+        'p.charge_id as chargeId',
+        'p.created_at as createdAt',
+        'l.id as entryId',
+        'l.account',
+        'l.direction',
+        'l.amount as entryAmount',
+      ])
+      .where('p.id', '=', id)
+      .orderBy('l.id')
+      .execute();
+    return fromJoinedRows(rows);
+  },
 };
