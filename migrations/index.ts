@@ -4,6 +4,7 @@ import { CreateIdempotencyFunctions1764000000002 } from './1764000000002-create-
 import { LeaseIdempotencyClaims1764000000003 } from './1764000000003-lease-idempotency-claims.js';
 import { BindIdempotencySteps1764000000004 } from './1764000000004-bind-idempotency-steps.js';
 import { KeepIdempotencyGenerations1764000000005 } from './1764000000005-keep-idempotency-generations.js';
+import { CountIdempotencyFailures1764000000006 } from './1764000000006-count-idempotency-failures.js';
 import {
   sqlMigrationsOf,
   type IdempotencySqlMigration,
@@ -23,6 +24,7 @@ export {
   LeaseIdempotencyClaims1764000000003,
   BindIdempotencySteps1764000000004,
   KeepIdempotencyGenerations1764000000005,
+  CountIdempotencyFailures1764000000006,
 };
 
 /**
@@ -46,6 +48,7 @@ export const idempotencyMigrations = [
   LeaseIdempotencyClaims1764000000003,
   BindIdempotencySteps1764000000004,
   KeepIdempotencyGenerations1764000000005,
+  CountIdempotencyFailures1764000000006,
 ];
 
 /**

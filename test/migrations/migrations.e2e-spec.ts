@@ -254,6 +254,7 @@ describe('shipped migrations', () => {
       'LeaseIdempotencyClaims1764000000003',
       'BindIdempotencySteps1764000000004',
       'KeepIdempotencyGenerations1764000000005',
+      'CountIdempotencyFailures1764000000006',
     ]);
     // Volatile: each statement inside sees what committed before it ran.
     expect(await functions()).toEqual(
@@ -297,6 +298,33 @@ describe('shipped migrations', () => {
       },
     ]);
 
+    const failures = await db.query<{ indexname: string; indexdef: string }>(
+      `SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'idempotency_failures' ORDER BY indexname`,
+    );
+    expect(failures).toEqual([
+      {
+        indexname: 'IDX_idempotency_failures_expires_at',
+        indexdef: expect.stringContaining('(expires_at)'),
+      },
+      {
+        indexname: 'PK_idempotency_failures',
+        indexdef: expect.stringContaining('(scope, key)'),
+      },
+    ]);
+    const failureTable = async () =>
+      (
+        await db.query<{ exists: boolean }>(
+          `SELECT to_regclass('idempotency_failures') IS NOT NULL AS exists`,
+        )
+      )[0].exists;
+
+    await dataSource.undoLastMigration();
+    expect(await failureTable()).toBe(false);
+    expect(await functions()).toEqual(
+      [...PREVIOUS_FUNCTIONS, ...LEASE_FUNCTIONS, ...GENERATION_FUNCTIONS].sort(
+        byName,
+      ),
+    );
     await dataSource.undoLastMigration();
     expect(await functions()).toEqual(
       [...PREVIOUS_FUNCTIONS, ...LEASE_FUNCTIONS].sort(byName),
@@ -393,6 +421,7 @@ describe('shipped migrations', () => {
       'LeaseIdempotencyClaims1764000000003',
       'BindIdempotencySteps1764000000004',
       'KeepIdempotencyGenerations1764000000005',
+      'CountIdempotencyFailures1764000000006',
     ]);
     expect(await file()).toBe(before);
     expect(await records()).toEqual([
@@ -416,7 +445,7 @@ describe('shipped migrations', () => {
       ['done', 'completed'],
       ['running', 'in_progress'],
     ]);
-    for (let i = 0; i < 3; i += 1) {
+    for (let i = 0; i < 4; i += 1) {
       await dataSource.undoLastMigration();
     }
     expect(await columns()).toEqual(RECORD_COLUMNS);
@@ -430,6 +459,7 @@ describe('shipped migrations', () => {
       'LeaseIdempotencyClaims1764000000003',
       'BindIdempotencySteps1764000000004',
       'KeepIdempotencyGenerations1764000000005',
+      'CountIdempotencyFailures1764000000006',
     ]);
     expect(await columns()).toEqual([
       ...RECORD_COLUMNS,

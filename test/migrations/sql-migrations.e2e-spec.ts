@@ -53,6 +53,7 @@ describe('the migrations as plain SQL, applied with psql', () => {
     expect(await schemaOf(db)).toEqual(reference);
 
     expect(reference.relations).toEqual([
+      { name: 'idempotency_failures', kind: 'r' },
       { name: 'idempotency_records', kind: 'r' },
       { name: 'idempotency_steps', kind: 'r' },
     ]);

@@ -46,6 +46,12 @@ export function describeStoreConformance(
      */
     readonly resentCompletions?: boolean;
     /**
+     * Whether the store counts failed attempts (`countFailure`, which
+     * `maxAttempts` needs); every built-in store does.
+     * @default true
+     */
+    readonly countsFailures?: boolean;
+    /**
      * Whether the suite hands the store bare leases (scope, key and owner),
      * as a caller other than the module would, instead of what the module
      * hands as leases: the store's handle of the claim, else its request
@@ -542,6 +548,64 @@ export function describeStoreConformance(
         await store.claim(attempt('unbound', { fingerprint: 'fp-2' })),
       ).toEqual({ state: 'claimed' });
     });
+
+    if (capabilities.countsFailures === false) {
+      it('counts no failed attempts (maxAttempts cannot be used with it)', () => {
+        expect(store.countFailure).toBeUndefined();
+      });
+    } else {
+      describe('failed attempts of a key', () => {
+        const count = (key: string, ttlMs = HOUR_MS) =>
+          store.countFailure!({ scope, key }, ttlMs);
+
+        it('are counted across releases of the claim, which the count keeps free for any request', async () => {
+          const counts: number[] = [];
+          for (const fingerprint of ['fp-1', 'fp-1', 'fp-2']) {
+            const failed = attempt('poison', { fingerprint });
+            expect(await store.claim(failed)).toEqual({ state: 'claimed' });
+            expect(await store.release(leaseOf(failed))).toEqual({
+              fenced: true,
+              waiting: false,
+            });
+            counts.push(await count('poison'));
+          }
+          expect(counts).toEqual([1, 2, 3]);
+          // A completion after failures neither resets nor hides the count.
+          const done = attempt('poison');
+          await store.claim(done);
+          await store.complete(leaseOf(done), completion, undefined);
+          expect(await count('poison')).toBe(4);
+        });
+
+        it('are counted apart per key and per scope', async () => {
+          expect(await count('one')).toBe(1);
+          expect(await count('one')).toBe(2);
+          expect(await count('two')).toBe(1);
+          expect(
+            await store.countFailure!(
+              { scope: `${scope}-other`, key: 'one' },
+              HOUR_MS,
+            ),
+          ).toBe(1);
+          expect(await count('one')).toBe(3);
+        });
+
+        it('start again once the count expired', async () => {
+          expect(await count('expiring', 0)).toBe(1);
+          expect(await count('expiring')).toBe(1);
+          expect(await count('expiring')).toBe(2);
+        });
+
+        it('are each counted under concurrent counts of the key', async () => {
+          const counts = await Promise.all(
+            Array.from({ length: 8 }, () => count('raced')),
+          );
+          expect([...counts].sort((a, b) => a - b)).toEqual([
+            1, 2, 3, 4, 5, 6, 7, 8,
+          ]);
+        });
+      });
+    }
 
     describe("a key's generation", () => {
       it('is returned with every claim granted: one per key, another in another scope', async () => {

@@ -128,4 +128,42 @@ describe('the PostgreSQL store', () => {
       ),
     ).toEqual([]);
   });
+
+  it('counts failed attempts in a row of idempotency_failures that the collection deletes once expired', async () => {
+    const failures = () =>
+      target.db.query(
+        `SELECT key, failures, expires_at > now() + interval '50 minutes' AS live
+         FROM idempotency_failures WHERE scope = 'pg' ORDER BY key`,
+      );
+    await store.countFailure!({ scope: 'pg', key: 'failing' }, 3_600_000);
+    await store.countFailure!({ scope: 'pg', key: 'failing' }, 3_600_000);
+    await store.countFailure!({ scope: 'pg', key: 'expired' }, 0);
+    expect(await failures()).toEqual([
+      { key: 'expired', failures: 1, live: false },
+      { key: 'failing', failures: 2, live: true },
+    ]);
+    await store.collect(1000, () => undefined);
+    expect(await failures()).toEqual([
+      { key: 'failing', failures: 2, live: true },
+    ]);
+  });
+
+  it('refuses to count on a database without migration CountIdempotencyFailures1764000000006, saying so, and collects there still', async () => {
+    await target.db.query(
+      'ALTER TABLE idempotency_failures RENAME TO idempotency_failures_aside',
+    );
+    try {
+      await expect(
+        store.countFailure!({ scope: 'pg', key: 'unmigrated' }, 60_000),
+      ).rejects.toThrow(/CountIdempotencyFailures1764000000006/);
+      await expect(store.collect(1000, () => undefined)).resolves.toEqual({
+        removed: expect.any(Number),
+        more: false,
+      });
+    } finally {
+      await target.db.query(
+        'ALTER TABLE idempotency_failures_aside RENAME TO idempotency_failures',
+      );
+    }
+  });
 });

@@ -3,6 +3,7 @@ import type {
   AbandonedKey,
   ClaimOutcome,
   ClaimRequest,
+  FailureKey,
   Completion,
   FencedWrite,
   IdempotencyStore,
@@ -12,6 +13,7 @@ import type {
 } from '../../interfaces/idempotency-store.interface.js';
 import { claimKey, renewLeases } from './dynamodb-claim.js';
 import { DynamoDbCollection } from './dynamodb-collection.js';
+import { countFailure } from './dynamodb-failures.js';
 import { completeClaim, releaseClaim } from './dynamodb-completion.js';
 import { DynamoDbRecords } from './dynamodb-records.js';
 import { bindClaim, readStepResult, saveStepResult } from './dynamodb-steps.js';
@@ -212,6 +214,14 @@ export class DynamoDbIdempotencyStore implements IdempotencyStore {
    * the item being as read. DynamoDB's TTL deletes finished records too.
    * @returns `more` while the Scan has not reached the end of the table.
    */
+  /**
+   * Counts in an item of its own beside the record (see
+   * dynamodb-failures.ts), which a release leaves alone.
+   */
+  countFailure(key: FailureKey, ttlMs: number): Promise<number> {
+    return countFailure(this.records, key, ttlMs);
+  }
+
   collect(
     batchSize: number,
     abandoned: (key: AbandonedKey) => void,

@@ -5,6 +5,7 @@ import type {
   ClaimOutcome,
   ClaimRequest,
   Completion,
+  FailureKey,
   FencedWrite,
   IdempotencyStore,
   Lease,
@@ -96,6 +97,11 @@ export class MemoryIdempotencyStore implements IdempotencyStore<unknown> {
   readonly watching = true;
   private readonly records = new Map<string, MemoryRecord>();
   private readonly steps = new Map<string, Map<string, MemoryStep>>();
+  /** Failed attempts of keys, and when each count expires (epoch ms). */
+  private readonly failures = new Map<
+    string,
+    { count: number; expiresAt: number }
+  >();
   private readonly watchers: Array<(scope?: string, key?: string) => void> = [];
 
   constructor(options: MemoryIdempotencyStoreOptions = {}) {
@@ -117,6 +123,7 @@ export class MemoryIdempotencyStore implements IdempotencyStore<unknown> {
   clear(): void {
     this.records.clear();
     this.steps.clear();
+    this.failures.clear();
   }
 
   async claim(request: ClaimRequest): Promise<ClaimOutcome> {
@@ -292,12 +299,31 @@ export class MemoryIdempotencyStore implements IdempotencyStore<unknown> {
     return true;
   }
 
+  /** Counts apart from the record, which a release deletes. */
+  async countFailure(key: FailureKey, ttlMs: number): Promise<number> {
+    const now = Date.now();
+    const id = idOf(key.scope, key.key);
+    const previous = this.failures.get(id);
+    const count = previous && previous.expiresAt > now ? previous.count + 1 : 1;
+    this.failures.set(id, { count, expiresAt: now + ttlMs });
+    return count;
+  }
+
   async collect(
     batchSize: number,
     abandoned: (key: AbandonedKey) => void,
   ): Promise<{ readonly removed: number; readonly more: boolean }> {
     const now = Date.now();
     let removed = 0;
+    for (const [id, failures] of this.failures) {
+      if (removed >= batchSize) {
+        return { removed, more: true };
+      }
+      if (failures.expiresAt <= now) {
+        this.failures.delete(id);
+        removed += 1;
+      }
+    }
     for (const [id, record] of this.records) {
       if (removed >= batchSize) {
         return { removed, more: true };

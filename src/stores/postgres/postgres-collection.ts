@@ -4,6 +4,7 @@ import {
 } from '../../idempotency.constants.js';
 import type { AbandonedKey } from '../../interfaces/idempotency-store.interface.js';
 import type { PostgresConnection } from '../../interfaces/postgres-adapter.interface.js';
+import { sqlState } from '../../core/failures.js';
 
 const TABLE = `"${IDEMPOTENCY_TABLE_NAME}"`;
 const STEPS = `"${IDEMPOTENCY_STEPS_TABLE_NAME}"`;
@@ -36,7 +37,9 @@ export async function collectExpired(
        SELECT count(*)::int AS deleted FROM deleted`,
     values: [batchSize],
   });
-  const removed = records.rows[0].deleted;
+  const removed =
+    records.rows[0].deleted +
+    (await collectFailures(connection, batchSize - records.rows[0].deleted));
   if (removed >= batchSize) {
     return { removed, more: true };
   }
@@ -86,4 +89,41 @@ export async function collectExpired(
     removed: removed + steps,
     more: removed + steps >= batchSize,
   };
+}
+
+/**
+ * Deletes at most `batchSize` expired counts of failed attempts; none on a
+ * database without their table (migration
+ * CountIdempotencyFailures1764000000006 not run: nothing counts there).
+ */
+async function collectFailures(
+  connection: PostgresConnection,
+  batchSize: number,
+): Promise<number> {
+  if (batchSize <= 0) {
+    return 0;
+  }
+  try {
+    const { rows } = await connection.query<{ deleted: number }>({
+      text: `WITH expired AS (
+           SELECT scope, key FROM "idempotency_failures"
+           WHERE expires_at < now()
+           ORDER BY expires_at
+           LIMIT $1
+           FOR UPDATE SKIP LOCKED
+         ), deleted AS (
+           DELETE FROM "idempotency_failures" f USING expired e
+           WHERE f.scope = e.scope AND f.key = e.key AND f.expires_at < now()
+           RETURNING 1
+         )
+         SELECT count(*)::int AS deleted FROM deleted`,
+      values: [batchSize],
+    });
+    return rows[0].deleted;
+  } catch (error) {
+    if (sqlState(error) === '42P01') {
+      return 0;
+    }
+    throw error;
+  }
 }

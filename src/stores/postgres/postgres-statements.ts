@@ -122,3 +122,16 @@ export const READ_STEP = postgresStatement(
 export const SAVE_STEP = postgresStatement(
   `SELECT idempotency_save_step($1, $2, $3, $4, $5, $6) AS saved`,
 );
+/**
+ * @internal Counts a failed attempt of a key, in a row that outlives the
+ * claim and the record (migration CountIdempotencyFailures1764000000006);
+ * a count whose row expired starts again.
+ */
+export const COUNT_FAILURE = postgresStatement(
+  `INSERT INTO "idempotency_failures" AS f (scope, key, failures, expires_at)
+   VALUES ($1, $2, 1, now() + $3 * interval '1 millisecond')
+   ON CONFLICT (scope, key) DO UPDATE SET
+     failures = CASE WHEN f.expires_at > now() THEN f.failures + 1 ELSE 1 END,
+     expires_at = EXCLUDED.expires_at
+   RETURNING failures`,
+);

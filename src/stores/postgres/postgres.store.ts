@@ -19,6 +19,7 @@ import type {
   ClaimOutcome,
   ClaimRequest,
   Completion,
+  FailureKey,
   FencedWrite,
   IdempotencyStore,
   Lease,
@@ -27,6 +28,7 @@ import type {
   StepLease,
 } from '../../interfaces/idempotency-store.interface.js';
 import { TransactionLostError } from '../../core/transaction.errors.js';
+import { sqlState } from '../../core/failures.js';
 import { collectExpired } from './postgres-collection.js';
 import {
   COMPLETION_CHANNEL,
@@ -37,6 +39,7 @@ import { readPostgresSchema } from './postgres-schema-check.js';
 import {
   ACQUIRE,
   BIND,
+  COUNT_FAILURE,
   FINISH,
   PostgresStatements,
   READ_STEP,
@@ -74,6 +77,8 @@ const POSTGRES_COLUMNS = [
   [TABLE, 'has_steps'],
   [STEPS, 'fingerprint'],
 ] as const;
+/** SQLSTATE of a table that does not exist. */
+const UNDEFINED_TABLE = '42P01';
 /** Longest NOTIFY payload PostgreSQL takes is 8000 bytes. */
 const MAX_PAYLOAD_BYTES = 7_900;
 
@@ -325,6 +330,31 @@ export class PostgresIdempotencyStore
       ],
     );
     return rows[0].saved;
+  }
+
+  /**
+   * Counts in the table of migration CountIdempotencyFailures1764000000006,
+   * in a statement of its own (the handler's transaction rolled back).
+   * @throws IdempotencyConfigurationError when that migration has not run.
+   */
+  async countFailure(key: FailureKey, ttlMs: number): Promise<number> {
+    try {
+      const { rows } = await this.statements.query<{ failures: number }>(
+        this.pool,
+        COUNT_FAILURE,
+        [key.scope, key.key, ttlMs],
+      );
+      return rows[0].failures;
+    } catch (error) {
+      if (sqlState(error) === UNDEFINED_TABLE) {
+        const { where, how } = this.transactions.schemaHelp;
+        throw new IdempotencyConfigurationError(
+          `The table "idempotency_failures" of migration CountIdempotencyFailures1764000000006, which \`maxAttempts\` counts in, does not exist in ${where}.`,
+          how,
+        );
+      }
+      throw error;
+    }
   }
 
   collect(

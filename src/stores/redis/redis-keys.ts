@@ -48,4 +48,12 @@ export class RedisKeys {
   generation(id: string): string {
     return `${this.prefix}{${id}}:generation`;
   }
+
+  /**
+   * The count of the key's failed attempts (a string), beside the record,
+   * which a release deletes; it expires on its own.
+   */
+  failures(id: string): string {
+    return `${this.prefix}{${id}}:failures`;
+  }
 }

@@ -5,6 +5,7 @@ import type {
   ClaimOutcome,
   ClaimRequest,
   Completion,
+  FailureKey,
   FencedWrite,
   IdempotencyStore,
   Lease,
@@ -280,6 +281,24 @@ export class RedisIdempotencyStore
         [lease.owner],
       )) === 1
     );
+  }
+
+  /**
+   * Counts a failed attempt: `INCR` and `PEXPIRE` of the key's count in one
+   * transaction (one key, one slot); a count that expired starts again.
+   */
+  async countFailure(key: FailureKey, ttlMs: number): Promise<number> {
+    const name = this.keys.failures(RedisKeys.id(key.scope, key.key));
+    const replies = await this.client
+      .multi()
+      .incr(name)
+      .pexpire(name, Math.ceil(ttlMs))
+      .exec();
+    const [error, count] = replies?.[0] ?? [new Error('MULTI was discarded')];
+    if (error) {
+      throw error;
+    }
+    return Number(count);
   }
 
   /** Publishes each key's completion on the store's channel. */
