@@ -7,9 +7,12 @@ import { AppModule } from './app.module.js';
 // logs for each request, as production logging would.
 const levels = process.env.SAMPLE_LOG_LEVELS?.split(',') as
   LogLevel[] | undefined;
-// A failed start throws here instead of aborting the process.
+// A failed start throws here instead of aborting the process. The raw
+// bodies are kept for the webhook receivers, which verify signatures over
+// them.
 const app = await NestFactory.create(AppModule, {
   abortOnError: false,
+  rawBody: true,
   ...(levels && { logger: levels }),
 });
 // Unknown fields are rejected: they would still count in the request's

@@ -4,19 +4,22 @@ import { Database } from './database.js';
 import { DatabaseModule } from './database.module.js';
 import { CreatePayments1764000000100 } from './migrations/1764000000100-create-payments.js';
 import { AddChargeId1764000000101 } from './migrations/1764000000101-add-charge-id.js';
+import { CreatePaymentConfirmations1764000000102 } from './migrations/1764000000102-create-payment-confirmations.js';
 import { LedgerEntry } from './payments/ledger-entry.entity.js';
 import { Payment } from './payments/payment.entity.js';
+import { PaymentConfirmation } from './webhooks/payment-confirmation.entity.js';
 
 /** The module's migrations run next to the app's own. */
 function typeOrmOptions(database: Database): TypeOrmModuleOptions {
   return {
     type: 'postgres',
     url: database.url,
-    entities: [Payment, LedgerEntry],
+    entities: [Payment, LedgerEntry, PaymentConfirmation],
     migrations: [
       ...idempotencyMigrations,
       CreatePayments1764000000100,
       AddChargeId1764000000101,
+      CreatePaymentConfirmations1764000000102,
     ],
     migrationsRun: true,
     synchronize: false,

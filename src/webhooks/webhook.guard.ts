@@ -111,9 +111,12 @@ export class IdempotentWebhookGuard implements CanActivate {
     }
     const event = parseEvent(rawBody, delivery.header('content-type'));
     const identity = provider.identify(delivery, event);
+    // A timestamp that is no number (NaN) is outside any tolerance.
     if (
       identity.timestamp !== undefined &&
-      Math.abs(Date.now() - identity.timestamp * 1000) > receiver.toleranceMs
+      !(
+        Math.abs(Date.now() - identity.timestamp * 1000) <= receiver.toleranceMs
+      )
     ) {
       throw this.refuse(context, 'expired');
     }

@@ -1,3 +1,4 @@
+import { createHmac } from 'node:crypto';
 import { IDEMPOTENCY_TABLE_NAME } from '../../migrations/index.js';
 import type { WebhookPresetName } from '../../src/index.js';
 import { Barrier } from '../utils/barrier.js';
@@ -13,6 +14,7 @@ import {
   type SignedDelivery,
 } from './signed-deliveries.js';
 import {
+  ACME_SECRET,
   ROUTES,
   WebhookControls,
   WebhooksTestModule,
@@ -311,6 +313,52 @@ describe.each(PLATFORMS)('webhook receivers (%s)', (platform) => {
       },
     });
     expect(await rows(id)).toEqual([]);
+  });
+
+  describe('a provider of its own', () => {
+    const acme = (id: string, timestamp: string | undefined, type = 'ping') => {
+      const body = JSON.stringify({ type });
+      const headers: Record<string, string> = {
+        'content-type': 'application/json',
+        'x-acme-delivery': id,
+        'x-acme-signature': createHmac('sha256', ACME_SECRET)
+          .update(`${timestamp}.${body}`)
+          .digest('hex'),
+      };
+      if (timestamp !== undefined) {
+        headers['x-acme-timestamp'] = timestamp;
+      }
+      return deliver('/webhooks/acme', { headers, body });
+    };
+    const now = () => String(Math.floor(Date.now() / 1000));
+
+    it('runs a verified delivery once, replays it, and compares what identify() names', async () => {
+      const id = eventId('github');
+      expect(await answer(acme(id, now()))).toMatchObject({
+        status: 200,
+        replayed: false,
+        body: { provider: 'acme', id },
+      });
+      expect(await answer(acme(id, now()))).toMatchObject({
+        status: 200,
+        replayed: true,
+      });
+      expect((await acme(id, now(), 'other')).status).toBe(422);
+      expect(await rows(id)).toEqual(['acme']);
+    });
+
+    it('refuses a timestamp outside its tolerance (1 minute), or none (NaN), as a replay', async () => {
+      const id = eventId('github');
+      const old = String(Math.floor(Date.now() / 1000) - 61);
+      for (const timestamp of [old, undefined, 'soon']) {
+        expect(await answer(acme(id, timestamp))).toMatchObject({
+          status: 401,
+          body: EXPIRED,
+        });
+      }
+      expect(await records(id)).toBe(0);
+      expect(await rows(id)).toEqual([]);
+    });
   });
 
   it('answers a redelivery while the first still runs with 409 and Retry-After once its wait ends; the first then commits', async () => {

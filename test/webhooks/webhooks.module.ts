@@ -9,14 +9,44 @@ import {
 import { InjectRepository, TypeOrmModule } from '@nestjs/typeorm';
 import type { Repository } from 'typeorm';
 import {
+  hmacSha256Matches,
   IdempotentWebhook,
   WebhookDelivery,
   type VerifiedWebhook,
   type WebhookPresetName,
+  type WebhookProvider,
 } from '../../src/index.js';
 import { Order } from '../fixtures/order.entity.js';
 import type { Barrier } from '../utils/barrier.js';
 import { SECRETS } from './signed-deliveries.js';
+
+/** The secret of the custom provider's receiver. */
+export const ACME_SECRET = 'acme-secret';
+
+/**
+ * A provider of one's own: `X-Acme-Signature`, the hex HMAC-SHA256 of
+ * `<X-Acme-Timestamp>.<body>`; the key `X-Acme-Delivery`.
+ */
+const acme: WebhookProvider = {
+  name: 'acme',
+  verify: (request, secrets) =>
+    secrets.some((secret) =>
+      hmacSha256Matches(
+        secret,
+        Buffer.concat([
+          Buffer.from(`${request.header('x-acme-timestamp')}.`),
+          request.rawBody,
+        ]),
+        request.header('x-acme-signature'),
+        'hex',
+      ),
+    ),
+  identify: (request, event) => ({
+    id: request.header('x-acme-delivery'),
+    timestamp: Number(request.header('x-acme-timestamp')),
+    compared: (event as { type?: string } | undefined)?.type,
+  }),
+};
 
 /** What the test makes the receivers do, by event id. */
 @Injectable()
@@ -79,6 +109,13 @@ export class WebhooksController {
     waitTimeout: '200ms',
   })
   stripeBrief(@WebhookDelivery() delivery: VerifiedWebhook) {
+    return this.receive(delivery, undefined);
+  }
+
+  @Post('acme')
+  @HttpCode(200)
+  @IdempotentWebhook(acme, { secret: [ACME_SECRET], tolerance: 60_000 })
+  acme(@WebhookDelivery() delivery: VerifiedWebhook) {
     return this.receive(delivery, undefined);
   }
 
