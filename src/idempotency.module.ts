@@ -4,6 +4,7 @@ import { ScheduleModule } from '@nestjs/schedule';
 import { IdempotencyContext } from './idempotency.context.js';
 import { IdempotencyCollector } from './idempotency.collector.js';
 import { IdempotencyService } from './idempotency.service.js';
+import { IdempotencyKafka } from './messages/idempotency.kafka.js';
 import {
   ConfigurableModuleClass,
   IDEMPOTENCY_PROVIDERS,
@@ -35,7 +36,12 @@ import {
 @Module({
   imports: [DiscoveryModule, ScheduleModule.forRoot()],
   providers: IDEMPOTENCY_PROVIDERS,
-  exports: [IdempotencyContext, IdempotencyCollector, IdempotencyService],
+  exports: [
+    IdempotencyContext,
+    IdempotencyCollector,
+    IdempotencyService,
+    IdempotencyKafka,
+  ],
 })
 export class IdempotencyModule extends ConfigurableModuleClass {
   /**

@@ -30,6 +30,7 @@ import { IdempotencyService } from './idempotency.service.js';
 import { IdempotencyInterceptor } from './idempotency.interceptor.js';
 import { IdempotencyHttp } from './http/idempotency.http.js';
 import { IdempotencyMessages } from './messages/idempotency.messages.js';
+import { IdempotencyKafka } from './messages/idempotency.kafka.js';
 import { IdempotencyGraphql } from './graphql/idempotency.graphql.js';
 import { IdempotencyJobs } from './bullmq/idempotency.jobs.js';
 import { IdempotencyProcessors } from './bullmq/idempotency.processors.js';
@@ -81,6 +82,7 @@ export const IDEMPOTENCY_PROVIDERS: Provider[] = [
   IdempotencyService,
   IdempotencyHttp,
   IdempotencyMessages,
+  IdempotencyKafka,
   IdempotencyGraphql,
   IdempotencyJobs,
   IdempotencyProcessors,

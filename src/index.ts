@@ -3,6 +3,12 @@ export { Idempotent } from './idempotent.decorator.js';
 export { IdempotencyContext } from './idempotency.context.js';
 export { IdempotencyCollector } from './idempotency.collector.js';
 export { IdempotencyService } from './idempotency.service.js';
+export {
+  IdempotencyKafka,
+  type IdempotentKafkaOptions,
+  type IdempotentKafkaPayload,
+} from './messages/idempotency.kafka.js';
+export type { KafkaOffsetCommitter } from './messages/kafka.transport.js';
 export { IdempotencyStore } from './interfaces/idempotency-store.interface.js';
 export type { IdempotencyRunOptions } from './interfaces/idempotency-run-options.interface.js';
 export type {

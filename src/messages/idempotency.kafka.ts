@@ -1,0 +1,184 @@
+import { Inject, Injectable } from '@nestjs/common';
+import { hash } from 'node:crypto';
+import type { EntityManager } from 'typeorm';
+import type { Attempt } from '../core/attempt.js';
+import { validKey } from '../core/idempotency-key.js';
+import { IdempotencyExecutor } from '../core/idempotency.executor.js';
+import { IDEMPOTENCY_RESOLVED_OPTIONS } from '../idempotency.tokens.js';
+import {
+  resolveRouteOptions,
+  type ResolvedIdempotencyOptions,
+} from '../idempotency.options.js';
+import type { IdempotencyDeadLetterHandler } from '../interfaces/idempotency-dead-letter.interface.js';
+import type {
+  IdempotencyConcurrencyMode,
+  IdempotencyDuration,
+  IdempotencyIsolationLevel,
+} from '../interfaces/idempotency-options.interface.js';
+import {
+  commitOffset,
+  kafkaKey,
+  type KafkaMessageLike,
+  type KafkaOffsetCommitter,
+} from './kafka.transport.js';
+import { afterFailure } from './message-failures.js';
+import { messageHeaderNames } from './idempotency.messages.js';
+
+/**
+ * The parts of kafkajs's `EachMessagePayload` that the module reads: pass
+ * the payload kafkajs gives `eachMessage` as it is.
+ */
+export interface IdempotentKafkaPayload {
+  readonly topic: string;
+  readonly partition: number;
+  readonly message: KafkaMessageLike & {
+    readonly value: Buffer | null;
+  };
+}
+
+/**
+ * Options of `IdempotencyKafka.eachMessage()`. Durations, the concurrency
+ * mode and the isolation level default to the module's options.
+ */
+export interface IdempotentKafkaOptions {
+  /**
+   * Scope of the messages' keys. Give each consumer group that writes to
+   * the same database a scope of its own: their keys
+   * (`<topic>/<partition>/<offset>`) are the same for the same message.
+   */
+  scope: string;
+  /**
+   * The header that carries a message's key; without it, a message's key
+   * is its place in the log, `<topic>/<partition>/<offset>`.
+   * @default the module's `headerName` (`'Idempotency-Key'`), then
+   * `Idempotency-Key`
+   */
+  headerName?: string;
+  /**
+   * The consumer to commit each message's offset with, after its record
+   * (run it with `autoCommit: false`). Without it, kafkajs commits the
+   * offsets it resolved, which it does only after `eachMessage` returned:
+   * after the record, too, but in batches.
+   * @default none: kafkajs's auto-commit
+   */
+  consumer?: KafkaOffsetCommitter;
+  /**
+   * Failed attempts of one message (counted in the store) before it is
+   * handed to `deadLetter` and its offset committed. Needs `deadLetter`.
+   * @default module `maxAttempts` (none: a failing message blocks its
+   * partition for as long as it fails)
+   */
+  maxAttempts?: number;
+  /**
+   * Where a message goes after `maxAttempts` failed attempts. Needs
+   * `maxAttempts`.
+   * @default module `deadLetter`
+   */
+  deadLetter?: IdempotencyDeadLetterHandler;
+  /** How long a message's record is kept. @default module `ttl` */
+  ttl?: IdempotencyDuration;
+  /** What a concurrent duplicate does. @default module `concurrency` */
+  concurrency?: IdempotencyConcurrencyMode;
+  /** In `'wait'` mode, how long to wait. @default module `waitTimeout` */
+  waitTimeout?: IdempotencyDuration;
+  /** Deadline of the handler. @default module `transactionTimeout` */
+  transactionTimeout?: IdempotencyDuration;
+  /** Isolation level of the handler's transaction. @default module `isolationLevel` */
+  isolationLevel?: IdempotencyIsolationLevel;
+}
+
+/**
+ * A kafkajs `eachMessage` handler made idempotent, for a consumer run with
+ * kafkajs directly (the Nest Kafka transport needs only `@Idempotent()`).
+ * Inject it and wrap the handler: each message runs at most once per key
+ * (a key header, else `<topic>/<partition>/<offset>`), its writes and its
+ * record commit together, then its offset is committed (by `consumer`, or
+ * by kafkajs afterwards); a duplicate is skipped; a message that fails
+ * `maxAttempts` times goes to `deadLetter` instead of blocking its
+ * partition. `handler` gets the data library's handle of the message's
+ * transaction: TypeORM's `EntityManager` by default (`undefined` with a
+ * store other than PostgreSQL).
+ *
+ * @example
+ * await consumer.run({
+ *   autoCommit: false,
+ *   eachMessage: this.kafka.eachMessage(
+ *     async ({ message }, manager) => {
+ *       await manager.insert(Payment, JSON.parse(message.value!.toString()));
+ *     },
+ *     { scope: 'payments', consumer, maxAttempts: 5, deadLetter },
+ *   ),
+ * });
+ */
+@Injectable()
+export class IdempotencyKafka {
+  constructor(
+    private readonly executor: IdempotencyExecutor,
+    @Inject(IDEMPOTENCY_RESOLVED_OPTIONS)
+    private readonly options: ResolvedIdempotencyOptions,
+  ) {}
+
+  /**
+   * The `eachMessage` of `consumer.run()`: `handler` made idempotent.
+   * @throws IdempotencyConfigurationError for invalid options.
+   */
+  eachMessage<
+    Payload extends IdempotentKafkaPayload,
+    Transaction = EntityManager,
+  >(
+    handler: (payload: Payload, manager: Transaction) => Promise<void>,
+    options: IdempotentKafkaOptions,
+  ): (payload: Payload) => Promise<void> {
+    const { scope, headerName, consumer, ...own } = options;
+    const route = resolveRouteOptions(this.options, own);
+    const headerNames = messageHeaderNames(
+      headerName ?? this.options.headerName,
+    );
+    return async (payload) => {
+      const { topic, partition, message } = payload;
+      const attempt: Attempt = {
+        started: Date.now(),
+        scope,
+        key: validKey(
+          kafkaKey(topic, partition, message, headerNames),
+          route.keyValidation,
+          headerNames[0],
+        ),
+        method: 'MESSAGE',
+        path: topic,
+        fingerprint: hash(
+          'sha256',
+          Buffer.concat([
+            Buffer.from(`${topic}\u0000`),
+            message.value ?? Buffer.alloc(0),
+          ]),
+        ),
+      };
+      try {
+        await this.executor.execute(attempt, route, (transaction) =>
+          handler(
+            payload,
+            (transaction.state === 'none'
+              ? undefined
+              : transaction.manager) as Transaction,
+          ),
+        );
+      } catch (error) {
+        const outcome = await afterFailure(
+          this.executor,
+          attempt,
+          route,
+          error,
+          { pattern: topic, data: message.value, context: payload },
+        );
+        if (outcome !== 'dead-lettered') {
+          // kafkajs delivers the message again: its offset stays.
+          throw error;
+        }
+      }
+      if (consumer) {
+        await commitOffset(consumer, topic, partition, message);
+      }
+    };
+  }
+}

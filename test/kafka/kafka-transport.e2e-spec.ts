@@ -1,0 +1,216 @@
+import { KafkaContext } from '@nestjs/microservices';
+import { startTestApp, type TestApp } from '../utils/test-app.js';
+import {
+  RecordedKafkaServer,
+  recordedKafka,
+  type RecordedConsumer,
+} from './recorded-kafka.js';
+import {
+  KafkaHandlers,
+  KafkaTestModule,
+  TOPIC,
+  deadLetters,
+} from './kafka.module.js';
+
+describe('@Idempotent() on a Kafka consumer of the Nest transport (recorded kafkajs consumer, no broker)', () => {
+  let target: TestApp;
+  let recorded: RecordedConsumer;
+  let handlers: KafkaHandlers;
+  let offset = 100;
+
+  beforeAll(async () => {
+    target = await startTestApp({ imports: [KafkaTestModule] });
+    const client = recordedKafka('payments-group-server');
+    recorded = client.recorded;
+    target.app.connectMicroservice(
+      {
+        strategy: new RecordedKafkaServer(
+          {
+            consumer: { groupId: 'payments-group' },
+            // The module commits each offset, after the record.
+            run: { autoCommit: false },
+          },
+          client.kafka,
+        ),
+      },
+      { inheritAppConfig: true },
+    );
+    await target.app.startAllMicroservices();
+    handlers = target.app.get(KafkaHandlers);
+    // At each commit of an offset: the records and payments committed then.
+    recorded.onCommit = async () => ({
+      records: await target.db.query(
+        `SELECT key, status FROM idempotency_records ORDER BY key`,
+      ),
+      orders: await target.db.query(`SELECT reference FROM orders ORDER BY id`),
+    });
+  });
+  afterAll(() => target?.close());
+  beforeEach(async () => {
+    recorded.calls.length = 0;
+    deadLetters.length = 0;
+    handlers.runs = 0;
+    handlers.deliveries.clear();
+    await target.db.query(
+      'TRUNCATE orders, idempotency_records, idempotency_failures',
+    );
+  });
+
+  /** The next offset of the partition. */
+  const next = () => String((offset += 1));
+  const orders = async () =>
+    (
+      await target.db.query<{ reference: string }>(
+        'SELECT reference FROM orders ORDER BY id',
+      )
+    ).map((row) => row.reference);
+  const records = () =>
+    target.db.query('SELECT key, status FROM idempotency_records ORDER BY key');
+
+  it('runs the Nest transport on the recorded consumer: subscribed to the handler topic, run without auto-commit', () => {
+    expect(recorded.subscriptions).toEqual([{ topics: [TOPIC] }]);
+    expect(recorded.runConfig).toMatchObject({ autoCommit: false });
+  });
+
+  it("takes the key from the module's key header: a copy produced again at another offset runs nothing", async () => {
+    const headers = { 'Idempotency-Key': Buffer.from('payment-1') };
+    const first = next();
+    const copy = next();
+    await recorded.deliver(TOPIC, 0, {
+      offset: first,
+      value: { reference: 'p-1' },
+      headers,
+    });
+    await recorded.deliver(TOPIC, 0, {
+      offset: copy,
+      value: { reference: 'p-1' },
+      headers,
+    });
+    expect(handlers.runs).toBe(1);
+    expect(await orders()).toEqual(['p-1']);
+    expect(await records()).toEqual([
+      { key: 'payment-1', status: 'completed' },
+    ]);
+    // Both offsets committed, the copy's too: it no longer blocks.
+    expect(
+      recorded.calls
+        .filter((call) => call.call === 'commitOffsets')
+        .map((call) => call.offsets),
+    ).toEqual([
+      [{ topic: TOPIC, partition: 0, offset: String(Number(first) + 1) }],
+      [{ topic: TOPIC, partition: 0, offset: String(Number(copy) + 1) }],
+    ]);
+  });
+
+  it('falls back to topic/partition/offset without a key header: a redelivery of the same offset runs nothing', async () => {
+    const at = next();
+    await recorded.deliver(TOPIC, 3, {
+      offset: at,
+      value: { reference: 'p-2' },
+    });
+    await recorded.deliver(TOPIC, 3, {
+      offset: at,
+      value: { reference: 'p-2' },
+    });
+    expect(handlers.runs).toBe(1);
+    expect(await orders()).toEqual(['p-2']);
+    expect(await records()).toEqual([
+      { key: `${TOPIC}/3/${at}`, status: 'completed' },
+    ]);
+  });
+
+  it('commits the offset only after the record and the writes committed together, and not at all for a failed delivery', async () => {
+    const at = next();
+    const done = await recorded.deliver(
+      TOPIC,
+      1,
+      { offset: at, value: { reference: 'p-3', failures: 1 } },
+      2,
+    );
+    expect(done).toBe(true);
+    expect(recorded.calls).toEqual([
+      { call: 'eachMessage', offset: at },
+      {
+        call: 'failed',
+        offset: at,
+        // What Nest's exception filter makes of the handler's error.
+        error: 'Internal server error',
+      },
+      { call: 'eachMessage', offset: at },
+      {
+        call: 'commitOffsets',
+        offsets: [
+          { topic: TOPIC, partition: 1, offset: String(Number(at) + 1) },
+        ],
+        // Seen at the moment of the commit: the record and the payment.
+        seen: {
+          records: [{ key: `${TOPIC}/1/${at}`, status: 'completed' }],
+          orders: [{ reference: 'p-3' }],
+        },
+      },
+    ]);
+    // The failed delivery's write rolled back: one payment.
+    expect(await orders()).toEqual(['p-3']);
+    expect(deadLetters).toEqual([]);
+  });
+
+  it('hands a poison message to the dead-letter path after maxAttempts failures counted in the store, then commits its offset: the partition moves on', async () => {
+    const poison = next();
+    const after = next();
+    const done = await recorded.deliver(
+      TOPIC,
+      2,
+      { offset: poison, value: { reference: 'poison', failures: 'always' } },
+      10,
+    );
+    expect(done).toBe(true);
+    expect(recorded.calls.map((call) => call.call)).toEqual([
+      'eachMessage',
+      'failed',
+      'eachMessage',
+      'failed',
+      'eachMessage',
+      'commitOffsets',
+    ]);
+    expect(handlers.runs).toBe(3);
+    expect(deadLetters).toEqual([
+      {
+        scope: 'global',
+        key: `${TOPIC}/2/${poison}`,
+        pattern: TOPIC,
+        data: { reference: 'poison', failures: 'always' },
+        error: new Error('delivery 3 of poison failed'),
+        attempts: 3,
+        context: expect.any(KafkaContext),
+      },
+    ]);
+    expect((deadLetters[0].context as KafkaContext).getMessage().offset).toBe(
+      poison,
+    );
+    // Nothing of the poison message committed; its count stays.
+    expect(await orders()).toEqual([]);
+    expect(
+      await target.db.query('SELECT key, failures FROM idempotency_failures'),
+    ).toEqual([{ key: `${TOPIC}/2/${poison}`, failures: 3 }]);
+    expect(await records()).toEqual([]);
+
+    await recorded.deliver(TOPIC, 2, {
+      offset: after,
+      value: { reference: 'after-poison' },
+    });
+    expect(await orders()).toEqual(['after-poison']);
+  });
+
+  it('counts failures across the consumer restarts that redeliver the message: the count is in the store, not the process', async () => {
+    const at = next();
+    const message = {
+      offset: at,
+      value: { reference: 'restarts', failures: 'always' as const },
+    };
+    // Two deliveries, then the consumer "restarts" (a rebalance): one more.
+    expect(await recorded.deliver(TOPIC, 4, message, 2)).toBe(false);
+    expect(deadLetters).toEqual([]);
+    expect(await recorded.deliver(TOPIC, 4, message, 1)).toBe(true);
+    expect(deadLetters.map((letter) => letter.attempts)).toEqual([3]);
+  });
+});

@@ -1,0 +1,66 @@
+import { Controller, Injectable, Module } from '@nestjs/common';
+import { EventPattern, Payload } from '@nestjs/microservices';
+import { InjectRepository, TypeOrmModule } from '@nestjs/typeorm';
+import type { Repository } from 'typeorm';
+import { Idempotent, type IdempotencyDeadLetter } from '../../src/index.js';
+import { Order } from '../fixtures/order.entity.js';
+
+export const TOPIC = 'payments';
+
+/** What the route's dead-letter path was handed, in order. */
+export const deadLetters: IdempotencyDeadLetter[] = [];
+
+/** What the producers of the Kafka suites send. */
+export interface PaymentEvent {
+  reference: string;
+  /** How many of its deliveries fail before one succeeds (or all: `'always'`). */
+  failures?: number | 'always';
+}
+
+@Injectable()
+export class KafkaHandlers {
+  runs = 0;
+  /** Deliveries of each reference so far. */
+  readonly deliveries = new Map<string, number>();
+
+  /** Fails the delivery of `event` while the event says so. */
+  fail(event: PaymentEvent): void {
+    const delivery = (this.deliveries.get(event.reference) ?? 0) + 1;
+    this.deliveries.set(event.reference, delivery);
+    if (event.failures === 'always' || delivery <= (event.failures ?? 0)) {
+      throw new Error(`delivery ${delivery} of ${event.reference} failed`);
+    }
+  }
+}
+
+/** A Kafka consumer of the Nest transport: payments, in the message's transaction. */
+@Controller()
+export class PaymentsKafkaConsumer {
+  constructor(
+    @InjectRepository(Order) private readonly orders: Repository<Order>,
+    private readonly handlers: KafkaHandlers,
+  ) {}
+
+  @EventPattern(TOPIC)
+  @Idempotent({
+    acknowledge: true,
+    maxAttempts: 3,
+    deadLetter: (letter) => {
+      deadLetters.push(letter);
+    },
+  })
+  async paid(@Payload() event: PaymentEvent): Promise<void> {
+    this.handlers.runs += 1;
+    await this.orders.save(
+      this.orders.create({ reference: event.reference, source: 'kafka' }),
+    );
+    this.handlers.fail(event);
+  }
+}
+
+@Module({
+  imports: [TypeOrmModule.forFeature([Order])],
+  controllers: [PaymentsKafkaConsumer],
+  providers: [KafkaHandlers],
+})
+export class KafkaTestModule {}

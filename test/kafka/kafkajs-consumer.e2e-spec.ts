@@ -1,0 +1,220 @@
+import type { EachMessagePayload } from 'kafkajs';
+import type { EntityManager } from 'typeorm';
+import {
+  IdempotencyKafka,
+  type IdempotencyDeadLetter,
+  type IdempotentKafkaOptions,
+} from '../../src/index.js';
+import { Order } from '../fixtures/order.entity.js';
+import { startTestApp, type TestApp } from '../utils/test-app.js';
+import { recordedKafka, type RecordedConsumer } from './recorded-kafka.js';
+
+const TOPIC = 'invoices';
+
+describe('IdempotencyKafka.eachMessage() in a kafkajs consumer (recorded, no broker)', () => {
+  let target: TestApp;
+  let idempotency: IdempotencyKafka;
+  const deadLetters: IdempotencyDeadLetter[] = [];
+  let runs = 0;
+
+  /** Pays an invoice in the message's transaction; `poison` always fails. */
+  const pay = async (
+    { message }: EachMessagePayload,
+    manager: EntityManager,
+  ): Promise<void> => {
+    runs += 1;
+    const { reference } = JSON.parse(message.value!.toString()) as {
+      reference: string;
+    };
+    await manager.insert(Order, { reference, source: 'kafkajs' });
+    if (reference.startsWith('poison')) {
+      throw new Error(`cannot pay ${reference}`);
+    }
+  };
+
+  /** A consumer run as the README shows it, on the recorded kafkajs consumer. */
+  const consumerOf = async (
+    options: Omit<IdempotentKafkaOptions, 'consumer'> & {
+      autoCommit?: boolean;
+    },
+  ): Promise<RecordedConsumer> => {
+    const { kafka, recorded } = recordedKafka(options.scope);
+    const consumer = kafka.consumer({ groupId: options.scope });
+    const { autoCommit = false, ...wrapped } = options;
+    await consumer.run({
+      autoCommit,
+      eachMessage: idempotency.eachMessage(pay, {
+        ...wrapped,
+        consumer: autoCommit ? undefined : consumer,
+      }),
+    });
+    recorded.onCommit = async () =>
+      (
+        await target.db.query<{ reference: string; status: string | null }>(
+          `SELECT o.reference, r.status FROM orders o
+           LEFT JOIN idempotency_records r ON r.scope = $1
+           WHERE o.source = 'kafkajs' ORDER BY o.id`,
+          [options.scope],
+        )
+      ).map((row) => `${row.reference}:${row.status}`);
+    return recorded;
+  };
+
+  beforeAll(async () => {
+    target = await startTestApp({});
+    idempotency = target.app.get(IdempotencyKafka);
+  });
+  afterAll(() => target?.close());
+  beforeEach(async () => {
+    runs = 0;
+    deadLetters.length = 0;
+    await target.db.query(
+      'TRUNCATE orders, idempotency_records, idempotency_failures',
+    );
+  });
+
+  const orders = async () =>
+    (
+      await target.db.query<{ reference: string }>(
+        'SELECT reference FROM orders ORDER BY id',
+      )
+    ).map((row) => row.reference);
+
+  it('runs a message once per key: topic/partition/offset, or the key header', async () => {
+    const recorded = await consumerOf({ scope: 'billing' });
+    await recorded.deliver(TOPIC, 0, {
+      offset: '7',
+      value: { reference: 'i-1' },
+    });
+    await recorded.deliver(TOPIC, 0, {
+      offset: '7',
+      value: { reference: 'i-1' },
+    });
+    const headers = { 'idempotency-key': 'invoice-2' };
+    await recorded.deliver(TOPIC, 0, {
+      offset: '8',
+      value: { reference: 'i-2' },
+      headers,
+    });
+    await recorded.deliver(TOPIC, 1, {
+      offset: '3',
+      value: { reference: 'i-2' },
+      headers,
+    });
+    expect(runs).toBe(2);
+    expect(await orders()).toEqual(['i-1', 'i-2']);
+    expect(
+      await target.db.query(
+        'SELECT scope, key, status FROM idempotency_records ORDER BY key',
+      ),
+    ).toEqual([
+      { scope: 'billing', key: 'invoice-2', status: 'completed' },
+      { scope: 'billing', key: `${TOPIC}/0/7`, status: 'completed' },
+    ]);
+  });
+
+  it('commits each offset with the consumer only after the record and the writes committed', async () => {
+    const recorded = await consumerOf({ scope: 'billing' });
+    await recorded.deliver(TOPIC, 0, {
+      offset: '9',
+      value: { reference: 'i-3' },
+    });
+    expect(recorded.calls).toEqual([
+      { call: 'eachMessage', offset: '9' },
+      {
+        call: 'commitOffsets',
+        offsets: [{ topic: TOPIC, partition: 0, offset: '10' }],
+        seen: ['i-3:completed'],
+      },
+    ]);
+  });
+
+  it("leaves the commit to kafkajs's auto-commit without a consumer: eachMessage resolves after the record", async () => {
+    const recorded = await consumerOf({ scope: 'auto', autoCommit: true });
+    await recorded.deliver(TOPIC, 0, {
+      offset: '4',
+      value: { reference: 'i-4' },
+    });
+    expect(recorded.calls).toEqual([
+      { call: 'eachMessage', offset: '4' },
+      { call: 'autoCommit', offset: '5', seen: ['i-4:completed'] },
+    ]);
+  });
+
+  it('keeps the consumer groups apart by scope: each runs the same message once', async () => {
+    const billing = await consumerOf({ scope: 'billing' });
+    const audit = await consumerOf({ scope: 'audit' });
+    for (const group of [billing, audit, billing]) {
+      await group.deliver(TOPIC, 0, {
+        offset: '11',
+        value: { reference: 'i-5' },
+      });
+    }
+    expect(runs).toBe(2);
+    expect(await orders()).toEqual(['i-5', 'i-5']);
+  });
+
+  it('hands a poison message to deadLetter after maxAttempts, rolled back each time, then commits its offset', async () => {
+    const recorded = await consumerOf({
+      scope: 'billing',
+      maxAttempts: 2,
+      deadLetter: (letter) => {
+        deadLetters.push(letter);
+      },
+    });
+    expect(
+      await recorded.deliver(
+        TOPIC,
+        5,
+        { offset: '12', value: { reference: 'poison-1' } },
+        5,
+      ),
+    ).toBe(true);
+    expect(recorded.calls.map((call) => call.call)).toEqual([
+      'eachMessage',
+      'failed',
+      'eachMessage',
+      'commitOffsets',
+    ]);
+    expect(deadLetters).toEqual([
+      {
+        scope: 'billing',
+        key: `${TOPIC}/5/12`,
+        pattern: TOPIC,
+        data: Buffer.from(JSON.stringify({ reference: 'poison-1' })),
+        error: new Error('cannot pay poison-1'),
+        attempts: 2,
+        context: expect.objectContaining({ topic: TOPIC, partition: 5 }),
+      },
+    ]);
+    expect(await orders()).toEqual([]);
+  });
+
+  it('delivers a poison message again, offset uncommitted, when deadLetter fails; hands it over at the next delivery', async () => {
+    let refuse = true;
+    const recorded = await consumerOf({
+      scope: 'billing',
+      maxAttempts: 1,
+      deadLetter: (letter) => {
+        if (refuse) {
+          refuse = false;
+          throw new Error('the dead-letter topic is unreachable');
+        }
+        deadLetters.push(letter);
+      },
+    });
+    await recorded.deliver(
+      TOPIC,
+      6,
+      { offset: '13', value: { reference: 'poison-2' } },
+      2,
+    );
+    expect(recorded.calls.map((call) => call.call)).toEqual([
+      'eachMessage',
+      'failed',
+      'eachMessage',
+      'commitOffsets',
+    ]);
+    expect(deadLetters.map((letter) => letter.attempts)).toEqual([2]);
+  });
+});
