@@ -92,6 +92,8 @@ export interface FaultRecord {
   readonly fault: Fault;
   /** For a fault that goes on in the background: filled in once it is over. */
   detail: string;
+  /** Whether it is the second try of a fault that found nothing to hit. */
+  readonly again?: boolean;
 }
 
 /**
@@ -168,7 +170,7 @@ export function planFaults(
     mode: random.pick(['fast', 'immediate'] as const),
     downMs: random.int(300, 1_500),
   });
-  return order.map((fault) => ({ gapMs: random.int(100, 500), fault }));
+  return order.map((fault) => ({ gapMs: random.int(50, 400), fault }));
 }
 
 /** A fault as one line. */
@@ -260,7 +262,9 @@ async function rows<T extends pg.QueryResultRow>(
 }
 
 /**
- * Injects `plan`, one fault after the other, and says what each did. A
+ * Injects `plan`, one fault after the other, and says what each did; a
+ * fault that found no handler to hit (`no …`) is tried once more after
+ * the next one. A
  * pause, and a killed instance's new start, go on while the next faults
  * run, but a fault that acts on that instance waits for their end; all
  * have ended when this resolves.
@@ -279,7 +283,10 @@ export async function injectFaults(
     );
   };
   try {
-    for (const { gapMs, fault } of plan) {
+    const queue = [...plan];
+    const again = new Set<Fault>();
+    for (let next = queue.shift(); next; next = queue.shift()) {
+      const { gapMs, fault } = next;
       await delay(gapMs);
       await Promise.all(
         victims(fault, target.instances).flatMap(
@@ -293,8 +300,18 @@ export async function injectFaults(
         tookMs: Date.now() - started,
         fault,
         detail: typeof done === 'string' ? done : done.now,
+        ...(again.has(fault) && { again: true }),
       };
       records.push(record);
+      // Found no handler to hit (`no …`): once more, after the next fault.
+      if (
+        typeof done === 'string' &&
+        done.startsWith('no ') &&
+        !again.has(fault)
+      ) {
+        again.add(fault);
+        queue.splice(1, 0, next);
+      }
       if (typeof done !== 'string') {
         pending.set(
           done.instance,

@@ -13,6 +13,7 @@ import {
   describeFault,
   injectFaults,
   planFaults,
+  type Fault,
   type FaultRecord,
 } from './soak-faults.js';
 import { SoakInstances } from './soak-instances.js';
@@ -117,12 +118,20 @@ function perLibrary(
   return SOAK_LIBRARIES.filter((library) => FLEET.includes(library))
     .map((library: SoakLibrary) => {
       const own = exchanges.filter((x) => x.library === library);
-      // A fault that looked for a handler of the library and found none
-      // says so (`no …`).
-      const hits = faults.flatMap(({ fault, detail }) =>
-        'library' in fault && fault.library === library
-          ? [`${fault.kind}${detail.startsWith('no ') ? ' (found none)' : ''}`]
-          : [],
+      // Whether each fault of the library found what it looked for (a
+      // handler in its transaction): a fault that did not says `no …`,
+      // after its second try too.
+      const found = new Map<Fault, boolean>();
+      for (const { fault, detail } of faults) {
+        if ('library' in fault && fault.library === library) {
+          found.set(
+            fault,
+            found.get(fault) === true || !detail.startsWith('no '),
+          );
+        }
+      }
+      const hits = [...found].map(
+        ([fault, hit]) => `${fault.kind}${hit ? '' : ' (found none)'}`,
       );
       return (
         `  ${library} (#${instances.of(library).join(', #')}): ${own.length} requests (${tally(own)}); ` +
@@ -274,7 +283,7 @@ describe('a seeded soak: instances of the sample app on every data library under
     const faultLog = faults
       .map(
         (f) =>
-          `  ${f.at}ms +${f.tookMs}ms ${describeFault(f.fault)}: ${f.detail}`,
+          `  ${f.at}ms +${f.tookMs}ms ${describeFault(f.fault)}${f.again ? ' (again)' : ''}: ${f.detail}`,
       )
       .join('\n');
     const summary =
