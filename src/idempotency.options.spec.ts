@@ -158,6 +158,48 @@ describe('the route options, through resolveModuleOptions', () => {
     });
   });
 
+  describe('maxAttempts and deadLetter', () => {
+    const deadLetter = () => undefined;
+
+    it('keeps them together, per route over the module', () => {
+      const module = resolveModuleOptions({ maxAttempts: 5, deadLetter });
+      expect(module).toMatchObject({ maxAttempts: 5, deadLetter });
+      expect(resolveRouteOptions(module, { maxAttempts: 2 })).toMatchObject({
+        maxAttempts: 2,
+        deadLetter,
+      });
+      expect(resolveModuleOptions({})).toMatchObject({
+        maxAttempts: undefined,
+        deadLetter: undefined,
+      });
+    });
+
+    it.each([
+      [0, '0'],
+      [1.5, '1.5'],
+      ['3', '"3"'],
+    ])('refuses maxAttempts %p', (maxAttempts, shown) => {
+      expect(refusal(untyped({ maxAttempts, deadLetter }))).toBe(
+        refusalMessage(
+          `Invalid "maxAttempts": ${shown}.`,
+          'Give a whole number of attempts, 1 or more.',
+        ),
+      );
+    });
+
+    it.each([{ maxAttempts: 3 }, { deadLetter }])(
+      'refuses one without the other: %p',
+      (options) => {
+        expect(refusal(options)).toBe(
+          refusalMessage(
+            '`maxAttempts` and `deadLetter` go together: a message that failed its attempts is handed to `deadLetter`.',
+            'Give both (`maxAttempts: 5, deadLetter: (letter) => ...`), or neither.',
+          ),
+        );
+      },
+    );
+  });
+
   describe('storeErrors', () => {
     it('stores every 4xx but 408, 425 and 429, and nothing else, when true', () => {
       const policy = resolveModuleOptions({ storeErrors: true }).storeErrors;

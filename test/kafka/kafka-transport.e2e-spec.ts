@@ -6,11 +6,41 @@ import {
   type RecordedConsumer,
 } from './recorded-kafka.js';
 import {
+  AUTO_TOPIC,
   KafkaHandlers,
   KafkaTestModule,
   TOPIC,
   deadLetters,
 } from './kafka.module.js';
+
+/**
+ * An application on Nest's Kafka transport whose kafkajs consumer is
+ * recorded, run with `run`; at each commit of an offset, the records and
+ * payments that committed then are read.
+ */
+async function startKafkaApp(run: {
+  autoCommit?: boolean;
+}): Promise<{ target: TestApp; recorded: RecordedConsumer }> {
+  const target = await startTestApp({ imports: [KafkaTestModule] });
+  const client = recordedKafka('payments-group-server');
+  target.app.connectMicroservice(
+    {
+      strategy: new RecordedKafkaServer(
+        { consumer: { groupId: 'payments-group' }, run },
+        client.kafka,
+      ),
+    },
+    { inheritAppConfig: true },
+  );
+  await target.app.startAllMicroservices();
+  client.recorded.onCommit = async () => ({
+    records: await target.db.query(
+      `SELECT key, status FROM idempotency_records ORDER BY key`,
+    ),
+    orders: await target.db.query(`SELECT reference FROM orders ORDER BY id`),
+  });
+  return { target, recorded: client.recorded };
+}
 
 describe('@Idempotent() on a Kafka consumer of the Nest transport (recorded kafkajs consumer, no broker)', () => {
   let target: TestApp;
@@ -19,31 +49,9 @@ describe('@Idempotent() on a Kafka consumer of the Nest transport (recorded kafk
   let offset = 100;
 
   beforeAll(async () => {
-    target = await startTestApp({ imports: [KafkaTestModule] });
-    const client = recordedKafka('payments-group-server');
-    recorded = client.recorded;
-    target.app.connectMicroservice(
-      {
-        strategy: new RecordedKafkaServer(
-          {
-            consumer: { groupId: 'payments-group' },
-            // The module commits each offset, after the record.
-            run: { autoCommit: false },
-          },
-          client.kafka,
-        ),
-      },
-      { inheritAppConfig: true },
-    );
-    await target.app.startAllMicroservices();
+    // The module commits each offset, after the record.
+    ({ target, recorded } = await startKafkaApp({ autoCommit: false }));
     handlers = target.app.get(KafkaHandlers);
-    // At each commit of an offset: the records and payments committed then.
-    recorded.onCommit = async () => ({
-      records: await target.db.query(
-        `SELECT key, status FROM idempotency_records ORDER BY key`,
-      ),
-      orders: await target.db.query(`SELECT reference FROM orders ORDER BY id`),
-    });
   });
   afterAll(() => target?.close());
   beforeEach(async () => {
@@ -67,8 +75,8 @@ describe('@Idempotent() on a Kafka consumer of the Nest transport (recorded kafk
   const records = () =>
     target.db.query('SELECT key, status FROM idempotency_records ORDER BY key');
 
-  it('runs the Nest transport on the recorded consumer: subscribed to the handler topic, run without auto-commit', () => {
-    expect(recorded.subscriptions).toEqual([{ topics: [TOPIC] }]);
+  it('runs the Nest transport on the recorded consumer: subscribed to the topics of the handlers, run without auto-commit', () => {
+    expect(recorded.subscriptions).toEqual([{ topics: [TOPIC, AUTO_TOPIC] }]);
     expect(recorded.runConfig).toMatchObject({ autoCommit: false });
   });
 
@@ -212,5 +220,36 @@ describe('@Idempotent() on a Kafka consumer of the Nest transport (recorded kafk
     expect(deadLetters).toEqual([]);
     expect(await recorded.deliver(TOPIC, 4, message, 1)).toBe(true);
     expect(deadLetters.map((letter) => letter.attempts)).toEqual([3]);
+  });
+});
+
+describe("a Kafka consumer of the Nest transport left to kafkajs's auto-commit (recorded kafkajs consumer)", () => {
+  let target: TestApp;
+  let recorded: RecordedConsumer;
+
+  beforeAll(async () => {
+    ({ target, recorded } = await startKafkaApp({}));
+  });
+  afterAll(() => target?.close());
+
+  it('resolves the offset only after the record and the writes committed: kafkajs commits it after them', async () => {
+    await recorded.deliver(AUTO_TOPIC, 0, {
+      offset: '5',
+      value: { reference: 'ledger-1' },
+    });
+    await recorded.deliver(AUTO_TOPIC, 0, {
+      offset: '5',
+      value: { reference: 'ledger-1' },
+    });
+    const seen = {
+      records: [{ key: `${AUTO_TOPIC}/0/5`, status: 'completed' }],
+      orders: [{ reference: 'ledger-1' }],
+    };
+    expect(recorded.calls).toEqual([
+      { call: 'eachMessage', offset: '5' },
+      { call: 'autoCommit', offset: '6', seen },
+      { call: 'eachMessage', offset: '5' },
+      { call: 'autoCommit', offset: '6', seen },
+    ]);
   });
 });

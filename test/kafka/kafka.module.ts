@@ -6,6 +6,8 @@ import { Idempotent, type IdempotencyDeadLetter } from '../../src/index.js';
 import { Order } from '../fixtures/order.entity.js';
 
 export const TOPIC = 'payments';
+/** A topic whose handler leaves the offsets to kafkajs's auto-commit. */
+export const AUTO_TOPIC = 'ledger';
 
 /** What the route's dead-letter path was handed, in order. */
 export const deadLetters: IdempotencyDeadLetter[] = [];
@@ -58,9 +60,25 @@ export class PaymentsKafkaConsumer {
   }
 }
 
+/** A consumer that does not acknowledge: kafkajs commits its offsets. */
+@Controller()
+export class LedgerKafkaConsumer {
+  constructor(
+    @InjectRepository(Order) private readonly orders: Repository<Order>,
+  ) {}
+
+  @EventPattern(AUTO_TOPIC)
+  @Idempotent()
+  async booked(@Payload() event: PaymentEvent): Promise<void> {
+    await this.orders.save(
+      this.orders.create({ reference: event.reference, source: 'kafka' }),
+    );
+  }
+}
+
 @Module({
   imports: [TypeOrmModule.forFeature([Order])],
-  controllers: [PaymentsKafkaConsumer],
+  controllers: [PaymentsKafkaConsumer, LedgerKafkaConsumer],
   providers: [KafkaHandlers],
 })
 export class KafkaTestModule {}

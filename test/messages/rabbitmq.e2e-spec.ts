@@ -7,8 +7,10 @@ import { describeWithBroker } from '../utils/broker.js';
 import {
   Deliveries,
   PATTERN,
+  POISON_PATTERN,
   QUEUE,
   RabbitTestModule,
+  deadLetters,
 } from './rabbitmq.module.js';
 
 const HOST = '127.0.0.1';
@@ -52,14 +54,20 @@ describeRabbit(
       await target?.close();
     });
 
-    /** Publishes the message as Nest's RMQ transport reads it, with an AMQP message id. */
-    const publish = (messageId: string, reference: string) =>
+    /**
+     * Publishes the message as Nest's RMQ transport reads it, with an AMQP
+     * message id, or without one and a key header.
+     */
+    const publish = (
+      messageId: string,
+      reference: string,
+      pattern = PATTERN,
+      options: amqp.Options.Publish = { messageId },
+    ) =>
       channel.sendToQueue(
         QUEUE,
-        Buffer.from(JSON.stringify({ pattern: PATTERN, data: { reference } })),
-        {
-          messageId,
-        },
+        Buffer.from(JSON.stringify({ pattern, data: { reference } })),
+        options,
       );
     const rows = async (reference: string) =>
       (
@@ -129,6 +137,55 @@ describeRabbit(
       expect(deliveries.runs - before).toBe(2);
       expect(await rows('rmq-bad')).toBe(0);
       expect(await rows('rmq-after-bad')).toBe(1);
+    });
+
+    it('takes the key from the key header of a message without a message id', async () => {
+      const deliveries = target.app.get(Deliveries);
+      const before = deliveries.runs;
+      for (let i = 0; i < 3; i += 1) {
+        publish('', 'rmq-header', PATTERN, {
+          headers: { 'Idempotency-Key': 'hdr-1' },
+        });
+      }
+      await until(
+        async () => events.filter((e) => e.key === 'hdr-1').length === 3,
+        'three deliveries',
+      );
+      await until(settled, 'the queue to drain');
+      expect(deliveries.runs - before).toBe(1);
+      expect(await rows('rmq-header')).toBe(1);
+    });
+
+    it('hands a message that keeps failing to deadLetter after maxAttempts, and acknowledges it: nothing of it committed', async () => {
+      publish('msg-poison', 'rmq-poison', POISON_PATTERN);
+      publish('msg-after-poison', 'rmq-after-poison');
+      await until(async () => deadLetters.length === 1, 'the dead letter');
+      await until(
+        async () =>
+          events.some(
+            (e) => e.key === 'msg-after-poison' && e.type === 'executed',
+          ),
+        'the next message',
+      );
+      await until(settled, 'the queue to drain');
+      expect(deadLetters).toEqual([
+        expect.objectContaining({
+          key: 'msg-poison',
+          pattern: POISON_PATTERN,
+          data: { reference: 'rmq-poison' },
+          attempts: 2,
+          error: new Error('the ledger refuses it'),
+        }),
+      ]);
+      expect(
+        events.filter((e) => e.key === 'msg-poison').map((e) => e.type),
+      ).toEqual(['failed', 'failed']);
+      expect(await rows('rmq-poison')).toBe(0);
+      expect(
+        await target.db.query(
+          `SELECT failures FROM idempotency_failures WHERE key = 'msg-poison'`,
+        ),
+      ).toEqual([{ failures: 2 }]);
     });
 
     it('left no message unacknowledged: once the consumer is gone, nothing comes back to the queue', async () => {

@@ -8,12 +8,17 @@ import { EventPattern, Payload } from '@nestjs/microservices';
 import { InjectRepository, TypeOrmModule } from '@nestjs/typeorm';
 import { randomUUID } from 'node:crypto';
 import type { Repository } from 'typeorm';
-import { Idempotent } from '../../src/index.js';
+import { Idempotent, type IdempotencyDeadLetter } from '../../src/index.js';
 import { Order } from '../fixtures/order.entity.js';
 
 /** A queue of this run only. */
 export const QUEUE = `idempotency-test-${randomUUID().slice(0, 8)}`;
 export const PATTERN = 'payments.captured';
+/** Messages whose handler always fails: after two attempts, dead-lettered. */
+export const POISON_PATTERN = 'payments.poison';
+
+/** What the poison route's dead-letter path was handed. */
+export const deadLetters: IdempotencyDeadLetter[] = [];
 
 @Injectable()
 export class Deliveries {
@@ -46,9 +51,32 @@ export class CapturesConsumer {
   }
 }
 
+@Controller()
+export class PoisonConsumer {
+  constructor(
+    @InjectRepository(Order) private readonly orders: Repository<Order>,
+    private readonly deliveries: Deliveries,
+  ) {}
+
+  @EventPattern(POISON_PATTERN)
+  @Idempotent({
+    acknowledge: true,
+    maxAttempts: 2,
+    deadLetter: (letter) => {
+      deadLetters.push(letter);
+    },
+  })
+  async poison(@Payload() message: unknown) {
+    const { reference } = message as { reference: string };
+    this.deliveries.runs += 1;
+    await this.orders.insert({ reference, source: 'rabbitmq' });
+    throw new Error('the ledger refuses it');
+  }
+}
+
 @Module({
   imports: [TypeOrmModule.forFeature([Order])],
-  controllers: [CapturesConsumer],
+  controllers: [CapturesConsumer, PoisonConsumer],
   providers: [Deliveries],
 })
 export class RabbitTestModule {}
