@@ -136,25 +136,26 @@ export class IdempotencyKafka {
     );
     return async (payload) => {
       const { topic, partition, message } = payload;
-      const attempt: Attempt = {
-        started: Date.now(),
-        scope,
-        key: validKey(
-          kafkaKey(topic, partition, message, headerNames),
-          route.keyValidation,
-          headerNames[0],
-        ),
-        method: 'MESSAGE',
-        path: topic,
-        fingerprint: hash(
-          'sha256',
-          Buffer.concat([
-            Buffer.from(`${topic}\u0000`),
-            message.value ?? Buffer.alloc(0),
-          ]),
-        ),
-      };
+      let attempt: Attempt | undefined;
       try {
+        attempt = {
+          started: Date.now(),
+          scope,
+          key: validKey(
+            kafkaKey(topic, partition, message, headerNames),
+            route.keyValidation,
+            headerNames[0],
+          ),
+          method: 'MESSAGE',
+          path: topic,
+          fingerprint: hash(
+            'sha256',
+            Buffer.concat([
+              Buffer.from(`${topic}\u0000`),
+              message.value ?? Buffer.alloc(0),
+            ]),
+          ),
+        };
         await this.executor.execute(attempt, route, (transaction) =>
           handler(
             payload,

@@ -47,8 +47,11 @@ export interface FailedMessage {
  * @internal What becomes of a failed message: `'dead-lettered'` once the
  * route's `deadLetter` took it (the handler's failures reached
  * `maxAttempts`, counted in the store, or a redelivery can only fail the
- * same way), else how it is settled as failed. A count or a hand-over that
- * fails leaves the message to come back.
+ * same way: a 4xx, a missing or malformed key, another message's key),
+ * else how it is settled as failed. A count or a hand-over that fails
+ * leaves the message to come back.
+ * @param attempt `undefined` when the message was refused before it had
+ * one (its key).
  */
 export async function afterFailure(
   executor: IdempotencyExecutor,
@@ -59,26 +62,30 @@ export async function afterFailure(
 ): Promise<MessageOutcome | 'dead-lettered'> {
   const outcome = failedOutcome(error);
   const { maxAttempts, deadLetter } = options;
-  if (!attempt?.key || maxAttempts === undefined || !deadLetter) {
+  if (maxAttempts === undefined || !deadLetter) {
     return outcome;
   }
-  // The module's own refusals are no failure of the handler: only one that
-  // a redelivery repeats (another message's key) is handed over.
-  const handlerFailed = !(error instanceof IdempotencyHttpException);
-  if (!handlerFailed && outcome !== 'reject') {
+  // The module's own refusals are no failure of the handler, and a keyless
+  // message has nothing to count by: only what a redelivery repeats is
+  // handed over at once.
+  const counted =
+    attempt?.key !== undefined && !(error instanceof IdempotencyHttpException);
+  if (!counted && outcome !== 'reject') {
     return outcome;
   }
   let attempts = 0;
+  let stage = 'counted';
   try {
-    if (handlerFailed) {
+    if (counted) {
       attempts = await executor.countFailure(attempt, options);
     }
     if (attempts < maxAttempts && outcome !== 'reject') {
       return outcome;
     }
+    stage = 'handed to deadLetter';
     await deadLetter({
-      scope: attempt.scope,
-      key: attempt.key,
+      scope: attempt?.scope,
+      key: attempt?.key,
       pattern: message.pattern,
       data: message.data,
       error,
@@ -87,7 +94,7 @@ export async function afterFailure(
     });
   } catch (failure) {
     logger.warn(
-      `A failed message of ${message.pattern} could not be ${attempts < maxAttempts ? 'counted' : 'handed to deadLetter'}; it comes back: ${(failure as Error).message}`,
+      `A failed message of ${message.pattern} could not be ${stage}; it comes back: ${(failure as Error).message}`,
     );
     return 'requeue';
   }

@@ -209,6 +209,33 @@ describe('@Idempotent() on a Kafka consumer of the Nest transport (recorded kafk
     expect(await orders()).toEqual(['after-poison']);
   });
 
+  it('hands a message with a malformed key header to the dead-letter path at once, uncounted, then commits its offset', async () => {
+    const at = next();
+    const done = await recorded.deliver(TOPIC, 5, {
+      offset: at,
+      value: { reference: 'bad-key' },
+      headers: { 'Idempotency-Key': 'not a key' },
+    });
+    expect(done).toBe(true);
+    expect(handlers.runs).toBe(0);
+    expect(deadLetters).toEqual([
+      expect.objectContaining({
+        scope: undefined,
+        key: undefined,
+        attempts: 0,
+        data: { reference: 'bad-key' },
+        error: expect.objectContaining({ status: 400 }),
+      }),
+    ]);
+    expect(recorded.calls.map((call) => call.call)).toEqual([
+      'eachMessage',
+      'commitOffsets',
+    ]);
+    expect(await target.db.query('SELECT 1 FROM idempotency_failures')).toEqual(
+      [],
+    );
+  });
+
   it('counts failures across the consumer restarts that redeliver the message: the count is in the store, not the process', async () => {
     const at = next();
     const message = {

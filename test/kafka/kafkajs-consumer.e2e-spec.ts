@@ -190,6 +190,29 @@ describe('IdempotencyKafka.eachMessage() in a kafkajs consumer (recorded, no bro
     expect(await orders()).toEqual([]);
   });
 
+  it('hands a message with a malformed key header to deadLetter at once, running nothing', async () => {
+    const recorded = await consumerOf({
+      scope: 'billing',
+      maxAttempts: 3,
+      deadLetter: (letter) => {
+        deadLetters.push(letter);
+      },
+    });
+    await recorded.deliver(TOPIC, 7, {
+      offset: '14',
+      value: { reference: 'i-6' },
+      headers: { 'Idempotency-Key': 'x'.repeat(300) },
+    });
+    expect(runs).toBe(0);
+    expect(deadLetters).toEqual([
+      expect.objectContaining({ key: undefined, attempts: 0 }),
+    ]);
+    expect(recorded.calls.map((call) => call.call)).toEqual([
+      'eachMessage',
+      'commitOffsets',
+    ]);
+  });
+
   it('delivers a poison message again, offset uncommitted, when deadLetter fails; hands it over at the next delivery', async () => {
     let refuse = true;
     const recorded = await consumerOf({
