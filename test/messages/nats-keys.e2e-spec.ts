@@ -1,37 +1,31 @@
-import { NatsRecordBuilder, type ClientProxy } from '@nestjs/microservices';
+import { NatsRecordBuilder } from '@nestjs/microservices';
 import { headers } from '@nats-io/transport-node';
-import { lastValueFrom } from 'rxjs';
 import { Barrier } from '../utils/barrier.js';
 import type { TestApp } from '../utils/test-app.js';
 import { describeWithBroker } from '../utils/broker.js';
 import {
   NATS_HOST,
   NATS_PORT,
-  startNatsApp,
-  type NatsApp,
-} from './nats-app.js';
-import {
-  KEY_SUBJECTS,
-  KeyHandlers,
-  NatsKeysTestModule,
-} from './nats-keys.module.js';
+  startMessageApp,
+  type MessageApp,
+} from './message-app.js';
+import { KEY_SUBJECTS, KeyHandlers, KeysTestModule } from './keys.module.js';
 
 const describeNats = await describeWithBroker('NATS', NATS_HOST, NATS_PORT);
 
 describeNats(
   'Message keys from the headerName header, and keyless messages (NATS)',
   () => {
-    let nats: NatsApp;
+    let nats: MessageApp;
     let target: TestApp;
-    let client: ClientProxy;
     let handlers: KeyHandlers;
 
     beforeAll(async () => {
-      nats = await startNatsApp({
-        imports: [NatsKeysTestModule],
+      nats = await startMessageApp({
+        imports: [KeysTestModule],
         idempotency: { headerName: 'X-Request-Id' },
       });
-      ({ target, client } = nats);
+      ({ target } = nats);
       handlers = target.app.get(KeyHandlers);
     });
     afterAll(() => nats.close());
@@ -45,25 +39,17 @@ describeNats(
       subject: string,
       data: unknown,
       with_: Record<string, string> = {},
-    ): Promise<{ reply?: unknown; error?: unknown }> => {
+    ) => {
       const natsHeaders = headers();
       for (const [name, value] of Object.entries(with_)) {
         natsHeaders.set(name, value);
       }
-      const record = new NatsRecordBuilder(data)
-        .setHeaders(natsHeaders)
-        .build();
-      return lastValueFrom(client.send<unknown>(subject, record)).then(
-        (reply) => ({ reply }),
-        (error: unknown) => ({ error }),
+      return nats.request(
+        subject,
+        new NatsRecordBuilder(data).setHeaders(natsHeaders).build(),
       );
     };
-    const rows = async (reference: string) =>
-      (
-        await target.db.query('SELECT 1 FROM orders WHERE reference = $1', [
-          reference,
-        ])
-      ).length;
+    const rows = (reference: string) => nats.orders(reference);
     const records = async (key: string) =>
       (
         await target.db.query(

@@ -8,15 +8,15 @@ import { describeWithBroker } from '../utils/broker.js';
 import {
   NATS_HOST,
   NATS_PORT,
-  startNatsApp,
-  type NatsApp,
-} from './nats-app.js';
+  startMessageApp,
+  type MessageApp,
+} from './message-app.js';
 import { Handlers, NatsTestModule, SUBJECTS } from './nats.module.js';
 
 const describeNats = await describeWithBroker('NATS', NATS_HOST, NATS_PORT);
 
 describeNats('@Idempotent() on NATS handlers', () => {
-  let nats: NatsApp;
+  let nats: MessageApp;
   let target: TestApp;
   let client: ClientProxy;
   let handlers: Handlers;
@@ -24,7 +24,7 @@ describeNats('@Idempotent() on NATS handlers', () => {
   const events: IdempotencyEvent[] = [];
 
   beforeAll(async () => {
-    nats = await startNatsApp({
+    nats = await startMessageApp({
       imports: [NatsTestModule],
       idempotency: { onEvent: (event) => events.push(event) },
     });
@@ -39,21 +39,9 @@ describeNats('@Idempotent() on NATS handlers', () => {
     events.length = 0;
   });
 
-  /** The reply of a request, or the error the transport gave back. */
-  const request = (
-    subject: string,
-    data: unknown,
-  ): Promise<{ reply?: unknown; error?: unknown }> =>
-    lastValueFrom(client.send<unknown>(subject, data)).then(
-      (reply) => ({ reply }),
-      (error: unknown) => ({ error }),
-    );
-  const rows = async (reference: string) =>
-    (
-      await target.db.query('SELECT 1 FROM orders WHERE reference = $1', [
-        reference,
-      ])
-    ).length;
+  const request = (subject: string, data: unknown) =>
+    nats.request(subject, data);
+  const rows = (reference: string) => nats.orders(reference);
 
   it('runs concurrent duplicate requests once; the waiting ones get the identical reply', async () => {
     const message = { idempotencyKey: 'nats-1', reference: 'nats-1' };

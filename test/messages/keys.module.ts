@@ -77,4 +77,4 @@ export class KeyedConsumer {
   controllers: [KeyedConsumer],
   providers: [KeyHandlers],
 })
-export class NatsKeysTestModule {}
+export class KeysTestModule {}

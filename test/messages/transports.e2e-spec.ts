@@ -1,0 +1,142 @@
+import {
+  MqttRecordBuilder,
+  Transport,
+  type ClientOptions,
+} from '@nestjs/microservices';
+import { createServer } from 'node:net';
+import { describeWithBroker } from '../utils/broker.js';
+import { startMessageApp, type MessageApp } from './message-app.js';
+import { KEY_SUBJECTS, KeyHandlers, KeysTestModule } from './keys.module.js';
+
+/** A port nothing listens on now. */
+async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as { port: number };
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}
+
+const describeRedis = await describeWithBroker('Redis', '127.0.0.1', 6379);
+const describeMqtt = await describeWithBroker('MQTT', '127.0.0.1', 1883);
+
+/** TCP needs no broker; Redis pub/sub runs on the machine's Redis. */
+const TRANSPORTS: ReadonlyArray<
+  [typeof describe, string, () => Promise<ClientOptions>]
+> = [
+  [
+    describe,
+    'TCP',
+    async () => ({
+      transport: Transport.TCP,
+      options: { host: '127.0.0.1', port: await freePort() },
+    }),
+  ],
+  [
+    describeRedis,
+    'Redis',
+    () =>
+      Promise.resolve({
+        transport: Transport.REDIS,
+        options: { host: '127.0.0.1', port: 6379 },
+      }),
+  ],
+];
+
+for (const [describeIf, name, transport] of TRANSPORTS) {
+  describeIf(
+    `@Idempotent() on ${name} message handlers (the key in the data)`,
+    () => {
+      let app: MessageApp;
+
+      beforeAll(async () => {
+        app = await startMessageApp(
+          { imports: [KeysTestModule] },
+          await transport(),
+        );
+      });
+      afterAll(() => app.close());
+
+      it('runs a message once and replays its reply to a duplicate', async () => {
+        const message = {
+          idempotencyKey: `${name}-1`,
+          reference: `${name}-ref-1`,
+        };
+        const first = await app.request(KEY_SUBJECTS.keyed, message);
+        const again = await app.request(KEY_SUBJECTS.keyed, message);
+        expect(first.reply).toEqual({ orderId: expect.any(Number), run: 1 });
+        expect(again.reply).toEqual(first.reply);
+        expect(app.target.app.get(KeyHandlers).runs).toBe(1);
+        expect(await app.orders(`${name}-ref-1`)).toBe(1);
+        expect(
+          await app.target.db.query(
+            'SELECT method, path FROM idempotency_records WHERE key = $1',
+            [`${name}-1`],
+          ),
+        ).toEqual([{ method: 'MESSAGE', path: KEY_SUBJECTS.keyed }]);
+      });
+
+      it("runs a keyless message in the handler's transaction: its failure commits nothing", async () => {
+        const failed = await app.request(KEY_SUBJECTS.failing, {
+          reference: `${name}-ref-2`,
+        });
+        expect(failed.error).toMatchObject({
+          message: 'Internal server error',
+        });
+        expect(await app.orders(`${name}-ref-2`)).toBe(0);
+      });
+    },
+  );
+}
+
+describeMqtt(
+  '@Idempotent() on MQTT 5 message handlers (the key in a user property)',
+  () => {
+    let app: MessageApp;
+
+    beforeAll(async () => {
+      app = await startMessageApp(
+        {
+          imports: [KeysTestModule],
+          idempotency: { headerName: 'X-Request-Id' },
+        },
+        {
+          transport: Transport.MQTT,
+          options: { url: 'mqtt://127.0.0.1:1883', protocolVersion: 5 },
+        },
+      );
+    });
+    afterAll(() => app.close());
+
+    /** The reply to a message whose user properties are `properties`. */
+    const request = (reference: string, properties: Record<string, string>) =>
+      app.request(
+        KEY_SUBJECTS.keyed,
+        new MqttRecordBuilder({ reference })
+          .setProperties({ userProperties: properties })
+          .build(),
+      );
+    const keys = async () =>
+      (
+        await app.target.db.query<{ key: string }>(
+          'SELECT key FROM idempotency_records ORDER BY key',
+        )
+      ).map((row) => row.key);
+
+    it('takes the key from the user property that headerName names, else Idempotency-Key', async () => {
+      const first = await request('mqtt-1', { 'X-Request-Id': 'mqtt-key-1' });
+      expect(first.reply).toEqual({ orderId: expect.any(Number), run: 1 });
+      expect(await request('mqtt-1', { 'X-Request-Id': 'mqtt-key-1' })).toEqual(
+        first,
+      );
+      const legacy = await request('mqtt-2', {
+        'Idempotency-Key': 'mqtt-key-2',
+      });
+      expect(
+        await request('mqtt-2', { 'Idempotency-Key': 'mqtt-key-2' }),
+      ).toEqual(legacy);
+      expect(app.target.app.get(KeyHandlers).runs).toBe(2);
+      expect(await keys()).toEqual(['mqtt-key-1', 'mqtt-key-2']);
+    });
+  },
+);
