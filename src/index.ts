@@ -8,7 +8,10 @@ export {
   type IdempotentKafkaOptions,
   type IdempotentKafkaPayload,
 } from './messages/idempotency.kafka.js';
-export type { KafkaOffsetCommitter } from './messages/kafka.transport.js';
+export type {
+  KafkaMessageLike,
+  KafkaOffsetCommitter,
+} from './messages/kafka.transport.js';
 export { IdempotencyStore } from './interfaces/idempotency-store.interface.js';
 export type { IdempotencyRunOptions } from './interfaces/idempotency-run-options.interface.js';
 export type {

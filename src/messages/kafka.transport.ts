@@ -2,12 +2,18 @@ import { headerValue, type MessageTransport } from './message-transport.js';
 
 /** What the module reads of a kafkajs message (`KafkaMessage`). */
 export interface KafkaMessageLike {
+  /** Its offset in its partition, as kafkajs gives it (a decimal string). */
   readonly offset: string;
+  /** Its headers: a key header's value is a string or a Buffer. */
   readonly headers?: Readonly<Record<string, unknown>>;
 }
 
-/** What the module calls of a kafkajs `Consumer`. */
+/**
+ * What the module calls of a kafkajs `Consumer`: pass the consumer
+ * itself.
+ */
 export interface KafkaOffsetCommitter {
+  /** kafkajs's `consumer.commitOffsets()`: the next offset to read, per partition. */
   commitOffsets(
     offsets: Array<{ topic: string; partition: number; offset: string }>,
   ): Promise<void>;

@@ -2,11 +2,13 @@ import type { EachMessagePayload } from 'kafkajs';
 import type { EntityManager } from 'typeorm';
 import {
   IdempotencyKafka,
+  MemoryIdempotencyStore,
   type IdempotencyDeadLetter,
   type IdempotentKafkaOptions,
 } from '../../src/index.js';
 import { Order } from '../fixtures/order.entity.js';
 import { startTestApp, type TestApp } from '../utils/test-app.js';
+import { startStoreApp, type StoreApp } from '../utils/store-app.js';
 import { recordedKafka, type RecordedConsumer } from './recorded-kafka.js';
 
 const TOPIC = 'invoices';
@@ -239,5 +241,55 @@ describe('IdempotencyKafka.eachMessage() in a kafkajs consumer (recorded, no bro
       'commitOffsets',
     ]);
     expect(deadLetters.map((letter) => letter.attempts)).toEqual([2]);
+  });
+});
+
+describe('IdempotencyKafka.eachMessage() on a store outside the database (memory)', () => {
+  let target: StoreApp;
+  const effects: string[] = [];
+  const deadLetters: IdempotencyDeadLetter[] = [];
+
+  beforeAll(async () => {
+    target = await startStoreApp({ store: new MemoryIdempotencyStore() });
+  });
+  afterAll(() => target?.close());
+
+  it('skips duplicates and dead-letters a poison message after maxAttempts, counted by the store; the handler gets no transaction', async () => {
+    const { kafka, recorded } = recordedKafka('memory');
+    const consumer = kafka.consumer({ groupId: 'memory' });
+    const managers: unknown[] = [];
+    await consumer.run({
+      autoCommit: false,
+      eachMessage: target.app.get(IdempotencyKafka).eachMessage(
+        async ({ message }, manager) => {
+          managers.push(manager);
+          const reference = String(message.value);
+          effects.push(reference);
+          if (reference.includes('poison')) {
+            throw new Error('refused');
+          }
+          return Promise.resolve();
+        },
+        {
+          scope: 'memory',
+          consumer,
+          maxAttempts: 3,
+          deadLetter: (letter) => {
+            deadLetters.push(letter);
+          },
+        },
+      ),
+    });
+    await recorded.deliver(TOPIC, 0, { offset: '1', value: 'mail-1' });
+    await recorded.deliver(TOPIC, 0, { offset: '1', value: 'mail-1' });
+    await recorded.deliver(TOPIC, 0, { offset: '2', value: 'poison' }, 5);
+    expect(effects).toEqual(['"mail-1"', '"poison"', '"poison"', '"poison"']);
+    expect(managers).toEqual([undefined, undefined, undefined, undefined]);
+    expect(deadLetters.map((letter) => letter.attempts)).toEqual([3]);
+    expect(
+      recorded.calls
+        .filter((call) => call.call === 'commitOffsets')
+        .map((call) => call.offsets[0].offset),
+    ).toEqual(['2', '2', '3']);
   });
 });
