@@ -918,4 +918,43 @@ describe('the DynamoDB store', () => {
     );
     expect(left).toEqual([]);
   });
+
+  it('counts failed attempts in an item of their own beside the record, with the expiry DynamoDB and the collection delete it by', async () => {
+    const count = (key: string, ttlMs: number) =>
+      store.countFailure({ scope: 'failures', key }, ttlMs);
+    const failures = async (key: string) =>
+      (
+        await client.send(
+          new GetItemCommand({
+            TableName: tableName,
+            Key: { pk: { S: `${partitionKey('failures', key)}#failures` } },
+            ConsistentRead: true,
+          }),
+        )
+      ).Item;
+    const claim = attempt('poison', 'failures');
+    await store.claim(claim);
+    await store.release(claim);
+    expect(await count('poison', HOUR_MS)).toBe(1);
+    expect(await count('poison', HOUR_MS)).toBe(2);
+    // The release deleted the record; the count stays beside it.
+    expect(await itemOf('failures', 'poison')).toBeUndefined();
+    const item = await failures('poison');
+    expect(item).toMatchObject({
+      scope: { S: 'failures' },
+      key: { S: 'poison' },
+      status: { S: 'counted' },
+      failures: { N: '2' },
+    });
+    const expiresAt = Number(item!.expires_at.N);
+    expect(Number(item!.ttl.N)).toBe(Math.ceil(expiresAt / 1000));
+
+    await count('expired', 0);
+    let result = { removed: 0, more: true };
+    for (let calls = 0; result.more && calls < 1_000; calls += 1) {
+      result = await store.collect(1_000, () => undefined);
+    }
+    expect(await failures('expired')).toBeUndefined();
+    expect(await failures('poison')).toMatchObject({ failures: { N: '2' } });
+  });
 });

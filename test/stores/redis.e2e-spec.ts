@@ -928,6 +928,23 @@ function storeTests(server: () => Address): void {
     });
   });
 
+  it('counts failed attempts in a key beside the record, in its hash slot, expiring ttlMs after the last failure', async () => {
+    const claim = attempt('poison');
+    await store.claim(claim);
+    await store.release(claim);
+    expect(await store.countFailure({ scope, key: 'poison' }, 60_000)).toBe(1);
+    expect(await store.countFailure({ scope, key: 'poison' }, 3_600_000)).toBe(
+      2,
+    );
+    const failures = keys.failures(RedisKeys.id(scope, 'poison'));
+    expect(failures).toBe(
+      `${recordOf('poison').slice(0, -':record'.length)}:failures`,
+    );
+    expect(await client.exists(recordOf('poison'))).toBe(0);
+    expect(await client.get(failures)).toBe('2');
+    expect(await client.pttl(failures)).toBeGreaterThan(3_500_000);
+  });
+
   it('stores a binary body (every byte value, 64 KiB) and replays it byte for byte', async () => {
     const body = Buffer.concat([
       Buffer.from(Array.from({ length: 256 }, (_, byte) => byte)),
