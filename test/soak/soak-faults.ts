@@ -112,7 +112,8 @@ export const FAULT_COUNTS = {
  * The run's faults on a fleet whose instance `i` writes with `libraries[i]`,
  * in a seeded order with seeded gaps: of each kind, {@link FAULT_COUNTS}
  * or one per library, whichever is more, the libraries hit in a seeded
- * order, each at least once. Pauses outlast the lease (`leaseMs`): another
+ * order, each at least once; those that look for a handler in its
+ * transaction before the last quarter. Pauses outlast the lease (`leaseMs`): another
  * instance takes the paused one's keys over, and its late completions must
  * be fenced off.
  */
@@ -164,6 +165,16 @@ export function planFaults(
     count: random.int(1, 2),
   }));
   const order = random.shuffle(faults);
+  // The faults that look for a handler in its transaction come before the
+  // last quarter of the run, when the clients' load thins out.
+  const seeks = (fault: Fault) =>
+    fault.kind === 'freeze-terminate' ||
+    fault.kind === 'terminate-in-transaction';
+  const late = order.splice(Math.floor((order.length * 3) / 4));
+  for (const fault of late.filter(seeks)) {
+    order.splice(random.int(0, order.length), 0, fault);
+  }
+  order.push(...late.filter((fault) => !seeks(fault)));
   // The database restart comes mid-run, with traffic before and after it.
   order.splice(random.int(3, order.length - 3), 0, {
     kind: 'db-restart',
