@@ -3,7 +3,9 @@ import { DiscoveryModule } from '@nestjs/core';
 import { ScheduleModule } from '@nestjs/schedule';
 import { IdempotencyContext } from './idempotency.context.js';
 import { IdempotencyCollector } from './idempotency.collector.js';
+import { IdempotencyPrivacy } from './privacy/idempotency-privacy.service.js';
 import { IdempotencyService } from './idempotency.service.js';
+import { IdempotencyAdmin } from './admin/idempotency.admin.js';
 import { IdempotencyKafka } from './messages/idempotency.kafka.js';
 import {
   ConfigurableModuleClass,
@@ -39,7 +41,9 @@ import {
   exports: [
     IdempotencyContext,
     IdempotencyCollector,
+    IdempotencyPrivacy,
     IdempotencyService,
+    IdempotencyAdmin,
     IdempotencyKafka,
   ],
 })

@@ -25,8 +25,10 @@ import { IdempotencyContext } from './idempotency.context.js';
 import { IdempotencyExplorer } from './idempotency.explorer.js';
 import { IdempotencyRoutes } from './idempotency.routes.js';
 import { IdempotencyCollector } from './idempotency.collector.js';
+import { IdempotencyPrivacy } from './privacy/idempotency-privacy.service.js';
 import { IdempotencyEvents } from './idempotency.events.js';
 import { IdempotencyService } from './idempotency.service.js';
+import { IdempotencyAdmin } from './admin/idempotency.admin.js';
 import { IdempotencyInterceptor } from './idempotency.interceptor.js';
 import { IdempotencyHttp } from './http/idempotency.http.js';
 import { IdempotencyMessages } from './messages/idempotency.messages.js';
@@ -89,6 +91,8 @@ export const IDEMPOTENCY_PROVIDERS: Provider[] = [
   IdempotencyExplorer,
   idempotencyOpenApi,
   IdempotencyCollector,
+  IdempotencyPrivacy,
+  IdempotencyAdmin,
   IdempotencyContext,
   { provide: APP_INTERCEPTOR, useClass: IdempotencyInterceptor },
 ];

@@ -3,6 +3,27 @@ export { Idempotent } from './idempotent.decorator.js';
 export { IdempotencyContext } from './idempotency.context.js';
 export { IdempotencyCollector } from './idempotency.collector.js';
 export { IdempotencyService } from './idempotency.service.js';
+export { IdempotencyPrivacy } from './privacy/idempotency-privacy.service.js';
+export { UnreadableRecordError } from './privacy/idempotency-key-ring.js';
+export type {
+  IdempotencyEncryptionOptions,
+  IdempotencyRedactedResponse,
+  IdempotencyRedactor,
+  IdempotencyStoredResponse,
+} from './interfaces/idempotency-privacy.interface.js';
+export {
+  IdempotencyAdmin,
+  type IdempotencyForgetOptions,
+  type IdempotencyForgetResult,
+  type IdempotencyListQuery,
+  type IdempotencyRecordView,
+} from './admin/idempotency.admin.js';
+export {
+  IdempotencyAdminError,
+  IdempotencyAdminUnsupportedError,
+  IdempotencyLeaseHeldError,
+  IdempotencyRecordNotFoundError,
+} from './exceptions/idempotency-admin.errors.js';
 export {
   IdempotencyKafka,
   type IdempotentKafkaOptions,
@@ -12,7 +33,13 @@ export type {
   KafkaMessageLike,
   KafkaOffsetCommitter,
 } from './messages/kafka.transport.js';
-export { IdempotencyStore } from './interfaces/idempotency-store.interface.js';
+export {
+  IdempotencyStore,
+  type RecordInspection,
+  type RecordPage,
+  type RecordState,
+  type RecordSummary,
+} from './interfaces/idempotency-store.interface.js';
 export type { IdempotencyRunOptions } from './interfaces/idempotency-run-options.interface.js';
 export type {
   IdempotencyConcurrencyMode,

@@ -138,6 +138,90 @@ export interface AbandonedKey {
   }>;
 }
 
+/** A record's state, as an operator sees it: in progress, or how it finished. */
+export type RecordState = RecordStatus | 'in_progress';
+
+/** A record as {@link IdempotencyStore.inspectRecord} reads it. */
+export interface RecordInspection {
+  readonly scope: string;
+  readonly key: string;
+  readonly status: RecordState;
+  readonly fingerprint: string;
+  /** The request's method and route, where the store keeps them. */
+  readonly method?: string;
+  readonly path?: string;
+  /** The attempt that holds the claim; `undefined` once finished or released. */
+  readonly owner?: string;
+  /** When the owner's lease runs out, unless renewed. */
+  readonly leaseExpiresAt?: Date;
+  /**
+   * The key's generation (see `ClaimOutcome`): the fence a takeover or a
+   * reset keeps, and the downstream keys derive from.
+   */
+  readonly generation?: string;
+  /** Whether the key is bound to its request (a step began). */
+  readonly bound: boolean;
+  readonly createdAt?: Date;
+  readonly completedAt?: Date;
+  readonly expiresAt: Date;
+  /** The stored response; its body only when asked for. */
+  readonly response?: {
+    readonly status: number;
+    readonly headers: Record<string, string | string[]>;
+    readonly body?: Buffer;
+  };
+  /** The key's recovery points (their results are not read). */
+  readonly steps: ReadonlyArray<{
+    readonly step: string;
+    readonly createdAt?: Date;
+    readonly expiresAt: Date;
+  }>;
+}
+
+/** What {@link IdempotencyStore.listRecords} looks for. */
+export interface RecordQuery {
+  /** The states listed. */
+  readonly statuses: readonly RecordState[];
+  readonly scope?: string;
+  /** Only records created before this instant. */
+  readonly olderThan?: Date;
+  readonly limit: number;
+  /** Where the previous page ended (the store's own opaque text). */
+  readonly cursor?: string;
+}
+
+/** A record in a list: what it is, who holds it, since when. */
+export type RecordSummary = Omit<RecordInspection, 'response' | 'steps'>;
+
+/** A page of records, and where the next one starts (none: the last page). */
+export interface RecordPage {
+  readonly records: readonly RecordSummary[];
+  readonly cursor?: string;
+}
+
+/** What one batch of {@link IdempotencyStore.forgetRecords} deleted. */
+export interface ForgottenBatch {
+  readonly records: number;
+  readonly steps: number;
+  /** Whether rows of the scope (or key) may be left. */
+  readonly more: boolean;
+}
+
+/**
+ * The outcome of {@link IdempotencyStore.resetRecord}: `reset`, the record
+ * ended (`fenced`: a claim was taken from its owner, whose later writes are
+ * refused); `absent`, nothing to reset; `held`, an owner's lease is live
+ * for `leaseMs` more and the reset was not forced.
+ */
+export type ResetOutcome =
+  | { readonly state: 'reset'; readonly fenced: boolean }
+  | { readonly state: 'absent' }
+  | {
+      readonly state: 'held';
+      readonly owner?: string;
+      readonly leaseMs: number;
+    };
+
 /**
  * The claim protocol that the module's request sequence runs on:
  * claim, renew, complete, release, steps and collection. The PostgreSQL
@@ -248,6 +332,47 @@ export interface IdempotencyStore<Transaction = unknown> {
     batchSize: number,
     abandoned: (key: AbandonedKey) => void,
   ): Promise<{ readonly removed: number; readonly more: boolean }>;
+  /**
+   * Reads a record and its steps for an operator, the response's body only
+   * when `withBody`; `undefined` when the key has no record.
+   * @default absent: `IdempotencyAdmin.inspect` refuses the store
+   */
+  inspectRecord?(
+    scope: string,
+    key: string,
+    withBody: boolean,
+  ): Promise<RecordInspection | undefined>;
+  /**
+   * Lists records in the query's states, in a stable order, a page at a time.
+   * @default absent: `IdempotencyAdmin.list` refuses the store
+   */
+  listRecords?(query: RecordQuery): Promise<RecordPage>;
+  /**
+   * Ends a record so that the next request of its key runs: a finished one
+   * is deleted with its steps; a claim is taken from its owner as a
+   * takeover would (the owner's completion, renewals and steps are fenced
+   * out; a key bound to its request stays so, with its generation), unless
+   * its lease is live and `force` is false.
+   * @default absent: `IdempotencyAdmin.reset` refuses the store
+   */
+  resetRecord?(
+    scope: string,
+    key: string,
+    force: boolean,
+  ): Promise<ResetOutcome>;
+  /**
+   * Deletes at most `batchSize` records and steps of `scope` (of its `key`
+   * alone when given), each batch a write of its own that holds nothing
+   * after it: a claim among them is fenced out as by a reset.
+   * @returns how many records and steps it deleted, and whether more may
+   * be left.
+   * @default absent: `IdempotencyAdmin.forget` refuses the store
+   */
+  forgetRecords?(
+    scope: string,
+    key: string | undefined,
+    batchSize: number,
+  ): Promise<ForgottenBatch>;
 }
 
 /** Injection token of the {@link IdempotencyStore}. */

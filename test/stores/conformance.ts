@@ -9,6 +9,7 @@ import type {
   StoredResponse,
 } from '../../src/interfaces/idempotency-store.interface.js';
 import { asTheModuleCallsIt, generationOf } from '../utils/store-handles.js';
+import { describeAdminConformance } from './admin-conformance.js';
 
 /** A store to run the conformance suite on, and how to let it go. */
 export interface StoreUnderTest {
@@ -58,6 +59,13 @@ export function describeStoreConformance(
      * (see `Lease`).
      */
     readonly bareLeases?: boolean;
+    /**
+     * Whether the store has the operator's operations (`inspectRecord`,
+     * `listRecords`, `resetRecord`, `forgetRecords`); without them, the
+     * admin's refusal is tested.
+     * @default true
+     */
+    readonly admin?: boolean;
   } = {},
 ): void {
   describe(`IdempotencyStore conformance: ${name}`, () => {
@@ -835,5 +843,17 @@ export function describeStoreConformance(
         state: 'in_progress',
       });
     });
+
+    describeAdminConformance(
+      {
+        store: () => store,
+        scope: () => scope,
+        attempt,
+        leaseOf,
+        stepLeaseOf,
+        completion,
+      },
+      capabilities.admin ?? true,
+    );
   });
 }

@@ -34,7 +34,7 @@ describeStoreConformance(
       close: () => dynamo.close(),
     };
   },
-  { resentClaims: true, resentCompletions: true },
+  { resentClaims: true, resentCompletions: true, admin: false },
 );
 
 /** The commands a client sends: name and input. */

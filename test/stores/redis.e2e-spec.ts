@@ -172,7 +172,7 @@ function conformance(name: string, server: () => Address): void {
           },
         };
       },
-      { resentClaims: true, bareLeases },
+      { resentClaims: true, bareLeases, admin: false },
     );
   }
 }
@@ -1168,7 +1168,7 @@ function clusterConformance(
         },
       };
     },
-    { resentClaims: true },
+    { resentClaims: true, admin: false },
   );
 }
 

@@ -13,7 +13,19 @@ import type {
   Renewal,
   StepLease,
   StoredResponse,
+  ForgottenBatch,
+  RecordInspection,
+  RecordPage,
+  RecordQuery,
+  ResetOutcome,
 } from '../../interfaces/idempotency-store.interface.js';
+import {
+  forgetMemoryRecords,
+  inspectMemoryRecord,
+  listMemoryRecords,
+  resetMemoryRecord,
+  type MemoryAdminRecord,
+} from './memory-admin.js';
 
 /** Options of the {@link MemoryIdempotencyStore}. */
 export interface MemoryIdempotencyStoreOptions {
@@ -27,7 +39,7 @@ export interface MemoryIdempotencyStoreOptions {
   readonly allowInProduction?: boolean;
 }
 
-interface MemoryRecord {
+interface MemoryRecord extends MemoryAdminRecord {
   readonly fingerprint: string;
   status: RecordStatus | 'in_progress';
   /** `undefined` once released bound to its request. */
@@ -103,6 +115,7 @@ export class MemoryIdempotencyStore implements IdempotencyStore<unknown> {
     { count: number; expiresAt: number }
   >();
   private readonly watchers: Array<(scope?: string, key?: string) => void> = [];
+  private readonly maps = { records: this.records, steps: this.steps };
 
   constructor(options: MemoryIdempotencyStoreOptions = {}) {
     if (process.env.NODE_ENV === 'production' && !options.allowInProduction) {
@@ -151,8 +164,12 @@ export class MemoryIdempotencyStore implements IdempotencyStore<unknown> {
       const generation = live?.generation ?? randomUUID();
       this.records.set(id, {
         fingerprint: request.fingerprint,
+        method: request.method,
+        path: request.path,
         status: 'in_progress',
         owner: request.owner,
+        createdAt: live?.createdAt ?? now,
+        completedAt: undefined,
         bound: live?.bound ?? false,
         generation,
         leaseExpiresAt: now + request.leaseMs,
@@ -219,6 +236,7 @@ export class MemoryIdempotencyStore implements IdempotencyStore<unknown> {
     record.response = 'body' in response ? copyResponse(response) : undefined;
     record.responseStatus = response.status;
     record.leaseExpiresAt = undefined;
+    record.completedAt = Date.now();
     record.expiresAt = Date.now() + completion.ttlMs;
     this.steps.delete(idOf(lease.scope, lease.key));
     return { fenced: true, waiting: record.waiting };
@@ -383,6 +401,41 @@ export class MemoryIdempotencyStore implements IdempotencyStore<unknown> {
     }
     removed += rows;
     return { removed, more: removed >= batchSize };
+  }
+
+  async inspectRecord(
+    scope: string,
+    key: string,
+    withBody: boolean,
+  ): Promise<RecordInspection | undefined> {
+    return inspectMemoryRecord(this.maps, idOf(scope, key), withBody);
+  }
+
+  async listRecords(query: RecordQuery): Promise<RecordPage> {
+    return listMemoryRecords(this.maps, query);
+  }
+
+  async resetRecord(
+    scope: string,
+    key: string,
+    force: boolean,
+  ): Promise<ResetOutcome> {
+    return resetMemoryRecord(this.maps, idOf(scope, key), force);
+  }
+
+  async forgetRecords(
+    scope: string,
+    key: string | undefined,
+    batchSize: number,
+  ): Promise<ForgottenBatch> {
+    // An id is the JSON of [scope, key]: those of the scope share its start.
+    const prefix = `${JSON.stringify([scope]).slice(0, -1)},`;
+    const one = key === undefined ? undefined : idOf(scope, key);
+    return forgetMemoryRecords(
+      this.maps,
+      (id) => (one === undefined ? id.startsWith(prefix) : id === one),
+      batchSize,
+    );
   }
 
   /** Whether a claim may take the record over: expired, or its lease is. */

@@ -21,14 +21,25 @@ import type {
   Completion,
   FailureKey,
   FencedWrite,
+  ForgottenBatch,
   IdempotencyStore,
   Lease,
+  RecordInspection,
+  RecordPage,
+  RecordQuery,
   RecordStatus,
   Renewal,
+  ResetOutcome,
   StepLease,
 } from '../../interfaces/idempotency-store.interface.js';
 import { TransactionLostError } from '../../core/transaction.errors.js';
 import { sqlState } from '../../core/failures.js';
+import {
+  forgetPostgresRecords,
+  inspectPostgresRecord,
+  listPostgresRecords,
+  resetPostgresRecord,
+} from './postgres-admin.js';
 import { collectExpired } from './postgres-collection.js';
 import {
   COMPLETION_CHANNEL,
@@ -362,5 +373,33 @@ export class PostgresIdempotencyStore
     abandoned: (key: AbandonedKey) => void,
   ): Promise<{ removed: number; more: boolean }> {
     return collectExpired(this.pool, batchSize, abandoned);
+  }
+
+  inspectRecord(
+    scope: string,
+    key: string,
+    withBody: boolean,
+  ): Promise<RecordInspection | undefined> {
+    return inspectPostgresRecord(this.pool, scope, key, withBody);
+  }
+
+  listRecords(query: RecordQuery): Promise<RecordPage> {
+    return listPostgresRecords(this.pool, query);
+  }
+
+  resetRecord(
+    scope: string,
+    key: string,
+    force: boolean,
+  ): Promise<ResetOutcome> {
+    return resetPostgresRecord(this.pool, scope, key, force);
+  }
+
+  forgetRecords(
+    scope: string,
+    key: string | undefined,
+    batchSize: number,
+  ): Promise<ForgottenBatch> {
+    return forgetPostgresRecords(this.pool, scope, key, batchSize);
   }
 }

@@ -1,0 +1,246 @@
+import { Inject, Injectable } from '@nestjs/common';
+import { DEFAULT_SCOPE } from '../idempotency.constants.js';
+import {
+  IdempotencyAdminError,
+  IdempotencyAdminUnsupportedError,
+  IdempotencyLeaseHeldError,
+  IdempotencyRecordNotFoundError,
+} from '../exceptions/idempotency-admin.errors.js';
+import {
+  IdempotencyStore,
+  type RecordInspection,
+  type RecordPage,
+  type RecordState,
+} from '../interfaces/idempotency-store.interface.js';
+
+/** The states a record can be listed in. */
+const STATES: readonly RecordState[] = [
+  'in_progress',
+  'completed',
+  'failed',
+  'not_replayable',
+];
+
+/** A record as {@link IdempotencyAdmin.inspect} shows it. */
+export interface IdempotencyRecordView extends RecordInspection {
+  /** How long the owner's lease runs unless renewed (ms); 0 once it ran out. */
+  readonly leaseMs?: number;
+}
+
+/** What {@link IdempotencyAdmin.list} looks for. */
+export interface IdempotencyListQuery {
+  /**
+   * The states listed: in-progress claims (stuck work) and stored errors.
+   * @default ['in_progress', 'failed']
+   */
+  readonly status?: RecordState | readonly RecordState[];
+  /** Only this scope. @default every scope */
+  readonly scope?: string;
+  /** Only records created before this instant. @default any age */
+  readonly olderThan?: Date;
+  /** Records per page, 1 to 1000. @default 100 */
+  readonly limit?: number;
+  /** The `cursor` of the previous page, for the next one. */
+  readonly cursor?: string;
+}
+
+/** What {@link IdempotencyAdmin.forget} deletes and how. */
+export interface IdempotencyForgetOptions {
+  /** Only this key of the scope. @default every key of the scope */
+  readonly key?: string;
+  /**
+   * Rows deleted per batch, each batch a write of its own: no lock is held
+   * longer than one batch. 1 to 10000. @default 1000
+   */
+  readonly batchSize?: number;
+  /** Called after each batch, with the counts so far. */
+  readonly onBatch?: (forgotten: IdempotencyForgetResult) => void;
+}
+
+/** What {@link IdempotencyAdmin.forget} deleted. */
+export interface IdempotencyForgetResult {
+  readonly records: number;
+  readonly steps: number;
+}
+
+type AdminOperation =
+  'inspectRecord' | 'listRecords' | 'resetRecord' | 'forgetRecords';
+
+/**
+ * The operator's view of the idempotency records, on every built-in store
+ * (and a custom one that implements the store's optional operations): look
+ * a key up, list stuck claims and stored errors, reset a key so its next
+ * request runs, forget a scope or a key (a data-protection request). The
+ * command line (`npx nestjs-idempotency`) runs the same service.
+ *
+ * @throws IdempotencyAdminError (and its subclasses) for bad input, a key
+ * without a record, a live lease, or a store without the operation.
+ * @example
+ * const admin = app.get(IdempotencyAdmin);
+ * const record = await admin.inspect('8e03978e-…', 'global');
+ * await admin.reset('8e03978e-…', 'global', { force: true });
+ */
+@Injectable()
+export class IdempotencyAdmin {
+  constructor(
+    @Inject(IdempotencyStore) private readonly store: IdempotencyStore,
+  ) {}
+
+  /**
+   * A record: its state, owner and lease left, generation, times,
+   * fingerprint, stored response (its body when `body` is set) and steps.
+   * @param scope @default 'global' (the scope without a `scope` resolver)
+   * @throws IdempotencyRecordNotFoundError when the key has no record.
+   */
+  async inspect(
+    key: string,
+    scope: string = DEFAULT_SCOPE,
+    options: { readonly body?: boolean } = {},
+  ): Promise<IdempotencyRecordView> {
+    checkName('key', key);
+    checkName('scope', scope);
+    const record = await this.operation('inspectRecord')(
+      scope,
+      key,
+      options.body ?? false,
+    );
+    if (!record) {
+      throw new IdempotencyRecordNotFoundError(scope, key);
+    }
+    return record.leaseExpiresAt
+      ? {
+          ...record,
+          leaseMs: Math.max(0, record.leaseExpiresAt.getTime() - Date.now()),
+        }
+      : record;
+  }
+
+  /** A page of records in the query's states, oldest key order first. */
+  async list(query: IdempotencyListQuery = {}): Promise<RecordPage> {
+    const statuses =
+      query.status === undefined
+        ? (['in_progress', 'failed'] as const)
+        : typeof query.status === 'string'
+          ? [query.status]
+          : query.status;
+    for (const status of statuses) {
+      if (!STATES.includes(status)) {
+        throw new IdempotencyAdminError(
+          `Status "${String(status)}" is none of ${STATES.join(', ')}.`,
+        );
+      }
+    }
+    const limit = query.limit ?? 100;
+    checkCount('limit', limit, 1000);
+    if (query.scope !== undefined) {
+      checkName('scope', query.scope);
+    }
+    if (query.olderThan && Number.isNaN(query.olderThan.getTime())) {
+      throw new IdempotencyAdminError('`olderThan` is an invalid date.');
+    }
+    return this.operation('listRecords')({
+      statuses,
+      scope: query.scope,
+      olderThan: query.olderThan,
+      limit,
+      cursor: query.cursor,
+    });
+  }
+
+  /**
+   * Ends a record so that the next request of its key runs. A finished
+   * record is deleted with its steps. A claim whose owner's lease is live is
+   * refused unless `force`; forced, or with its lease run out, it is taken
+   * from its owner as a takeover takes it: the owner's completion is fenced
+   * out (its request gets 503, its writes roll back), and a key bound to its
+   * request by a step stays so, the same request resuming after its last
+   * step (forget the key to drop that too).
+   * @returns `fenced`: whether a claim was taken from its owner.
+   * @throws IdempotencyRecordNotFoundError, IdempotencyLeaseHeldError
+   */
+  async reset(
+    key: string,
+    scope: string = DEFAULT_SCOPE,
+    options: { readonly force?: boolean } = {},
+  ): Promise<{ readonly fenced: boolean }> {
+    checkName('key', key);
+    checkName('scope', scope);
+    const outcome = await this.operation('resetRecord')(
+      scope,
+      key,
+      options.force ?? false,
+    );
+    switch (outcome.state) {
+      case 'absent':
+        throw new IdempotencyRecordNotFoundError(scope, key);
+      case 'held':
+        throw new IdempotencyLeaseHeldError(
+          scope,
+          key,
+          outcome.leaseMs,
+          outcome.owner,
+        );
+      default:
+        return { fenced: outcome.fenced };
+    }
+  }
+
+  /**
+   * Deletes every record and step of `scope` (of one key with `key`), in
+   * batches that each lock at most `batchSize` rows until they commit. A
+   * claim among them is fenced out. Run it again if requests of the scope
+   * kept arriving meanwhile.
+   * @returns how many records and steps it deleted.
+   */
+  async forget(
+    scope: string,
+    options: IdempotencyForgetOptions = {},
+  ): Promise<IdempotencyForgetResult> {
+    checkName('scope', scope);
+    if (options.key !== undefined) {
+      checkName('key', options.key);
+    }
+    const batchSize = options.batchSize ?? 1000;
+    checkCount('batchSize', batchSize, 10_000);
+    const forget = this.operation('forgetRecords');
+    let records = 0;
+    let steps = 0;
+    for (;;) {
+      const batch = await forget(scope, options.key, batchSize);
+      records += batch.records;
+      steps += batch.steps;
+      options.onBatch?.({ records, steps });
+      if (!batch.more) {
+        return { records, steps };
+      }
+    }
+  }
+
+  /** The store's operation, bound, or a clear refusal. */
+  private operation<O extends AdminOperation>(
+    name: O,
+  ): NonNullable<IdempotencyStore[O]> {
+    const operation = this.store[name];
+    if (typeof operation !== 'function') {
+      throw new IdempotencyAdminUnsupportedError(
+        name,
+        this.store.constructor?.name ?? 'in use',
+      );
+    }
+    return operation.bind(this.store) as NonNullable<IdempotencyStore[O]>;
+  }
+}
+
+function checkName(what: string, value: unknown): void {
+  if (typeof value !== 'string' || value.length === 0) {
+    throw new IdempotencyAdminError(`The ${what} must be a non-empty string.`);
+  }
+}
+
+function checkCount(what: string, value: number, max: number): void {
+  if (!Number.isInteger(value) || value < 1 || value > max) {
+    throw new IdempotencyAdminError(
+      `\`${what}\` must be an integer from 1 to ${max}, not ${value}.`,
+    );
+  }
+}

@@ -1,0 +1,32 @@
+import { IdempotencyAdminError } from '../exceptions/idempotency-admin.errors.js';
+
+/**
+ * @internal The opaque cursor of a page of records: where it ended (the
+ * store's own position, such as the last scope and key), as base64url JSON.
+ */
+export function encodeCursor(position: readonly string[]): string {
+  return Buffer.from(JSON.stringify(position)).toString('base64url');
+}
+
+/**
+ * @internal The position a cursor of {@link encodeCursor} holds.
+ * @throws IdempotencyAdminError when it is not one.
+ */
+export function decodeCursor(cursor: string): string[] {
+  try {
+    const position: unknown = JSON.parse(
+      Buffer.from(cursor, 'base64url').toString('utf8'),
+    );
+    if (
+      Array.isArray(position) &&
+      position.every((part) => typeof part === 'string')
+    ) {
+      return position as string[];
+    }
+  } catch {
+    // Not JSON: refused below.
+  }
+  throw new IdempotencyAdminError(
+    `The cursor "${cursor}" is not one that a page of records returned.`,
+  );
+}
