@@ -9,7 +9,7 @@ import { SchedulerRegistry } from '@nestjs/schedule';
 import { CronJob } from 'cron';
 import { IDEMPOTENCY_RESOLVED_OPTIONS } from './idempotency.tokens.js';
 import type { ResolvedIdempotencyOptions } from './idempotency.options.js';
-import { IdempotencyStore } from './interfaces/idempotency-store.interface.js';
+import { IdempotencyExecutor } from './core/idempotency.executor.js';
 import { IdempotencyEvents } from './idempotency.events.js';
 
 /** Name of the module's job in the `SchedulerRegistry`. */
@@ -42,7 +42,8 @@ export class IdempotencyCollector
   private scheduled = false;
 
   constructor(
-    @Inject(IdempotencyStore) private readonly store: IdempotencyStore,
+    /** Its store as the module reads it (opened, under `encryption`). */
+    private readonly executor: IdempotencyExecutor,
     private readonly scheduler: SchedulerRegistry,
     private readonly events: IdempotencyEvents,
     @Inject(IDEMPOTENCY_RESOLVED_OPTIONS)
@@ -104,7 +105,7 @@ export class IdempotencyCollector
     const budget = this.options.gc?.maxDurationMs ?? 10_000;
     let removed = 0;
     for (;;) {
-      const batch = await this.store.collect(batchSize, (key) =>
+      const batch = await this.executor.store.collect(batchSize, (key) =>
         // Steps completed for a request that never completed: a side effect
         // (a charge) without the request's own writes. Reported before they
         // are deleted.

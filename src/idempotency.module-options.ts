@@ -24,6 +24,7 @@ import {
   type ResolvedIdempotencyOptions,
   type ResolvedTelemetryOptions,
 } from './idempotency.options.js';
+import { IdempotencyKeyRing } from './privacy/idempotency-key-ring.js';
 
 const globalScope: IdempotencyScopeResolver = (_context: ExecutionContext) =>
   DEFAULT_SCOPE;
@@ -47,6 +48,9 @@ const DEFAULTS = {
   presence: true,
   openApi: true,
 } as const satisfies IdempotencyModuleOptions;
+
+/** The expiry header's name with `expiresHeader: true`. */
+const DEFAULT_EXPIRES_HEADER = 'Idempotency-Expires';
 
 /** An HTTP header name (an RFC 9110 token). */
 const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
@@ -149,7 +153,15 @@ export function resolveModuleOptions(
       "Give a lease of 300 ms or more, such as '15s'.",
     );
   }
+  const expiresHeaderName = resolveExpiresHeader(options.expiresHeader);
   const base: ResolvedIdempotencyOptions = {
+    sealing:
+      options.encryption === undefined
+        ? undefined
+        : new IdempotencyKeyRing(options.encryption),
+    expiresHeaderName,
+    expiresHeader: expiresHeaderName?.toLowerCase(),
+    redact: undefined,
     gc: resolveGcOptions(options.gc),
     leaseMs,
     presence,
@@ -186,6 +198,26 @@ export function resolveModuleOptions(
     isolationLevel: undefined,
   };
   return resolveRouteOptions(base, options);
+}
+
+/** The name of the expiry header (`expiresHeader`), or `undefined` when off. */
+function resolveExpiresHeader(value: unknown): string | undefined {
+  const name = value === true ? DEFAULT_EXPIRES_HEADER : value;
+  if (name === undefined || name === false) {
+    return undefined;
+  }
+  if (
+    typeof name !== 'string' ||
+    !HEADER_NAME.test(name) ||
+    RESERVED_RESPONSE_HEADERS.has(name.toLowerCase())
+  ) {
+    invalidOption(
+      'expiresHeader',
+      value,
+      "Give true (`Idempotency-Expires`), false, or a header name of its own such as 'Idempotency-Key-Expires'.",
+    );
+  }
+  return name;
 }
 
 const TELEMETRY_KEYS: readonly IdempotencyTelemetryKeys[] = [

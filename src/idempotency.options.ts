@@ -16,6 +16,7 @@ import type {
   ResolvedRouteOptions,
 } from './core/executor.options.js';
 import type { ResolvedFetchOptions } from './outgoing/outgoing.options.js';
+import type { IdempotencyKeyRing } from './privacy/idempotency-key-ring.js';
 
 /** Longest key the record table's index takes comfortably. */
 const MAX_KEY_LENGTH = 1024;
@@ -50,6 +51,10 @@ export interface ResolvedIdempotencyOptions
   readonly openApi: boolean;
   /** `false` when disabled. */
   readonly telemetry: false | ResolvedTelemetryOptions;
+  /** The key ring of `encryption`; `undefined`: stored in the clear. */
+  readonly sealing: IdempotencyKeyRing | undefined;
+  /** As configured, as responses carry it; `undefined` when off. */
+  readonly expiresHeaderName: string | undefined;
   /** How `IdempotencyContext.fetch()` calls, unless a call says otherwise. */
   readonly outgoing: ResolvedFetchOptions;
 }
@@ -120,6 +125,13 @@ export function resolveRouteOptions<T extends ResolvedRouteOptions>(
     throw new IdempotencyConfigurationError(
       `Invalid "concurrency": ${JSON.stringify(options.concurrency)}.`,
       "Use 'reject' or 'wait'.",
+    );
+  }
+  if (options.redact !== undefined && typeof options.redact !== 'function') {
+    invalidOption(
+      'redact',
+      options.redact,
+      'Give a function of the response to store, returning { headers, body }.',
     );
   }
   if (
@@ -247,5 +259,7 @@ export function resolveRouteOptions<T extends ResolvedRouteOptions>(
     maxAttempts,
     deadLetter,
     isolationLevel: options.isolationLevel ?? base.isolationLevel,
+    redact: options.redact ?? base.redact,
+    expiresHeader: base.expiresHeader,
   };
 }

@@ -177,15 +177,23 @@ export class Execution implements RunningLink, RecoveryOwner {
    * alike.
    * @throws IdempotencyUnavailableException as `complete()`.
    */
-  completeWith(response: StoredResponse): Promise<void> {
+  async completeWith(response: StoredResponse): Promise<void> {
     const { lease, attempt, options } = this;
     if (!lease) {
       return this.complete(undefined);
     }
     if (response.body.length <= options.maxResponseSize) {
+      let stored: StoredResponse;
+      try {
+        stored = await redacted(response, options);
+      } catch (error) {
+        // Nothing unredacted is ever stored: the attempt fails instead.
+        await this.fail(error);
+        throw new IdempotencyUnavailableException(options.retryAfter);
+      }
       return this.complete({
         status: 'completed',
-        response,
+        response: stored,
         ttlMs: options.ttlMs,
       });
     }
@@ -308,7 +316,11 @@ export class Execution implements RunningLink, RecoveryOwner {
     try {
       const write = await host.store.complete(
         lease,
-        { status: 'failed', response, ttlMs: options.ttlMs },
+        {
+          status: 'failed',
+          response: await redacted(response, options),
+          ttlMs: options.ttlMs,
+        },
         undefined,
       );
       if (write.fenced) {
@@ -380,4 +392,32 @@ export class Execution implements RunningLink, RecoveryOwner {
     });
     await this.release();
   }
+}
+
+/**
+ * What is stored of `response`: the `redact` hook's answer, given copies
+ * (the caller's own answer stays as it is), or `response` itself.
+ */
+async function redacted(
+  response: StoredResponse,
+  options: ResolvedRouteOptions,
+): Promise<StoredResponse> {
+  const { redact } = options;
+  if (!redact) {
+    return response;
+  }
+  const { headers, body } = await redact({
+    status: response.status,
+    headers: { ...response.headers },
+    body: Buffer.from(response.body),
+  });
+  const kept: Record<string, string | string[]> = {};
+  for (const [name, value] of Object.entries(headers)) {
+    kept[name.toLowerCase()] = value;
+  }
+  return {
+    status: response.status,
+    headers: kept,
+    body: Buffer.isBuffer(body) ? body : Buffer.from(String(body)),
+  };
 }

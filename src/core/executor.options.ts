@@ -9,6 +9,8 @@ import type {
 } from '../interfaces/idempotency-options.interface.js';
 import type { IdempotencyDeadLetterHandler } from '../interfaces/idempotency-dead-letter.interface.js';
 import type { IdempotencyTelemetryKeys } from '../interfaces/idempotency-module-options.interface.js';
+import type { IdempotencyRedactor } from '../interfaces/idempotency-privacy.interface.js';
+import type { RecordSealing } from './record-sealing.js';
 
 /**
  * @internal Options of one route, with every default applied: what the
@@ -38,6 +40,10 @@ export interface ResolvedRouteOptions {
   readonly deadLetter: IdempotencyDeadLetterHandler | undefined;
   /** `undefined`: the DataSource's or the server's default. */
   readonly isolationLevel: IdempotencyIsolationLevel | undefined;
+  /** `undefined`: responses are stored as they were sent. */
+  readonly redact: IdempotencyRedactor | undefined;
+  /** The expiry header's name, lower-cased; `undefined` when off. */
+  readonly expiresHeader: string | undefined;
 }
 
 /** @internal The key rules of a route, with every default applied. */
@@ -60,6 +66,8 @@ export interface ExecutorOptions {
   readonly leaseMs: number;
   /** Telemetry's options (`false` when off): how log lines show keys. */
   readonly telemetry: false | { readonly keys: IdempotencyTelemetryKeys };
+  /** How stored records are sealed (`encryption`); `undefined`: in the clear. */
+  readonly sealing: RecordSealing | undefined;
 }
 
 /** @internal Injection token of the {@link ExecutorOptions}. */

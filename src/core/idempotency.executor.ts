@@ -35,6 +35,7 @@ import { isIdempotencyStore } from './is-idempotency-store.js';
 import { LogKeys } from './log-key.js';
 import { LeaseRenewals } from './lease-renewals.js';
 import { Waiters } from './waiters.js';
+import { sealedStore } from './record-sealing.js';
 
 /**
  * How often a waiter looks at the key again when notifications cannot reach
@@ -77,6 +78,11 @@ export class IdempotencyExecutor
     private readonly handlerTransactions: HandlerTransactions,
   ) {
     this.logKeys = new LogKeys(options);
+    if (options.sealing && isIdempotencyStore(store)) {
+      this.store = sealedStore(store, options.sealing, (message, lease) =>
+        this.logger.warn(`${message}: ${this.logKeys.phrase(lease.key)}`),
+      );
+    }
     this.renewals = new LeaseRenewals(store, options.leaseMs, this.logger);
   }
 

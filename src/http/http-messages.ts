@@ -107,6 +107,7 @@ export function toStored(
   for (const [name, value] of Object.entries(captured.headers)) {
     const replayed =
       name === 'content-type' ||
+      name === options.expiresHeader ||
       (!UNSAFE_HEADERS.has(name) &&
         !options.replayDeny.has(name) &&
         (options.replayAllow === undefined || options.replayAllow.has(name)));

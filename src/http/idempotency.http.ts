@@ -118,6 +118,17 @@ export class IdempotencyHttp {
       }
     }
     const { execution } = beginning;
+    const expires = this.options.expiresHeaderName;
+    if (expires !== undefined && attempt.key !== undefined) {
+      // Set before the handler runs: stored with the response, a replay
+      // carries it unchanged. The record itself expires `ttl` after its
+      // completion, a little later.
+      this.adapterHost.httpAdapter.setHeader(
+        response,
+        expires,
+        new Date(attempt.started + options.ttlMs).toUTCString(),
+      );
+    }
     let outcome: unknown;
     try {
       outcome = await execution.run(() =>

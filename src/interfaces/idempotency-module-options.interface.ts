@@ -1,3 +1,4 @@
+import type { IdempotencyEncryptionOptions } from './idempotency-privacy.interface.js';
 import type { PostgresAdapter } from './postgres-adapter.interface.js';
 import type { IdempotencyEvent } from './idempotency-event.interface.js';
 import type {
@@ -180,4 +181,22 @@ export interface IdempotencyModuleOptions extends IdempotentOptions {
    * @default { headerName: 'Idempotency-Key', retry: { attempts: 5, baseDelayMs: 100, maxDelayMs: 5000, deadlineMs: 30000 }, timeoutMs: 10000, fetch: globalThis.fetch }
    */
   outgoing?: IdempotentFetchOptions;
+  /**
+   * Encrypts what is stored at rest (AES-256-GCM): the body and headers of
+   * each stored response and the result of each step, bound to their record
+   * (scope and key), so that a value copied to another record cannot be
+   * opened. A record that cannot be opened (its key not in the ring,
+   * altered, moved, or stored before encryption was on) is answered with a
+   * 503 and logged, never replayed. Works on every store.
+   * @default none: stored in the clear
+   */
+  encryption?: IdempotencyEncryptionOptions;
+  /**
+   * A response header that states until when the key of a request is kept
+   * (an HTTP-date: the request's arrival plus `ttl`), on the first response
+   * and, stored with it, on every replay. `true` names it
+   * `Idempotency-Expires`; a string names it.
+   * @default false
+   */
+  expiresHeader?: boolean | string;
 }

@@ -1,3 +1,4 @@
+import type { IdempotencyRedactor } from './idempotency-privacy.interface.js';
 import type { ExecutionContext } from '@nestjs/common';
 import type { IdempotencyDeadLetterHandler } from './idempotency-dead-letter.interface.js';
 
@@ -287,4 +288,15 @@ export interface IdempotentOptions {
    * configured)
    */
   isolationLevel?: IdempotencyIsolationLevel;
+  /**
+   * Changes what is stored of each response before it is written (and, with
+   * `encryption`, sealed): drop headers, mask fields of the body. Only what
+   * is stored and replayed to duplicates changes; the first caller gets the
+   * handler's answer as it was. Headers never stored whatever it returns:
+   * `Set-Cookie`, `Date`, `Content-Length`, the hop-by-hop ones and the
+   * replay header (a replay sets those itself).
+   * @default none: the response is stored as sent, minus those headers and
+   * those `replayHeaders` leaves out
+   */
+  redact?: IdempotencyRedactor;
 }

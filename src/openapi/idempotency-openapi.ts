@@ -90,6 +90,25 @@ interface Names {
   readonly replayed: string;
   /** `problemTypeBaseUrl`. */
   readonly typeBase: string | undefined;
+  /** The expiry header (`expiresHeader`), when on. */
+  readonly expires: string | undefined;
+}
+
+/** `ms` as a person reads a duration: `24 hours`, `90 seconds`, `1500 ms`. */
+export function readableDuration(ms: number): string {
+  const units: ReadonlyArray<readonly [number, string]> = [
+    [86_400_000, 'day'],
+    [3_600_000, 'hour'],
+    [60_000, 'minute'],
+    [1_000, 'second'],
+  ];
+  for (const [size, unit] of units) {
+    if (ms >= size && ms % size === 0) {
+      const count = ms / size;
+      return `${count} ${unit}${count === 1 ? '' : 's'}`;
+    }
+  }
+  return `${ms} ms`;
 }
 
 /** The module's own answers on a decorated route, by status. */
@@ -135,6 +154,15 @@ function moduleResponses(
 /** The headers of a replayed success, as OpenAPI documents a response's. */
 function replayHeaders(names: Names): Record<string, unknown> {
   return {
+    ...(names.expires === undefined
+      ? {}
+      : {
+          [names.expires]: {
+            description:
+              "Until when the key of this request is kept (an HTTP-date): a request with the same key after then runs as a new request. A replay carries the first response's.",
+            schema: { type: 'string' },
+          },
+        }),
     [names.replayed]: {
       description:
         'Present on a replay: the request ran before with the same key, and this is its response (the handler did not run again).',
@@ -156,7 +184,7 @@ function keyHeader(
   return {
     name: names.header,
     required: options.required,
-    description: `Unique key of this operation, such as a UUID, as a token or a quoted string (RFC 8941). A retry with the same key and the same request gets the first response again, with \`${names.replayed}: true\`, and never runs twice (a response that was streamed or too large to store comes back with its status, an empty body and \`${IDEMPOTENT_BODY_OMITTED_HEADER}: true\`).${options.required ? '' : ' Without it, the request runs without idempotency.'}`,
+    description: `Unique key of this operation, such as a UUID, as a token or a quoted string (RFC 8941). A retry with the same key and the same request gets the first response again, with \`${names.replayed}: true\`, and never runs twice (a response that was streamed or too large to store comes back with its status, an empty body and \`${IDEMPOTENT_BODY_OMITTED_HEADER}: true\`). A key is kept for ${readableDuration(options.ttlMs)} (\`ttl\`) after its request${names.expires === undefined ? '' : ` (the response's \`${names.expires}\` header says until when)`}: a request with it after that runs as a new request.${options.required ? '' : ' Without it, the request runs without idempotency.'}`,
     schema: { type: 'string', minLength, maxLength, pattern: pattern.source },
     example: '8e03978e-40d5-43e8-bc93-6894a57f9324',
   };
@@ -379,6 +407,7 @@ export const idempotencyOpenApi: FactoryProvider<Promise<boolean>> = {
             header: options.headerName,
             replayed: options.replayHeaderName,
             typeBase: options.problemTypeBaseUrl,
+            expires: options.expiresHeaderName,
           });
         }
       }

@@ -1,0 +1,223 @@
+import { createCipheriv, createDecipheriv, randomBytes } from 'node:crypto';
+import type { StoredResponse } from '../interfaces/idempotency-store.interface.js';
+import type { IdempotencyEncryptionOptions } from '../interfaces/idempotency-privacy.interface.js';
+import type { RecordSealing } from '../core/record-sealing.js';
+import { IdempotencyConfigurationError } from '../exceptions/idempotency-configuration.error.js';
+
+/** What a sealed value starts with: the format's name and version. */
+const MAGIC = Buffer.from('IDS1');
+const IV_BYTES = 12;
+const TAG_BYTES = 16;
+/** A step's sealed result: this prefix, then the sealed value in base64. */
+const STEP_PREFIX = 'idempotency-sealed:';
+const KEY_ID = /^[A-Za-z0-9._-]{1,64}$/;
+
+function invalidOption(
+  option: string,
+  value: unknown,
+  solution: string,
+): never {
+  throw new IdempotencyConfigurationError(
+    `Invalid "${option}": ${JSON.stringify(value)}.`,
+    solution,
+  );
+}
+
+/** A value that the key ring cannot open, and why. */
+export class UnreadableRecordError extends Error {
+  constructor(reason: string) {
+    super(reason);
+    this.name = 'UnreadableRecordError';
+  }
+}
+
+/**
+ * The key ring of the `encryption` option: seals with the current key
+ * (AES-256-GCM, a random 96-bit nonce each time), opens with whichever key
+ * of the ring a value names. Each value is bound (as associated data) to
+ * the record it belongs to: its scope and key, and for a step its name.
+ *
+ * A sealed value: `IDS1`, the key id's length (one byte) and the key id,
+ * the nonce, the tag, then the ciphertext.
+ */
+export class IdempotencyKeyRing implements RecordSealing {
+  private readonly keys = new Map<string, Buffer>();
+  readonly current: string;
+
+  constructor(options: IdempotencyEncryptionOptions) {
+    if (
+      typeof options !== 'object' ||
+      options === null ||
+      typeof options.keys !== 'object' ||
+      options.keys === null
+    ) {
+      invalidOption(
+        'encryption',
+        options,
+        'Give { keys: { [id]: 32-byte key }, current: id }.',
+      );
+    }
+    for (const [id, value] of Object.entries(options.keys)) {
+      const key =
+        typeof value === 'string' ? Buffer.from(value, 'base64') : value;
+      if (!KEY_ID.test(id) || !Buffer.isBuffer(key) || key.length !== 32) {
+        invalidOption(
+          `encryption.keys.${id}`,
+          Buffer.isBuffer(key) ? `${key.length} bytes` : typeof value,
+          'Give each key 32 random bytes (a Buffer, or base64: `openssl rand -base64 32`), under an id of 1 to 64 characters of [A-Za-z0-9._-].',
+        );
+      }
+      this.keys.set(id, key);
+    }
+    if (!this.keys.has(options.current)) {
+      invalidOption(
+        'encryption.current',
+        options.current,
+        'Give the id of one of `encryption.keys`.',
+      );
+    }
+    this.current = options.current;
+  }
+
+  /** Seals `plaintext` with the current key, bound to `context`. */
+  seal(plaintext: Buffer, context: string): Buffer {
+    const id = Buffer.from(this.current);
+    const iv = randomBytes(IV_BYTES);
+    const cipher = createCipheriv(
+      'aes-256-gcm',
+      this.keys.get(this.current) as Buffer,
+      iv,
+    );
+    cipher.setAAD(Buffer.from(context));
+    const ciphertext = Buffer.concat([
+      cipher.update(plaintext),
+      cipher.final(),
+    ]);
+    return Buffer.concat([
+      MAGIC,
+      Buffer.of(id.length),
+      id,
+      iv,
+      cipher.getAuthTag(),
+      ciphertext,
+    ]);
+  }
+
+  /** The id of the key `sealed` names, or `undefined` for a value not sealed. */
+  keyIdOf(sealed: Buffer): string | undefined {
+    if (
+      sealed.length < MAGIC.length + 1 ||
+      !sealed.subarray(0, MAGIC.length).equals(MAGIC)
+    ) {
+      return undefined;
+    }
+    const length = sealed[MAGIC.length];
+    return sealed
+      .subarray(MAGIC.length + 1, MAGIC.length + 1 + length)
+      .toString();
+  }
+
+  /**
+   * Opens `sealed`, bound to `context`.
+   * @throws UnreadableRecordError for a value not sealed, sealed with a key
+   * not in the ring, altered, or bound to another record.
+   */
+  open(sealed: Buffer, context: string): Buffer {
+    const id = this.keyIdOf(sealed);
+    if (id === undefined) {
+      throw new UnreadableRecordError('it is not sealed');
+    }
+    const key = this.keys.get(id);
+    if (!key) {
+      throw new UnreadableRecordError(
+        `it was sealed with key "${id}", not in the key ring`,
+      );
+    }
+    const start = MAGIC.length + 1 + Buffer.byteLength(id);
+    const iv = sealed.subarray(start, start + IV_BYTES);
+    const tag = sealed.subarray(start + IV_BYTES, start + IV_BYTES + TAG_BYTES);
+    if (tag.length !== TAG_BYTES) {
+      throw new UnreadableRecordError('it is truncated');
+    }
+    try {
+      const decipher = createDecipheriv('aes-256-gcm', key, iv);
+      decipher.setAAD(Buffer.from(context));
+      decipher.setAuthTag(tag);
+      return Buffer.concat([
+        decipher.update(sealed.subarray(start + IV_BYTES + TAG_BYTES)),
+        decipher.final(),
+      ]);
+    } catch {
+      throw new UnreadableRecordError(
+        `key "${id}" does not authenticate it: altered, or moved from another record`,
+      );
+    }
+  }
+
+  sealResponse(
+    scope: string,
+    key: string,
+    response: StoredResponse,
+  ): StoredResponse {
+    const headers = Buffer.from(JSON.stringify(response.headers));
+    const length = Buffer.alloc(4);
+    length.writeUInt32BE(headers.length);
+    return {
+      status: response.status,
+      headers: {},
+      body: this.seal(
+        Buffer.concat([length, headers, response.body]),
+        responseContext(scope, key),
+      ),
+    };
+  }
+
+  openResponse(
+    scope: string,
+    key: string,
+    response: StoredResponse,
+  ): StoredResponse {
+    const plain = this.open(response.body, responseContext(scope, key));
+    const length = plain.readUInt32BE(0);
+    return {
+      status: response.status,
+      headers: JSON.parse(
+        plain.subarray(4, 4 + length).toString(),
+      ) as StoredResponse['headers'],
+      body: plain.subarray(4 + length),
+    };
+  }
+
+  sealStep(scope: string, key: string, step: string, result: unknown): unknown {
+    const json = Buffer.from(JSON.stringify(result ?? null));
+    return (
+      STEP_PREFIX +
+      this.seal(json, stepContext(scope, key, step)).toString('base64')
+    );
+  }
+
+  openStep(scope: string, key: string, step: string, result: unknown): unknown {
+    if (typeof result !== 'string' || !result.startsWith(STEP_PREFIX)) {
+      throw new UnreadableRecordError('it is not sealed');
+    }
+    const sealed = Buffer.from(result.slice(STEP_PREFIX.length), 'base64');
+    return JSON.parse(
+      this.open(sealed, stepContext(scope, key, step)).toString(),
+    ) as unknown;
+  }
+
+  /** The key id a step's sealed result names, or `undefined` for one not sealed. */
+  stepKeyIdOf(result: unknown): string | undefined {
+    return typeof result === 'string' && result.startsWith(STEP_PREFIX)
+      ? this.keyIdOf(Buffer.from(result.slice(STEP_PREFIX.length), 'base64'))
+      : undefined;
+  }
+}
+
+function responseContext(scope: string, key: string): string {
+  return JSON.stringify(['response', scope, key]);
+}
+
+function stepContext(scope: string, key: string, step: string): string {
+  return JSON.stringify(['step', scope, key, step]);
+}

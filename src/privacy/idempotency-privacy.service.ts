@@ -1,0 +1,88 @@
+import { Inject, Injectable } from '@nestjs/common';
+import { IDEMPOTENCY_RESOLVED_OPTIONS } from '../idempotency.tokens.js';
+import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
+import type { StoredResponse } from '../interfaces/idempotency-store.interface.js';
+import { IdempotencyConfigurationError } from '../exceptions/idempotency-configuration.error.js';
+import type { IdempotencyKeyRing } from './idempotency-key-ring.js';
+
+/**
+ * What operators do with the stored records under the `encryption` option:
+ * read a record as the module would (`open`), and reseal records with the
+ * current key after a rotation (`reencrypt`, `reencryptStep`), given the
+ * records as a store holds them (scope, key and stored value).
+ */
+@Injectable()
+export class IdempotencyPrivacy {
+  constructor(
+    @Inject(IDEMPOTENCY_RESOLVED_OPTIONS)
+    private readonly options: ResolvedIdempotencyOptions,
+  ) {}
+
+  /** Whether stored responses and step results are encrypted (`encryption`). */
+  get encrypted(): boolean {
+    return this.options.sealing !== undefined;
+  }
+
+  /**
+   * A stored response (status, headers, body) as the store holds it,
+   * opened: what a duplicate would get.
+   * @throws UnreadableRecordError when it cannot be opened.
+   */
+  open(scope: string, key: string, stored: StoredResponse): StoredResponse {
+    return this.ring().openResponse(scope, key, stored);
+  }
+
+  /**
+   * For key rotation: the stored response of the record (`scope`, `key`)
+   * sealed again with the current key, or `undefined` when it already is
+   * (nothing to write). It opens with any key of the ring; a response stored
+   * before `encryption` was turned on is sealed as it is.
+   * @throws UnreadableRecordError when it cannot be opened.
+   */
+  reencrypt(
+    scope: string,
+    key: string,
+    stored: StoredResponse,
+  ): StoredResponse | undefined {
+    const ring = this.ring();
+    const id = ring.keyIdOf(stored.body);
+    if (id === ring.current) {
+      return undefined;
+    }
+    const plain =
+      id === undefined ? stored : ring.openResponse(scope, key, stored);
+    return ring.sealResponse(scope, key, plain);
+  }
+
+  /**
+   * For key rotation: a step's stored result sealed again with the current
+   * key, or `undefined` when it already is. As {@link reencrypt}.
+   * @throws UnreadableRecordError when it cannot be opened.
+   */
+  reencryptStep(
+    scope: string,
+    key: string,
+    step: string,
+    result: unknown,
+  ): unknown {
+    const ring = this.ring();
+    const id = ring.stepKeyIdOf(result);
+    if (id === ring.current) {
+      return undefined;
+    }
+    const plain =
+      id === undefined ? result : ring.openStep(scope, key, step, result);
+    return ring.sealStep(scope, key, step, plain);
+  }
+
+  private ring(): IdempotencyKeyRing {
+    const { sealing } = this.options;
+    if (!sealing) {
+      throw new IdempotencyConfigurationError(
+        'Stored records are not encrypted: the module has no `encryption` option.',
+        'Give IdempotencyModule `encryption: { keys, current }`.',
+      );
+    }
+    return sealing;
+  }
+}

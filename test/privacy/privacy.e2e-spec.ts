@@ -1,0 +1,294 @@
+import { randomBytes } from 'node:crypto';
+import {
+  IdempotencyPrivacy,
+  type IdempotencyModuleOptions,
+} from '../../src/index.js';
+import { IDEMPOTENCY_TABLE_NAME } from '../../migrations/index.js';
+import {
+  PLATFORMS,
+  send,
+  startTestApp,
+  type TestApp,
+} from '../utils/test-app.js';
+import { PrivacyController, PrivacyRuns, SECRETS } from './privacy.module.js';
+
+const OLD_KEY = randomBytes(32);
+const NEW_KEY = randomBytes(32);
+
+/** Every form a secret could take in a dump: as text, hex (bytea) or base64. */
+function forms(secret: string): string[] {
+  const bytes = Buffer.from(secret);
+  return [secret, bytes.toString('hex'), bytes.toString('base64').slice(0, 12)];
+}
+
+/** `SELECT *` of the records and steps tables, each row as JSON text. */
+async function dump(target: TestApp): Promise<string> {
+  const rows = await target.db.query<{ row: string }>(
+    `SELECT row_to_json(r)::text AS row FROM ${IDEMPOTENCY_TABLE_NAME} r
+     UNION ALL SELECT row_to_json(s)::text FROM idempotency_steps s`,
+  );
+  return rows.map(({ row }) => row).join('\n');
+}
+
+function expectNoSecret(text: string): void {
+  for (const secret of Object.values(SECRETS)) {
+    for (const form of forms(secret)) {
+      expect(text).not.toContain(form);
+    }
+  }
+}
+
+async function storedBody(target: TestApp, key: string): Promise<Buffer> {
+  return (await storedResponse(target, key)).stored.body;
+}
+
+/** The stored response of `key`, as the store holds it (sealed). */
+async function storedResponse(target: TestApp, key: string) {
+  const [row] = await target.db.query<{
+    scope: string;
+    response_status: number;
+    response_headers: Record<string, string>;
+    response_body: Buffer;
+  }>(
+    `SELECT scope, response_status, response_headers, response_body FROM ${IDEMPOTENCY_TABLE_NAME} WHERE key = $1`,
+    [key],
+  );
+  return {
+    scope: row.scope,
+    stored: {
+      status: row.response_status,
+      headers: row.response_headers,
+      body: row.response_body,
+    },
+  };
+}
+
+/** The key id a sealed body names (`IDS1`, its length, the id). */
+function keyIdOf(sealed: Buffer): string {
+  expect(sealed.subarray(0, 4).toString()).toBe('IDS1');
+  return sealed.subarray(5, 5 + sealed[4]).toString();
+}
+
+const encrypted = (
+  keys: Record<string, Buffer>,
+  current: string,
+): IdempotencyModuleOptions => ({
+  gc: false,
+  encryption: { keys, current },
+});
+
+describe.each(PLATFORMS)(
+  'stored responses encrypted at rest on PostgreSQL (%s)',
+  (platform) => {
+    /** Seals with `old`, the only key it has. */
+    let before: TestApp;
+    /** Reads `old` and `new`, seals with `new`. */
+    let rotated: TestApp;
+    let runs: PrivacyRuns;
+
+    beforeAll(async () => {
+      before = await startTestApp({
+        platform,
+        idempotency: encrypted({ old: OLD_KEY }, 'old'),
+        controllers: [PrivacyController],
+        providers: [PrivacyRuns],
+      });
+      rotated = await startTestApp({
+        platform,
+        database: before.db,
+        idempotency: encrypted({ old: OLD_KEY, new: NEW_KEY }, 'new'),
+        controllers: [PrivacyController],
+        providers: [PrivacyRuns],
+      });
+      runs = before.app.get(PrivacyRuns);
+    });
+    afterAll(async () => {
+      await rotated?.close();
+      await before?.close();
+    });
+
+    it('stores no plaintext of a body, a header or a step result, and replays them exactly', async () => {
+      const first = await send(before, '/privacy/card', { key: 'dump-1' });
+      const firstBody = Buffer.from(await first.arrayBuffer());
+      expect(first.status).toBe(201);
+      expect(first.headers.get('x-account')).toBe(SECRETS.header);
+      expect(firstBody.toString()).toContain(SECRETS.holder);
+
+      runs.failSteps = true;
+      const failed = await send(before, '/privacy/steps', {
+        key: 'dump-steps',
+      });
+      expect(failed.status).toBe(500);
+
+      expectNoSecret(await dump(before));
+      expect(keyIdOf(await storedBody(before, 'dump-1'))).toBe('old');
+
+      const replay = await send(before, '/privacy/card', { key: 'dump-1' });
+      expect(replay.status).toBe(201);
+      expect(replay.headers.get('idempotent-replayed')).toBe('true');
+      expect(replay.headers.get('x-account')).toBe(SECRETS.header);
+      expect(replay.headers.get('content-type')).toBe(
+        first.headers.get('content-type'),
+      );
+      expect(Buffer.from(await replay.arrayBuffer()).equals(firstBody)).toBe(
+        true,
+      );
+      expect(runs.card).toBe(1);
+
+      // The retry reads the sealed step back instead of charging again.
+      const charges = runs.charges;
+      const retried = await send(before, '/privacy/steps', {
+        key: 'dump-steps',
+      });
+      expect(retried.status).toBe(201);
+      expect(await retried.json()).toEqual({
+        charge: { token: SECRETS.token },
+      });
+      expect(runs.charges).toBe(charges);
+      expectNoSecret(await dump(before));
+    });
+
+    it('refuses with a 503 a body copied onto another record, and a tampered one, replaying nothing', async () => {
+      await send(before, '/privacy/card', { key: 'moved-from' });
+      await send(before, '/privacy/card', { key: 'moved-to' });
+      await send(before, '/privacy/card', { key: 'tampered' });
+      await before.db.query(
+        `UPDATE ${IDEMPOTENCY_TABLE_NAME} t SET response_body = f.response_body, response_headers = f.response_headers
+         FROM ${IDEMPOTENCY_TABLE_NAME} f WHERE f.key = 'moved-from' AND t.key = 'moved-to'`,
+      );
+      const sealed = await storedBody(before, 'tampered');
+      sealed[sealed.length - 1] ^= 1;
+      await before.db.query(
+        `UPDATE ${IDEMPOTENCY_TABLE_NAME} SET response_body = $1 WHERE key = 'tampered'`,
+        [sealed],
+      );
+      const ran = runs.card;
+      for (const key of ['moved-to', 'tampered']) {
+        const answer = await send(before, '/privacy/card', { key });
+        expect(answer.status).toBe(503);
+        expect(answer.headers.get('content-type')).toContain(
+          'application/problem+json',
+        );
+        expect(answer.headers.get('idempotent-replayed')).toBeNull();
+        const text = await answer.text();
+        expect(text).not.toContain(SECRETS.holder);
+        expect(JSON.parse(text)).toMatchObject({ status: 503 });
+      }
+      expect(runs.card).toBe(ran);
+    });
+
+    it('reads old records with a ring of two keys, seals new ones with the current key, and fails closed without the key', async () => {
+      const old = await send(before, '/privacy/card', { key: 'rotation-old' });
+      const oldBody = Buffer.from(await old.arrayBuffer());
+      const replay = await send(rotated, '/privacy/card', {
+        key: 'rotation-old',
+      });
+      expect(replay.status).toBe(201);
+      expect(replay.headers.get('idempotent-replayed')).toBe('true');
+      expect(Buffer.from(await replay.arrayBuffer()).equals(oldBody)).toBe(
+        true,
+      );
+
+      const fresh = await send(rotated, '/privacy/card', {
+        key: 'rotation-new',
+      });
+      expect(fresh.status).toBe(201);
+      expect(keyIdOf(await storedBody(before, 'rotation-new'))).toBe('new');
+
+      // An instance whose ring lacks the key: 503, nothing replayed or run.
+      const ran = runs.card + rotated.app.get(PrivacyRuns).card;
+      const missing = await send(before, '/privacy/card', {
+        key: 'rotation-new',
+      });
+      expect(missing.status).toBe(503);
+      expect(await missing.text()).not.toContain(SECRETS.holder);
+      expect(runs.card + rotated.app.get(PrivacyRuns).card).toBe(ran);
+    });
+
+    it('reseals an old record with the current key (reencrypt), which then needs no old key', async () => {
+      const first = await send(before, '/privacy/card', { key: 'reseal' });
+      const firstBody = Buffer.from(await first.arrayBuffer());
+      const { scope, stored } = await storedResponse(before, 'reseal');
+      const privacy = rotated.app.get(IdempotencyPrivacy);
+      const resealed = privacy.reencrypt(scope, 'reseal', stored);
+      expect(resealed).toBeDefined();
+      expect(keyIdOf(resealed!.body)).toBe('new');
+      expect(privacy.reencrypt(scope, 'reseal', resealed!)).toBeUndefined();
+      expect(privacy.open(scope, 'reseal', resealed!).body).toEqual(firstBody);
+      await before.db.query(
+        `UPDATE ${IDEMPOTENCY_TABLE_NAME} SET response_headers = $1, response_body = $2 WHERE key = 'reseal'`,
+        [JSON.stringify(resealed!.headers), resealed!.body],
+      );
+      const replay = await send(rotated, '/privacy/card', { key: 'reseal' });
+      expect(replay.status).toBe(201);
+      expect(Buffer.from(await replay.arrayBuffer()).equals(firstBody)).toBe(
+        true,
+      );
+      expect(
+        (await send(before, '/privacy/card', { key: 'reseal' })).status,
+      ).toBe(503);
+    });
+  },
+);
+
+describe.each(PLATFORMS)(
+  'redaction and the expiry header on PostgreSQL (%s)',
+  (platform) => {
+    let target: TestApp;
+
+    beforeAll(async () => {
+      target = await startTestApp({
+        platform,
+        idempotency: {
+          gc: false,
+          ttl: '2h',
+          expiresHeader: true,
+          encryption: { keys: { only: NEW_KEY }, current: 'only' },
+        },
+        controllers: [PrivacyController],
+        providers: [PrivacyRuns],
+      });
+    });
+    afterAll(() => target?.close());
+
+    it('stores and replays the redacted response, while the first caller gets the whole one', async () => {
+      const sent = Date.now();
+      const first = await send(target, '/privacy/redacted', { key: 'red-1' });
+      expect(first.status).toBe(201);
+      expect(first.headers.get('x-account')).toBe(SECRETS.header);
+      expect(await first.json()).toEqual({ run: 1, card: SECRETS.card });
+      const expires = Date.parse(first.headers.get('idempotency-expires')!);
+      expect(expires).toBeGreaterThanOrEqual(
+        Math.floor(sent / 1000) * 1000 + 2 * 3_600_000,
+      );
+      expect(expires).toBeLessThanOrEqual(Date.now() + 2 * 3_600_000);
+
+      const replay = await send(target, '/privacy/redacted', { key: 'red-1' });
+      const body = Buffer.from(await replay.arrayBuffer());
+      expect(replay.status).toBe(201);
+      expect(replay.headers.get('idempotent-replayed')).toBe('true');
+      expect(replay.headers.get('x-account')).toBeNull();
+      expect(replay.headers.get('idempotency-expires')).toBe(
+        first.headers.get('idempotency-expires'),
+      );
+      expect(body.toString()).toBe('{"run":1,"card":"************1111"}');
+      const record = await storedResponse(target, 'red-1');
+      const stored = target.app
+        .get(IdempotencyPrivacy)
+        .open(record.scope, 'red-1', record.stored);
+      expect(stored.headers).not.toHaveProperty('x-account');
+      expect(stored.headers).toHaveProperty('idempotency-expires');
+      expect(replay.headers.get('content-length')).toBe(String(body.length));
+      expectNoSecret(await dump(target));
+    });
+
+    it('carries the expiry header on a route without redaction, replayed unchanged', async () => {
+      const first = await send(target, '/privacy/card', { key: 'exp-1' });
+      const replay = await send(target, '/privacy/card', { key: 'exp-1' });
+      expect(first.headers.get('idempotency-expires')).toMatch(/ GMT$/);
+      expect(replay.headers.get('idempotency-expires')).toBe(
+        first.headers.get('idempotency-expires'),
+      );
+    });
+  },
+);

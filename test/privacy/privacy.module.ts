@@ -1,0 +1,84 @@
+import { Controller, Header, Injectable, Post, Res } from '@nestjs/common';
+import {
+  IdempotencyContext,
+  Idempotent,
+  type IdempotencyRedactor,
+} from '../../src/index.js';
+
+/** What stored values must never show in the clear. */
+export const SECRETS = {
+  card: '4111111111111111',
+  holder: 'Ada Lovelace',
+  header: 'acct-secret-9f2c',
+  token: 'tok-secret-5e1a',
+} as const;
+
+/** How many times each handler ran. */
+@Injectable()
+export class PrivacyRuns {
+  card = 0;
+  steps = 0;
+  charges = 0;
+  /** Whether the next run of the steps handler fails after its step. */
+  failSteps = false;
+}
+
+/** Masks the card number and drops `X-Account` from what is stored. */
+export const maskCard: IdempotencyRedactor = (response) => {
+  const headers = { ...response.headers };
+  delete headers['x-account'];
+  const body = JSON.parse(response.body.toString()) as { card: string };
+  return {
+    headers,
+    body: JSON.stringify({
+      ...body,
+      card: `************${body.card.slice(-4)}`,
+    }),
+  };
+};
+
+@Controller('privacy')
+export class PrivacyController {
+  constructor(
+    private readonly runs: PrivacyRuns,
+    private readonly idempotency: IdempotencyContext,
+  ) {}
+
+  @Post('card')
+  @Idempotent()
+  @Header('X-Account', SECRETS.header)
+  card() {
+    this.runs.card += 1;
+    return { run: this.runs.card, card: SECRETS.card, holder: SECRETS.holder };
+  }
+
+  @Post('redacted')
+  @Idempotent({ redact: maskCard })
+  redacted(
+    @Res({ passthrough: true })
+    response: {
+      header(name: string, value: string): unknown;
+    },
+  ) {
+    // Set by the handler, not by @Header() (which Nest sets on every
+    // answer of the route, a replay's included).
+    response.header('X-Account', SECRETS.header);
+    this.runs.card += 1;
+    return { run: this.runs.card, card: SECRETS.card };
+  }
+
+  @Post('steps')
+  @Idempotent()
+  async steps() {
+    this.runs.steps += 1;
+    const charge = await this.idempotency.step('charge', () => {
+      this.runs.charges += 1;
+      return { token: SECRETS.token };
+    });
+    if (this.runs.failSteps) {
+      this.runs.failSteps = false;
+      throw new Error('The gateway answered, the handler failed after it');
+    }
+    return { charge };
+  }
+}
