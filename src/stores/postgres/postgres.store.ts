@@ -121,7 +121,7 @@ export class PostgresIdempotencyStore
   constructor(
     /** The data library it completes in: the handlers' transactions. */
     readonly transactions: PostgresDataAccess,
-    private readonly options: ResolvedIdempotencyOptions,
+    private readonly options: Pick<ResolvedIdempotencyOptions, 'presence'>,
   ) {}
 
   private get pool(): PostgresConnection {

@@ -1,0 +1,96 @@
+import type { Pool } from 'pg';
+import type { Redis } from 'ioredis';
+import { loadRequiredPeer } from '../core/optional-peer.js';
+import type { IdempotencyStore } from '../interfaces/idempotency-store.interface.js';
+import { beginStatement, inTransaction } from '../pg/pg-pool-connection.js';
+import { PoolDataAccess } from '../pg/pool-data-access.js';
+import { PostgresIdempotencyStore } from '../stores/postgres/postgres.store.js';
+
+/** A store the command line opened, and how to close it. */
+export interface CliStore {
+  readonly store: IdempotencyStore;
+  close(): Promise<void>;
+}
+
+/** The URL schemes the command line opens a store for. */
+const POSTGRES = /^postgres(ql)?:\/\//i;
+const REDIS = /^rediss?:\/\//i;
+
+/**
+ * @internal Opens the store of `url`: PostgreSQL on a `pg.Pool` of its own
+ * through the pg adapter's machinery (TypeORM is not needed), with no
+ * presence session, its schema checked first; or Redis on an ioredis
+ * client, with `prefix` when given.
+ * @throws Error naming the URLs it takes, for any other URL.
+ */
+export async function openCliStore(
+  url: string,
+  prefix: string | undefined,
+): Promise<CliStore> {
+  if (POSTGRES.test(url)) {
+    const pg = await loadRequiredPeer(
+      'pg',
+      () => import('pg'),
+      'The command line reaches PostgreSQL through pg, which is not installed.',
+    );
+    const pool: Pool = new pg.default.Pool({ connectionString: url, max: 2 });
+    // An idle connection's error must not end the process unexplained.
+    pool.on('error', () => undefined);
+    const access = new PoolDataAccess(
+      () => ({
+        pool,
+        client: pool,
+        handleOf: (client) => client,
+        newTransaction: (isolationLevel, fn) =>
+          inTransaction(pool, beginStatement(isolationLevel), fn),
+      }),
+      {
+        where: `the database of ${redact(url)}`,
+        how: 'Apply the SQL files that `npx nestjs-idempotency sql` prints (or the TypeORM migrations), as the migrations guide shows.',
+      },
+      { presence: false },
+    );
+    const store = new PostgresIdempotencyStore(access, { presence: false });
+    try {
+      await store.onModuleInit();
+    } catch (error) {
+      await pool.end();
+      throw error;
+    }
+    return { store, close: () => pool.end() };
+  }
+  if (REDIS.test(url)) {
+    const ioredis = await loadRequiredPeer(
+      'ioredis',
+      () => import('ioredis'),
+      'The command line reaches Redis through ioredis, which is not installed.',
+    );
+    const client: Redis = new ioredis.Redis(url, {
+      lazyConnect: true,
+      maxRetriesPerRequest: 1,
+    });
+    await client.connect();
+    // Loaded here: an installation without ioredis never loads the Redis store.
+    const { RedisIdempotencyStore } =
+      await import('../stores/redis/redis.store.js');
+    const store = new RedisIdempotencyStore(
+      client,
+      prefix === undefined ? {} : { prefix },
+    );
+    return {
+      store,
+      close: async () => {
+        await store.close();
+        await client.quit();
+      },
+    };
+  }
+  throw new Error(
+    `The URL "${redact(url)}" is neither a PostgreSQL URL (postgres://…) nor a Redis one (redis://…).`,
+  );
+}
+
+/** `url` without its password, to be printed. */
+export function redact(url: string): string {
+  return url.replace(/\/\/([^:/@]*):[^@/]*@/, '//$1:***@');
+}

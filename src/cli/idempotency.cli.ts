@@ -1,0 +1,306 @@
+import { parseArgs, type ParseArgsConfig } from 'node:util';
+import { IdempotencyAdmin } from '../admin/idempotency.admin.js';
+import { DEFAULT_SCOPE } from '../idempotency.constants.js';
+import { toMilliseconds } from '../idempotency.duration.js';
+import type {
+  AbandonedKey,
+  RecordState,
+} from '../interfaces/idempotency-store.interface.js';
+import { openCliStore } from './cli-store.js';
+import { schemaFiles } from './schema-files.js';
+
+/** Where the command line writes, and what it reads of its environment. */
+export interface CliIo {
+  readonly out: (text: string) => void;
+  readonly err: (text: string) => void;
+  readonly env: NodeJS.ProcessEnv;
+}
+
+/** Exit codes: done; refused (no record, a live lease, an error); bad usage. */
+const OK = 0;
+const FAILED = 1;
+const USAGE = 2;
+
+export const CLI_HELP = `Usage: nestjs-idempotency <command> [options]
+
+Commands:
+  inspect <key>   a record: state, owner and lease left, generation, times,
+                  fingerprint, stored response (--body: its body), steps
+  list            in-progress claims and failed records (--status, --scope,
+                  --older-than, --limit, --cursor)
+  reset <key>     end a record so its next request runs (--force: even
+                  while its owner's lease is live; the owner is fenced out)
+  forget          delete every record and step of --scope (or --key), in
+                  batches (--batch-size)
+  gc              delete expired records and steps now (--batch-size)
+  sql             print the schema as plain SQL, the migrations' files in order
+
+Options:
+  --url <url>         postgres://… or redis://… (default: DATABASE_URL, else REDIS_URL)
+  --scope <scope>     the records' scope (default: ${DEFAULT_SCOPE}; forget needs it)
+  --key <key>         forget: only this key
+  --json              print JSON
+  --body              inspect: include the stored body (base64 in JSON)
+  --force             reset: even under a live lease
+  --status <s,...>    list: in_progress, completed, failed, not_replayable
+                      (default: in_progress,failed)
+  --older-than <d>    list: created more than <d> ago (30s, 15m, 24h, 7d)
+  --limit <n>         list: records per page (default 100, at most 1000)
+  --cursor <c>        list: the next page, as the previous one printed it
+  --batch-size <n>    forget, gc: rows per batch (default 1000)
+  --prefix <p>        Redis: the store's key prefix
+  -h, --help          this help
+`;
+
+const OPTIONS = {
+  url: { type: 'string' },
+  scope: { type: 'string' },
+  key: { type: 'string' },
+  json: { type: 'boolean' },
+  body: { type: 'boolean' },
+  force: { type: 'boolean' },
+  status: { type: 'string' },
+  'older-than': { type: 'string' },
+  limit: { type: 'string' },
+  cursor: { type: 'string' },
+  'batch-size': { type: 'string' },
+  prefix: { type: 'string' },
+  help: { type: 'boolean', short: 'h' },
+} satisfies ParseArgsConfig['options'];
+
+type Values = ReturnType<
+  typeof parseArgs<{ options: typeof OPTIONS; allowPositionals: true }>
+>['values'];
+
+/** A mistake in the command line itself: the help follows the message. */
+class UsageError extends Error {}
+
+/**
+ * @internal Runs the command line on `args` (without `node` and the
+ * script), writing to `io`.
+ * @returns its exit code.
+ */
+export async function runCli(
+  args: readonly string[],
+  io: CliIo,
+): Promise<number> {
+  try {
+    const { values, positionals } = parseArgs({
+      args: [...args],
+      options: OPTIONS,
+      allowPositionals: true,
+      strict: true,
+    });
+    const [command, ...rest] = positionals;
+    if (values.help || command === undefined || command === 'help') {
+      (command === undefined && !values.help ? io.err : io.out)(CLI_HELP);
+      return command === undefined && !values.help ? USAGE : OK;
+    }
+    if (command === 'sql') {
+      const files = await schemaFiles();
+      io.out(
+        values.json
+          ? JSON.stringify(files, null, 2)
+          : files.map((file) => file.sql).join('\n'),
+      );
+      return OK;
+    }
+    const run = COMMANDS[command];
+    if (!run) {
+      throw new UsageError(`Unknown command "${command}".`);
+    }
+    const url =
+      values.url ?? io.env.DATABASE_URL ?? io.env.REDIS_URL ?? undefined;
+    if (!url) {
+      throw new UsageError(
+        'No store to reach: pass --url, or set DATABASE_URL (or REDIS_URL).',
+      );
+    }
+    const opened = await openCliStore(url, values.prefix);
+    try {
+      const result = await run(
+        new IdempotencyAdmin(opened.store),
+        values,
+        rest,
+        opened.store,
+      );
+      io.out(
+        values.json ? JSON.stringify(result.json, jsonValue, 2) : result.text,
+      );
+    } finally {
+      await opened.close();
+    }
+    return OK;
+  } catch (error) {
+    const usage =
+      error instanceof UsageError ||
+      (error as { code?: string }).code?.startsWith('ERR_PARSE_ARGS');
+    io.err(`nestjs-idempotency: ${(error as Error).message}\n`);
+    if (usage) {
+      io.err('Run `nestjs-idempotency --help` for the commands and options.\n');
+    }
+    return usage ? USAGE : FAILED;
+  }
+}
+
+/** What a command prints: as text, or as JSON. */
+interface Output {
+  readonly text: string;
+  readonly json: unknown;
+}
+
+type Command = (
+  admin: IdempotencyAdmin,
+  values: Values,
+  positionals: readonly string[],
+  store: import('../interfaces/idempotency-store.interface.js').IdempotencyStore,
+) => Promise<Output>;
+
+const COMMANDS: Record<string, Command | undefined> = {
+  async inspect(admin, values, positionals) {
+    const record = await admin.inspect(
+      keyOf(positionals, 'inspect'),
+      values.scope,
+      { body: values.body },
+    );
+    return { text: table(record), json: record };
+  },
+  async list(admin, values) {
+    const olderThan = values['older-than'];
+    const page = await admin.list({
+      status: values.status?.split(',').map((s) => s.trim() as RecordState),
+      scope: values.scope,
+      olderThan:
+        olderThan === undefined
+          ? undefined
+          : new Date(Date.now() - durationOf(olderThan)),
+      limit: countOf(values.limit, '--limit'),
+      cursor: values.cursor,
+    });
+    const lines = page.records.map((r) =>
+      [
+        r.status,
+        r.scope,
+        r.key,
+        r.createdAt?.toISOString() ?? '',
+        r.owner ?? '',
+      ].join('\t'),
+    );
+    if (page.cursor) {
+      lines.push(`next page: --cursor ${page.cursor}`);
+    }
+    return { text: `${lines.join('\n')}\n`, json: page };
+  },
+  async reset(admin, values, positionals) {
+    const key = keyOf(positionals, 'reset');
+    const scope = values.scope ?? DEFAULT_SCOPE;
+    const { fenced } = await admin.reset(key, scope, { force: values.force });
+    return {
+      text: `Reset key "${key}" in scope "${scope}"${fenced ? ': its owner was fenced out' : ''}.\n`,
+      json: { scope, key, reset: true, fenced },
+    };
+  },
+  async forget(admin, values) {
+    if (values.scope === undefined) {
+      throw new UsageError('forget needs --scope (and --key for one key).');
+    }
+    const forgotten = await admin.forget(values.scope, {
+      key: values.key,
+      batchSize: countOf(values['batch-size'], '--batch-size'),
+    });
+    return {
+      text: `Forgot ${forgotten.records} records and ${forgotten.steps} steps of scope "${values.scope}"${values.key === undefined ? '' : `, key "${values.key}"`}.\n`,
+      json: { scope: values.scope, key: values.key, ...forgotten },
+    };
+  },
+  async gc(_admin, values, _positionals, store) {
+    const batchSize = countOf(values['batch-size'], '--batch-size') ?? 1000;
+    const abandoned: AbandonedKey[] = [];
+    let removed = 0;
+    for (;;) {
+      const batch = await store.collect(batchSize, (key) => {
+        abandoned.push(key);
+      });
+      removed += batch.removed;
+      if (!batch.more) {
+        break;
+      }
+    }
+    const lines = abandoned.map(
+      (key) =>
+        `abandoned: ${key.scope}\t${key.key}\t${JSON.stringify(key.steps)}`,
+    );
+    lines.push(`Removed ${removed} expired rows.`);
+    return { text: `${lines.join('\n')}\n`, json: { removed, abandoned } };
+  },
+};
+
+function keyOf(positionals: readonly string[], command: string): string {
+  if (positionals.length !== 1 || !positionals[0]) {
+    throw new UsageError(`${command} takes one key: ${command} <key>.`);
+  }
+  return positionals[0];
+}
+
+function countOf(
+  value: string | undefined,
+  option: string,
+): number | undefined {
+  if (value === undefined) {
+    return undefined;
+  }
+  if (!/^\d+$/.test(value)) {
+    throw new UsageError(`${option} must be a whole number, not "${value}".`);
+  }
+  return Number(value);
+}
+
+function durationOf(value: string): number {
+  try {
+    return toMilliseconds(value, '--older-than');
+  } catch {
+    throw new UsageError(
+      `--older-than must be a duration such as 30s, 15m, 24h or 7d, not "${value}".`,
+    );
+  }
+}
+
+/** Buffers as base64 in JSON (dates are ISO strings already). */
+function jsonValue(this: unknown, _key: string, value: unknown): unknown {
+  return value &&
+    typeof value === 'object' &&
+    (value as { type?: unknown }).type === 'Buffer' &&
+    Array.isArray((value as { data?: unknown }).data)
+    ? Buffer.from((value as { data: number[] }).data).toString('base64')
+    : value;
+}
+
+/** A record as `name: value` lines. */
+function table(record: object): string {
+  const lines: string[] = [];
+  for (const [name, value] of Object.entries(record)) {
+    if (name === 'steps') {
+      for (const step of value as Array<{ step: string; createdAt?: Date }>) {
+        lines.push(
+          `step: ${step.step}\t${step.createdAt?.toISOString() ?? ''}`,
+        );
+      }
+    } else if (name === 'response' && value) {
+      const response = value as {
+        status: number;
+        headers: object;
+        body?: Buffer;
+      };
+      lines.push(`response status: ${response.status}`);
+      lines.push(`response headers: ${JSON.stringify(response.headers)}`);
+      if (response.body) {
+        lines.push(`response body: ${response.body.toString('utf8')}`);
+      }
+    } else if (value !== undefined) {
+      lines.push(
+        `${name}: ${value instanceof Date ? value.toISOString() : String(value)}`,
+      );
+    }
+  }
+  return `${lines.join('\n')}\n`;
+}

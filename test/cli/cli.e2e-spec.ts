@@ -1,0 +1,246 @@
+import { readdir, readFile } from 'node:fs/promises';
+import { runCli } from '../../src/cli/idempotency.cli.js';
+import { FakeGateway } from '../utils/fake-gateway.js';
+import { until } from '../utils/barrier.js';
+import { lockWaiters } from '../utils/sessions.js';
+import {
+  createTestDatabase,
+  holdInTransaction,
+  type TestDatabase,
+} from '../utils/test-database.js';
+import { startSample, type SampleProcess } from '../utils/sample-process.js';
+
+/**
+ * The command line (`npx nestjs-idempotency`) against the sample app's
+ * database while the sample runs as a process: what an operator sees of a
+ * completed and a running request, a stuck key reset (its handler fenced
+ * out, the retry resuming once), a scope forgotten.
+ */
+describe('the command line, on the sample app’s database', () => {
+  let db: TestDatabase;
+  let gateway: FakeGateway;
+  let app: SampleProcess;
+
+  beforeAll(async () => {
+    db = await createTestDatabase();
+    gateway = await new FakeGateway().start();
+    app = await startSample({ DATABASE_URL: db.url, GATEWAY_URL: gateway.url });
+  });
+  afterAll(async () => {
+    await app?.stop();
+    await gateway?.stop();
+    await db?.drop();
+  });
+
+  /** Runs the command line; its exit code and what it wrote. */
+  const cli = async (...args: string[]) => {
+    let out = '';
+    let err = '';
+    const code = await runCli(args, {
+      out: (text) => (out += text),
+      err: (text) => (err += text),
+      env: { DATABASE_URL: db.url },
+    });
+    return { code, out, err };
+  };
+  const json = async <T = Record<string, unknown>>(...args: string[]) => {
+    const { code, out, err } = await cli(...args, '--json');
+    expect({ code, err }).toEqual({ code: 0, err: '' });
+    return JSON.parse(out) as T;
+  };
+  const pay = (key: string) =>
+    fetch(`${app.url}/payments`, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json', 'Idempotency-Key': key },
+      body: JSON.stringify({ amount: 990, currency: 'EUR', merchantId: 'm_1' }),
+    });
+  const count = async (sql: string) =>
+    (await db.query<{ n: number }>(sql))[0].n;
+
+  it('inspects a completed key: status, fingerprint, response, and its body on request', async () => {
+    const response = await pay('cli-done');
+    const body = await response.text();
+    expect(response.status).toBe(201);
+
+    const record = await json('inspect', 'cli-done');
+    expect(record).toMatchObject({
+      scope: 'global',
+      key: 'cli-done',
+      status: 'completed',
+      method: 'POST',
+      fingerprint: expect.stringMatching(/[0-9a-f]{64}$/),
+      response: {
+        status: 201,
+        headers: { 'content-type': 'application/json; charset=utf-8' },
+      },
+      steps: [],
+    });
+    expect(record).not.toHaveProperty('owner');
+    expect(record.response).not.toHaveProperty('body');
+    const withBody = await json<{ response: { body: string } }>(
+      'inspect',
+      'cli-done',
+      '--body',
+    );
+    expect(Buffer.from(withBody.response.body, 'base64').toString()).toBe(body);
+
+    const text = await cli('inspect', 'cli-done', '--scope', 'global');
+    expect(text.code).toBe(0);
+    expect(text.out).toContain('status: completed\n');
+    expect(text.out).toContain('response status: 201\n');
+  });
+
+  it('inspects and lists a running key, refuses to reset it under a live lease, and, forced, fences its handler out: the retry resumes once', async () => {
+    const payments = await count(`SELECT count(*)::int AS n FROM payments`);
+    const holder = await holdInTransaction(
+      db.url,
+      'LOCK TABLE payments IN ACCESS EXCLUSIVE MODE',
+    );
+    const held = pay('cli-stuck');
+    await until(
+      async () =>
+        (await count(`SELECT count(*)::int AS n FROM idempotency_steps`)) === 1,
+      'the charge step to commit',
+    );
+    await until(
+      async () => (await lockWaiters(db, 'payments')).length === 1,
+      'the handler to wait on the payments table',
+    );
+
+    const running = await json<{
+      status: string;
+      owner: string;
+      leaseMs: number;
+      generation: string;
+      steps: Array<{ step: string; createdAt: string }>;
+    }>('inspect', 'cli-stuck');
+    expect(running).toMatchObject({
+      status: 'in_progress',
+      owner: expect.stringMatching(/^[0-9a-f-]{36}$/),
+      bound: true,
+      generation: expect.any(String),
+    });
+    expect(running.leaseMs).toBeGreaterThan(0);
+    expect(running.steps.map((step) => step.step)).toHaveLength(1);
+    expect(Date.parse(running.steps[0].createdAt)).not.toBeNaN();
+
+    const page = await json<{
+      records: Array<{ key: string; status: string }>;
+    }>('list');
+    expect(page.records).toEqual([
+      expect.objectContaining({ key: 'cli-stuck', status: 'in_progress' }),
+    ]);
+    const listed = await cli('list');
+    expect(listed.out).toMatch(/^in_progress\tglobal\tcli-stuck\t/);
+
+    const refused = await cli('reset', 'cli-stuck');
+    expect(refused.code).toBe(1);
+    expect(refused.err).toMatch(
+      /^nestjs-idempotency: Key "cli-stuck" in scope "global" is being executed: its owner's lease runs \d+ ms more\./,
+    );
+
+    expect(await json('reset', 'cli-stuck', '--force')).toEqual({
+      scope: 'global',
+      key: 'cli-stuck',
+      reset: true,
+      fenced: true,
+    });
+    await holder.release();
+    // The old owner's completion found no claim of its own: rolled back.
+    expect((await held).status).toBe(503);
+    expect(await count(`SELECT count(*)::int AS n FROM payments`)).toBe(
+      payments,
+    );
+
+    const retry = await pay('cli-stuck');
+    expect(retry.status).toBe(201);
+    expect(await count(`SELECT count(*)::int AS n FROM payments`)).toBe(
+      payments + 1,
+    );
+    // Resumed after its charge, under the same derived key: charged once.
+    expect(gateway.chargeCount).toBe(2);
+    expect((await json('inspect', 'cli-stuck')).status).toBe('completed');
+  });
+
+  it('forgets a scope: every record and step gone, other scopes kept', async () => {
+    await db.query(
+      `INSERT INTO idempotency_records (scope, key, fingerprint, method, path, status, expires_at)
+       VALUES ('other', 'kept', 'fp', 'POST', '/x', 'completed', now() + interval '1 hour')`,
+    );
+    const forgotten = await json<{ records: number; steps: number }>(
+      'forget',
+      '--scope',
+      'global',
+      '--batch-size',
+      '1',
+    );
+    expect(forgotten).toEqual({
+      scope: 'global',
+      records: 2,
+      steps: expect.any(Number),
+    });
+    expect(
+      await count(
+        `SELECT count(*)::int AS n FROM idempotency_records WHERE scope = 'global'`,
+      ),
+    ).toBe(0);
+    expect(
+      await count(
+        `SELECT count(*)::int AS n FROM idempotency_steps WHERE scope = 'global'`,
+      ),
+    ).toBe(0);
+    expect((await json('inspect', 'kept', '--scope', 'other')).status).toBe(
+      'completed',
+    );
+    expect((await cli('forget', '--scope', 'other', '--key', 'kept')).out).toBe(
+      'Forgot 1 records and 0 steps of scope "other", key "kept".\n',
+    );
+    expect(await json('gc')).toEqual({ removed: 0, abandoned: [] });
+  });
+
+  it('prints the schema as the migrations’ SQL files, in order', async () => {
+    const folder = new URL('../../migrations/sql/', import.meta.url);
+    const names = (await readdir(folder)).filter((n) => n.endsWith('.sql'));
+    const files = await Promise.all(
+      names.sort().map((name) => readFile(new URL(name, folder), 'utf8')),
+    );
+    const { code, out } = await cli('sql');
+    expect(code).toBe(0);
+    expect(out).toBe(files.join('\n'));
+    expect(out).toContain('CREATE TABLE "idempotency_records"');
+  });
+
+  it('refuses bad input with a message and a non-zero exit', async () => {
+    expect(await cli('inspect', 'no-such-key')).toEqual({
+      code: 1,
+      out: '',
+      err: 'nestjs-idempotency: No idempotency record holds key "no-such-key" in scope "global".\n',
+    });
+    const usage =
+      'Run `nestjs-idempotency --help` for the commands and options.\n';
+    expect(await cli('frobnicate')).toEqual({
+      code: 2,
+      out: '',
+      err: `nestjs-idempotency: Unknown command "frobnicate".\n${usage}`,
+    });
+    expect((await cli('list', '--limit', 'many')).err).toBe(
+      `nestjs-idempotency: --limit must be a whole number, not "many".\n${usage}`,
+    );
+    expect((await cli('list', '--status', 'stuck')).code).toBe(1);
+    expect((await cli('forget')).code).toBe(2);
+    expect((await cli('inspect')).code).toBe(2);
+    expect((await cli('list', '--nope')).code).toBe(2);
+    const noUrl = await runCli(['list'], {
+      out: () => undefined,
+      err: (text) => expect(text).toMatch(/DATABASE_URL|--help/),
+      env: {},
+    });
+    expect(noUrl).toBe(2);
+    expect((await cli('list', '--url', 'mysql://root@127.0.0.1/x')).err).toBe(
+      'nestjs-idempotency: The URL "mysql://root@127.0.0.1/x" is neither a PostgreSQL URL (postgres://…) nor a Redis one (redis://…).\n',
+    );
+    const help = await cli('--help');
+    expect(help.code).toBe(0);
+    expect(help.out).toMatch(/^Usage: nestjs-idempotency <command>/);
+  });
+});
