@@ -31,6 +31,7 @@ type ResponseEntry = { description?: string } & Record<string, unknown>;
 interface Parameter {
   name?: string;
   in?: string;
+  description?: string;
 }
 
 /**
@@ -175,6 +176,11 @@ function replayHeaders(names: Names): Record<string, unknown> {
   };
 }
 
+/** How long a key is kept (the expiration policy the draft asks to publish). */
+function expiryPolicy(options: ResolvedRouteOptions, names: Names): string {
+  return `A key is kept for ${readableDuration(options.ttlMs)} (\`ttl\`) after its request${names.expires === undefined ? '' : ` (the response's \`${names.expires}\` header says until when)`}: a request with it after that runs as a new request.`;
+}
+
 /** The header parameter of the key, as `@ApiHeader()` takes it. */
 function keyHeader(
   options: ResolvedRouteOptions,
@@ -184,7 +190,7 @@ function keyHeader(
   return {
     name: names.header,
     required: options.required,
-    description: `Unique key of this operation, such as a UUID, as a token or a quoted string (RFC 8941). A retry with the same key and the same request gets the first response again, with \`${names.replayed}: true\`, and never runs twice (a response that was streamed or too large to store comes back with its status, an empty body and \`${IDEMPOTENT_BODY_OMITTED_HEADER}: true\`). A key is kept for ${readableDuration(options.ttlMs)} (\`ttl\`) after its request${names.expires === undefined ? '' : ` (the response's \`${names.expires}\` header says until when)`}: a request with it after that runs as a new request.${options.required ? '' : ' Without it, the request runs without idempotency.'}`,
+    description: `Unique key of this operation, such as a UUID, as a token or a quoted string (RFC 8941). A retry with the same key and the same request gets the first response again, with \`${names.replayed}: true\`, and never runs twice (a response that was streamed or too large to store comes back with its status, an empty body and \`${IDEMPOTENT_BODY_OMITTED_HEADER}: true\`). ${expiryPolicy(options, names)}${options.required ? '' : ' Without it, the request runs without idempotency.'}`,
     schema: { type: 'string', minLength, maxLength, pattern: pattern.source },
     example: '8e03978e-40d5-43e8-bc93-6894a57f9324',
   };
@@ -268,18 +274,36 @@ function documentRoute(
     });
   }
   if (!options.key) {
-    const parameters = [
-      ...((Reflect.getMetadata(DECORATORS.API_PARAMETERS, handler) ??
-        []) as Parameter[]),
+    const isKeyHeader = (parameter: Parameter) =>
+      parameter.in === 'header' &&
+      parameter.name?.toLowerCase() === names.header.toLowerCase();
+    const own = (Reflect.getMetadata(DECORATORS.API_PARAMETERS, handler) ??
+      []) as Parameter[];
+    const documented = [
+      ...own,
       ...((Reflect.getMetadata(DECORATORS.API_HEADERS, controller) ??
         []) as Parameter[]),
-    ];
-    const documented = parameters.some(
-      (parameter) =>
-        parameter.in === 'header' &&
-        parameter.name?.toLowerCase() === names.header.toLowerCase(),
-    );
-    if (!documented) {
+    ].some(isKeyHeader);
+    if (own.some(isKeyHeader)) {
+      // The route's own words, with the expiration policy after them.
+      Reflect.defineMetadata(
+        DECORATORS.API_PARAMETERS,
+        own.map((parameter) =>
+          isKeyHeader(parameter)
+            ? {
+                ...parameter,
+                description: [
+                  parameter.description,
+                  expiryPolicy(options, names),
+                ]
+                  .filter(Boolean)
+                  .join(' '),
+              }
+            : parameter,
+        ),
+        handler,
+      );
+    } else if (!documented) {
       swagger.ApiHeader(keyHeader(options, names))(
         prototype,
         method,

@@ -193,13 +193,14 @@ describe.each(PLATFORMS)(
       );
     });
 
-    it('leaves a key header the route documents itself as it is', () => {
+    it('leaves a key header the route documents itself as it is, its expiration policy added', () => {
       const operation = document.paths['/payments/captures'].post;
       expect(keyHeader(operation)).toEqual([
         {
           name: 'idempotency-key',
           in: 'header',
-          description: 'Our own words',
+          description:
+            'Our own words A key is kept for 7 days (`ttl`) after its request: a request with it after that runs as a new request.',
           schema: { type: 'string' },
         },
       ]);
@@ -295,6 +296,41 @@ describe('OpenAPI options', () => {
       '`https://docs.example.com/errors/key-reused`',
     );
     expect(JSON.stringify(operation.responses)).not.toContain('urn:');
+  });
+
+  it("states each decorated route's ttl in its key header, and documents the expiry header when on", async () => {
+    let document: OpenApiDocument;
+    ({ target, document } = await documentOf('express', {
+      ttl: '90m',
+      expiresHeader: true,
+    }));
+    const described = Object.entries(document.paths).flatMap(([path, item]) =>
+      Object.values(item).flatMap((operation) =>
+        keyHeader(operation).map(
+          (header) => [path, header.description] as const,
+        ),
+      ),
+    );
+    expect(described.length).toBeGreaterThanOrEqual(4);
+    for (const [path, description] of described) {
+      expect(description).toContain(
+        `A key is kept for ${path === '/payments/captures' ? '7 days' : '90 minutes'} (\`ttl\`) after its request (the response's \`Idempotency-Expires\` header says until when)`,
+      );
+    }
+    expect(
+      document.paths['/payments'].post.responses['201'].headers,
+    ).toMatchObject({
+      'Idempotency-Expires': {
+        description: expect.stringContaining('an HTTP-date') as string,
+        schema: { type: 'string' },
+      },
+    });
+    const answer = await fetch(`${target.url}/payments`, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json', 'Idempotency-Key': 'k' },
+      body: JSON.stringify({ amount: 5 }),
+    });
+    expect(answer.headers.get('idempotency-expires')).toMatch(/ GMT$/);
   });
 
   it('`openApi: false` documents nothing, and requests still run idempotently', async () => {

@@ -65,7 +65,7 @@ export class PaymentsController {
 
   /** Documents the key header itself. */
   @Post('captures')
-  @Idempotent()
+  @Idempotent({ ttl: '7d' })
   @ApiHeader({ name: 'idempotency-key', description: 'Our own words' })
   capture() {
     return { id: 'c-1', amount: 1 };
