@@ -246,5 +246,28 @@ describe.each(APPS.map((spec) => [spec.name, spec] as const))(
     });
 
     describePaymentsPromise(() => ({ url, db: db! }));
+
+    if (spec.name === 'pg') {
+      it("runs the package's command line with pg alone: `npx nestjs-idempotency --help`, and `inspect --json` of a completed key", async () => {
+        const appDir = join(scratch, 'app');
+        const npx = (...args: string[]) =>
+          run('npx', ['--no-install', 'nestjs-idempotency', ...args], {
+            cwd: appDir,
+            env: childEnv({ DATABASE_URL: db!.url }),
+          });
+        const help = await npx('--help');
+        expect(help.stdout).toMatch(/^Usage: nestjs-idempotency <command>/);
+        const [{ scope, key }] = await db!.query<{
+          scope: string;
+          key: string;
+        }>(
+          `SELECT scope, key FROM idempotency_records WHERE status = 'completed' LIMIT 1`,
+        );
+        const inspected = JSON.parse(
+          (await npx('inspect', key, '--scope', scope, '--json')).stdout,
+        ) as { status: string; key: string };
+        expect(inspected).toMatchObject({ key, status: 'completed' });
+      });
+    }
   },
 );
