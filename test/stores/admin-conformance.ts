@@ -271,4 +271,35 @@ export function describeAdminConformance(
       /batchSize/,
     );
   });
+
+  it("admin: a forget deletes the failure counts of what it forgets (a key's alone, a scope's: of a claim's key and of a released one's), not another scope's", async () => {
+    const scope = context.scope();
+    const store = context.store();
+    const count = (key: string, of = scope) =>
+      store.countFailure!({ scope: of, key }, HOUR_MS);
+    const held = attempt('held');
+    await store.claim(held);
+    const released = attempt('released');
+    await store.claim(released);
+    await store.release(leaseOf(released));
+    for (const key of ['held', 'released', 'released', 'alone']) {
+      await count(key);
+    }
+    expect(await count('released', `${scope}:other`)).toBe(1);
+
+    expect(await admin().forget(scope, { key: 'alone' })).toEqual({
+      records: 0,
+      steps: 0,
+    });
+    expect(await count('alone')).toBe(1);
+    expect(await count('held')).toBe(2);
+    expect(await admin().forget(scope, { batchSize: 1 })).toEqual({
+      records: 1,
+      steps: 0,
+    });
+    for (const key of ['held', 'released', 'alone']) {
+      expect(await count(key)).toBe(1);
+    }
+    expect(await count('released', `${scope}:other`)).toBe(2);
+  });
 }

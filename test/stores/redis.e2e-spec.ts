@@ -172,7 +172,7 @@ function conformance(name: string, server: () => Address): void {
           },
         };
       },
-      { resentClaims: true, bareLeases, admin: false },
+      { resentClaims: true, bareLeases },
     );
   }
 }
@@ -302,10 +302,12 @@ function storeTests(server: () => Address): void {
         body: Buffer.from([0, 10, 255]),
       },
     };
+    // Expiry and completion times differ, and the key its record names.
     const recordBytes = async (key: string) =>
       (await reader.getBuffer(recordOf(key)))!
         .toString('latin1')
-        .replace(/^c \d+ /, 'c <expiry> ');
+        .replace(/^c \d+ (\d+) \d+/, 'c <expiry> $1 <completed>')
+        .replace(JSON.stringify(key), '<key>');
     try {
       const plain = attempt('if-eq');
       await fresh.claim(plain);
@@ -501,8 +503,14 @@ function storeTests(server: () => Address): void {
       const id = RedisKeys.id(scope, key);
       expect(await client.exists(keys.steps(id))).toBe(0);
       const value = (await client.getBuffer(keys.record(id)))!;
-      // The expiry (ms since the epoch) is the only part that differs.
-      records.push(value.toString('latin1').replace(/^c \d+ /, 'c <expiry> '));
+      // The expiry and completion times (ms since the epoch) and the key
+      // the record names are the only parts that differ.
+      records.push(
+        value
+          .toString('latin1')
+          .replace(/^c \d+ (\d+) \d+/, 'c <expiry> $1 <completed>')
+          .replace(JSON.stringify(key), '"<key>"'),
+      );
       expect(await store.claim(attempt(key, request))).toEqual({
         state: 'finished',
         record: {
@@ -516,7 +524,7 @@ function storeTests(server: () => Address): void {
     expect(records[0]).toBe(
       Buffer.concat([
         Buffer.from(
-          `c <expiry> 201\n${JSON.stringify(request.fingerprint)}\n["PUT","/a/:b"]\n${JSON.stringify(headers)}\n`,
+          `c <expiry> 201 <completed>\n${JSON.stringify(request.fingerprint)}\n${JSON.stringify(['PUT', '/a/:b', scope, '<key>'])}\n${JSON.stringify(headers)}\n`,
         ),
         body,
       ]).toString('latin1'),
@@ -675,7 +683,7 @@ function storeTests(server: () => Address): void {
       waiting: false,
     });
     expect(await client.get(recordOf('bound-record'))).toBe(
-      `b- 0 ${binding} \n"fp-1"\n["POST","/redis"]`,
+      `b- 0 ${binding} ${unbound.slice(unbound.indexOf('\n'))}`,
     );
     expect(await client.pttl(recordOf('bound-record'))).toBeLessThanOrEqual(
       400,
@@ -775,9 +783,9 @@ function storeTests(server: () => Address): void {
     const record = recordOf('own-expiry');
     const value = (await client.getBuffer(record))!;
     const head = value.subarray(0, value.indexOf('\n')).toString();
-    expect(head).toMatch(/^c \d{13} 200$/);
+    expect(head).toMatch(/^c \d{13} 200 \d{13}$/);
     // Its expiry a second ago, while its key is kept an hour.
-    const past = `c ${Date.now() - 1_000} 200`;
+    const past = `c ${Date.now() - 1_000} 200 ${Date.now() - 2_000}`;
     await client.set(
       record,
       Buffer.concat([Buffer.from(past), value.subarray(head.length)]),
@@ -870,9 +878,17 @@ function storeTests(server: () => Address): void {
     expect(await store.bind(live)).toBe(true);
     const bound = (await client.get(recordOf('bind-live')))!;
     const [, lease, binding] = /^b- (\d+) (\d+) /.exec(bound)!;
-    expect(bound).toBe(
-      `b- ${lease} ${binding} ${live.owner}\n"fp"\n["POST","/redis"]`,
+    expect(bound).toMatch(
+      new RegExp(`^b- ${lease} ${binding} ${live.owner}\n"fp"\n`),
     );
+    // The request's line: method, path, scope, key and the claim's time.
+    expect(JSON.parse(bound.split('\n')[2])).toEqual([
+      'POST',
+      '/redis',
+      scope,
+      'bind-live',
+      expect.any(Number),
+    ]);
     const generationEnds =
       Date.now() + (await client.pttl(generationKeyOf('bind-live')));
     expect(Math.abs(Number(binding) - generationEnds)).toBeLessThan(1_000);
@@ -1168,7 +1184,7 @@ function clusterConformance(
         },
       };
     },
-    { resentClaims: true, admin: false },
+    { resentClaims: true },
   );
 }
 

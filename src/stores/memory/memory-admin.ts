@@ -31,6 +31,8 @@ export interface MemoryAdminRecord {
 export interface MemoryAdminMaps {
   readonly records: Map<string, MemoryAdminRecord>;
   readonly steps: Map<string, Map<string, { readonly expiresAt: number }>>;
+  /** The counts of failed attempts (`countFailure`). */
+  readonly failures: Map<string, unknown>;
 }
 
 const dateOf = (ms: number | undefined) =>
@@ -142,7 +144,11 @@ export function resetMemoryRecord(
   return { state: 'reset', fenced: claimed };
 }
 
-/** @internal One batch of `IdempotencyStore.forgetRecords` of the memory store. */
+/**
+ * @internal One batch of `IdempotencyStore.forgetRecords` of the memory
+ * store: records, then steps, then (with the last batch) the counts of
+ * failures of the keys it forgets.
+ */
 export function forgetMemoryRecords(
   maps: MemoryAdminMaps,
   matches: (id: string) => boolean,
@@ -168,6 +174,11 @@ export function forgetMemoryRecords(
     }
     maps.steps.delete(id);
     steps += stored.size;
+  }
+  for (const id of maps.failures.keys()) {
+    if (matches(id)) {
+      maps.failures.delete(id);
+    }
   }
   return { records, steps, more: false };
 }

@@ -115,7 +115,11 @@ export class MemoryIdempotencyStore implements IdempotencyStore<unknown> {
     { count: number; expiresAt: number }
   >();
   private readonly watchers: Array<(scope?: string, key?: string) => void> = [];
-  private readonly maps = { records: this.records, steps: this.steps };
+  private readonly maps = {
+    records: this.records,
+    steps: this.steps,
+    failures: this.failures,
+  };
 
   constructor(options: MemoryIdempotencyStoreOptions = {}) {
     if (process.env.NODE_ENV === 'production' && !options.allowInProduction) {

@@ -1,3 +1,4 @@
+import { sqlState } from '../../core/failures.js';
 import {
   IDEMPOTENCY_STEPS_TABLE_NAME,
   IDEMPOTENCY_TABLE_NAME,
@@ -224,11 +225,33 @@ async function deleteBatch(
 
 const RECORD_ROWS = [TABLE, 'scope, key'] as const;
 const STEP_ROWS = [STEPS, 'scope, key, step'] as const;
+const FAILURE_ROWS = ['"idempotency_failures"', 'scope, key'] as const;
+
+/**
+ * The counts of failures deleted in a batch: none where the table of
+ * migration CountIdempotencyFailures1764000000006 is absent (an application
+ * that never counts).
+ */
+async function deleteFailures(
+  connection: PostgresClient,
+  scope: string,
+  key: string | undefined,
+  limit: number,
+): Promise<number> {
+  try {
+    return await deleteBatch(connection, FAILURE_ROWS, scope, key, limit);
+  } catch (error) {
+    if (sqlState(error) === '42P01') {
+      return 0;
+    }
+    throw error;
+  }
+}
 
 /**
  * @internal One batch of `IdempotencyStore.forgetRecords`: records first,
- * then steps, each an autocommit statement locking at most `batchSize` rows
- * until it commits.
+ * then steps, then the counts of failures (not returned), each an
+ * autocommit statement locking at most `batchSize` rows until it commits.
  */
 export async function forgetPostgresRecords(
   connection: PostgresClient,
@@ -253,5 +276,14 @@ export async function forgetPostgresRecords(
           batchSize - records,
         )
       : 0;
-  return { records, steps, more: records + steps === batchSize };
+  const failures =
+    records + steps < batchSize
+      ? await deleteFailures(
+          connection,
+          scope,
+          key,
+          batchSize - records - steps,
+        )
+      : 0;
+  return { records, steps, more: records + steps + failures === batchSize };
 }

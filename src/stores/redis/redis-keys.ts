@@ -56,4 +56,13 @@ export class RedisKeys {
   failures(id: string): string {
     return `${this.prefix}{${id}}:failures`;
   }
+
+  /**
+   * The identity (JSON of scope and key) of a key with a count of failures,
+   * kept as long as the count: the count's name holds only a digest, and a
+   * forget of a scope finds the counts of its keys by this.
+   */
+  identity(id: string): string {
+    return `${this.prefix}{${id}}:identity`;
+  }
 }

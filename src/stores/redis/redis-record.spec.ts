@@ -27,7 +27,11 @@ describe('the Redis record value', () => {
   it('reads a claim back: its owner, whether a duplicate waits, and its fingerprint of any characters', () => {
     const fingerprint = 'fp "\n\u0000λ💳';
     const value = Buffer.from(
-      inProgressValue('owner-1', fingerprint, 'POST', '/p/:id'),
+      inProgressValue(
+        'owner-1',
+        { scope: 's', key: 'k', fingerprint, method: 'POST', path: '/p/:id' },
+        1,
+      ),
     );
     expect(decodeRecord(value)).toEqual({
       state: 'in_progress',

@@ -11,14 +11,14 @@ import type {
  *
  * In progress (its key expires with its lease, `PX`):
  *
- *     i<w> <owner>\n<fingerprint JSON>\n<[method, path] JSON>
+ *     i<w> <owner>\n<fingerprint JSON>\n<request JSON>
  *
  * where `<w>` is `w` once a duplicate waits for it, else `-`. Once the
  * claim saved a step (a recovery point), or was bound to its request
  * (`bind()`, a release that binds), its key is bound to its request (see
  * `StepLease`, `IdempotencyStore.bind`), and the value becomes
  *
- *     b<w> <lease end> <binding end> <owner>\n<fingerprint JSON>\n<[method, path] JSON>
+ *     b<w> <lease end> <binding end> <owner>\n<fingerprint JSON>\n<request JSON>
  *
  * (ms since the epoch, both by the clock of Redis, `TIME` in the scripts;
  * the binding ends with the step, or with the key's generation, whichever
@@ -35,12 +35,20 @@ import type {
  *
  * Finished (its key expires with its time to live):
  *
- *     <s> <expiry> <status>\n<fingerprint JSON>\n<[method, path] JSON>\n<headers JSON>\n<body>
+ *     <s> <expiry> <status> <completed>\n<fingerprint JSON>\n<request JSON>\n<headers JSON>\n<body>
  *
  * where `<s>` is `c` (completed), `f` (failed) or `n` (not replayable), and
- * `<expiry>` when it expires (ms since the epoch, by the clock of the
- * instance that completed it). JSON never holds a raw newline, so the body
- * is everything after the fourth; it is bytes, not text.
+ * `<expiry>` when it expires and `<completed>` when it was written (ms since
+ * the epoch, by the clock of the instance that completed it). JSON never
+ * holds a raw newline, so the body is everything after the fourth; it is
+ * bytes, not text.
+ *
+ * The request's line is `[method, path, scope, key, claimed]` (`claimed`:
+ * when the claim was written, ms since the epoch by the claiming
+ * instance's clock; a finished record has none, however it was written): the key names hold only a digest of scope and key, so the
+ * operator's listing and forgetting of a scope read them here. Records of
+ * the previous versions hold `[method, path]` alone, and their heads no
+ * `<completed>`: the readers of both ignore what follows.
  */
 export type RedisRecord =
   | {
@@ -90,45 +98,54 @@ export function fingerprintLine(fingerprint: string): string {
 }
 
 /**
- * The lines a claim's value and its finished record share, after their
- * first: a newline, the fingerprint JSON, a newline, `[method, path]` JSON.
+ * @internal What a record says of its request, after its first line
+ * (without scope and key: the lines of the previous versions).
  */
-function requestLines(
-  fingerprint: string,
-  method: string,
-  path: string,
-): string {
-  return `\n${fingerprintLine(fingerprint)}\n${JSON.stringify([method, path])}`;
+export interface RecordRequest {
+  readonly scope?: string;
+  readonly key?: string;
+  readonly fingerprint: string;
+  readonly method: string;
+  readonly path: string;
+}
+
+/**
+ * The lines a claim's value and its finished record share, after their
+ * first: a newline, the fingerprint JSON, a newline, the request's JSON
+ * (with `claimed`, for a claim).
+ */
+function requestLines(request: RecordRequest, claimed?: number): string {
+  const { fingerprint, method, path, scope, key } = request;
+  const line =
+    scope === undefined || key === undefined
+      ? [method, path]
+      : [method, path, scope, key];
+  return `\n${fingerprintLine(fingerprint)}\n${JSON.stringify(claimed === undefined ? line : [...line, claimed])}`;
 }
 
 /** @internal The value of a claim that nobody waits for yet. */
 export function inProgressValue(
   owner: string,
-  fingerprint: string,
-  method: string,
-  path: string,
+  request: Required<RecordRequest>,
+  claimed: number,
 ): string {
-  return `i- ${owner}${requestLines(fingerprint, method, path)}`;
+  return `i- ${owner}${requestLines(request, claimed)}`;
 }
 
 /**
  * @internal The value of a finished record: `head` (status letter, expiry,
- * response status), the request's lines, the headers JSON and the body. A
+ * response status, completion time), the request's lines, the headers JSON and the body. A
  * string when the body is UTF-8 (the same bytes reach Redis): ioredis then
  * writes the command as one string, where a Buffer argument makes it build
  * the command from buffers.
  */
 export function finishedValue(
   head: string,
-  request: {
-    readonly fingerprint: string;
-    readonly method: string;
-    readonly path: string;
-  },
+  request: RecordRequest,
   headers: string,
   body: Buffer | undefined,
 ): Buffer | string {
-  const text = `${head}${requestLines(request.fingerprint, request.method, request.path)}\n${headers}\n`;
+  const text = `${head}${requestLines(request)}\n${headers}\n`;
   if (!body || body.length === 0) {
     return text;
   }

@@ -7,7 +7,8 @@ export interface RedisScript {
   readonly sha: string;
 }
 
-function script(name: string, lua: string): RedisScript {
+/** @internal A script, with its SHA1. */
+export function script(name: string, lua: string): RedisScript {
   return { name, lua, sha: createHash('sha1').update(lua).digest('hex') };
 }
 
@@ -152,8 +153,9 @@ return granted(v and not now)`,
  * time to live is read before the record is written, so that it ends
  * before the record's by Redis's clock. Given two more ARGV (headers
  * JSON, body), the record's second is only its first line (status letter,
- * expiry, response status), and the script adds the claim's fingerprint,
- * method and path, then those: for a caller that has no claim request to
+ * expiry, response status, completion time), and the script adds the
+ * claim's fingerprint and request line (without the claim's time, which a
+ * finished record does not hold), then those: for a caller that has no claim request to
  * build the record whole from (the module builds it whole when it can:
  * copying the lines in Lua costs Redis more a call; figures in
  * test/bench/README.md). Returns {completed, waiting}.
@@ -171,7 +173,7 @@ else
   local value = ARGV[2]
   if #ARGV > 3 then
     local a = string.find(v, '\\n', 1, true)
-    value = value .. string.sub(v, a) .. '\\n' .. ARGV[4] .. '\\n' .. ARGV[5]
+    value = value .. (string.gsub(string.sub(v, a), ',%d+%]$', ']')) .. '\\n' .. ARGV[4] .. '\\n' .. ARGV[5]
   end
   redis.call('SET', KEYS[1], value, 'PX', ARGV[3])
 end

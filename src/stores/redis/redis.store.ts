@@ -7,12 +7,18 @@ import type {
   Completion,
   FailureKey,
   FencedWrite,
+  ForgottenBatch,
   IdempotencyStore,
   Lease,
+  RecordInspection,
+  RecordPage,
+  RecordQuery,
   Renewal,
+  ResetOutcome,
   StepLease,
 } from '../../interfaces/idempotency-store.interface.js';
 import { notReplayable } from '../not-replayable.js';
+import { RedisAdmin } from './redis-admin.js';
 import { RedisClaim, claimByScript, claimLinesOf } from './redis-claim.js';
 import { RedisKeys } from './redis-keys.js';
 import { RedisPlainCommands } from './redis-plain-commands.js';
@@ -85,6 +91,7 @@ export class RedisIdempotencyStore
   private readonly plain: RedisPlainCommands;
   private readonly steps: RedisSteps;
   private readonly subscription: RedisSubscription;
+  private readonly admin: RedisAdmin;
   private ownsClient = false;
 
   /**
@@ -106,6 +113,7 @@ export class RedisIdempotencyStore
       this.options.abandonedStepsGraceMs,
     );
     this.subscription = new RedisSubscription(client, this.keys.channel);
+    this.admin = new RedisAdmin(client, this.keys);
   }
 
   /**
@@ -150,12 +158,7 @@ export class RedisIdempotencyStore
    */
   async claim(request: ClaimRequest): Promise<ClaimOutcome> {
     const id = RedisKeys.id(request.scope, request.key);
-    const value = inProgressValue(
-      request.owner,
-      request.fingerprint,
-      request.method,
-      request.path,
-    );
+    const value = inProgressValue(request.owner, request, Date.now());
     const leaseMs = ms(request.leaseMs);
     const generationMs = Math.max(ms(request.ttlMs), leaseMs);
     let lease: RedisClaim | undefined;
@@ -227,10 +230,16 @@ export class RedisIdempotencyStore
     }
     const id = RedisKeys.id(lease.scope, lease.key);
     const ttlMs = ms(completion.ttlMs);
-    const head = `${statusLetter(completion.status)} ${Date.now() + ttlMs} ${response.status}`;
+    const now = Date.now();
+    const head = `${statusLetter(completion.status)} ${now + ttlMs} ${response.status} ${now}`;
     const lines = claimLinesOf(lease);
     const value = lines
-      ? finishedValue(head, lines, headers, stored?.body)
+      ? finishedValue(
+          head,
+          { ...lines, scope: lease.scope, key: lease.key },
+          headers,
+          stored?.body,
+        )
       : undefined;
     if (await this.plain.complete(lease, id, value, ttlMs)) {
       return { fenced: true, waiting: false };
@@ -284,15 +293,23 @@ export class RedisIdempotencyStore
   }
 
   /**
-   * Counts a failed attempt: `INCR` and `PEXPIRE` of the key's count in one
-   * transaction (one key, one slot); a count that expired starts again.
+   * Counts a failed attempt: `INCR` and `PEXPIRE` of the key's count, and
+   * the key's identity kept as long (for a forget of its scope), in one
+   * transaction (one slot); a count that expired starts again.
    */
   async countFailure(key: FailureKey, ttlMs: number): Promise<number> {
-    const name = this.keys.failures(RedisKeys.id(key.scope, key.key));
+    const id = RedisKeys.id(key.scope, key.key);
+    const name = this.keys.failures(id);
     const replies = await this.client
       .multi()
       .incr(name)
       .pexpire(name, Math.ceil(ttlMs))
+      .set(
+        this.keys.identity(id),
+        RedisKeys.identity(key.scope, key.key),
+        'PX',
+        Math.ceil(ttlMs),
+      )
       .exec();
     const [error, count] = replies?.[0] ?? [new Error('MULTI was discarded')];
     if (error) {
@@ -365,6 +382,52 @@ export class RedisIdempotencyStore
     abandoned: (key: AbandonedKey) => void,
   ): Promise<{ readonly removed: number; readonly more: boolean }> {
     return this.steps.collect(batchSize, abandoned);
+  }
+
+  /**
+   * Reads a record, its generation and its steps in one script. A record
+   * written by a previous version of the store (whose value names no scope
+   * and key) is read too; it shows no creation time.
+   */
+  inspectRecord(
+    scope: string,
+    key: string,
+    withBody: boolean,
+  ): Promise<RecordInspection | undefined> {
+    return this.admin.inspect(scope, key, withBody);
+  }
+
+  /**
+   * Lists records by SCAN over the store's record keys (on every master of
+   * a Cluster), each read by a script: in SCAN order, not sorted. A record
+   * written by a previous version of the store names no scope: it is not
+   * listed. A record's creation time is its last claim's, by the claiming
+   * instance's clock.
+   */
+  listRecords(query: RecordQuery): Promise<RecordPage> {
+    return this.admin.list(query);
+  }
+
+  /** Ends a record in one script (see RESET_RECORD). */
+  resetRecord(
+    scope: string,
+    key: string,
+    force: boolean,
+  ): Promise<ResetOutcome> {
+    return this.admin.reset(scope, key, force);
+  }
+
+  /**
+   * Deletes a key, or the keys of a scope found by SCAN, with their steps,
+   * generations and counts of failures, one script per key (see
+   * FORGET_RECORD): Redis holds nothing between two.
+   */
+  forgetRecords(
+    scope: string,
+    key: string | undefined,
+    batchSize: number,
+  ): Promise<ForgottenBatch> {
+    return this.admin.forget(scope, key, batchSize);
   }
 
   /** Closes the subscription, and the client when the store built it. */

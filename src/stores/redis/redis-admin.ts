@@ -1,0 +1,468 @@
+import type { Cluster, Redis } from 'ioredis';
+import type {
+  ForgottenBatch,
+  RecordInspection,
+  RecordPage,
+  RecordQuery,
+  RecordSummary,
+  ResetOutcome,
+} from '../../interfaces/idempotency-store.interface.js';
+import { IdempotencyAdminError } from '../../exceptions/idempotency-admin.errors.js';
+import { decodeCursor, encodeCursor } from '../record-cursor.js';
+import {
+  runScript,
+  runScriptBuffer,
+  type RedisClient,
+} from './redis-client.js';
+import { RECORD_ID_LENGTH, RedisKeys } from './redis-keys.js';
+import { parseStep } from './redis-step-value.js';
+import {
+  FORGET_RECORD,
+  PEEK_RECORD,
+  READ_RECORD,
+  RESET_RECORD,
+} from './redis-admin.scripts.js';
+
+const STATUSES: Readonly<Record<string, RecordSummary['status']>> = {
+  c: 'completed',
+  f: 'failed',
+  n: 'not_replayable',
+};
+
+/** Keys per SCAN call. */
+const SCAN_COUNT = 1000;
+
+/** READ_RECORD's reply. */
+type ReadReply = [Buffer] | [Buffer, number, Buffer, number, number, Buffer[]];
+
+/**
+ * A record's summary, and, once finished, its response's status and the
+ * rest of its value (headers, body).
+ */
+interface ReadRecord {
+  readonly summary: RecordSummary;
+  readonly code?: number;
+  readonly rest: Buffer;
+}
+
+/** The request line's `[method, path, scope?, key?, claimed?]`. */
+type RequestLine = [string, string, string?, string?, number?];
+
+function lineEnd(value: Buffer, from: number): number {
+  const end = value.indexOf(0x0a, from);
+  return end < 0 ? value.length : end;
+}
+
+/** A date `ms` from now by this instance's clock. */
+const fromNow = (ms: number) => new Date(Date.now() + ms);
+
+/**
+ * Reads a record's value (see redis-record.ts) for the operator; `scope`
+ * and `key` when its request line has none (a record of a previous
+ * version), else undefined for such a record.
+ */
+function readReply(
+  reply: ReadReply,
+  identity?: readonly [string, string],
+): ReadRecord | undefined {
+  if (reply.length === 1) {
+    return undefined;
+  }
+  const [value, recordTtl, generation, generationTtl, now] = reply;
+  const first = lineEnd(value, 0);
+  const second = lineEnd(value, first + 1);
+  const third = lineEnd(value, second + 1);
+  const fingerprint = JSON.parse(
+    value.toString('utf8', first + 1, second),
+  ) as string;
+  const [method, path, scope, key, claimed] = JSON.parse(
+    value.toString('utf8', second + 1, third),
+  ) as RequestLine;
+  const [scopeOf, keyOf] =
+    scope !== undefined && key !== undefined ? [scope, key] : (identity ?? []);
+  if (scopeOf === undefined || keyOf === undefined) {
+    return undefined;
+  }
+  const head = value.toString('utf8', 0, first).split(' ');
+  const common = {
+    scope: scopeOf,
+    key: keyOf,
+    fingerprint,
+    method,
+    path,
+    generation: generation.length > 0 ? generation.toString() : undefined,
+    createdAt: claimed === undefined ? undefined : new Date(claimed),
+    owner: undefined,
+    leaseExpiresAt: undefined,
+    completedAt: undefined,
+  };
+  const rest = value.subarray(Math.min(third + 1, value.length));
+  if (value[0] === 0x69) {
+    // i<w> <owner>: its lease is its key's PX; it lasts as its generation.
+    return {
+      summary: {
+        ...common,
+        status: 'in_progress',
+        owner: head[1],
+        leaseExpiresAt: fromNow(recordTtl),
+        bound: false,
+        expiresAt: fromNow(Math.max(recordTtl, generationTtl)),
+      },
+      rest,
+    };
+  }
+  if (value[0] === 0x62) {
+    // b<w> <lease end> <binding end> <owner>, by Redis's clock.
+    const [, lease, binding, owner] = head;
+    const held = owner !== undefined && owner !== '';
+    return {
+      summary: {
+        ...common,
+        status: 'in_progress',
+        owner: held ? owner : undefined,
+        leaseExpiresAt: held ? fromNow(Number(lease) - now) : undefined,
+        bound: true,
+        expiresAt: fromNow(Math.max(Number(lease), Number(binding)) - now),
+      },
+      rest,
+    };
+  }
+  const [status, expiry, code, completed] = head;
+  return {
+    code: Number(code),
+    summary: {
+      ...common,
+      status: STATUSES[status],
+      bound: false,
+      completedAt: completed === undefined ? undefined : new Date(+completed),
+      expiresAt: new Date(Number(expiry)),
+    },
+    rest,
+  };
+}
+
+/** Whether a summary is one `query` asks for. */
+function wanted(summary: RecordSummary, query: RecordQuery): boolean {
+  const since = summary.createdAt ?? summary.completedAt;
+  return (
+    query.statuses.includes(summary.status) &&
+    (query.scope === undefined || summary.scope === query.scope) &&
+    (query.olderThan === undefined ||
+      (since !== undefined && since < query.olderThan))
+  );
+}
+
+/** Where a forget of a scope is in its pass over the keyspace. */
+interface ForgetPass {
+  /** The node scanned (its index among the masters) and its SCAN cursor. */
+  node: number;
+  cursor: string;
+  /** Whether the pass scanned every node. */
+  scanned: boolean;
+  /** Keys of the scope found and not yet forgotten: their ids and rows. */
+  pending: Array<{ readonly id: string; readonly rows: number }>;
+  /** Rows deleted in this pass. */
+  deleted: number;
+}
+
+/**
+ * @internal The Redis store's operator operations. The key names hold a
+ * digest of scope and key only: a key is found by its digest, and a scope
+ * by SCAN over every master's record and steps keys (each record names its
+ * request's scope and key, each steps hash its identity), the cursor of a
+ * page naming the node and its SCAN cursor. Every write is one script on
+ * one key's slot.
+ */
+export class RedisAdmin {
+  /** The forgets of scopes under way, by scope: where each pass is. */
+  private readonly passes = new Map<string, ForgetPass>();
+  private readonly pattern: string;
+
+  constructor(
+    private readonly client: RedisClient,
+    private readonly keys: RedisKeys,
+  ) {
+    const prefix = keys.prefix.replace(/[*?[\]\\]/g, '\\$&');
+    // `<prefix>{<id>}:record`, `…:steps` and `…:identity` (of a count of
+    // failures), not the generations and counts.
+    this.pattern = `${prefix}{*}:[rsi][etd]*`;
+  }
+
+  async inspect(
+    scope: string,
+    key: string,
+    withBody: boolean,
+  ): Promise<RecordInspection | undefined> {
+    const id = RedisKeys.id(scope, key);
+    const reply = await this.read(id, 'inspect');
+    const read = readReply(reply, [scope, key]);
+    if (!read || reply.length === 1) {
+      return undefined;
+    }
+    const { summary, code, rest } = read;
+    const steps: Array<RecordInspection['steps'][number]> = [];
+    const fields = reply[5];
+    for (let i = 0; i < fields.length; i += 2) {
+      const field = fields[i].toString();
+      if (field.startsWith('s:')) {
+        const { expiresAt } = parseStep(fields[i + 1].toString());
+        steps.push({ step: field.slice(2), expiresAt: new Date(expiresAt) });
+      }
+    }
+    steps.sort((a, b) => a.expiresAt.getTime() - b.expiresAt.getTime());
+    if (code === undefined) {
+      return { ...summary, steps };
+    }
+    const headersEnd = lineEnd(rest, 0);
+    return {
+      ...summary,
+      response: {
+        status: code,
+        headers:
+          headersEnd > 0
+            ? (JSON.parse(rest.toString('utf8', 0, headersEnd)) as Record<
+                string,
+                string | string[]
+              >)
+            : {},
+        ...(withBody
+          ? { body: Buffer.from(rest.subarray(headersEnd + 1)) }
+          : {}),
+      },
+      steps,
+    };
+  }
+
+  /**
+   * A page of records, in SCAN order, node by node: the cursor names the
+   * node, the SCAN cursor of the chunk the page ended in, and the last key
+   * of that chunk it listed (a chunk is read again in key order from there).
+   */
+  async list(query: RecordQuery): Promise<RecordPage> {
+    const nodes = this.nodes();
+    const position = query.cursor ? decodeCursor(query.cursor) : [];
+    let node =
+      position.length === 0
+        ? 0
+        : nodes.findIndex((client) => address(client) === position[0]);
+    if (node < 0 || (position.length > 0 && position.length !== 3)) {
+      throw new IdempotencyAdminError(
+        `The cursor "${query.cursor}" names no node of this Redis deployment: list again from the first page.`,
+      );
+    }
+    let cursor = position[1] ?? '0';
+    let after = position[2] ?? '';
+    const records: RecordSummary[] = [];
+    for (; node < nodes.length; node += 1) {
+      do {
+        const [next, names] = await nodes[node].scan(
+          cursor,
+          'MATCH',
+          this.pattern,
+          'COUNT',
+          SCAN_COUNT,
+        );
+        const chunk = names
+          .filter((name) => name.endsWith(':record') && name > after)
+          .sort();
+        const read = await Promise.all(
+          chunk.map((name) => this.read(this.idOf(name), 'list')),
+        );
+        for (const [i, reply] of read.entries()) {
+          const summary = readReply(reply)?.summary;
+          if (summary && wanted(summary, query)) {
+            records.push(summary);
+            if (records.length === query.limit) {
+              return {
+                records,
+                cursor: encodeCursor([address(nodes[node]), cursor, chunk[i]]),
+              };
+            }
+          }
+        }
+        cursor = next;
+        after = '';
+      } while (cursor !== '0');
+    }
+    return { records };
+  }
+
+  async reset(
+    scope: string,
+    key: string,
+    force: boolean,
+  ): Promise<ResetOutcome> {
+    const id = RedisKeys.id(scope, key);
+    const reply = await runScript<[0] | [1, number] | [2, string, number]>(
+      this.client,
+      RESET_RECORD,
+      [this.keys.record(id), this.keys.steps(id), this.keys.generation(id)],
+      [force ? '1' : '0'],
+    );
+    switch (reply[0]) {
+      case 0:
+        return { state: 'absent' };
+      case 1:
+        return { state: 'reset', fenced: reply[1] === 1 };
+      default:
+        return { state: 'held', owner: reply[1], leaseMs: reply[2] };
+    }
+  }
+
+  /**
+   * One batch of a forget: of one key, by its digest; of a scope, from
+   * where the previous batch of its pass ended (see {@link ForgetPass}). A
+   * pass that deleted anything is followed by another from the start, so
+   * that the last batch says no more when a whole pass over the keyspace
+   * found nothing of the scope: a key written while the forget ran, or
+   * left by a forget that stopped half way, is found too.
+   */
+  async forget(
+    scope: string,
+    key: string | undefined,
+    batchSize: number,
+  ): Promise<ForgottenBatch> {
+    if (key !== undefined) {
+      const [records, steps, left] = await this.forgetId(
+        RedisKeys.id(scope, key),
+        batchSize,
+      );
+      return { records, steps, more: left > 0 };
+    }
+    const pass = this.passes.get(scope) ?? this.newPass();
+    this.passes.set(scope, pass);
+    let records = 0;
+    let steps = 0;
+    try {
+      while (records + steps < batchSize) {
+        if (pass.pending.length === 0) {
+          if (!pass.scanned) {
+            await this.scan(pass, scope);
+            continue;
+          }
+          if (pass.deleted === 0) {
+            this.passes.delete(scope);
+            return { records, steps, more: false };
+          }
+          Object.assign(pass, this.newPass());
+          continue;
+        }
+        let budget = batchSize - records - steps;
+        const taken: Array<[string, number]> = [];
+        while (pass.pending.length > 0 && budget > 0) {
+          const { id, rows } = pass.pending[0];
+          const share = Math.min(Math.max(rows, 1), budget);
+          taken.push([id, share]);
+          budget -= share;
+          pass.pending.shift();
+        }
+        const done = await Promise.all(
+          taken.map(([id, share]) => this.forgetId(id, share)),
+        );
+        for (const [i, [r, s, left]] of done.entries()) {
+          records += r;
+          steps += s;
+          pass.deleted += r + s;
+          if (left > 0) {
+            pass.pending.unshift({ id: taken[i][0], rows: left });
+          }
+        }
+      }
+    } catch (error) {
+      this.passes.delete(scope);
+      throw error;
+    }
+    return { records, steps, more: true };
+  }
+
+  private newPass(): ForgetPass {
+    return { node: 0, cursor: '0', scanned: false, pending: [], deleted: 0 };
+  }
+
+  /** Scans the next chunk of the pass, keeping the keys of `scope`. */
+  private async scan(pass: ForgetPass, scope: string): Promise<void> {
+    const nodes = this.nodes();
+    const [next, names] = await nodes[pass.node].scan(
+      pass.cursor,
+      'MATCH',
+      this.pattern,
+      'COUNT',
+      SCAN_COUNT,
+    );
+    pass.cursor = next;
+    if (next === '0') {
+      pass.node += 1;
+      pass.scanned = pass.node >= nodes.length;
+    }
+    const ids = [...new Set(names.map((name) => this.idOf(name)))];
+    const peeks = await Promise.all(
+      ids.map((id) =>
+        runScript<[string, string, number]>(
+          this.client,
+          PEEK_RECORD,
+          [this.keys.record(id), this.keys.steps(id), this.keys.identity(id)],
+          [],
+        ),
+      ),
+    );
+    for (const [i, [line, identity, fields]] of peeks.entries()) {
+      const ofRecord =
+        line === '' ? undefined : (JSON.parse(line) as RequestLine)[2];
+      const ofSteps =
+        identity === '' ? undefined : (JSON.parse(identity) as string[])[0];
+      if (ofRecord === scope || ofSteps === scope) {
+        pass.pending.push({
+          id: ids[i],
+          rows: (line === '' ? 0 : 1) + Math.max(0, fields - 1),
+        });
+      }
+    }
+  }
+
+  private forgetId(
+    id: string,
+    rows: number,
+  ): Promise<[number, number, number]> {
+    return runScript<[number, number, number]>(
+      this.client,
+      FORGET_RECORD,
+      [
+        this.keys.record(id),
+        this.keys.steps(id),
+        this.keys.generation(id),
+        this.keys.failures(id),
+        this.keys.identity(id),
+      ],
+      [rows],
+    );
+  }
+
+  private read(id: string, mode: 'list' | 'inspect'): Promise<ReadReply> {
+    return runScriptBuffer<ReadReply>(
+      this.client,
+      READ_RECORD,
+      [this.keys.record(id), this.keys.generation(id), this.keys.steps(id)],
+      [mode],
+    );
+  }
+
+  /** The id in a key's name: between the braces after the prefix. */
+  private idOf(name: string): string {
+    const from = this.keys.prefix.length + 1;
+    return name.slice(from, from + RECORD_ID_LENGTH);
+  }
+
+  /** The servers to scan: a Cluster's masters, or the one server. */
+  private nodes(): Redis[] {
+    const cluster = this.client as Cluster;
+    return cluster.isCluster
+      ? cluster
+          .nodes('master')
+          .sort((a, b) => address(a).localeCompare(address(b)))
+      : [this.client as Redis];
+  }
+}
+
+function address(client: Redis): string {
+  return `${client.options.host}:${client.options.port}`;
+}
