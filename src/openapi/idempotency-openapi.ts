@@ -176,6 +176,18 @@ function replayHeaders(names: Names): Record<string, unknown> {
   };
 }
 
+/**
+ * A route's own description, ended as a sentence (a period added unless it
+ * ends with punctuation already) so that another can follow it.
+ */
+function asSentence(description: unknown): string | undefined {
+  if (typeof description !== 'string') {
+    return undefined;
+  }
+  const text = description.trimEnd();
+  return text === '' || /[.!?:;…)"'`]$/.test(text) ? text : `${text}.`;
+}
+
 /** How long a key is kept (the expiration policy the draft asks to publish). */
 function expiryPolicy(options: ResolvedRouteOptions, names: Names): string {
   return `A key is kept for ${readableDuration(options.ttlMs)} (\`ttl\`) after its request${names.expires === undefined ? '' : ` (the response's \`${names.expires}\` header says until when)`}: a request with it after that runs as a new request.`;
@@ -293,7 +305,7 @@ function documentRoute(
             ? {
                 ...parameter,
                 description: [
-                  parameter.description,
+                  asSentence(parameter.description),
                   expiryPolicy(options, names),
                 ]
                   .filter(Boolean)

@@ -200,7 +200,7 @@ describe.each(PLATFORMS)(
           name: 'idempotency-key',
           in: 'header',
           description:
-            'Our own words A key is kept for 7 days (`ttl`) after its request: a request with it after that runs as a new request.',
+            'Our own words. A key is kept for 7 days (`ttl`) after its request: a request with it after that runs as a new request.',
           schema: { type: 'string' },
         },
       ]);
