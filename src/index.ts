@@ -16,7 +16,10 @@ export {
   type IdempotencyForgetOptions,
   type IdempotencyForgetResult,
   type IdempotencyListQuery,
+  type IdempotencyReencryptOptions,
+  type IdempotencyReencryptResult,
   type IdempotencyRecordView,
+  type IdempotencyResponseView,
 } from './admin/idempotency.admin.js';
 export {
   IdempotencyAdminError,

@@ -1,4 +1,4 @@
-import { Inject, Injectable } from '@nestjs/common';
+import { Inject, Injectable, Optional } from '@nestjs/common';
 import { DEFAULT_SCOPE } from '../idempotency.constants.js';
 import {
   IdempotencyAdminError,
@@ -6,12 +6,18 @@ import {
   IdempotencyLeaseHeldError,
   IdempotencyRecordNotFoundError,
 } from '../exceptions/idempotency-admin.errors.js';
+import { IdempotencyConfigurationError } from '../exceptions/idempotency-configuration.error.js';
 import {
   IdempotencyStore,
   type RecordInspection,
   type RecordPage,
   type RecordState,
 } from '../interfaces/idempotency-store.interface.js';
+import {
+  sealedKeyId,
+  UnreadableRecordError,
+} from '../privacy/idempotency-key-ring.js';
+import { IdempotencyPrivacy } from '../privacy/idempotency-privacy.service.js';
 
 /** The states a record can be listed in. */
 const STATES: readonly RecordState[] = [
@@ -22,9 +28,35 @@ const STATES: readonly RecordState[] = [
 ];
 
 /** A record as {@link IdempotencyAdmin.inspect} shows it. */
-export interface IdempotencyRecordView extends RecordInspection {
+export interface IdempotencyRecordView extends Omit<
+  RecordInspection,
+  'response'
+> {
   /** How long the owner's lease runs unless renewed (ms); 0 once it ran out. */
   readonly leaseMs?: number;
+  /** The stored response, opened when it is sealed (`encryption`). */
+  readonly response?: IdempotencyResponseView;
+}
+
+/**
+ * A stored response as {@link IdempotencyAdmin.inspect} shows it: what a
+ * duplicate would get. A sealed one (`encryption`) is opened with the key
+ * ring; one that cannot be opened has `unreadable` and neither headers nor
+ * body (never the sealed bytes).
+ */
+export interface IdempotencyResponseView {
+  readonly status: number;
+  /** Its headers; absent when it is sealed and cannot be opened. */
+  readonly headers?: Record<string, string | string[]>;
+  /** Its body, when asked for and readable. */
+  readonly body?: Buffer;
+  /** The id of the key it is sealed with; absent when it is not sealed. */
+  readonly keyId?: string;
+  /**
+   * Why it cannot be opened: no key ring given, its key not in the ring, or
+   * altered. A duplicate of its key gets 503 from a module that cannot open it.
+   */
+  readonly unreadable?: string;
 }
 
 /** What {@link IdempotencyAdmin.list} looks for. */
@@ -63,8 +95,38 @@ export interface IdempotencyForgetResult {
   readonly steps: number;
 }
 
+/** What {@link IdempotencyAdmin.reencrypt} reseals and how. */
+export interface IdempotencyReencryptOptions {
+  /** Only this scope. @default every scope */
+  readonly scope?: string;
+  /** Records read per page, 1 to 1000. @default 100 */
+  readonly batchSize?: number;
+  /** Called after each page, with the counts so far. */
+  readonly onBatch?: (progress: IdempotencyReencryptResult) => void;
+}
+
+/** What {@link IdempotencyAdmin.reencrypt} did, record by record. */
+export interface IdempotencyReencryptResult {
+  /** Sealed again with the current key (or sealed for the first time). */
+  readonly resealed: number;
+  /** Already sealed with the current key: left as they were. */
+  readonly current: number;
+  /** Changed, reset or gone between their read and their write: left alone. */
+  readonly changed: number;
+  /** Those that cannot be opened (key not in the ring, altered), and why. */
+  readonly unreadable: ReadonlyArray<{
+    readonly scope: string;
+    readonly key: string;
+    readonly reason: string;
+  }>;
+}
+
 type AdminOperation =
-  'inspectRecord' | 'listRecords' | 'resetRecord' | 'forgetRecords';
+  | 'inspectRecord'
+  | 'listRecords'
+  | 'resetRecord'
+  | 'forgetRecords'
+  | 'replaceResponse';
 
 /**
  * The operator's view of the idempotency records, on every built-in store
@@ -82,13 +144,20 @@ type AdminOperation =
  */
 @Injectable()
 export class IdempotencyAdmin {
+  /**
+   * @param privacy the key ring responses are opened with (the module's, or
+   * `IdempotencyPrivacy.withKeys()`); without it a sealed response is shown
+   * as unreadable.
+   */
   constructor(
     @Inject(IdempotencyStore) private readonly store: IdempotencyStore,
+    @Optional() private readonly privacy?: IdempotencyPrivacy,
   ) {}
 
   /**
    * A record: its state, owner and lease left, generation, times,
-   * fingerprint, stored response (its body when `body` is set) and steps.
+   * fingerprint, stored response (its body when `body` is set; opened with
+   * the key ring under `encryption`) and steps (their results not read).
    * @param scope @default 'global' (the scope without a `scope` resolver)
    * @throws IdempotencyRecordNotFoundError when the key has no record.
    */
@@ -99,20 +168,23 @@ export class IdempotencyAdmin {
   ): Promise<IdempotencyRecordView> {
     checkName('key', key);
     checkName('scope', scope);
-    const record = await this.operation('inspectRecord')(
-      scope,
-      key,
-      options.body ?? false,
-    );
+    // The body is read in any case: a sealed one holds the headers too.
+    const record = await this.operation('inspectRecord')(scope, key, true);
     if (!record) {
       throw new IdempotencyRecordNotFoundError(scope, key);
     }
+    const view: IdempotencyRecordView = {
+      ...record,
+      response:
+        record.response &&
+        this.opened(scope, key, record.response, options.body ?? false),
+    };
     return record.leaseExpiresAt
       ? {
-          ...record,
+          ...view,
           leaseMs: Math.max(0, record.leaseExpiresAt.getTime() - Date.now()),
         }
-      : record;
+      : view;
   }
 
   /** A page of records in the query's states, oldest key order first. */
@@ -213,6 +285,118 @@ export class IdempotencyAdmin {
       if (!batch.more) {
         return { records, steps };
       }
+    }
+  }
+
+  /**
+   * For key rotation under `encryption`: seals the stored response of every
+   * finished record (completed or failed) of `scope` again with the ring's
+   * current key, page by page, so that the old keys can leave the ring. Each
+   * record is written back only if its stored body is still the one read
+   * (a record completed, reset or taken again meanwhile is left alone and
+   * counted as `changed`). Steps, held by claims in progress only, are not
+   * resealed: they end with their claim.
+   * @throws IdempotencyConfigurationError without a key ring;
+   * IdempotencyAdminUnsupportedError for a store without `replaceResponse`.
+   */
+  async reencrypt(
+    options: IdempotencyReencryptOptions = {},
+  ): Promise<IdempotencyReencryptResult> {
+    const privacy = this.privacy;
+    if (!privacy?.encrypted) {
+      throw new IdempotencyConfigurationError(
+        'There is no key ring to reseal the records with.',
+        'Give IdempotencyModule `encryption: { keys, current }`, or IdempotencyAdmin an `IdempotencyPrivacy.withKeys(...)`.',
+      );
+    }
+    const batchSize = options.batchSize ?? 100;
+    checkCount('batchSize', batchSize, 1000);
+    if (options.scope !== undefined) {
+      checkName('scope', options.scope);
+    }
+    const replace = this.operation('replaceResponse');
+    const inspect = this.operation('inspectRecord');
+    let resealed = 0;
+    let current = 0;
+    let changed = 0;
+    const unreadable: Array<IdempotencyReencryptResult['unreadable'][number]> =
+      [];
+    let cursor: string | undefined;
+    do {
+      const page = await this.list({
+        status: ['completed', 'failed'],
+        scope: options.scope,
+        limit: batchSize,
+        cursor,
+      });
+      for (const { scope, key } of page.records) {
+        const record = await inspect(scope, key, true);
+        const stored = record?.response;
+        if (!stored?.body) {
+          changed += record ? 0 : 1;
+          continue;
+        }
+        const read = { ...stored, body: stored.body };
+        let next;
+        try {
+          next = privacy.reencrypt(scope, key, read);
+        } catch (error) {
+          if (!(error instanceof UnreadableRecordError)) {
+            throw error;
+          }
+          unreadable.push({ scope, key, reason: error.message });
+          continue;
+        }
+        if (next === undefined) {
+          current += 1;
+        } else if (await replace(scope, key, read.body, next)) {
+          resealed += 1;
+        } else {
+          changed += 1;
+        }
+      }
+      options.onBatch?.({ resealed, current, changed, unreadable });
+      cursor = page.cursor;
+    } while (cursor !== undefined);
+    return { resealed, current, changed, unreadable };
+  }
+
+  /** A stored response as a duplicate would get it, or why it cannot be read. */
+  private opened(
+    scope: string,
+    key: string,
+    stored: NonNullable<RecordInspection['response']>,
+    withBody: boolean,
+  ): IdempotencyResponseView {
+    const body = stored.body ?? Buffer.alloc(0);
+    const keyId = sealedKeyId(body);
+    if (keyId === undefined) {
+      return {
+        status: stored.status,
+        headers: stored.headers,
+        ...(withBody ? { body } : {}),
+      };
+    }
+    if (!this.privacy?.encrypted) {
+      return {
+        status: stored.status,
+        keyId,
+        unreadable: `it is sealed with key "${keyId}", and no key ring was given to open it`,
+      };
+    }
+    try {
+      const response = this.privacy.open(scope, key, { ...stored, body });
+      return {
+        status: response.status,
+        headers: response.headers,
+        ...(withBody ? { body: response.body } : {}),
+        keyId,
+      };
+    } catch (error) {
+      if (!(error instanceof UnreadableRecordError)) {
+        throw error;
+      }
+      return { status: stored.status, keyId, unreadable: error.message };
     }
   }
 

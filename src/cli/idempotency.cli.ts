@@ -1,11 +1,15 @@
 import { parseArgs, type ParseArgsConfig } from 'node:util';
-import { IdempotencyAdmin } from '../admin/idempotency.admin.js';
+import {
+  IdempotencyAdmin,
+  type IdempotencyResponseView,
+} from '../admin/idempotency.admin.js';
 import { DEFAULT_SCOPE } from '../idempotency.constants.js';
 import { toMilliseconds } from '../idempotency.duration.js';
 import type {
   AbandonedKey,
   RecordState,
 } from '../interfaces/idempotency-store.interface.js';
+import { cliPrivacy } from './cli-keys.js';
 import { openCliStore } from './cli-store.js';
 import { schemaFiles } from './schema-files.js';
 
@@ -33,6 +37,9 @@ Commands:
   forget          delete every record and step of --scope (or --key), in
                   batches (--batch-size)
   gc              delete expired records and steps now (--batch-size)
+  reencrypt       seal every finished record's response again with the key
+                  ring's current key (--keys, --scope, --batch-size), each
+                  written back only if unchanged since it was read
   sql             print the schema as plain SQL, the migrations' files in order
 
 Options:
@@ -49,6 +56,10 @@ Options:
   --cursor <c>        list: the next page, as the previous one printed it
   --batch-size <n>    forget, gc: rows per batch (default 1000)
   --prefix <p>        Redis: the store's key prefix
+  --keys <file>       a JSON file of the key ring, as the encryption option:
+                      {"keys":{"<id>":"<base64>"},"current":"<id>"} (default:
+                      the same JSON in IDEMPOTENCY_KEYS); inspect opens sealed
+                      responses with it. Never give keys on the command line.
   -h, --help          this help
 `;
 
@@ -65,6 +76,7 @@ const OPTIONS = {
   cursor: { type: 'string' },
   'batch-size': { type: 'string' },
   prefix: { type: 'string' },
+  keys: { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } satisfies ParseArgsConfig['options'];
 
@@ -116,10 +128,11 @@ export async function runCli(
         'No store to reach: pass --url, or set DATABASE_URL (or REDIS_URL).',
       );
     }
+    const privacy = await cliPrivacy(values.keys, io.env);
     const opened = await openCliStore(url, values.prefix);
     try {
       const result = await run(
-        new IdempotencyAdmin(opened.store),
+        new IdempotencyAdmin(opened.store, privacy),
         values,
         rest,
         opened.store,
@@ -127,10 +140,10 @@ export async function runCli(
       io.out(
         values.json ? JSON.stringify(result.json, jsonValue, 2) : result.text,
       );
+      return result.failed ? FAILED : OK;
     } finally {
       await opened.close();
     }
-    return OK;
   } catch (error) {
     const usage =
       error instanceof UsageError ||
@@ -147,6 +160,8 @@ export async function runCli(
 interface Output {
   readonly text: string;
   readonly json: unknown;
+  /** Whether it printed a failure (exit code 1). */
+  readonly failed?: boolean;
 }
 
 type Command = (
@@ -233,6 +248,25 @@ const COMMANDS: Record<string, Command | undefined> = {
     lines.push(`Removed ${removed} expired rows.`);
     return { text: `${lines.join('\n')}\n`, json: { removed, abandoned } };
   },
+  async reencrypt(admin, values) {
+    const done = await admin.reencrypt({
+      scope: values.scope,
+      batchSize: countOf(values['batch-size'], '--batch-size'),
+    });
+    const lines = done.unreadable.map(
+      (record) =>
+        `cannot be opened: ${record.scope}\t${record.key}\t${record.reason}`,
+    );
+    lines.push(
+      `Resealed ${done.resealed} records with the current key; ${done.current} already were; ${done.changed} changed meanwhile and were left alone; ${done.unreadable.length} cannot be opened.`,
+    );
+    // Records it could not open still need their old key: not done.
+    return {
+      text: `${lines.join('\n')}\n`,
+      json: done,
+      failed: done.unreadable.length > 0,
+    };
+  },
 };
 
 function keyOf(positionals: readonly string[], command: string): string {
@@ -286,13 +320,17 @@ function table(record: object): string {
         );
       }
     } else if (name === 'response' && value) {
-      const response = value as {
-        status: number;
-        headers: object;
-        body?: Buffer;
-      };
+      const response = value as IdempotencyResponseView;
       lines.push(`response status: ${response.status}`);
-      lines.push(`response headers: ${JSON.stringify(response.headers)}`);
+      if (response.keyId !== undefined) {
+        lines.push(`response sealed with key: ${response.keyId}`);
+      }
+      if (response.unreadable !== undefined) {
+        lines.push(`response cannot be opened: ${response.unreadable}`);
+      }
+      if (response.headers) {
+        lines.push(`response headers: ${JSON.stringify(response.headers)}`);
+      }
       if (response.body) {
         lines.push(`response body: ${response.body.toString('utf8')}`);
       }

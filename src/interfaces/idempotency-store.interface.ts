@@ -373,6 +373,21 @@ export interface IdempotencyStore<Transaction = unknown> {
     key: string | undefined,
     batchSize: number,
   ): Promise<ForgottenBatch>;
+  /**
+   * Replaces the stored headers and body of a finished record (completed or
+   * failed), only if its stored body is still `expected` byte for byte (a
+   * compare-and-set: a record completed, reset or taken again since it was
+   * read is left alone); its status, times and expiry are kept. For key
+   * rotation (`IdempotencyAdmin.reencrypt`).
+   * @returns whether it was replaced.
+   * @default absent: `IdempotencyAdmin.reencrypt` refuses the store
+   */
+  replaceResponse?(
+    scope: string,
+    key: string,
+    expected: Buffer,
+    response: StoredResponse,
+  ): Promise<boolean>;
 }
 
 /** Injection token of the {@link IdempotencyStore}. */

@@ -23,6 +23,24 @@ function invalidOption(
   );
 }
 
+/**
+ * The id of the key a stored value was sealed with, or `undefined` for a
+ * value not sealed: no key is needed to read it.
+ */
+export function sealedKeyId(sealed: Buffer | undefined): string | undefined {
+  if (
+    !sealed ||
+    sealed.length < MAGIC.length + 1 ||
+    !sealed.subarray(0, MAGIC.length).equals(MAGIC)
+  ) {
+    return undefined;
+  }
+  const length = sealed[MAGIC.length];
+  return sealed
+    .subarray(MAGIC.length + 1, MAGIC.length + 1 + length)
+    .toString();
+}
+
 /** A value that the key ring cannot open, and why. */
 export class UnreadableRecordError extends Error {
   constructor(reason: string) {
@@ -105,16 +123,7 @@ export class IdempotencyKeyRing implements RecordSealing {
 
   /** The id of the key `sealed` names, or `undefined` for a value not sealed. */
   keyIdOf(sealed: Buffer): string | undefined {
-    if (
-      sealed.length < MAGIC.length + 1 ||
-      !sealed.subarray(0, MAGIC.length).equals(MAGIC)
-    ) {
-      return undefined;
-    }
-    const length = sealed[MAGIC.length];
-    return sealed
-      .subarray(MAGIC.length + 1, MAGIC.length + 1 + length)
-      .toString();
+    return sealedKeyId(sealed);
   }
 
   /**

@@ -3,7 +3,8 @@ import { IDEMPOTENCY_RESOLVED_OPTIONS } from '../idempotency.tokens.js';
 import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
 import type { StoredResponse } from '../interfaces/idempotency-store.interface.js';
 import { IdempotencyConfigurationError } from '../exceptions/idempotency-configuration.error.js';
-import type { IdempotencyKeyRing } from './idempotency-key-ring.js';
+import type { IdempotencyEncryptionOptions } from '../interfaces/idempotency-privacy.interface.js';
+import { IdempotencyKeyRing } from './idempotency-key-ring.js';
 
 /**
  * What operators do with the stored records under the `encryption` option:
@@ -15,8 +16,21 @@ import type { IdempotencyKeyRing } from './idempotency-key-ring.js';
 export class IdempotencyPrivacy {
   constructor(
     @Inject(IDEMPOTENCY_RESOLVED_OPTIONS)
-    private readonly options: ResolvedIdempotencyOptions,
+    private readonly options: Pick<ResolvedIdempotencyOptions, 'sealing'>,
   ) {}
+
+  /**
+   * The service on a key ring of its own, outside a module: for a script or
+   * the command line that reseals or reads records.
+   * @throws IdempotencyConfigurationError for an invalid key ring.
+   */
+  static withKeys(
+    encryption: IdempotencyEncryptionOptions,
+  ): IdempotencyPrivacy {
+    return new IdempotencyPrivacy({
+      sealing: new IdempotencyKeyRing(encryption),
+    });
+  }
 
   /** Whether stored responses and step results are encrypted (`encryption`). */
   get encrypted(): boolean {

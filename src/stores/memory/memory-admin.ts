@@ -182,3 +182,26 @@ export function forgetMemoryRecords(
   }
   return { records, steps, more: false };
 }
+
+/** @internal `IdempotencyStore.replaceResponse` of the memory store. */
+export function replaceMemoryResponse(
+  maps: MemoryAdminMaps,
+  id: string,
+  expected: Buffer,
+  response: StoredResponse,
+): boolean {
+  const record = maps.records.get(id);
+  if (
+    !record?.response ||
+    (record.status !== 'completed' && record.status !== 'failed') ||
+    !record.response.body.equals(expected)
+  ) {
+    return false;
+  }
+  record.response = {
+    status: record.response.status,
+    headers: structuredClone(response.headers),
+    body: Buffer.from(response.body),
+  };
+  return true;
+}

@@ -23,6 +23,7 @@ import {
   forgetMemoryRecords,
   inspectMemoryRecord,
   listMemoryRecords,
+  replaceMemoryResponse,
   resetMemoryRecord,
   type MemoryAdminRecord,
 } from './memory-admin.js';
@@ -439,6 +440,20 @@ export class MemoryIdempotencyStore implements IdempotencyStore<unknown> {
       this.maps,
       (id) => (one === undefined ? id.startsWith(prefix) : id === one),
       batchSize,
+    );
+  }
+
+  async replaceResponse(
+    scope: string,
+    key: string,
+    expected: Buffer,
+    response: StoredResponse,
+  ): Promise<boolean> {
+    return replaceMemoryResponse(
+      this.maps,
+      idOf(scope, key),
+      expected,
+      response,
     );
   }
 

@@ -11,6 +11,7 @@ import type {
   RecordState,
   RecordSummary,
   ResetOutcome,
+  StoredResponse,
 } from '../../interfaces/idempotency-store.interface.js';
 import type {
   PostgresClient,
@@ -286,4 +287,31 @@ export async function forgetPostgresRecords(
         )
       : 0;
   return { records, steps, more: records + steps + failures === batchSize };
+}
+
+/**
+ * @internal `IdempotencyStore.replaceResponse`: one statement, whose
+ * condition on the stored body is the fence.
+ */
+export async function replacePostgresResponse(
+  connection: PostgresClient,
+  scope: string,
+  key: string,
+  expected: Buffer,
+  response: StoredResponse,
+): Promise<boolean> {
+  const { rows } = await connection.query<{ key: string }>({
+    text: `UPDATE ${TABLE} SET response_headers = $3, response_body = $4
+           WHERE scope = $1 AND key = $2 AND status IN ('completed', 'failed')
+             AND response_body = $5
+           RETURNING key`,
+    values: [
+      scope,
+      key,
+      JSON.stringify(response.headers),
+      response.body,
+      expected,
+    ],
+  });
+  return rows.length === 1;
 }

@@ -31,11 +31,13 @@ import type {
   Renewal,
   ResetOutcome,
   StepLease,
+  StoredResponse,
 } from '../../interfaces/idempotency-store.interface.js';
 import { TransactionLostError } from '../../core/transaction.errors.js';
 import { sqlState } from '../../core/failures.js';
 import {
   forgetPostgresRecords,
+  replacePostgresResponse,
   inspectPostgresRecord,
   listPostgresRecords,
   resetPostgresRecord,
@@ -401,5 +403,14 @@ export class PostgresIdempotencyStore
     batchSize: number,
   ): Promise<ForgottenBatch> {
     return forgetPostgresRecords(this.pool, scope, key, batchSize);
+  }
+
+  replaceResponse(
+    scope: string,
+    key: string,
+    expected: Buffer,
+    response: StoredResponse,
+  ): Promise<boolean> {
+    return replacePostgresResponse(this.pool, scope, key, expected, response);
   }
 }

@@ -1,0 +1,37 @@
+import { readFile } from 'node:fs/promises';
+import type { IdempotencyEncryptionOptions } from '../interfaces/idempotency-privacy.interface.js';
+import { IdempotencyPrivacy } from '../privacy/idempotency-privacy.service.js';
+
+/** The environment variable that may hold the key ring, as JSON. */
+export const KEYS_VARIABLE = 'IDEMPOTENCY_KEYS';
+
+/**
+ * @internal The key ring of the command line, never from its arguments
+ * (which other users of the machine can read in the process list): the
+ * JSON file `file` names (`--keys`), else the JSON of `IDEMPOTENCY_KEYS`;
+ * `{ "keys": { "<id>": "<base64 of 32 bytes>" }, "current": "<id>" }`, as
+ * the module's `encryption` option. `undefined` when neither is given.
+ * @throws Error saying what is wrong, without a key's value.
+ */
+export async function cliPrivacy(
+  file: string | undefined,
+  env: NodeJS.ProcessEnv,
+): Promise<IdempotencyPrivacy | undefined> {
+  const [text, source] =
+    file === undefined
+      ? [env[KEYS_VARIABLE], KEYS_VARIABLE]
+      : [await readFile(file, 'utf8'), file];
+  if (text === undefined || text === '') {
+    return undefined;
+  }
+  let ring: IdempotencyEncryptionOptions;
+  try {
+    ring = JSON.parse(text) as IdempotencyEncryptionOptions;
+  } catch {
+    // The parser's message may quote the text, keys included.
+    throw new Error(
+      `The key ring in ${source} is not JSON: give { "keys": { "<id>": "<base64>" }, "current": "<id>" }.`,
+    );
+  }
+  return IdempotencyPrivacy.withKeys(ring);
+}
