@@ -1,15 +1,64 @@
 import { randomUUID } from 'node:crypto';
+import { Redis } from 'ioredis';
 import pg from 'pg';
 import {
   IdempotencyAdmin,
   IdempotencyStore,
   MemoryIdempotencyStore,
 } from '../../src/index.js';
-import type { ForgottenBatch } from '../../src/interfaces/idempotency-store.interface.js';
+import type {
+  ClaimRequest,
+  ForgottenBatch,
+} from '../../src/interfaces/idempotency-store.interface.js';
+import { RedisIdempotencyStore } from '../../src/stores/redis/index.js';
+import { RedisKeys } from '../../src/stores/redis/redis-keys.js';
+import { inProgressValue } from '../../src/stores/redis/redis-record.js';
+import { stepValue } from '../../src/stores/redis/redis-step-value.js';
+import { describeWithServer } from '../utils/server.js';
 import { startTestApp, type TestApp } from '../utils/test-app.js';
 
 const RECORDS = 10_000;
 const BATCH = 1_000;
+const HOUR_MS = 3_600_000;
+
+const describeRedis = await describeWithServer('Redis', '127.0.0.1', 6379);
+
+/** A claim of `key` in `scope` by a new attempt. */
+const attempt = (scope: string, key: string): ClaimRequest => ({
+  scope,
+  key,
+  owner: randomUUID(),
+  fingerprint: 'fp',
+  method: 'POST',
+  path: '/p',
+  leaseMs: 60_000,
+  ttlMs: HOUR_MS,
+  wait: false,
+});
+
+/**
+ * `store`, whose `forgetRecords` runs `between` after each batch, before
+ * the next one begins, and keeps each batch.
+ */
+function checkedBetweenBatches(
+  store: IdempotencyStore,
+  batches: ForgottenBatch[],
+  between: (scope: string) => Promise<void>,
+): IdempotencyStore {
+  return new Proxy(store, {
+    get(subject, property) {
+      if (property !== 'forgetRecords') {
+        return Reflect.get(subject, property, subject) as unknown;
+      }
+      return async (...args: [string, string | undefined, number]) => {
+        const batch = await subject.forgetRecords!(...args);
+        batches.push(batch);
+        await between(args[0]);
+        return batch;
+      };
+    },
+  });
+}
 
 /**
  * `forget` of a scope of 10,000 records: all of them and their steps gone,
@@ -38,23 +87,13 @@ describe('IdempotencyAdmin.forget of a scope of 10,000 records', () => {
       );
       const store = target.app.get<IdempotencyStore>(IdempotencyStore);
       const batches: ForgottenBatch[] = [];
-      const checked = new Proxy(store, {
-        get(subject, property) {
-          if (property !== 'forgetRecords') {
-            return Reflect.get(subject, property, subject) as unknown;
-          }
-          return async (...args: [string, string | undefined, number]) => {
-            const batch = await subject.forgetRecords!(...args);
-            batches.push(batch);
-            // Every row left of the scope is free: nothing waits on the forget.
-            await other.query(
-              `SELECT count(*) FROM (SELECT 1 FROM idempotency_records WHERE scope = $1
-                 FOR UPDATE NOWAIT) AS r`,
-              [args[0]],
-            );
-            return batch;
-          };
-        },
+      const checked = checkedBetweenBatches(store, batches, async (left) => {
+        // Every row left of the scope is free: nothing waits on the forget.
+        await other.query(
+          `SELECT count(*) FROM (SELECT 1 FROM idempotency_records WHERE scope = $1
+             FOR UPDATE NOWAIT) AS r`,
+          [left],
+        );
       });
       const forgotten = await new IdempotencyAdmin(checked).forget(scope, {
         batchSize: BATCH,
@@ -104,5 +143,81 @@ describe('IdempotencyAdmin.forget of a scope of 10,000 records', () => {
     expect(forgotten).toEqual({ records: RECORDS, steps: 0 });
     expect(batches).toBeGreaterThanOrEqual(RECORDS / BATCH);
     expect(store.size).toBe(RECORDS);
+  });
+
+  describeRedis('on Redis', () => {
+    it('deletes them in batches of one script per key, other scopes claiming and completing between two', async () => {
+      const client = new Redis({ host: '127.0.0.1', port: 6379 });
+      const store = new RedisIdempotencyStore(client, {
+        prefix: `idempotency-test-forget-${randomUUID().slice(0, 8)}:`,
+      });
+      const admin = new IdempotencyAdmin(store);
+      const scope = `forget-${randomUUID()}`;
+      try {
+        // Written as the store writes a claim and its step, 2,000 keys a
+        // pipeline: a claim and a step each would take the test seconds.
+        const keys = new RedisKeys(store.options.prefix);
+        for (let from = 0; from < RECORDS; from += 2_000) {
+          const pipeline = client.pipeline();
+          for (let i = from; i < from + 2_000; i += 1) {
+            for (const of of [scope, 'kept']) {
+              const claim = attempt(of, `k${i}`);
+              const id = RedisKeys.id(of, claim.key);
+              pipeline.set(
+                keys.record(id),
+                inProgressValue(claim.owner, claim, Date.now()),
+                'PX',
+                claim.leaseMs,
+              );
+              pipeline.set(keys.generation(id), claim.owner, 'PX', HOUR_MS);
+              if (of === scope) {
+                pipeline.hset(keys.steps(id), {
+                  's:charge': stepValue(Date.now() + HOUR_MS, 'fp', i),
+                  id: RedisKeys.identity(of, claim.key),
+                });
+              }
+            }
+          }
+          await pipeline.exec();
+        }
+        const batches: ForgottenBatch[] = [];
+        let probes = 0;
+        const checked = checkedBetweenBatches(store, batches, async () => {
+          // Redis holds nothing between two batches: another scope's key is
+          // claimed and completed at once, and so is a key just forgotten.
+          const probe = attempt('kept', `probe-${(probes += 1)}`);
+          expect(await store.claim(probe)).toMatchObject({ state: 'claimed' });
+          await store.complete(
+            probe,
+            { status: 'completed', response: { status: 204 }, ttlMs: HOUR_MS },
+            undefined,
+          );
+        });
+        const started = performance.now();
+        const forgotten = await new IdempotencyAdmin(checked).forget(scope, {
+          batchSize: BATCH,
+        });
+        const elapsed = performance.now() - started;
+        expect(forgotten).toEqual({ records: RECORDS, steps: RECORDS });
+        expect(batches.length).toBeGreaterThanOrEqual((2 * RECORDS) / BATCH);
+        expect(
+          Math.max(...batches.map((b) => b.records + b.steps)),
+        ).toBeLessThanOrEqual(BATCH);
+        expect(elapsed).toBeLessThan(10_000);
+        expect(await admin.inspect('k0', 'kept')).toMatchObject({
+          status: 'in_progress',
+        });
+        expect(
+          await store.claim(attempt(scope, `k${RECORDS - 1}`)),
+        ).toMatchObject({ state: 'claimed' });
+        expect(await admin.forget('kept', { batchSize: 10_000 })).toEqual({
+          records: RECORDS + probes,
+          steps: 0,
+        });
+      } finally {
+        await store.close();
+        await client.quit();
+      }
+    });
   });
 });
