@@ -32,18 +32,26 @@ export function messageHeaderNames(headerName: string): readonly string[] {
 
 /**
  * The key of a message by default: its data's `idempotencyKey` field, else
- * what the broker carries (RabbitMQ's `messageId`, a key header, a Kafka
- * message's place in its log).
+ * what the broker carries (RabbitMQ's `messageId`, a key header), else its
+ * place in a log (a Kafka message's) after the handler's name,
+ * `<Class>.<method>@<topic>/<partition>/<offset>`: every handler of a topic
+ * processes the message once, where the position alone would let the
+ * first one's record stand for the others'.
  */
 function defaultMessageKey(
   data: unknown,
   transport: MessageTransport,
   headerNames: readonly string[],
+  context: ExecutionContext,
 ): unknown {
   if (data !== null && typeof data === 'object' && MESSAGE_KEY_FIELD in data) {
     return (data as Record<string, unknown>)[MESSAGE_KEY_FIELD];
   }
-  return transport.key(headerNames);
+  const key = transport.key(headerNames);
+  if (key !== undefined || transport.position === undefined) {
+    return key;
+  }
+  return `${context.getClass().name}.${context.getHandler().name}@${transport.position}`;
 }
 
 /**
@@ -96,7 +104,7 @@ export class IdempotencyMessages {
       attempt = await newAttempt(context, options, {
         key: options.key
           ? await options.key(context)
-          : defaultMessageKey(data, transport, this.headerNames),
+          : defaultMessageKey(data, transport, this.headerNames, context),
         keyField: MESSAGE_KEY_FIELD,
         keyLocation: 'field',
         parts: {

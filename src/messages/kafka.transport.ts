@@ -28,9 +28,20 @@ interface KafkaContextLike {
 }
 
 /**
+ * @internal A Kafka message's place in its log, `<topic>/<partition>/<offset>`,
+ * which every redelivery of it shares.
+ */
+export function kafkaPosition(
+  topic: string,
+  partition: number,
+  message: KafkaMessageLike,
+): string {
+  return `${topic}/${partition}/${message.offset}`;
+}
+
+/**
  * @internal The key of a Kafka message: a key header (names compared case
- * aside), else its place in the log, `<topic>/<partition>/<offset>`, which
- * every redelivery of it shares.
+ * aside), else its place in the log ({@link kafkaPosition}).
  */
 export function kafkaKey(
   topic: string,
@@ -40,7 +51,7 @@ export function kafkaKey(
 ): string {
   return (
     headerValue(message.headers, headerNames) ??
-    `${topic}/${partition}/${message.offset}`
+    kafkaPosition(topic, partition, message)
   );
 }
 
@@ -60,8 +71,9 @@ export function commitOffset(
 }
 
 /**
- * @internal Kafka (`KafkaContext` of `@nestjs/microservices`): the key as
- * {@link kafkaKey}; a route that acknowledges commits the offset after the
+ * @internal Kafka (`KafkaContext` of `@nestjs/microservices`): the key
+ * header, else the message's place in the log (qualified by the handler:
+ * see `MessageTransport.position`); a route that acknowledges commits the offset after the
  * record, and leaves a failed message's offset alone (the error goes back
  * to kafkajs, which delivers it again).
  */
@@ -75,7 +87,8 @@ export function kafkaTransport(context: unknown): MessageTransport | undefined {
   const message = kafka.getMessage();
   return {
     channel: topic,
-    key: (names) => kafkaKey(topic, partition, message, names),
+    key: (names) => headerValue(message.headers, names),
+    position: kafkaPosition(topic, partition, message),
     settle: async (outcome, options) => {
       const consumer = kafka.getConsumer();
       if (outcome === 'ack' && options.acknowledge && consumer) {

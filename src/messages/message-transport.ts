@@ -25,6 +25,13 @@ export interface MessageTransport {
    */
   key(headerNames: readonly string[]): unknown;
   /**
+   * The message's place in a log (Kafka's `<topic>/<partition>/<offset>`),
+   * which every redelivery of it shares: its key when it carries none,
+   * qualified by the handler (several handlers of one topic each process
+   * it once).
+   */
+  readonly position?: string;
+  /**
    * Settles the message when the route acknowledges (`acknowledge`):
    * resolves once the broker was told.
    */

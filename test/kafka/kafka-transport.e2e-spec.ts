@@ -123,7 +123,10 @@ describe('@Idempotent() on a Kafka consumer of the Nest transport (recorded kafk
     expect(handlers.runs).toBe(1);
     expect(await orders()).toEqual(['p-2']);
     expect(await records()).toEqual([
-      { key: `${TOPIC}/3/${at}`, status: 'completed' },
+      {
+        key: `PaymentsKafkaConsumer.paid@${TOPIC}/3/${at}`,
+        status: 'completed',
+      },
     ]);
   });
 
@@ -152,7 +155,12 @@ describe('@Idempotent() on a Kafka consumer of the Nest transport (recorded kafk
         ],
         // Seen at the moment of the commit: the record and the payment.
         seen: {
-          records: [{ key: `${TOPIC}/1/${at}`, status: 'completed' }],
+          records: [
+            {
+              key: `PaymentsKafkaConsumer.paid@${TOPIC}/1/${at}`,
+              status: 'completed',
+            },
+          ],
           orders: [{ reference: 'p-3' }],
         },
       },
@@ -184,7 +192,7 @@ describe('@Idempotent() on a Kafka consumer of the Nest transport (recorded kafk
     expect(deadLetters).toEqual([
       {
         scope: 'global',
-        key: `${TOPIC}/2/${poison}`,
+        key: `PaymentsKafkaConsumer.paid@${TOPIC}/2/${poison}`,
         pattern: TOPIC,
         data: { reference: 'poison', failures: 'always' },
         error: new Error('delivery 3 of poison failed'),
@@ -199,7 +207,9 @@ describe('@Idempotent() on a Kafka consumer of the Nest transport (recorded kafk
     expect(await orders()).toEqual([]);
     expect(
       await target.db.query('SELECT key, failures FROM idempotency_failures'),
-    ).toEqual([{ key: `${TOPIC}/2/${poison}`, failures: 3 }]);
+    ).toEqual([
+      { key: `PaymentsKafkaConsumer.paid@${TOPIC}/2/${poison}`, failures: 3 },
+    ]);
     expect(await records()).toEqual([]);
 
     await recorded.deliver(TOPIC, 2, {
@@ -259,7 +269,7 @@ describe("a Kafka consumer of the Nest transport left to kafkajs's auto-commit (
   });
   afterAll(() => target?.close());
 
-  it('resolves the offset only after the record and the writes committed: kafkajs commits it after them', async () => {
+  it('resolves the offset only after the records and the writes of both handlers of the topic committed, each handler running the message once: kafkajs commits it after them', async () => {
     await recorded.deliver(AUTO_TOPIC, 0, {
       offset: '5',
       value: { reference: 'ledger-1' },
@@ -269,8 +279,17 @@ describe("a Kafka consumer of the Nest transport left to kafkajs's auto-commit (
       value: { reference: 'ledger-1' },
     });
     const seen = {
-      records: [{ key: `${AUTO_TOPIC}/0/5`, status: 'completed' }],
-      orders: [{ reference: 'ledger-1' }],
+      records: [
+        {
+          key: `AuditKafkaConsumer.audited@${AUTO_TOPIC}/0/5`,
+          status: 'completed',
+        },
+        {
+          key: `LedgerKafkaConsumer.booked@${AUTO_TOPIC}/0/5`,
+          status: 'completed',
+        },
+      ],
+      orders: [{ reference: 'ledger-1' }, { reference: 'audit:ledger-1' }],
     };
     expect(recorded.calls).toEqual([
       { call: 'eachMessage', offset: '5' },

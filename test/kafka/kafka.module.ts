@@ -76,9 +76,32 @@ export class LedgerKafkaConsumer {
   }
 }
 
+/**
+ * A second handler of the same topic (Nest runs both with each message):
+ * without a key header each keys the message by its own name and the
+ * message's place in the log, so that each processes it once.
+ */
+@Controller()
+export class AuditKafkaConsumer {
+  constructor(
+    @InjectRepository(Order) private readonly orders: Repository<Order>,
+  ) {}
+
+  @EventPattern(AUTO_TOPIC)
+  @Idempotent()
+  async audited(@Payload() event: PaymentEvent): Promise<void> {
+    await this.orders.save(
+      this.orders.create({
+        reference: `audit:${event.reference}`,
+        source: 'kafka',
+      }),
+    );
+  }
+}
+
 @Module({
   imports: [TypeOrmModule.forFeature([Order])],
-  controllers: [PaymentsKafkaConsumer, LedgerKafkaConsumer],
+  controllers: [PaymentsKafkaConsumer, LedgerKafkaConsumer, AuditKafkaConsumer],
   providers: [KafkaHandlers],
 })
 export class KafkaTestModule {}
