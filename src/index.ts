@@ -16,11 +16,13 @@ export {
   type IdempotencyForgetOptions,
   type IdempotencyForgetResult,
   type IdempotencyListQuery,
-  type IdempotencyReencryptOptions,
-  type IdempotencyReencryptResult,
   type IdempotencyRecordView,
-  type IdempotencyResponseView,
 } from './admin/idempotency.admin.js';
+export type {
+  IdempotencyReencryptOptions,
+  IdempotencyReencryptResult,
+  IdempotencyResponseView,
+} from './admin/sealed-records.js';
 export {
   IdempotencyAdminError,
   IdempotencyAdminUnsupportedError,

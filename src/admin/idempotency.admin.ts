@@ -13,11 +13,14 @@ import {
   type RecordPage,
   type RecordState,
 } from '../interfaces/idempotency-store.interface.js';
-import {
-  sealedKeyId,
-  UnreadableRecordError,
-} from '../privacy/idempotency-key-ring.js';
 import { IdempotencyPrivacy } from '../privacy/idempotency-privacy.service.js';
+import {
+  openedResponse,
+  reencryptRecords,
+  type IdempotencyReencryptOptions,
+  type IdempotencyReencryptResult,
+  type IdempotencyResponseView,
+} from './sealed-records.js';
 
 /** The states a record can be listed in. */
 const STATES: readonly RecordState[] = [
@@ -36,27 +39,6 @@ export interface IdempotencyRecordView extends Omit<
   readonly leaseMs?: number;
   /** The stored response, opened when it is sealed (`encryption`). */
   readonly response?: IdempotencyResponseView;
-}
-
-/**
- * A stored response as {@link IdempotencyAdmin.inspect} shows it: what a
- * duplicate would get. A sealed one (`encryption`) is opened with the key
- * ring; one that cannot be opened has `unreadable` and neither headers nor
- * body (never the sealed bytes).
- */
-export interface IdempotencyResponseView {
-  readonly status: number;
-  /** Its headers; absent when it is sealed and cannot be opened. */
-  readonly headers?: Record<string, string | string[]>;
-  /** Its body, when asked for and readable. */
-  readonly body?: Buffer;
-  /** The id of the key it is sealed with; absent when it is not sealed. */
-  readonly keyId?: string;
-  /**
-   * Why it cannot be opened: no key ring given, its key not in the ring, or
-   * altered. A duplicate of its key gets 503 from a module that cannot open it.
-   */
-  readonly unreadable?: string;
 }
 
 /** What {@link IdempotencyAdmin.list} looks for. */
@@ -93,32 +75,6 @@ export interface IdempotencyForgetOptions {
 export interface IdempotencyForgetResult {
   readonly records: number;
   readonly steps: number;
-}
-
-/** What {@link IdempotencyAdmin.reencrypt} reseals and how. */
-export interface IdempotencyReencryptOptions {
-  /** Only this scope. @default every scope */
-  readonly scope?: string;
-  /** Records read per page, 1 to 1000. @default 100 */
-  readonly batchSize?: number;
-  /** Called after each page, with the counts so far. */
-  readonly onBatch?: (progress: IdempotencyReencryptResult) => void;
-}
-
-/** What {@link IdempotencyAdmin.reencrypt} did, record by record. */
-export interface IdempotencyReencryptResult {
-  /** Sealed again with the current key (or sealed for the first time). */
-  readonly resealed: number;
-  /** Already sealed with the current key: left as they were. */
-  readonly current: number;
-  /** Changed, reset or gone between their read and their write: left alone. */
-  readonly changed: number;
-  /** Those that cannot be opened (key not in the ring, altered), and why. */
-  readonly unreadable: ReadonlyArray<{
-    readonly scope: string;
-    readonly key: string;
-    readonly reason: string;
-  }>;
 }
 
 type AdminOperation =
@@ -177,7 +133,13 @@ export class IdempotencyAdmin {
       ...record,
       response:
         record.response &&
-        this.opened(scope, key, record.response, options.body ?? false),
+        openedResponse(
+          this.privacy,
+          scope,
+          key,
+          record.response,
+          options.body ?? false,
+        ),
     };
     return record.leaseExpiresAt
       ? {
@@ -314,90 +276,21 @@ export class IdempotencyAdmin {
     if (options.scope !== undefined) {
       checkName('scope', options.scope);
     }
-    const replace = this.operation('replaceResponse');
-    const inspect = this.operation('inspectRecord');
-    let resealed = 0;
-    let current = 0;
-    let changed = 0;
-    const unreadable: Array<IdempotencyReencryptResult['unreadable'][number]> =
-      [];
-    let cursor: string | undefined;
-    do {
-      const page = await this.list({
-        status: ['completed', 'failed'],
-        scope: options.scope,
-        limit: batchSize,
-        cursor,
-      });
-      for (const { scope, key } of page.records) {
-        const record = await inspect(scope, key, true);
-        const stored = record?.response;
-        if (!stored?.body) {
-          changed += record ? 0 : 1;
-          continue;
-        }
-        const read = { ...stored, body: stored.body };
-        let next;
-        try {
-          next = privacy.reencrypt(scope, key, read);
-        } catch (error) {
-          if (!(error instanceof UnreadableRecordError)) {
-            throw error;
-          }
-          unreadable.push({ scope, key, reason: error.message });
-          continue;
-        }
-        if (next === undefined) {
-          current += 1;
-        } else if (await replace(scope, key, read.body, next)) {
-          resealed += 1;
-        } else {
-          changed += 1;
-        }
-      }
-      options.onBatch?.({ resealed, current, changed, unreadable });
-      cursor = page.cursor;
-    } while (cursor !== undefined);
-    return { resealed, current, changed, unreadable };
-  }
-
-  /** A stored response as a duplicate would get it, or why it cannot be read. */
-  private opened(
-    scope: string,
-    key: string,
-    stored: NonNullable<RecordInspection['response']>,
-    withBody: boolean,
-  ): IdempotencyResponseView {
-    const body = stored.body ?? Buffer.alloc(0);
-    const keyId = sealedKeyId(body);
-    if (keyId === undefined) {
-      return {
-        status: stored.status,
-        headers: stored.headers,
-        ...(withBody ? { body } : {}),
-      };
-    }
-    if (!this.privacy?.encrypted) {
-      return {
-        status: stored.status,
-        keyId,
-        unreadable: `it is sealed with key "${keyId}", and no key ring was given to open it`,
-      };
-    }
-    try {
-      const response = this.privacy.open(scope, key, { ...stored, body });
-      return {
-        status: response.status,
-        headers: response.headers,
-        ...(withBody ? { body: response.body } : {}),
-        keyId,
-      };
-    } catch (error) {
-      if (!(error instanceof UnreadableRecordError)) {
-        throw error;
-      }
-      return { status: stored.status, keyId, unreadable: error.message };
-    }
+    return reencryptRecords(
+      privacy,
+      {
+        page: (cursor) =>
+          this.list({
+            status: ['completed', 'failed'],
+            scope: options.scope,
+            limit: batchSize,
+            cursor,
+          }),
+        inspect: this.operation('inspectRecord'),
+        replace: this.operation('replaceResponse'),
+      },
+      options.onBatch,
+    );
   }
 
   /** The store's operation, bound, or a clear refusal. */

@@ -1,8 +1,6 @@
 import { parseArgs, type ParseArgsConfig } from 'node:util';
-import {
-  IdempotencyAdmin,
-  type IdempotencyResponseView,
-} from '../admin/idempotency.admin.js';
+import { IdempotencyAdmin } from '../admin/idempotency.admin.js';
+import type { IdempotencyResponseView } from '../admin/sealed-records.js';
 import { DEFAULT_SCOPE } from '../idempotency.constants.js';
 import { toMilliseconds } from '../idempotency.duration.js';
 import type {

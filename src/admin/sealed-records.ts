@@ -1,0 +1,158 @@
+import type {
+  IdempotencyStore,
+  RecordInspection,
+  RecordPage,
+} from '../interfaces/idempotency-store.interface.js';
+import {
+  sealedKeyId,
+  UnreadableRecordError,
+} from '../privacy/idempotency-key-ring.js';
+import type { IdempotencyPrivacy } from '../privacy/idempotency-privacy.service.js';
+
+/**
+ * A stored response as {@link IdempotencyAdmin.inspect} shows it: what a
+ * duplicate would get. A sealed one (`encryption`) is opened with the key
+ * ring; one that cannot be opened has `unreadable` and neither headers nor
+ * body (never the sealed bytes).
+ */
+export interface IdempotencyResponseView {
+  readonly status: number;
+  /** Its headers; absent when it is sealed and cannot be opened. */
+  readonly headers?: Record<string, string | string[]>;
+  /** Its body, when asked for and readable. */
+  readonly body?: Buffer;
+  /** The id of the key it is sealed with; absent when it is not sealed. */
+  readonly keyId?: string;
+  /**
+   * Why it cannot be opened: no key ring given, its key not in the ring, or
+   * altered. A duplicate of its key gets 503 from a module that cannot open it.
+   */
+  readonly unreadable?: string;
+}
+
+/** What {@link IdempotencyAdmin.reencrypt} reseals and how. */
+export interface IdempotencyReencryptOptions {
+  /** Only this scope. @default every scope */
+  readonly scope?: string;
+  /** Records read per page, 1 to 1000. @default 100 */
+  readonly batchSize?: number;
+  /** Called after each page, with the counts so far. */
+  readonly onBatch?: (progress: IdempotencyReencryptResult) => void;
+}
+
+/** What {@link IdempotencyAdmin.reencrypt} did, record by record. */
+export interface IdempotencyReencryptResult {
+  /** Sealed again with the current key (or sealed for the first time). */
+  readonly resealed: number;
+  /** Already sealed with the current key: left as they were. */
+  readonly current: number;
+  /** Changed, reset or gone between their read and their write: left alone. */
+  readonly changed: number;
+  /** Those that cannot be opened (key not in the ring, altered), and why. */
+  readonly unreadable: ReadonlyArray<{
+    readonly scope: string;
+    readonly key: string;
+    readonly reason: string;
+  }>;
+}
+
+/**
+ * @internal A stored response as a duplicate would get it, opened with
+ * `privacy`'s key ring when it is sealed, or why it cannot be read.
+ */
+export function openedResponse(
+  privacy: IdempotencyPrivacy | undefined,
+  scope: string,
+  key: string,
+  stored: NonNullable<RecordInspection['response']>,
+  withBody: boolean,
+): IdempotencyResponseView {
+  const body = stored.body ?? Buffer.alloc(0);
+  const keyId = sealedKeyId(body);
+  if (keyId === undefined) {
+    return {
+      status: stored.status,
+      headers: stored.headers,
+      ...(withBody ? { body } : {}),
+    };
+  }
+  if (!privacy?.encrypted) {
+    return {
+      status: stored.status,
+      keyId,
+      unreadable: `it is sealed with key "${keyId}", and no key ring was given to open it`,
+    };
+  }
+  try {
+    const response = privacy.open(scope, key, { ...stored, body });
+    return {
+      status: response.status,
+      headers: response.headers,
+      ...(withBody ? { body: response.body } : {}),
+      keyId,
+    };
+  } catch (error) {
+    if (!(error instanceof UnreadableRecordError)) {
+      throw error;
+    }
+    return { status: stored.status, keyId, unreadable: error.message };
+  }
+}
+
+/** @internal What {@link reencryptRecords} reads and writes the records with. */
+export interface SealedRecords {
+  /** A page of finished records, from `cursor`. */
+  page(cursor: string | undefined): Promise<RecordPage>;
+  inspect: NonNullable<IdempotencyStore['inspectRecord']>;
+  replace: NonNullable<IdempotencyStore['replaceResponse']>;
+}
+
+/**
+ * @internal `IdempotencyAdmin.reencrypt`: each finished record read, its
+ * response resealed with the current key and written back if unchanged.
+ */
+export async function reencryptRecords(
+  privacy: IdempotencyPrivacy,
+  records: SealedRecords,
+  onBatch: IdempotencyReencryptOptions['onBatch'],
+): Promise<IdempotencyReencryptResult> {
+  let resealed = 0;
+  let current = 0;
+  let changed = 0;
+  const unreadable: Array<IdempotencyReencryptResult['unreadable'][number]> =
+    [];
+  let cursor: string | undefined;
+  do {
+    const page = await records.page(cursor);
+    for (const { scope, key } of page.records) {
+      const record = await records.inspect(scope, key, true);
+      const body = record?.response?.body;
+      if (!record?.response || !body) {
+        // Gone since the page was read, or a response without a body.
+        changed += record ? 0 : 1;
+        continue;
+      }
+      const read = { ...record.response, body };
+      let next;
+      try {
+        next = privacy.reencrypt(scope, key, read);
+      } catch (error) {
+        if (!(error instanceof UnreadableRecordError)) {
+          throw error;
+        }
+        unreadable.push({ scope, key, reason: error.message });
+        continue;
+      }
+      if (next === undefined) {
+        current += 1;
+      } else if (await records.replace(scope, key, body, next)) {
+        resealed += 1;
+      } else {
+        changed += 1;
+      }
+    }
+    onBatch?.({ resealed, current, changed, unreadable });
+    cursor = page.cursor;
+  } while (cursor !== undefined);
+  return { resealed, current, changed, unreadable };
+}
