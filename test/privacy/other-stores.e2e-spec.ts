@@ -1,11 +1,14 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { serialize } from 'node:v8';
+import { ScanCommand, type AttributeValue } from '@aws-sdk/client-dynamodb';
 import { Redis } from 'ioredis';
 import {
   MemoryIdempotencyStore,
   type IdempotencyStore,
 } from '../../src/index.js';
+import { DynamoDbIdempotencyStore } from '../../src/stores/dynamodb/index.js';
 import { RedisIdempotencyStore } from '../../src/stores/redis/index.js';
+import { startDynalite } from '../utils/dynalite.js';
 import { keysOf } from '../utils/redis-server.js';
 import { describeWithServer } from '../utils/server.js';
 import { REDIS } from '../utils/store-subjects.js';
@@ -31,21 +34,23 @@ function expectNoSecret(dump: Buffer): void {
  * Stores no plaintext, replays exactly, and refuses a record it cannot open,
  * on a store other than PostgreSQL; `dump` reads everything the store holds.
  */
+interface SealedSubject {
+  store: IdempotencyStore;
+  dump(): Promise<Buffer>;
+  close(): Promise<void>;
+}
+
 function sealedOn(
   platform: Platform,
-  storeOf: () => {
-    store: IdempotencyStore;
-    dump(): Promise<Buffer>;
-    close(): Promise<void>;
-  },
+  storeOf: () => SealedSubject | Promise<SealedSubject>,
 ) {
-  let subject: ReturnType<typeof storeOf>;
+  let subject: SealedSubject;
   let target: StoreApp;
   let other: StoreApp;
   let runs: PrivacyRuns;
 
   beforeAll(async () => {
-    subject = storeOf();
+    subject = await storeOf();
     const app = (key: Buffer) =>
       startStoreApp({
         store: subject.store,
@@ -144,4 +149,43 @@ describeRedis.each(PLATFORMS)(
         },
       };
     }),
+);
+
+/** Every value of a DynamoDB attribute: text as UTF-8, binary as its bytes. */
+function attributeBytes(value: AttributeValue): Buffer[] {
+  if (value.B) {
+    return [Buffer.from(value.B)];
+  }
+  if (value.M) {
+    return Object.values(value.M).flatMap(attributeBytes);
+  }
+  if (value.L) {
+    return value.L.flatMap(attributeBytes);
+  }
+  return [Buffer.from(JSON.stringify(value))];
+}
+
+describe.each(PLATFORMS)('encryption on the DynamoDB store (%s)', (platform) =>
+  sealedOn(platform, async () => {
+    const dynamo = await startDynalite();
+    const client = dynamo.client();
+    const tableName = 'idempotency_privacy';
+    await DynamoDbIdempotencyStore.createTable(client, {
+      tableName,
+      timeToLive: false,
+    });
+    return {
+      store: new DynamoDbIdempotencyStore(client, { tableName }),
+      async dump() {
+        const { Items = [] } = await client.send(
+          new ScanCommand({ TableName: tableName, ConsistentRead: true }),
+        );
+        expect(Items.length).toBeGreaterThan(0);
+        return Buffer.concat(
+          Items.flatMap((item) => Object.values(item).flatMap(attributeBytes)),
+        );
+      },
+      close: () => dynamo.close(),
+    };
+  }),
 );
