@@ -16,6 +16,9 @@
  *   postgres   @Idempotent(), the module on its PostgreSQL store; the writes
  *              through the injected repositories, in the module's
  *              transaction, which the record commits in
+ *   encrypted  the postgres mode with the `encryption` option on (a key ring
+ *              of two keys): each stored response sealed with AES-256-GCM;
+ *              against postgres, round by round: what encryption costs
  *   floor      the PostgreSQL store's statements and nothing else, sent by
  *              a plain route through the `pg` driver as named prepared
  *              statements, on the app's pool: the claim,
@@ -62,12 +65,13 @@
  * payment written; the key with another body: 422).
  *
  * The runs (a mode in a setting) are interleaved in rounds, each round
- * starting with another one; the module on PostgreSQL and the floor run
- * back to back, and so do the Redis modes of the module and the other
- * library, and each L-baseline and L, in their order one round and
- * reversed the next. Per run: req/s, p50 and p99 latency (medians of the
- * rounds); ratios taken within each round (medians): to the baseline of
- * the setting, and of the module on PostgreSQL to the floor, of the
+ * starting with another one; the module on PostgreSQL, the floor and the
+ * module encrypted run back to back, and so do the Redis modes of the
+ * module and the other library, and each L-baseline and L, in their order
+ * one round and reversed the next. Per run: req/s, p50 and p99 latency
+ * (medians of the rounds); ratios taken within each round (medians): to
+ * the baseline of the setting, and of the module on PostgreSQL to the
+ * floor, of the encrypted mode to the module on PostgreSQL, of the
  * module's Redis modes to the other library, and of each L to L-baseline
  * (with the app's and PostgreSQL's CPU per request over it).
  *
@@ -87,7 +91,7 @@
  *   BENCH_MODES=baseline,postgres,adapters npm run bench:modes
  *
  * Settings (defaults), about 5 minutes on 2 cores:
- * BENCH_MODES=baseline,postgres,floor,redis,unfenced,theirs,memory (the
+ * BENCH_MODES=baseline,postgres,encrypted,floor,redis,unfenced,theirs,memory (the
  * baseline is always run; the data libraries' modes only when named: one
  * by one, or all eight as `adapters`, which doubles the bench's time)
  * BENCH_MODE_SETTINGS=light,gateway BENCH_SECONDS=4
@@ -160,6 +164,7 @@ type Library = (typeof LIBRARIES)[number][0];
 type ModeId =
   | 'baseline'
   | 'postgres'
+  | 'encrypted'
   | 'floor'
   | 'redis'
   | 'unfenced'
@@ -197,6 +202,14 @@ const MODES: readonly Mode[] = [
     id: 'postgres',
     name: 'module, PostgreSQL store',
     against: 'floor',
+    gateway: true,
+    idempotent: true,
+    redis: false,
+  },
+  {
+    id: 'encrypted',
+    name: 'module, PostgreSQL, encrypted',
+    against: 'postgres',
     gateway: true,
     idempotent: true,
     redis: false,
@@ -261,11 +274,11 @@ const MODES: readonly Mode[] = [
 
 /**
  * The modes compared with each other, whose runs go back to back: the
- * module on PostgreSQL and the floor; the Redis modes and the other
+ * module on PostgreSQL, the floor and the module encrypted; the Redis modes and the other
  * library; each data library alone and the module on it.
  */
 const TOGETHER: readonly (readonly ModeId[])[] = [
-  ['postgres', 'floor'],
+  ['postgres', 'floor', 'encrypted'],
   ['redis', 'unfenced', 'theirs'],
   ...LIBRARIES.map(([id]): ModeId[] => [`${id}-baseline`, id]),
 ];

@@ -5,6 +5,8 @@
  *   baseline  nothing: no idempotency
  *   postgres  the module on its PostgreSQL store (the record commits in the
  *             handler's transaction, the module's)
+ *   encrypted the postgres mode with the `encryption` option on: a key ring
+ *             of two keys, new records sealed with the current one
  *   floor     the PostgreSQL store's statements, sent by the route itself
  *             (floor.controller.ts)
  *   redis     the module on the Redis store, `BENCH_REDIS_URL`, keys under
@@ -30,6 +32,7 @@
  *
  * for pg, drizzle, kysely, prisma.
  */
+import { randomBytes } from 'node:crypto';
 import type { DynamicModule } from '@nestjs/common';
 import {
   IdempotencyModule,
@@ -75,14 +78,26 @@ const onTypeOrm = (
     imports,
   );
 
-/** The handler on `library`: alone, or under the module on its adapter. */
-function onLibrary(library: DataLibrary, module: boolean): DynamicModule {
+/**
+ * The handler on `library`: alone, or under the module on its adapter with
+ * `options`.
+ */
+function onLibrary(
+  library: DataLibrary,
+  module: boolean,
+  options: Parameters<typeof IdempotencyModule.forRoot>[0] = {},
+): DynamicModule {
   return module
     ? ModesAppModule.forMode(
         library,
         library.module,
         modeController(Idempotent),
-        [idempotency(library.adapter && { adapter: library.adapter })],
+        [
+          idempotency({
+            ...options,
+            ...(library.adapter && { adapter: library.adapter }),
+          }),
+        ],
       )
     : ModesAppModule.forMode(library, library.alone, modeController());
 }
@@ -93,6 +108,13 @@ async function mode(): Promise<DynamicModule> {
       return onTypeOrm();
     case 'postgres':
       return onLibrary(typeOrmLibrary, true);
+    case 'encrypted':
+      return onLibrary(typeOrmLibrary, true, {
+        encryption: {
+          keys: { old: randomBytes(32), current: randomBytes(32) },
+          current: 'current',
+        },
+      });
     case 'floor':
       return ModesAppModule.forMode(
         typeOrmLibrary,
@@ -147,7 +169,7 @@ async function mode(): Promise<DynamicModule> {
         (baseline !== undefined && baseline !== 'baseline')
       ) {
         throw new Error(
-          `BENCH_MODE=${MODE}: expected baseline, postgres, floor, redis, unfenced, memory, theirs, ` +
+          `BENCH_MODE=${MODE}: expected baseline, postgres, encrypted, floor, redis, unfenced, memory, theirs, ` +
             `or a library (${LIBRARY_NAMES.join(', ')}) with or without -baseline`,
         );
       }
