@@ -10,10 +10,21 @@ import type {
   ClaimRequest,
   ForgottenBatch,
 } from '../../src/interfaces/idempotency-store.interface.js';
+import {
+  BatchWriteItemCommand,
+  type AttributeValue,
+} from '@aws-sdk/client-dynamodb';
+import { DynamoDbIdempotencyStore } from '../../src/stores/dynamodb/index.js';
+import {
+  num,
+  partitionKey,
+  str,
+} from '../../src/stores/dynamodb/dynamodb-item.js';
 import { RedisIdempotencyStore } from '../../src/stores/redis/index.js';
 import { RedisKeys } from '../../src/stores/redis/redis-keys.js';
 import { inProgressValue } from '../../src/stores/redis/redis-record.js';
 import { stepValue } from '../../src/stores/redis/redis-step-value.js';
+import { startDynalite } from '../utils/dynalite.js';
 import { describeWithServer } from '../utils/server.js';
 import { startTestApp, type TestApp } from '../utils/test-app.js';
 
@@ -22,6 +33,27 @@ const BATCH = 1_000;
 const HOUR_MS = 3_600_000;
 
 const describeRedis = await describeWithServer('Redis', '127.0.0.1', 6379);
+
+/**
+ * `store`, whose forget claims and completes a new key of the scope `kept`
+ * between two batches, which must be granted at once; `probes()`: how many.
+ */
+function probedBetweenBatches(
+  store: IdempotencyStore,
+  batches: ForgottenBatch[],
+): { checked: IdempotencyStore; probes: () => number } {
+  let probes = 0;
+  const checked = checkedBetweenBatches(store, batches, async () => {
+    const probe = attempt('kept', `probe-${(probes += 1)}`);
+    expect(await store.claim(probe)).toMatchObject({ state: 'claimed' });
+    await store.complete(
+      probe,
+      { status: 'completed', response: { status: 204 }, ttlMs: HOUR_MS },
+      undefined,
+    );
+  });
+  return { checked, probes: () => probes };
+}
 
 /** A claim of `key` in `scope` by a new attempt. */
 const attempt = (scope: string, key: string): ClaimRequest => ({
@@ -181,18 +213,8 @@ describe('IdempotencyAdmin.forget of a scope of 10,000 records', () => {
           await pipeline.exec();
         }
         const batches: ForgottenBatch[] = [];
-        let probes = 0;
-        const checked = checkedBetweenBatches(store, batches, async () => {
-          // Redis holds nothing between two batches: another scope's key is
-          // claimed and completed at once, and so is a key just forgotten.
-          const probe = attempt('kept', `probe-${(probes += 1)}`);
-          expect(await store.claim(probe)).toMatchObject({ state: 'claimed' });
-          await store.complete(
-            probe,
-            { status: 'completed', response: { status: 204 }, ttlMs: HOUR_MS },
-            undefined,
-          );
-        });
+        // Redis holds nothing between two batches.
+        const { checked, probes } = probedBetweenBatches(store, batches);
         const started = performance.now();
         const forgotten = await new IdempotencyAdmin(checked).forget(scope, {
           batchSize: BATCH,
@@ -211,7 +233,7 @@ describe('IdempotencyAdmin.forget of a scope of 10,000 records', () => {
           await store.claim(attempt(scope, `k${RECORDS - 1}`)),
         ).toMatchObject({ state: 'claimed' });
         expect(await admin.forget('kept', { batchSize: 10_000 })).toEqual({
-          records: RECORDS + probes,
+          records: RECORDS + probes(),
           steps: 0,
         });
       } finally {
@@ -219,5 +241,95 @@ describe('IdempotencyAdmin.forget of a scope of 10,000 records', () => {
         await client.quit();
       }
     });
+  });
+
+  // On dynalite (DynamoDB in this process), every write costs as a request
+  // does: the test forgets a scope of 2,000 records (and keeps another),
+  // in batches of 200, so that it stays within seconds.
+  it('on DynamoDB (2,000 records): deletes them in batches of BatchWriteItem deletions, other scopes claiming and completing between two', async () => {
+    const records = 2_000;
+    const batchSize = 200;
+    const dynamo = await startDynalite();
+    const client = dynamo.client();
+    await DynamoDbIdempotencyStore.createTable(client, { timeToLive: false });
+    const store = new DynamoDbIdempotencyStore(client);
+    const scope = `forget-${randomUUID()}`;
+    try {
+      // Written as the store writes a claim and its step, 25 items a
+      // request (BatchWriteItem's most), 40 requests at a time.
+      const now = Date.now();
+      const items: Array<Record<string, AttributeValue>> = [
+        scope,
+        'kept',
+      ].flatMap((of) =>
+        Array.from({ length: records }, (_, i) => ({
+          pk: str(partitionKey(of, `k${i}`)),
+          scope: str(of),
+          key: str(`k${i}`),
+          fingerprint: str('fp'),
+          method: str('POST'),
+          path: str('/p'),
+          status: str('in_progress'),
+          owner: str(randomUUID()),
+          lease_expires_at: num(now + 60_000),
+          claimed_at: num(now),
+          expires_at: num(now + HOUR_MS),
+          generation: str(randomUUID()),
+          steps: {
+            M: (of === scope
+              ? {
+                  charge: {
+                    M: {
+                      r: str(String(i)),
+                      e: num(now + HOUR_MS),
+                      f: str('fp'),
+                    },
+                  },
+                }
+              : {}) as Record<string, AttributeValue>,
+          },
+        })),
+      );
+      for (let from = 0; from < items.length; from += 1_000) {
+        await Promise.all(
+          Array.from({ length: 40 }, (_, j) => {
+            const chunk = items.slice(from + j * 25, from + (j + 1) * 25);
+            return client.send(
+              new BatchWriteItemCommand({
+                RequestItems: {
+                  idempotency_records: chunk.map((Item) => ({
+                    PutRequest: { Item },
+                  })),
+                },
+              }),
+            );
+          }),
+        );
+      }
+      const batches: ForgottenBatch[] = [];
+      // DynamoDB holds nothing between two batches.
+      const { checked, probes } = probedBetweenBatches(store, batches);
+      const forgotten = await new IdempotencyAdmin(checked).forget(scope, {
+        batchSize,
+      });
+      expect(forgotten).toEqual({ records, steps: records });
+      expect(batches.length).toBeGreaterThanOrEqual((2 * records) / batchSize);
+      expect(
+        Math.max(...batches.map((b) => b.records + b.steps)),
+      ).toBeLessThanOrEqual(batchSize);
+      const admin = new IdempotencyAdmin(store);
+      expect(await admin.inspect('k0', 'kept')).toMatchObject({
+        status: 'in_progress',
+      });
+      expect(
+        await store.claim(attempt(scope, `k${records - 1}`)),
+      ).toMatchObject({ state: 'claimed' });
+      expect(
+        (await admin.list({ scope: 'kept', status: 'completed', limit: 1000 }))
+          .records,
+      ).toHaveLength(probes());
+    } finally {
+      await dynamo.close();
+    }
   });
 });

@@ -34,7 +34,7 @@ describeStoreConformance(
       close: () => dynamo.close(),
     };
   },
-  { resentClaims: true, resentCompletions: true, admin: false },
+  { resentClaims: true, resentCompletions: true },
 );
 
 /** The commands a client sends: name and input. */

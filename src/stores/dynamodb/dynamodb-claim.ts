@@ -75,7 +75,7 @@ export async function claimKey(
           UpdateExpression:
             'SET #scope = :scope, #key = :key, fingerprint = :fingerprint,' +
             ' #method = :method, #path = :path, #status = :inProgress,' +
-            ' #owner = :owner, lease_expires_at = :lease,' +
+            ' #owner = :owner, lease_expires_at = :lease, claimed_at = :now,' +
             ' expires_at = :expires, waiting = :false,' +
             ' steps = if_not_exists(steps, :noSteps),' +
             (replaceGeneration

@@ -65,6 +65,7 @@ export async function completeClaim(
   const expiresAt = Date.now() + completion.ttlMs;
   values[':expires'] = num(expiresAt);
   values[':ttl'] = num(Math.ceil(expiresAt / 1000));
+  values[':completed'] = num(Date.now());
   values[':owner'] = str(lease.owner);
   values[':inProgress'] = IN_PROGRESS;
   const sdk = await loadDynamoDbSdk();
@@ -78,7 +79,7 @@ export async function completeClaim(
           (stored
             ? ' response_headers = :headers, response_body = :body,'
             : '') +
-          ' expires_at = :expires, #ttl = :ttl' +
+          ' expires_at = :expires, #ttl = :ttl, completed_at = :completed' +
           ' REMOVE lease_expires_at, steps, waiting, bound_until, generation, bound',
         ConditionExpression: OWNED_CONDITION,
         ExpressionAttributeNames: { ...OWNED_NAMES, '#ttl': 'ttl' },

@@ -6,11 +6,22 @@ import type {
   FailureKey,
   Completion,
   FencedWrite,
+  ForgottenBatch,
   IdempotencyStore,
   Lease,
+  RecordInspection,
+  RecordPage,
+  RecordQuery,
   Renewal,
+  ResetOutcome,
   StepLease,
 } from '../../interfaces/idempotency-store.interface.js';
+import {
+  DynamoDbForget,
+  inspectDynamoDbRecord,
+  listDynamoDbRecords,
+  resetDynamoDbRecord,
+} from './dynamodb-admin.js';
 import { claimKey, renewLeases } from './dynamodb-claim.js';
 import { DynamoDbCollection } from './dynamodb-collection.js';
 import { countFailure } from './dynamodb-failures.js';
@@ -77,6 +88,7 @@ export class DynamoDbIdempotencyStore implements IdempotencyStore {
   readonly watching = false;
   private readonly records: DynamoDbRecords;
   private readonly collection: DynamoDbCollection;
+  private readonly forgetting: DynamoDbForget;
 
   /**
    * @param client the application's DynamoDB client (its region, endpoint
@@ -89,6 +101,7 @@ export class DynamoDbIdempotencyStore implements IdempotencyStore {
     const { tableName, scanPageSize } = resolveDynamoDbStoreOptions(options);
     this.records = new DynamoDbRecords(client, tableName);
     this.collection = new DynamoDbCollection(this.records, scanPageSize);
+    this.forgetting = new DynamoDbForget(this.records);
   }
 
   /**
@@ -227,5 +240,50 @@ export class DynamoDbIdempotencyStore implements IdempotencyStore {
     abandoned: (key: AbandonedKey) => void,
   ): Promise<{ removed: number; more: boolean }> {
     return this.collection.collect(batchSize, abandoned);
+  }
+
+  /** Reads the record's item, strongly consistent, in one GetItem. */
+  inspectRecord(
+    scope: string,
+    key: string,
+    withBody: boolean,
+  ): Promise<RecordInspection | undefined> {
+    return inspectDynamoDbRecord(this.records, scope, key, withBody);
+  }
+
+  /**
+   * Lists records by a consistent Scan of the table, filtered by the query,
+   * in the table's order (the key's digest): the cursor is where the page
+   * ended. A record's creation time is its last claim's, by the claiming
+   * instance's clock; records written before it was kept show none.
+   */
+  listRecords(query: RecordQuery): Promise<RecordPage> {
+    return listDynamoDbRecords(this.records, query);
+  }
+
+  /**
+   * Ends a record by one write conditioned on the state it read (see
+   * dynamodb-admin.ts): a claim bound to its request is released as a
+   * release leaves it, any other item deleted.
+   */
+  resetRecord(
+    scope: string,
+    key: string,
+    force: boolean,
+  ): Promise<ResetOutcome> {
+    return resetDynamoDbRecord(this.records, scope, key, force);
+  }
+
+  /**
+   * Deletes a key's item and its count of failures, or the items of a
+   * scope found by a consistent Scan, deleted by BatchWriteItem: DynamoDB
+   * holds nothing between two.
+   */
+  forgetRecords(
+    scope: string,
+    key: string | undefined,
+    batchSize: number,
+  ): Promise<ForgottenBatch> {
+    return this.forgetting.forget(scope, key, batchSize);
   }
 }

@@ -8,6 +8,7 @@ import type {
   ResetOutcome,
 } from '../../interfaces/idempotency-store.interface.js';
 import { IdempotencyAdminError } from '../../exceptions/idempotency-admin.errors.js';
+import { ForgetPasses } from '../forget-passes.js';
 import { decodeCursor, encodeCursor } from '../record-cursor.js';
 import {
   runScript,
@@ -152,18 +153,14 @@ function wanted(summary: RecordSummary, query: RecordQuery): boolean {
   );
 }
 
-/** Where a forget of a scope is in its pass over the keyspace. */
-interface ForgetPass {
-  /** The node scanned (its index among the masters) and its SCAN cursor. */
-  node: number;
-  cursor: string;
-  /** Whether the pass scanned every node. */
-  scanned: boolean;
-  /** Keys of the scope found and not yet forgotten: their ids and rows. */
-  pending: Array<{ readonly id: string; readonly rows: number }>;
-  /** Rows deleted in this pass. */
-  deleted: number;
+/** A key of a scope found by a forget, and its rows as found. */
+interface FoundKey {
+  readonly id: string;
+  readonly rows: number;
 }
+
+/** Where a forget's scan is: a master (its index) and its SCAN cursor. */
+type ScanPosition = readonly [number, string];
 
 /**
  * @internal The Redis store's operator operations. The key names hold a
@@ -174,8 +171,8 @@ interface ForgetPass {
  * one key's slot.
  */
 export class RedisAdmin {
-  /** The forgets of scopes under way, by scope: where each pass is. */
-  private readonly passes = new Map<string, ForgetPass>();
+  /** The forgets of scopes under way. */
+  private readonly forgets: ForgetPasses<FoundKey, ScanPosition>;
   private readonly pattern: string;
 
   constructor(
@@ -186,6 +183,22 @@ export class RedisAdmin {
     // `<prefix>{<id>}:record`, `…:steps` and `…:identity` (of a count of
     // failures), not the generations and counts.
     this.pattern = `${prefix}{*}:[rsi][etd]*`;
+    this.forgets = new ForgetPasses<FoundKey, ScanPosition>({
+      scan: (scope, position) => this.scan(scope, position),
+      rows: (found) => Math.max(1, found.rows),
+      remove: (taken) =>
+        Promise.all(
+          taken.map(async ({ item, share }) => {
+            const [records, steps, left] = await this.forgetId(item.id, share);
+            return {
+              records,
+              steps,
+              left: left > 0 ? { id: item.id, rows: left } : undefined,
+            };
+          }),
+        ),
+      divisible: true,
+    });
   }
 
   async inspect(
@@ -310,90 +323,38 @@ export class RedisAdmin {
   }
 
   /**
-   * One batch of a forget: of one key, by its digest; of a scope, from
-   * where the previous batch of its pass ended (see {@link ForgetPass}). A
-   * pass that deleted anything is followed by another from the start, so
-   * that the last batch says no more when a whole pass over the keyspace
-   * found nothing of the scope: a key written while the forget ran, or
-   * left by a forget that stopped half way, is found too.
+   * One batch of a forget: of one key, by its digest; of a scope, by SCAN
+   * (see {@link ForgetPasses}).
    */
   async forget(
     scope: string,
     key: string | undefined,
     batchSize: number,
   ): Promise<ForgottenBatch> {
-    if (key !== undefined) {
-      const [records, steps, left] = await this.forgetId(
-        RedisKeys.id(scope, key),
-        batchSize,
-      );
-      return { records, steps, more: left > 0 };
+    if (key === undefined) {
+      return this.forgets.batch(scope, batchSize);
     }
-    const pass = this.passes.get(scope) ?? this.newPass();
-    this.passes.set(scope, pass);
-    let records = 0;
-    let steps = 0;
-    try {
-      while (records + steps < batchSize) {
-        if (pass.pending.length === 0) {
-          if (!pass.scanned) {
-            await this.scan(pass, scope);
-            continue;
-          }
-          if (pass.deleted === 0) {
-            this.passes.delete(scope);
-            return { records, steps, more: false };
-          }
-          Object.assign(pass, this.newPass());
-          continue;
-        }
-        let budget = batchSize - records - steps;
-        const taken: Array<[string, number]> = [];
-        while (pass.pending.length > 0 && budget > 0) {
-          const { id, rows } = pass.pending[0];
-          const share = Math.min(Math.max(rows, 1), budget);
-          taken.push([id, share]);
-          budget -= share;
-          pass.pending.shift();
-        }
-        const done = await Promise.all(
-          taken.map(([id, share]) => this.forgetId(id, share)),
-        );
-        for (const [i, [r, s, left]] of done.entries()) {
-          records += r;
-          steps += s;
-          pass.deleted += r + s;
-          if (left > 0) {
-            pass.pending.unshift({ id: taken[i][0], rows: left });
-          }
-        }
-      }
-    } catch (error) {
-      this.passes.delete(scope);
-      throw error;
-    }
-    return { records, steps, more: true };
+    const [records, steps, left] = await this.forgetId(
+      RedisKeys.id(scope, key),
+      batchSize,
+    );
+    return { records, steps, more: left > 0 };
   }
 
-  private newPass(): ForgetPass {
-    return { node: 0, cursor: '0', scanned: false, pending: [], deleted: 0 };
-  }
-
-  /** Scans the next chunk of the pass, keeping the keys of `scope`. */
-  private async scan(pass: ForgetPass, scope: string): Promise<void> {
+  /** The next chunk of a forget's SCAN: the keys of `scope` in it. */
+  private async scan(
+    scope: string,
+    position: ScanPosition | undefined,
+  ): Promise<{ found: FoundKey[]; next: ScanPosition | undefined }> {
     const nodes = this.nodes();
-    const [next, names] = await nodes[pass.node].scan(
-      pass.cursor,
+    const [node, cursor] = position ?? [0, '0'];
+    const [next, names] = await nodes[node].scan(
+      cursor,
       'MATCH',
       this.pattern,
       'COUNT',
       SCAN_COUNT,
     );
-    pass.cursor = next;
-    if (next === '0') {
-      pass.node += 1;
-      pass.scanned = pass.node >= nodes.length;
-    }
     const ids = [...new Set(names.map((name) => this.idOf(name)))];
     const peeks = await Promise.all(
       ids.map((id) =>
@@ -405,18 +366,26 @@ export class RedisAdmin {
         ),
       ),
     );
+    const found: FoundKey[] = [];
     for (const [i, [line, identity, fields]] of peeks.entries()) {
       const ofRecord =
         line === '' ? undefined : (JSON.parse(line) as RequestLine)[2];
       const ofSteps =
         identity === '' ? undefined : (JSON.parse(identity) as string[])[0];
       if (ofRecord === scope || ofSteps === scope) {
-        pass.pending.push({
+        found.push({
           id: ids[i],
           rows: (line === '' ? 0 : 1) + Math.max(0, fields - 1),
         });
       }
     }
+    const more: ScanPosition | undefined =
+      next !== '0'
+        ? [node, next]
+        : node + 1 < nodes.length
+          ? [node + 1, '0']
+          : undefined;
+    return { found, next: more };
   }
 
   private forgetId(
