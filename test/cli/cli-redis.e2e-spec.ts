@@ -1,0 +1,195 @@
+import { randomUUID } from 'node:crypto';
+import { Controller, Injectable, Post } from '@nestjs/common';
+import { Redis } from 'ioredis';
+import { runCli } from '../../src/cli/idempotency.cli.js';
+import { IdempotencyContext, Idempotent } from '../../src/index.js';
+import { RedisIdempotencyStore } from '../../src/stores/redis/index.js';
+import { Barrier } from '../utils/barrier.js';
+import { keysOf } from '../utils/redis-server.js';
+import { describeWithServer } from '../utils/server.js';
+import { startStoreApp, type StoreApp } from '../utils/store-app.js';
+import { REDIS } from '../utils/store-subjects.js';
+
+/** What the handler did: its runs, its charges, and where it waits. */
+@Injectable()
+class Charges {
+  runs = 0;
+  charges = 0;
+  /** Where a run whose body says `hold` waits, after its charge. */
+  gate = new Barrier();
+}
+
+@Controller('orders')
+class OrdersController {
+  constructor(
+    private readonly charges: Charges,
+    private readonly idempotency: IdempotencyContext,
+  ) {}
+
+  @Post()
+  @Idempotent()
+  async create(): Promise<{ run: number; charge: number }> {
+    const run = (this.charges.runs += 1);
+    const charge = await this.idempotency.step('charge', () => {
+      this.charges.charges += 1;
+      return this.charges.charges;
+    });
+    await this.charges.gate.wait();
+    return { run, charge };
+  }
+}
+
+const describeRedis = await describeWithServer('Redis', REDIS.host, REDIS.port);
+
+/**
+ * The command line on the Redis store (`--url redis://…`, `--prefix`) of a
+ * running application: a completed and a running key inspected and
+ * listed, a stuck key's reset refused under its live lease and then
+ * forced (its handler fenced out, the retry resuming once after its
+ * step), a scope forgotten with another kept; `--json` parsed.
+ */
+describeRedis('the command line, on a Redis store of a running app', () => {
+  const prefix = `idempotency-test-cli-${randomUUID().slice(0, 8)}:`;
+  const url = `redis://${REDIS.host}:${REDIS.port}`;
+  let client: Redis;
+  let store: RedisIdempotencyStore;
+  let target: StoreApp;
+  let charges: Charges;
+
+  beforeAll(async () => {
+    client = new Redis(REDIS);
+    store = new RedisIdempotencyStore(client, { prefix });
+    target = await startStoreApp({
+      store,
+      controllers: [OrdersController],
+      providers: [Charges],
+    });
+    charges = target.app.get(Charges);
+  });
+  afterAll(async () => {
+    await target?.close();
+    await store?.close();
+    if (client) {
+      await Promise.all(
+        (await keysOf(client, prefix)).map((key) => client.unlink(key)),
+      );
+      await client.quit();
+    }
+  });
+
+  const cli = async (...args: string[]) => {
+    let out = '';
+    let err = '';
+    const code = await runCli([...args, '--prefix', prefix], {
+      out: (text) => (out += text),
+      err: (text) => (err += text),
+      env: { REDIS_URL: url },
+    });
+    return { code, out, err };
+  };
+  const json = async <T = Record<string, unknown>>(...args: string[]) => {
+    const { code, out, err } = await cli(...args, '--json');
+    expect({ code, err }).toEqual({ code: 0, err: '' });
+    return JSON.parse(out) as T;
+  };
+  const order = (key: string) =>
+    fetch(`${target.url}/orders`, {
+      method: 'POST',
+      headers: { 'Idempotency-Key': key },
+    });
+
+  it('inspects a completed key, lists and inspects a running one, resets it (refused, then forced: fenced out, the retry resumes once), forgets a scope', async () => {
+    charges.gate.open();
+    const done = await order('cli-done');
+    expect(done.status).toBe(201);
+    const body = await done.text();
+    expect(await json('inspect', 'cli-done')).toMatchObject({
+      scope: 'global',
+      key: 'cli-done',
+      status: 'completed',
+      method: 'POST',
+      response: { status: 201 },
+      steps: [],
+    });
+    const withBody = await json<{ response: { body: string } }>(
+      'inspect',
+      'cli-done',
+      '--body',
+    );
+    expect(Buffer.from(withBody.response.body, 'base64').toString()).toBe(body);
+
+    // A run held after its charge: in progress, bound by its step.
+    charges.gate = new Barrier();
+    const held = order('cli-stuck');
+    await charges.gate.reached(1);
+    const running = await json<{ leaseMs: number; owner: string }>(
+      'inspect',
+      'cli-stuck',
+      '--url',
+      url,
+    );
+    expect(running).toMatchObject({
+      status: 'in_progress',
+      owner: expect.stringMatching(/^[0-9a-f-]{36}$/),
+      bound: true,
+      generation: expect.any(String),
+      steps: [expect.objectContaining({ step: 'charge' })],
+    });
+    expect(running.leaseMs).toBeGreaterThan(0);
+    const page = await json<{ records: Array<{ key: string }> }>('list');
+    expect(page.records).toEqual([
+      expect.objectContaining({
+        scope: 'global',
+        key: 'cli-stuck',
+        status: 'in_progress',
+      }),
+    ]);
+    expect((await cli('list')).out).toMatch(
+      /^in_progress\tglobal\tcli-stuck\t/,
+    );
+
+    const refused = await cli('reset', 'cli-stuck');
+    expect(refused.code).toBe(1);
+    expect(refused.err).toMatch(/is being executed: its owner's lease runs/);
+    expect(await json('reset', 'cli-stuck', '--force')).toEqual({
+      scope: 'global',
+      key: 'cli-stuck',
+      reset: true,
+      fenced: true,
+    });
+    charges.gate.open();
+    // The old owner's completion found no claim of its own.
+    expect((await held).status).toBe(503);
+    const retry = await order('cli-stuck');
+    expect(retry.status).toBe(201);
+    // Resumed after its charge: charged once for the key, run once more.
+    expect(await retry.json()).toEqual({ run: 3, charge: 2 });
+    expect(charges.charges).toBe(2);
+    expect((await json('inspect', 'cli-stuck')).status).toBe('completed');
+
+    await store.claim({
+      scope: 'other',
+      key: 'kept',
+      owner: randomUUID(),
+      fingerprint: 'fp',
+      method: 'POST',
+      path: '/x',
+      leaseMs: 60_000,
+      ttlMs: 3_600_000,
+      wait: false,
+    });
+    expect(
+      await json('forget', '--scope', 'global', '--batch-size', '1'),
+    ).toEqual({ scope: 'global', records: 2, steps: 0 });
+    expect((await cli('inspect', 'cli-done')).code).toBe(1);
+    expect((await json('inspect', 'kept', '--scope', 'other')).status).toBe(
+      'in_progress',
+    );
+    expect((await cli('forget', '--scope', 'other', '--key', 'kept')).out).toBe(
+      'Forgot 1 records and 0 steps of scope "other", key "kept".\n',
+    );
+    expect(await keysOf(client, prefix)).toEqual([
+      expect.stringMatching(/steps-due$/),
+    ]);
+  });
+});
