@@ -215,17 +215,14 @@ describe('IdempotencyAdmin.forget of a scope of 10,000 records', () => {
         const batches: ForgottenBatch[] = [];
         // Redis holds nothing between two batches.
         const { checked, probes } = probedBetweenBatches(store, batches);
-        const started = performance.now();
         const forgotten = await new IdempotencyAdmin(checked).forget(scope, {
           batchSize: BATCH,
         });
-        const elapsed = performance.now() - started;
         expect(forgotten).toEqual({ records: RECORDS, steps: RECORDS });
         expect(batches.length).toBeGreaterThanOrEqual((2 * RECORDS) / BATCH);
         expect(
           Math.max(...batches.map((b) => b.records + b.steps)),
         ).toBeLessThanOrEqual(BATCH);
-        expect(elapsed).toBeLessThan(10_000);
         expect(await admin.inspect('k0', 'kept')).toMatchObject({
           status: 'in_progress',
         });
@@ -244,11 +241,11 @@ describe('IdempotencyAdmin.forget of a scope of 10,000 records', () => {
   });
 
   // On dynalite (DynamoDB in this process), every write costs as a request
-  // does: the test forgets a scope of 2,000 records (and keeps another),
-  // in batches of 200, so that it stays within seconds.
-  it('on DynamoDB (2,000 records): deletes them in batches of BatchWriteItem deletions, other scopes claiming and completing between two', async () => {
-    const records = 2_000;
-    const batchSize = 200;
+  // does: the scope kept beside the 10,000 records forgotten has 1,000.
+  it('on DynamoDB: deletes them in batches of BatchWriteItem deletions, other scopes claiming and completing between two', async () => {
+    const records = RECORDS;
+    const kept = 1_000;
+    const batchSize = BATCH;
     const dynamo = await startDynalite();
     const client = dynamo.client();
     await DynamoDbIdempotencyStore.createTable(client, { timeToLive: false });
@@ -262,7 +259,7 @@ describe('IdempotencyAdmin.forget of a scope of 10,000 records', () => {
         scope,
         'kept',
       ].flatMap((of) =>
-        Array.from({ length: records }, (_, i) => ({
+        Array.from({ length: of === scope ? records : kept }, (_, i) => ({
           pk: str(partitionKey(of, `k${i}`)),
           scope: str(of),
           key: str(`k${i}`),
