@@ -14,6 +14,17 @@ export interface IdempotencyEncryptionOptions {
   keys: Record<string, Buffer | string>;
   /** The id, among `keys`, of the key new records are sealed with. */
   current: string;
+  /**
+   * Whether a record or step stored before encryption was on (not sealed)
+   * is read as it is, for the time it takes to turn encryption on: deploy
+   * with `readPlaintext: true`, reseal the old records (`npx
+   * nestjs-idempotency reencrypt`) or let them expire (the longest `ttl`),
+   * then deploy without it. Otherwise such a record is unreadable and its
+   * duplicates get `503` until it expires. A sealed record is always
+   * opened and checked: this never lets an altered or moved one through.
+   * @default false
+   */
+  readPlaintext?: boolean;
 }
 
 /**

@@ -61,6 +61,8 @@ export class UnreadableRecordError extends Error {
 export class IdempotencyKeyRing implements RecordSealing {
   private readonly keys = new Map<string, Buffer>();
   readonly current: string;
+  /** Whether values stored before encryption was on are read as they are. */
+  private readonly readPlaintext: boolean;
 
   constructor(options: IdempotencyEncryptionOptions) {
     if (
@@ -95,6 +97,7 @@ export class IdempotencyKeyRing implements RecordSealing {
       );
     }
     this.current = options.current;
+    this.readPlaintext = options.readPlaintext === true;
   }
 
   /** Seals `plaintext` with the current key, bound to `context`. */
@@ -186,6 +189,9 @@ export class IdempotencyKeyRing implements RecordSealing {
     key: string,
     response: StoredResponse,
   ): StoredResponse {
+    if (this.readPlaintext && this.keyIdOf(response.body) === undefined) {
+      return response;
+    }
     const plain = this.open(response.body, responseContext(scope, key));
     const length = plain.readUInt32BE(0);
     return {
@@ -207,6 +213,9 @@ export class IdempotencyKeyRing implements RecordSealing {
 
   openStep(scope: string, key: string, step: string, result: unknown): unknown {
     if (typeof result !== 'string' || !result.startsWith(STEP_PREFIX)) {
+      if (this.readPlaintext) {
+        return result;
+      }
       throw new UnreadableRecordError('it is not sealed');
     }
     const sealed = Buffer.from(result.slice(STEP_PREFIX.length), 'base64');

@@ -77,6 +77,86 @@ const encrypted = (
   encryption: { keys, current },
 });
 
+/**
+ * Turning encryption on, with records stored before: one database, an
+ * instance without encryption, one with it (strict), one with
+ * `readPlaintext` (as deployed while the old records are resealed or
+ * expire).
+ */
+describe('encryption turned on over records stored in plaintext', () => {
+  let plain: TestApp;
+  let strict: TestApp;
+  let migrating: TestApp;
+
+  beforeAll(async () => {
+    const app = (idempotency: IdempotencyModuleOptions, from?: TestApp) =>
+      startTestApp({
+        ...(from ? { database: from.db } : {}),
+        idempotency,
+        controllers: [PrivacyController],
+        providers: [PrivacyRuns],
+      });
+    plain = await app({ gc: false });
+    strict = await app(encrypted({ old: OLD_KEY }, 'old'), plain);
+    migrating = await app(
+      {
+        gc: false,
+        encryption: {
+          keys: { old: OLD_KEY },
+          current: 'old',
+          readPlaintext: true,
+        },
+      },
+      plain,
+    );
+  });
+  afterAll(async () => {
+    await migrating?.close();
+    await strict?.close();
+    await plain?.close();
+  });
+
+  it('refuses a plaintext record with a 503 by default, and replays it byte for byte with readPlaintext, sealing new records', async () => {
+    const first = await send(plain, '/privacy/card', { key: 'plaintext-old' });
+    expect(first.status).toBe(201);
+    const body = Buffer.from(await first.arrayBuffer());
+    const runs = () =>
+      [plain, strict, migrating]
+        .map((target) => target.app.get(PrivacyRuns).card)
+        .reduce((a, b) => a + b);
+    const ran = runs();
+
+    const refused = await send(strict, '/privacy/card', {
+      key: 'plaintext-old',
+    });
+    expect(refused.status).toBe(503);
+    const replay = await send(migrating, '/privacy/card', {
+      key: 'plaintext-old',
+    });
+    expect({
+      status: replay.status,
+      replayed: replay.headers.get('idempotent-replayed'),
+      same: Buffer.from(await replay.arrayBuffer()).equals(body),
+    }).toEqual({ status: 201, replayed: 'true', same: true });
+    expect(runs()).toBe(ran);
+
+    const fresh = await send(migrating, '/privacy/card', {
+      key: 'plaintext-new',
+    });
+    expect(fresh.status).toBe(201);
+    expect(keyIdOf(await storedBody(plain, 'plaintext-new'))).toBe('old');
+    // A sealed record is opened and checked as ever: moved, it is refused.
+    const moved = await storedResponse(plain, 'plaintext-new');
+    await plain.db.query(
+      `UPDATE ${IDEMPOTENCY_TABLE_NAME} SET response_body = $1 WHERE key = 'plaintext-old'`,
+      [moved.stored.body],
+    );
+    expect(
+      (await send(migrating, '/privacy/card', { key: 'plaintext-old' })).status,
+    ).toBe(503);
+  });
+});
+
 describe.each(PLATFORMS)(
   'stored responses encrypted at rest on PostgreSQL (%s)',
   (platform) => {
