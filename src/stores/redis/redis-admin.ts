@@ -268,13 +268,7 @@ export class RedisAdmin {
     const records: RecordSummary[] = [];
     for (; node < nodes.length; node += 1) {
       do {
-        const [next, names] = await nodes[node].scan(
-          cursor,
-          'MATCH',
-          this.pattern,
-          'COUNT',
-          SCAN_COUNT,
-        );
+        const [next, names] = await this.scanNames(nodes[node], cursor);
         const chunk = names
           .filter((name) => name.endsWith(':record') && name > after)
           .sort();
@@ -341,6 +335,11 @@ export class RedisAdmin {
     return { records, steps, more: left > 0 };
   }
 
+  /** One SCAN step of `node` from `cursor`: the store's key names in it. */
+  private scanNames(node: Redis, cursor: string): Promise<[string, string[]]> {
+    return node.scan(cursor, 'MATCH', this.pattern, 'COUNT', SCAN_COUNT);
+  }
+
   /** The next chunk of a forget's SCAN: the keys of `scope` in it. */
   private async scan(
     scope: string,
@@ -348,13 +347,7 @@ export class RedisAdmin {
   ): Promise<{ found: FoundKey[]; next: ScanPosition | undefined }> {
     const nodes = this.nodes();
     const [node, cursor] = position ?? [0, '0'];
-    const [next, names] = await nodes[node].scan(
-      cursor,
-      'MATCH',
-      this.pattern,
-      'COUNT',
-      SCAN_COUNT,
-    );
+    const [next, names] = await this.scanNames(nodes[node], cursor);
     const ids = [...new Set(names.map((name) => this.idOf(name)))];
     const peeks = await Promise.all(
       ids.map((id) =>
