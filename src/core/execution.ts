@@ -177,30 +177,42 @@ export class Execution implements RunningLink, RecoveryOwner {
    * alike.
    * @throws IdempotencyUnavailableException as `complete()`.
    */
-  async completeWith(response: StoredResponse): Promise<void> {
+  completeWith(response: StoredResponse): Promise<void> {
     const { lease, attempt, options } = this;
     if (!lease) {
       return this.complete(undefined);
     }
     if (response.body.length <= options.maxResponseSize) {
-      let stored: StoredResponse;
-      try {
-        stored = await redacted(response, options);
-      } catch (error) {
-        // Nothing unredacted is ever stored: the attempt fails instead.
-        await this.fail(error);
-        throw new IdempotencyUnavailableException(options.retryAfter);
-      }
-      return this.complete({
-        status: 'completed',
-        response: stored,
-        ttlMs: options.ttlMs,
-      });
+      return options.redact
+        ? this.completeRedacted(response)
+        : this.complete({
+            status: 'completed',
+            response,
+            ttlMs: options.ttlMs,
+          });
     }
     this.host.warn(
       `Response of ${attempt.method} ${attempt.path} (${response.body.length} bytes) exceeds maxResponseSize (${options.maxResponseSize}): ${this.host.logKeys.phrase(lease.key)} is not replayable`,
     );
     return this.completeUnreplayable(response.status);
+  }
+
+  /** `completeWith` under a `redact` hook: what it returns is stored. */
+  private async completeRedacted(response: StoredResponse): Promise<void> {
+    const { options } = this;
+    let stored: StoredResponse;
+    try {
+      stored = await redacted(response, options);
+    } catch (error) {
+      // Nothing unredacted is ever stored: the attempt fails instead.
+      await this.fail(error);
+      throw new IdempotencyUnavailableException(options.retryAfter);
+    }
+    return this.complete({
+      status: 'completed',
+      response: stored,
+      ttlMs: options.ttlMs,
+    });
   }
 
   /**
