@@ -18,6 +18,7 @@ import {
   type PaymentAttempt,
 } from '../faults/outage-load.js';
 import { Barrier, until } from '../utils/barrier.js';
+import { clientReady } from '../utils/redis-command-faults.js';
 import { assertBuilt } from '../utils/library-build.js';
 import { inProgress, UNAVAILABLE } from '../utils/problems.js';
 import { startSample, type SampleProcess } from '../utils/sample-process.js';
@@ -64,12 +65,7 @@ function observeClaims(
   return outcomes;
 }
 
-/** Resolves once `client` is connected and ready for commands. */
-async function ready(client: Redis): Promise<void> {
-  if (client.status !== 'ready') {
-    await once(client, 'ready');
-  }
-}
+const ready = clientReady;
 
 /** Parses an attempt's JSON body. */
 const bodyOf = (attempt: PaymentAttempt) =>

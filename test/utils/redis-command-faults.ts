@@ -1,5 +1,4 @@
 import { randomUUID } from 'node:crypto';
-import { once } from 'node:events';
 import { Redis, type RedisOptions } from 'ioredis';
 import {
   ArmedFaults,
@@ -8,6 +7,27 @@ import {
   type HitFault,
 } from './armed-faults.js';
 import { until } from './barrier.js';
+
+/**
+ * Resolves at the client's next `event`. Not `events.once`, which rejects
+ * on an `error` first: a connection killed by the server may reach the
+ * client as a reset (`read ECONNRESET`) rather than an end, and a client
+ * reconnecting may be refused a few times; both are the fault itself, not
+ * a failure of the wait.
+ */
+export function nextEvent(
+  client: Redis,
+  event: 'ready' | 'close',
+): Promise<void> {
+  return new Promise((resolve) => client.once(event, () => resolve()));
+}
+
+/** Resolves once `client` is connected and ready for commands. */
+export async function clientReady(client: Redis): Promise<void> {
+  while (client.status !== 'ready') {
+    await nextEvent(client, 'ready');
+  }
+}
 
 /** A command as an ioredis client sends it. */
 export interface RedisCommand {
@@ -105,10 +125,8 @@ export class RedisCommandFaults {
   }
 
   /** Resolves once the client is connected and ready for commands. */
-  async ready(): Promise<void> {
-    while (this.client.status !== 'ready') {
-      await once(this.client, 'ready');
-    }
+  ready(): Promise<void> {
+    return clientReady(this.client);
   }
 
   /** Puts the client's `sendCommand` back and closes the injector's connection. */
@@ -157,7 +175,7 @@ export class RedisCommandFaults {
       );
     }
     const id = await this.connectionId(socket.localPort);
-    const closed = once(this.client, 'close');
+    const closed = nextEvent(this.client, 'close');
     if (fault.timing === 'before') {
       await this.admin.client('KILL', 'ID', id);
       await closed;
