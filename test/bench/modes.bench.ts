@@ -1,8 +1,9 @@
 /**
  * One handler, every way of making it idempotent, side by side: what the
- * module costs on PostgreSQL against the bare SQL of its own protocol, on
- * Redis against @node-idempotency/nestjs, and on each data library's
- * adapter against that library alone.
+ * module costs on PostgreSQL against the bare SQL of its own protocol and
+ * against the same protocol written lean by hand, on Redis against
+ * @node-idempotency/nestjs, and on each data library's adapter against
+ * that library alone.
  *
  * Every mode runs the same minimal handler (bench-app/modes.handler.ts): it
  * awaits the gateway stand-in, then saves one payment and two ledger rows
@@ -27,6 +28,21 @@
  *              handler's inserts, `idempotency_finish(...)` on the
  *              transaction's connection (fenced by the owner token), COMMIT
  *              (bench-app/floor.controller.ts)
+ *   lean       the lean floor: the same protocol as a careful engineer
+ *              would write it by hand, on a table of its own
+ *              (bench_lean_keys, created by the bench), no interceptor, no
+ *              module code, no SQL functions; through the `pg` driver as
+ *              named prepared statements on the app's pool: the leased
+ *              claim, `INSERT ... ON CONFLICT (key) DO UPDATE ... WHERE`
+ *              (the record or the lease expired), in autocommit (a key it
+ *              did not take is read: 422, 409 or the stored response); then
+ *              `dataSource.transaction(...)`: START TRANSACTION, the
+ *              handler's inserts, the completion `UPDATE ... WHERE key = $1
+ *              AND owner = $2` on the transaction's connection, COMMIT
+ *              (bench-app/lean.controller.ts, bench-app/lean-keys.ts).
+ *              Where the floor's database work is the module's own, the
+ *              lean floor's is not: the module against it is what the
+ *              module costs in the app and in the database together
  *   redis      @Idempotent(), the module on the Redis store
  *              (BENCH_REDIS_URL); the writes in `dataSource.transaction(...)`
  *   unfenced   the module on the Redis store with one change, for the bench
@@ -64,16 +80,21 @@
  * the same again: 201, Idempotent-Replayed: true, the same body, one
  * payment written; the key with another body: 422).
  *
- * The runs (a mode in a setting) are interleaved in rounds, each round
- * starting with another one; the module on PostgreSQL, the floor and the
- * module encrypted run back to back, and so do the Redis modes of the
- * module and the other library, and each L-baseline and L, in their order
- * one round and reversed the next. Per run: req/s, p50 and p99 latency
- * (medians of the rounds); ratios taken within each round (medians): to
- * the baseline of the setting, and of the module on PostgreSQL to the
- * floor, of the encrypted mode to the module on PostgreSQL, of the
- * module's Redis modes to the other library, and of each L to L-baseline
- * (with the app's and PostgreSQL's CPU per request over it).
+ * Before the rounds, each run (a mode in a setting) is warmed alone for
+ * BENCH_WARMUP_SECONDS, not measured. The runs are then interleaved in
+ * rounds, each round starting with another one; the floor, the lean
+ * floor, the module on PostgreSQL and the module encrypted run back to
+ * back (in that order, so that each is next to what it is compared with
+ * but the module and the floor), and so do the Redis modes of the module
+ * and the other library, and each L-baseline and L, in their order one
+ * round and reversed the next. Per run: req/s, p50 and p99 latency
+ * (medians of the rounds); ratios taken within each round (medians, with
+ * the rounds' range): to the baseline of the setting, and of the module
+ * on PostgreSQL to the floor and to the lean floor, of the floor to the
+ * lean floor, of the encrypted mode to the module on PostgreSQL, of the
+ * module's Redis modes to the other library, and of each L to L-baseline;
+ * each with the CPU per request of both sides (app, PostgreSQL) and the
+ * difference.
  *
  * CPU per request is measured during the load runs themselves (user +
  * system time from /proc over the run, divided by the requests it served;
@@ -90,8 +111,8 @@
  *   BENCH_MODES=baseline,redis,theirs BENCH_SECONDS=2 BENCH_ROUNDS=1 npm run bench:modes
  *   BENCH_MODES=baseline,postgres,adapters npm run bench:modes
  *
- * Settings (defaults), about 5 minutes on 2 cores:
- * BENCH_MODES=baseline,postgres,encrypted,floor,redis,unfenced,theirs,memory (the
+ * Settings (defaults), about 6 minutes on 2 cores:
+ * BENCH_MODES=baseline,postgres,encrypted,floor,lean,redis,unfenced,theirs,memory (the
  * baseline is always run; the data libraries' modes only when named: one
  * by one, or all eight as `adapters`, which doubles the bench's time)
  * BENCH_MODE_SETTINGS=light,gateway BENCH_SECONDS=4
@@ -118,6 +139,7 @@ import {
   type CpuPerRequest,
   type Measured,
 } from './cpu-time.js';
+import { LEAN_TABLE } from './bench-app/lean-keys.js';
 import { onServer } from './database.js';
 import {
   median,
@@ -166,6 +188,7 @@ type ModeId =
   | 'postgres'
   | 'encrypted'
   | 'floor'
+  | 'lean'
   | 'redis'
   | 'unfenced'
   | 'theirs'
@@ -180,8 +203,8 @@ interface Mode {
   readonly name: string;
   /** The data library its handler writes with, if not TypeORM. */
   readonly library?: string;
-  /** The mode its throughput is compared with, round by round. */
-  readonly against?: ModeId;
+  /** The modes its throughput is compared with, round by round. */
+  readonly against?: readonly ModeId[];
   /** Whether it runs in the gateway setting too. */
   readonly gateway: boolean;
   /** Whether it answers a duplicate with the stored response. */
@@ -201,7 +224,7 @@ const MODES: readonly Mode[] = [
   {
     id: 'postgres',
     name: 'module, PostgreSQL store',
-    against: 'floor',
+    against: ['floor', 'lean'],
     gateway: true,
     idempotent: true,
     redis: false,
@@ -209,7 +232,7 @@ const MODES: readonly Mode[] = [
   {
     id: 'encrypted',
     name: 'module, PostgreSQL, encrypted',
-    against: 'postgres',
+    against: ['postgres'],
     gateway: true,
     idempotent: true,
     redis: false,
@@ -217,6 +240,14 @@ const MODES: readonly Mode[] = [
   {
     id: 'floor',
     name: 'bare SQL floor (PostgreSQL)',
+    against: ['lean'],
+    gateway: true,
+    idempotent: true,
+    redis: false,
+  },
+  {
+    id: 'lean',
+    name: 'lean floor (own table, by hand)',
     gateway: true,
     idempotent: true,
     redis: false,
@@ -224,7 +255,7 @@ const MODES: readonly Mode[] = [
   {
     id: 'redis',
     name: 'module, Redis store',
-    against: 'theirs',
+    against: ['theirs'],
     gateway: true,
     idempotent: true,
     redis: true,
@@ -232,7 +263,7 @@ const MODES: readonly Mode[] = [
   {
     id: 'unfenced',
     name: 'module, Redis, SET unfenced',
-    against: 'theirs',
+    against: ['theirs'],
     gateway: true,
     idempotent: true,
     redis: true,
@@ -264,7 +295,7 @@ const MODES: readonly Mode[] = [
       id,
       name: `module on ${library}`,
       library,
-      against: `${id}-baseline`,
+      against: [`${id}-baseline`],
       gateway: true,
       idempotent: true,
       redis: false,
@@ -273,12 +304,13 @@ const MODES: readonly Mode[] = [
 ];
 
 /**
- * The modes compared with each other, whose runs go back to back: the
- * module on PostgreSQL, the floor and the module encrypted; the Redis modes and the other
- * library; each data library alone and the module on it.
+ * The modes compared with each other, whose runs go back to back, in this
+ * order (reversed every other round): the floor, the lean floor, the
+ * module on PostgreSQL and the module encrypted; the Redis modes and the
+ * other library; each data library alone and the module on it.
  */
 const TOGETHER: readonly (readonly ModeId[])[] = [
-  ['postgres', 'floor', 'encrypted'],
+  ['floor', 'lean', 'postgres', 'encrypted'],
   ['redis', 'unfenced', 'theirs'],
   ...LIBRARIES.map(([id]): ModeId[] => [`${id}-baseline`, id]),
 ];
@@ -355,12 +387,27 @@ function plan(modes: readonly Mode[]): Run[] {
   });
 }
 
-/** The run that `run` is compared with, round by round, if any. */
-function against(runs: readonly Run[], run: Run): Run | undefined {
-  return runs.find(
-    (other) =>
-      other.setting === run.setting && other.mode.id === run.mode.against,
+/** The runs that `run` is compared with, round by round, in its mode's order. */
+function against(runs: readonly Run[], run: Run): Run[] {
+  return (run.mode.against ?? []).flatMap((id) =>
+    runs.filter(
+      (other) => other.setting === run.setting && other.mode.id === id,
+    ),
   );
+}
+
+/** One run's throughput paired round by round with another's. */
+interface Comparison {
+  readonly mode: ModeId;
+  readonly name: string;
+  /** Throughput over the other's within each round (median), and the rounds'. */
+  readonly ratio: number;
+  readonly interval: MedianInterval;
+  readonly range: readonly [number, number];
+  readonly ratios: number[];
+  readonly p99Ratio: number;
+  /** CPU µs per request less the other's, within each round (medians). */
+  readonly cpu: CpuPerRequest;
 }
 
 /** The figures of one run over the rounds, as printed and written. */
@@ -371,22 +418,12 @@ interface Row extends LoadRow {
   readonly cpu: CpuPerRequest;
   /** App CPU µs per request less the baseline's, within each round (median). */
   readonly appOverBaseline?: number;
-  readonly against?: {
-    readonly mode: ModeId;
-    readonly name: string;
-    /** Throughput over the other's within each round (median), and the rounds'. */
-    readonly ratio: number;
-    readonly interval: MedianInterval;
-    readonly ratios: number[];
-    readonly p99Ratio: number;
-    /** CPU µs per request less the other's, within each round (medians). */
-    readonly cpu: CpuPerRequest;
-  };
+  readonly against: readonly Comparison[];
 }
 
 function summarize(
   run: Run,
-  other: Run | undefined,
+  against: readonly Run[],
   results: Map<Run, Rounds<Measured>>,
 ): Row {
   const own = results.get(run)!;
@@ -402,8 +439,24 @@ function summarize(
       }),
     );
   const base = run.baseline && results.get(run.baseline)!.rounds;
-  const others = other && results.get(other)!.rounds;
-  const ratios = others?.map((round, i) => rounds[i].rps / round.rps);
+  const compare = (other: Run): Comparison => {
+    const others = results.get(other)!.rounds;
+    const ratios = others.map((round, i) => rounds[i].rps / round.rps);
+    return {
+      mode: other.mode.id,
+      name: other.name,
+      ratio: median(ratios),
+      interval: medianInterval(ratios),
+      range: [Math.min(...ratios), Math.max(...ratios)],
+      ratios,
+      p99Ratio: median(rounds.map((round, i) => round.p99 / others[i].p99)),
+      cpu: {
+        app: cpuOver(others, 'app'),
+        db: cpuOver(others, 'db'),
+        redis: cpuOver(others, 'redis'),
+      },
+    };
+  };
   const row = summarizeRounds(run, own);
   return {
     ...row,
@@ -415,24 +468,7 @@ function summarize(
       redis: cpuMedian('redis'),
     },
     appOverBaseline: base && cpuOver(base, 'app'),
-    against:
-      other && others && ratios
-        ? {
-            mode: other.mode.id,
-            name: other.name,
-            ratio: median(ratios),
-            interval: medianInterval(ratios),
-            ratios,
-            p99Ratio: median(
-              rounds.map((round, i) => round.p99 / others[i].p99),
-            ),
-            cpu: {
-              app: cpuOver(others, 'app'),
-              db: cpuOver(others, 'db'),
-              redis: cpuOver(others, 'redis'),
-            },
-          }
-        : undefined,
+    against: against.map(compare),
   };
 }
 
@@ -477,9 +513,11 @@ function report(rows: readonly Row[]): void {
       ],
       [
         'vs',
-        22,
+        24,
         (r) =>
-          r.against ? `${fixed(r.against.ratio, 2)}x ${r.against.mode}` : '',
+          r.against
+            .map((other) => `${fixed(other.ratio, 2)}x ${other.mode}`)
+            .join(', '),
       ],
       ['app µs', 6, (r) => us(r.cpu.app)],
       [
@@ -505,14 +543,22 @@ function report(rows: readonly Row[]): void {
       `less the baseline's within each round, median)`,
   );
   for (const row of rows) {
-    if (row.against) {
-      const { low, high, coverage } = row.against.interval;
+    for (const other of row.against) {
+      const { low, high, coverage } = other.interval;
+      const its = rows.find(
+        (r) => r.setting === row.setting && r.mode === other.mode,
+      )!.cpu;
+      /** CPU `of` a request of both, and the median of the rounds' differences. */
+      const cpu = (label: string, of: keyof CpuPerRequest) =>
+        `${label} ${us(row.cpu[of])} µs against ${us(its[of])} µs (${us(other.cpu[of], true)})`;
       console.log(
-        `${row.setting}: ${row.scenario} over ${row.against.name}: ${fixed(row.against.ratio, 2)}x ` +
-          `(the median lies in ${fixed(low, 2)}x to ${fixed(high, 2)}x at ${fixed(coverage * 100, 0)} %; ` +
-          `rounds ${row.against.ratios.map((r) => r.toFixed(2)).join(', ')}; p99 ${fixed(row.against.p99Ratio, 2)}x); ` +
-          `CPU a request over it: app ${us(row.against.cpu.app, true)} µs, PG ${us(row.against.cpu.db, true)} µs` +
-          `${row.cpu.redis === undefined ? '' : `, Redis ${us(row.against.cpu.redis, true)} µs`}`,
+        `${row.setting}: ${row.scenario} over ${other.name}: ${fixed(other.ratio, 2)}x ` +
+          `(rounds ${fixed(other.range[0], 2)}x to ${fixed(other.range[1], 2)}x: ` +
+          `${other.ratios.map((r) => r.toFixed(2)).join(', ')}; ` +
+          `the median lies in ${fixed(low, 2)}x to ${fixed(high, 2)}x at ${fixed(coverage * 100, 0)} %; ` +
+          `p99 ${fixed(other.p99Ratio, 2)}x); ` +
+          `CPU a request: ${cpu('app', 'app')}, ${cpu('PG', 'db')}` +
+          `${row.cpu.redis === undefined ? '' : `, ${cpu('Redis', 'redis')}`}`,
       );
     }
   }
@@ -600,6 +646,11 @@ async function main(): Promise<void> {
   const apps = new Map<ModeId, SampleProcess>();
   try {
     await onServer(serverUrl, `CREATE DATABASE "${database}"`);
+    if (modes.some((mode) => mode.id === 'lean')) {
+      // The lean floor's table of its own, as its application would have
+      // it from a migration of its own.
+      await onServer(appUrl.href, LEAN_TABLE);
+    }
     if (modes.some((mode) => mode.redis)) {
       redis = new Redis(REDIS_URL, {
         lazyConnect: true,
@@ -670,12 +721,14 @@ async function main(): Promise<void> {
             ]
           : mode.id === 'floor'
             ? ['PostgreSQL', 'the bare SQL floor']
-            : mode.library
-              ? [`PostgreSQL on ${mode.library}`, 'nestjs-idempotency']
-              : [
-                  mode.name.replace(/^module, | store$/g, ''),
-                  'nestjs-idempotency',
-                ];
+            : mode.id === 'lean'
+              ? ['PostgreSQL, a table of its own', 'the lean floor']
+              : mode.library
+                ? [`PostgreSQL on ${mode.library}`, 'nestjs-idempotency']
+                : [
+                    mode.name.replace(/^module, | store$/g, ''),
+                    'nestjs-idempotency',
+                  ];
       checks.push(
         await checkReplay(
           apps.get(mode.id)!,
@@ -707,8 +760,9 @@ async function main(): Promise<void> {
     const postmaster = server ? await localPostmaster(appUrl.href) : undefined;
     const together = SETTING_NAMES.flatMap((setting) =>
       TOGETHER.flatMap((ids) => {
-        const group = runs.filter(
-          (r) => r.setting === setting && ids.includes(r.mode.id),
+        // In the order of TOGETHER, not of the runs.
+        const group = ids.flatMap((id) =>
+          runs.filter((r) => r.setting === setting && r.mode.id === id),
         );
         return group.length > 1 ? [group] : [];
       }),

@@ -9,6 +9,10 @@
  *             of two keys, new records sealed with the current one
  *   floor     the PostgreSQL store's statements, sent by the route itself
  *             (floor.controller.ts)
+ *   lean      the lean floor: the same protocol as a careful engineer
+ *             would write it by hand, on a table of its own
+ *             (lean.controller.ts, lean-keys.ts; the bench creates the
+ *             table)
  *   redis     the module on the Redis store, `BENCH_REDIS_URL`, keys under
  *             `BENCH_REDIS_PREFIX`
  *   unfenced  the module on the Redis store whose completion is a plain,
@@ -48,6 +52,7 @@ import {
 } from '../../data-libraries/payments-library.js';
 import { benchLibrary, type DataLibrary } from './data-library.js';
 import { FloorController } from './floor.controller.js';
+import { LeanController } from './lean.controller.js';
 import { listenBenchApp } from './listen.js';
 import { modeController } from './modes.controller.js';
 import { ModesAppModule } from './modes.module.js';
@@ -116,10 +121,11 @@ async function mode(): Promise<DynamicModule> {
         },
       });
     case 'floor':
+    case 'lean':
       return ModesAppModule.forMode(
         typeOrmLibrary,
         typeOrmLibrary.alone,
-        FloorController,
+        MODE === 'floor' ? FloorController : LeanController,
       );
     case 'redis':
       return onTypeOrm(Idempotent, [
@@ -169,7 +175,7 @@ async function mode(): Promise<DynamicModule> {
         (baseline !== undefined && baseline !== 'baseline')
       ) {
         throw new Error(
-          `BENCH_MODE=${MODE}: expected baseline, postgres, encrypted, floor, redis, unfenced, memory, theirs, ` +
+          `BENCH_MODE=${MODE}: expected baseline, postgres, encrypted, floor, lean, redis, unfenced, memory, theirs, ` +
             `or a library (${LIBRARY_NAMES.join(', ')}) with or without -baseline`,
         );
       }
