@@ -23,10 +23,12 @@
  *   floor      the PostgreSQL store's statements and nothing else, sent by
  *              a plain route through the `pg` driver as named prepared
  *              statements, on the app's pool: the claim,
- *              `idempotency_acquire(...)`, in autocommit; then
+ *              `idempotency_acquire_generation(...)`, in autocommit; then
  *              `dataSource.transaction(...)`: START TRANSACTION, the
- *              handler's inserts, `idempotency_finish(...)` on the
- *              transaction's connection (fenced by the owner token), COMMIT
+ *              handler's inserts, the store's completion (an `UPDATE`
+ *              fenced by the owner token, and the deletion of the key's
+ *              steps, in one statement) on the transaction's connection,
+ *              COMMIT
  *              (bench-app/floor.controller.ts)
  *   lean       the lean floor: the same protocol as a careful engineer
  *              would write it by hand, on a table of its own

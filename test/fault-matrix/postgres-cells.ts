@@ -1,5 +1,6 @@
 import type { INestApplication } from '@nestjs/common';
 import { IdempotencyStore } from '../../src/index.js';
+import { COMPLETE } from '../../src/stores/postgres/postgres-statements.js';
 import { until } from '../utils/barrier.js';
 import {
   PRESENCE_APPLICATION_NAME,
@@ -94,8 +95,13 @@ const readStep = (run: Run) => (statement: Statement) =>
   statement.text.includes('SELECT result FROM "idempotency_steps"') &&
   statement.values[1] === run.key;
 const saveStep = fn('idempotency_save_step');
-const completion = fn('idempotency_finish', (v) => v[3] === 'completed');
-const storedError = fn('idempotency_finish', (v) => v[3] === 'failed');
+/** The store's completion of the request's key, storing a `status` record. */
+const completes = (status: string) => (run: Run) => (statement: Statement) =>
+  statement.text === COMPLETE.text &&
+  statement.values[1] === run.key &&
+  statement.values[3] === status;
+const completion = completes('completed');
+const storedError = completes('failed');
 const release = fn('idempotency_release');
 const renewal = (run: Run) => (statement: Statement) =>
   statement.text.includes('idempotency_renew(') &&

@@ -1,3 +1,4 @@
+import { COMPLETE } from '../../src/stores/postgres/postgres-statements.js';
 import { answer, UNAVAILABLE_ANSWER, type Answer } from '../utils/problems.js';
 import { terminateBackend, untilIdleInTransaction } from '../utils/sessions.js';
 import {
@@ -126,8 +127,7 @@ describe.each(PLATFORMS)(
           matches: (statement: Statement) =>
             point.statement === 'commit'
               ? statement.text === 'COMMIT'
-              : statement.text.includes('idempotency_finish(') &&
-                statement.values[1] === key,
+              : statement.text === COMPLETE.text && statement.values[1] === key,
           timing: point.timing,
         });
         held.open();

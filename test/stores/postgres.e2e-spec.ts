@@ -52,6 +52,71 @@ describe('the PostgreSQL store', () => {
     ttlMs: 3_600_000,
   } as const;
 
+  it("completes with a heap-only update, keeping the claim's expiry (ttl after the claim), unless that is past or further than ttl away", async () => {
+    const pool = poolOf(target.dataSource);
+    const expiry = async (key: string) =>
+      (
+        await target.db.query<{ expires_at: Date; ms: number }>(
+          `SELECT expires_at,
+             (extract(epoch FROM expires_at - coalesce(completed_at, created_at)) * 1000)::float8 AS ms
+           FROM idempotency_records WHERE scope = 'pg' AND key = $1`,
+          [key],
+        )
+      )[0];
+    // A claim leased for less than its ttl (the usual case), one leased for
+    // longer, and one whose ttl ran out while its handler ran.
+    const usual = { ...attempt('hot-usual'), leaseMs: 1_000 };
+    const longLease = { ...attempt('hot-long-lease'), ttlMs: 1_000 };
+    const outlived = { ...attempt('hot-outlived'), leaseMs: 1_000 };
+    for (const claim of [usual, longLease, outlived]) {
+      expect(await store.claim(claim)).toMatchObject({ state: 'claimed' });
+    }
+    await target.db.query(
+      `UPDATE idempotency_records SET expires_at = now() - interval '1 second'
+       WHERE scope = 'pg' AND key = $1`,
+      [outlived.key],
+    );
+    const claimed = await expiry(usual.key);
+    expect(claimed.ms).toBeCloseTo(usual.ttlMs, -1);
+
+    const client = await pool.connect();
+    try {
+      await client.query('BEGIN');
+      const updates = async () =>
+        (
+          await client.query<{ updated: number; hot: number }>(
+            `SELECT n_tup_upd::int AS updated, n_tup_hot_upd::int AS hot
+             FROM pg_stat_xact_user_tables WHERE relname = 'idempotency_records'`,
+          )
+        ).rows[0];
+      const before = await updates();
+      expect(
+        await store.complete(usual, completion, { client, began: true }),
+      ).toEqual({ fenced: true, waiting: false });
+      // Counted in this transaction: one update, heap-only (no index touched).
+      const after = await updates();
+      expect(after.updated - before.updated).toBe(1);
+      expect(after.hot - before.hot).toBe(1);
+      for (const claim of [longLease, outlived]) {
+        expect(
+          await store.complete(
+            claim,
+            { ...completion, ttlMs: claim.ttlMs },
+            { client, began: true },
+          ),
+        ).toEqual({ fenced: true, waiting: false });
+      }
+      await client.query('COMMIT');
+    } finally {
+      client.release();
+    }
+    expect((await expiry(usual.key)).expires_at).toEqual(claimed.expires_at);
+    // Moved to ttl after the completion: never replayed past it, nor born
+    // expired.
+    expect((await expiry(longLease.key)).ms).toBeCloseTo(1_000, -1);
+    expect((await expiry(outlived.key)).ms).toBeCloseTo(outlived.ttlMs, -1);
+  });
+
   it("completes in the handler's transaction: the record commits or rolls back with it", async () => {
     expect(store.completesInTransaction).toBe(true);
     const pool = poolOf(target.dataSource);

@@ -5,6 +5,7 @@ import {
   type TestApp,
 } from '../utils/test-app.js';
 import type { Pool } from 'pg';
+import { COMPLETE } from '../../src/stores/postgres/postgres-statements.js';
 import { QueryCounter } from './query-counter.js';
 import { UntouchedTestModule } from './untouched.module.js';
 
@@ -68,8 +69,8 @@ describe.each(PLATFORMS)(
         /^SELECT \* FROM idempotency_acquire_generation\(/,
       );
       const begin = executed.indexOf('START TRANSACTION');
-      const finish = executed.findIndex((s) =>
-        s.startsWith('SELECT * FROM idempotency_finish('),
+      const finish = executed.indexOf(
+        COMPLETE.text.replace(/\s+/g, ' ').trim(),
       );
       expect(begin).toBeGreaterThan(0);
       expect(finish).toBeGreaterThan(begin);

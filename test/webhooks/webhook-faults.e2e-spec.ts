@@ -1,5 +1,6 @@
 import { IDEMPOTENCY_TABLE_NAME } from '../../migrations/index.js';
 import type { WebhookPresetName } from '../../src/index.js';
+import { COMPLETE } from '../../src/stores/postgres/postgres-statements.js';
 import { answer, type Answer } from '../utils/problems.js';
 import {
   StatementFaults,
@@ -19,15 +20,11 @@ import { ROUTES, WebhooksTestModule } from './webhooks.module.js';
 /** Where a delivery's connection is lost: the statement, by the event id. */
 type At = (id: string) => (statement: Statement) => boolean;
 
-/** A statement of the module's own, by its function and the event id. */
-const fn =
-  (name: string, check: (values: readonly unknown[]) => boolean = () => true) =>
-  (id: string) =>
-  (statement: Statement) =>
-    statement.text.includes(`${name}(`) &&
-    statement.values[1] === id &&
-    check(statement.values);
-const completion = fn('idempotency_finish', (v) => v[3] === 'completed');
+/** The store's completion of the event id's record. */
+const completion = (id: string) => (statement: Statement) =>
+  statement.text === COMPLETE.text &&
+  statement.values[1] === id &&
+  statement.values[3] === 'completed';
 const orderWrite = (id: string) => (statement: Statement) =>
   /^\s*insert\s+into\s+"?orders"?/i.test(statement.text) &&
   statement.values.includes(id);

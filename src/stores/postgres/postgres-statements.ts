@@ -91,9 +91,39 @@ const STEPS = `"${IDEMPOTENCY_STEPS_TABLE_NAME}"`;
 export const ACQUIRE = postgresStatement(
   `SELECT * FROM idempotency_acquire_generation($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
 );
-/** @internal Completes a claim, fenced by its owner. */
-export const FINISH = postgresStatement(
-  `SELECT * FROM idempotency_finish($1, $2, $3, $4, $5, $6, $7, $8)`,
+/**
+ * @internal Completes a claim, fenced by its owner, in one plain statement in
+ * the handler's transaction: an `UPDATE` that rewrites no indexed column in
+ * the usual case, so that PostgreSQL can make it a heap-only update (no index
+ * touched), and the deletion of the key's steps, in the same plan. The
+ * deletion does not look at `has_steps`: steps saved before 0.5.0 have no
+ * such mark, and a lookup of a key in the steps' index costs nothing that
+ * could be measured (test/bench/README.md). The record keeps the expiry its claim
+ * gave it, `ttl` after the claim, unless that is already past (a handler
+ * that outlived its `ttl`) or further than `ttl` from now (a lease longer
+ * than the `ttl`, or a key bound by its steps): it then expires `ttl` from
+ * now. No row: the claim is no longer this owner's.
+ *
+ * Migration LeaseIdempotencyClaims1764000000003's `idempotency_finish` did
+ * the same in plpgsql, moving the indexed expiry each time; it stays, for
+ * instances of the previous versions during a rolling upgrade.
+ */
+export const COMPLETE = postgresStatement(
+  `WITH done AS (
+     UPDATE "idempotency_records" t SET status = $4, response_status = $5,
+       response_headers = $6, response_body = $7, lease_expires_at = NULL,
+       completed_at = now(),
+       expires_at = CASE WHEN t.expires_at <= now()
+           OR t.expires_at > now() + $8 * interval '1 millisecond'
+         THEN now() + $8 * interval '1 millisecond' ELSE t.expires_at END
+     WHERE t.scope = $1 AND t.key = $2 AND t.owner = $3
+       AND t.status = 'in_progress'
+     RETURNING t.scope, t.key, t.waiting
+   ), steps AS (
+     DELETE FROM ${STEPS} s USING done
+     WHERE s.scope = done.scope AND s.key = done.key
+   )
+   SELECT waiting FROM done`,
 );
 /** @internal Gives a claim up, fenced by its owner, binding its key to its request or not. */
 export const RELEASE = postgresStatement(

@@ -52,8 +52,8 @@ import { readPostgresSchema } from './postgres-schema-check.js';
 import {
   ACQUIRE,
   BIND,
+  COMPLETE,
   COUNT_FAILURE,
-  FINISH,
   PostgresStatements,
   READ_STEP,
   RELEASE,
@@ -80,7 +80,6 @@ const STEPS = `"${IDEMPOTENCY_STEPS_TABLE_NAME}"`;
  */
 export const POSTGRES_FUNCTIONS = [
   'idempotency_acquire_generation(text,text,text,text,text,uuid,uuid,float8,float8,boolean)',
-  'idempotency_finish(text,text,uuid,text,integer,jsonb,bytea,float8)',
   'idempotency_release(text,text,uuid,boolean)',
   'idempotency_renew(text[],text[],uuid[],float8[])',
   'idempotency_save_step(text,text,uuid,text,jsonb,float8)',
@@ -273,11 +272,14 @@ export class PostgresIdempotencyStore
     if (!connection) {
       throw transaction?.failure ?? new TransactionLostError();
     }
-    const { rows } = await this.statements.query<{
-      finished: boolean;
-      waiting: boolean;
-    }>(connection, FINISH, values, connection !== this.pool);
-    return { fenced: rows[0].finished, waiting: rows[0].waiting };
+    const { rows } = await this.statements.query<{ waiting: boolean }>(
+      connection,
+      COMPLETE,
+      values,
+      connection !== this.pool,
+    );
+    // No row: the claim is no longer this owner's.
+    return { fenced: rows.length === 1, waiting: rows[0]?.waiting ?? false };
   }
 
   async release(lease: Lease, bind = false): Promise<FencedWrite> {

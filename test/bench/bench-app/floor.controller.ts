@@ -1,17 +1,13 @@
 import { Controller } from '@nestjs/common';
 import { createHash } from 'node:crypto';
 import type { CreatePaymentDto } from '../../../sample-app/payments/create-payment.dto.js';
+import {
+  ACQUIRE,
+  COMPLETE,
+  RELEASE,
+} from '../../../src/stores/postgres/postgres-statements.js';
 import { CONTENT_TYPE, FloorRoutes, statement } from './floor-routes.js';
 import type { Attempt, Completion, Holder } from './floor-routes.js';
-
-/**
- * The statements of the claim protocol, as PostgresIdempotencyStore sends
- * them (the functions of the shipped migrations): the floor must send what
- * the store sends, so they change together.
- */
-const ACQUIRE = `SELECT * FROM idempotency_acquire_generation($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`;
-const FINISH = `SELECT * FROM idempotency_finish($1, $2, $3, $4, $5, $6, $7, $8)`;
-const RELEASE = `SELECT * FROM idempotency_release($1, $2, $3, $4)`;
 
 /** The module's defaults: its scope, lease and the sample's ttl. */
 const SCOPE = 'global';
@@ -25,14 +21,15 @@ interface AcquireRow extends Holder {
 
 /**
  * The floor of the module's protocol on PostgreSQL: the same statements as
- * the PostgreSQL store, and nothing else, in a plain route (no interceptor,
+ * the PostgreSQL store (its own, imported: they change together), and
+ * nothing else, in a plain route (no interceptor,
  * no lease renewal, no presence, no events; the steps: floor-routes.ts),
  * as named prepared statements (parsed once per connection):
  *
  *   1. the claim, `idempotency_acquire_generation(...)`, with the module's
  *      fingerprint of the request;
- *   2. the fenced completion `idempotency_finish(...)` in the handler's
- *      transaction;
+ *   2. the fenced completion (an `UPDATE` of the record and the deletion
+ *      of its steps, in one statement) in the handler's transaction;
  *   3. on a failure, `idempotency_release(...)`.
  */
 @Controller('modes')
@@ -47,7 +44,7 @@ export class FloorController extends FloorRoutes {
     const {
       rows: [claim],
     } = await this.pool.query<AcquireRow>(
-      statement('idempotency_acquire_generation', ACQUIRE, [
+      statement(ACQUIRE.name, ACQUIRE.text, [
         SCOPE,
         attempt.key,
         attempt.fingerprint,
@@ -66,8 +63,8 @@ export class FloorController extends FloorRoutes {
   protected async complete(completion: Completion): Promise<boolean> {
     const {
       rows: [finish],
-    } = await completion.connection.query<{ finished: boolean }>(
-      statement('idempotency_finish', FINISH, [
+    } = await completion.connection.query<{ waiting: boolean }>(
+      statement(COMPLETE.name, COMPLETE.text, [
         SCOPE,
         completion.key,
         completion.owner,
@@ -78,12 +75,13 @@ export class FloorController extends FloorRoutes {
         TTL_MS,
       ]),
     );
-    return finish.finished;
+    // No row: the claim is no longer this attempt's.
+    return finish !== undefined;
   }
 
   protected async release({ key, owner }: Attempt): Promise<void> {
     await this.pool.query(
-      statement('idempotency_release', RELEASE, [SCOPE, key, owner, false]),
+      statement(RELEASE.name, RELEASE.text, [SCOPE, key, owner, false]),
     );
   }
 }
