@@ -470,13 +470,13 @@ function storeTests(server: () => Address): void {
     expect(socket.writableCorked).toBe(0);
   });
 
-  it('writes the same finished record whether the lease carries its claim request (sent whole) or only scope, key and owner (the script adds the claim lines)', async () => {
+  it("writes the same finished record whether the lease is the store's handle of the claim, carries its claim request (either sent whole) or only scope, key and owner (the script adds the claim lines)", async () => {
     const headers = { 'content-type': 'text/plain', 'x-many': ['1', '2'] };
     const body = Buffer.from([0, 10, 255, 0x69, 10]);
     const request = { fingerprint: 'v2:fp\n"λ"', method: 'PUT', path: '/a/:b' };
     const records = [];
-    for (const bare of [false, true]) {
-      const key = `same-record-${bare}`;
+    for (const kind of ['handle', 'request', 'bare'] as const) {
+      const key = `same-record-${kind}`;
       // A duplicate waits (the claim is marked), so that the owner is told.
       const claim = attempt(key, { ...request, wait: true });
       await store.claim(claim);
@@ -484,9 +484,14 @@ function storeTests(server: () => Address): void {
         await store.claim(attempt(key, { ...request, wait: true })),
       ).toMatchObject({ state: 'in_progress' });
       await store.saveStep(claim, 'charge', 'ch_1', 3_600_000);
-      const lease = bare
-        ? { scope: claim.scope, key: claim.key, owner: claim.owner }
-        : claim;
+      // The claim request is passed as the store's handle of the claim;
+      // a copy of it, as it is.
+      const lease =
+        kind === 'bare'
+          ? { scope: claim.scope, key: claim.key, owner: claim.owner }
+          : kind === 'request'
+            ? { ...claim }
+            : claim;
       const stranger = { ...lease, owner: randomUUID() };
       const written = {
         ...completion,
@@ -520,7 +525,8 @@ function storeTests(server: () => Address): void {
         },
       });
     }
-    expect(records[0]).toBe(records[1]);
+    expect(records[1]).toBe(records[0]);
+    expect(records[2]).toBe(records[0]);
     expect(records[0]).toBe(
       Buffer.concat([
         Buffer.from(

@@ -6,7 +6,7 @@ import type {
 } from '../../interfaces/idempotency-store.interface.js';
 import { runScriptBuffer, type RedisClient } from './redis-client.js';
 import { RedisKeys } from './redis-keys.js';
-import { decodeRecord, fingerprintLine } from './redis-record.js';
+import { decodeRecord, fingerprintLine, requestLines } from './redis-record.js';
 import { CLAIM } from './redis.scripts.js';
 
 /** @internal The lines of a claim that its finished record repeats. */
@@ -17,19 +17,22 @@ export interface ClaimLines {
 }
 
 /**
- * @internal The Redis store's handle of a claim that it granted by the
- * plain `SET NX` on a key without steps (`ClaimOutcome.lease`), which the
- * module hands back to every later call for that claim. Such a claim may
+ * @internal The Redis store's handle of a claim that it granted
+ * (`ClaimOutcome.lease`), which the module hands back to every later call
+ * for that claim: it keeps the record's id and the request's lines that
+ * the claim computed, so that its completion does not compute them again.
+ *
+ * A claim granted by the plain `SET NX` on a key without steps may
  * complete by one `SET … IFEQ <the value its claim wrote>` instead of the
  * completion script, as long as the key has no steps and its record is
  * kept at least as long as the claim kept the key's generation (the
  * command leaves the generation, which must not outlive the record): so
- * the handle keeps that value, and how long the claim kept the
+ * its handle keeps that value, and how long the claim kept the
  * generation, until the claim saves a step, is bound, completes or is
  * released.
  *
- * Any other lease (the store returned no handle, or a caller built its
- * own) carries no such value, and completes by the script.
+ * Any other lease (a caller built its own, or the handle of a claim that
+ * the script granted) carries no such value, and completes by the script.
  */
 export class RedisClaim implements StepLease, ClaimLines {
   readonly scope: string;
@@ -38,6 +41,10 @@ export class RedisClaim implements StepLease, ClaimLines {
   readonly fingerprint: string;
   readonly method: string;
   readonly path: string;
+  /** The record's id (see `RedisKeys.id`). */
+  readonly id: string;
+  /** The request's lines of its record (see `requestLines`). */
+  readonly lines: string;
   /** What the claim wrote, while its completion may compare and set it. */
   #written: string | undefined;
   /** How long (ms) the claim kept the key's generation. */
@@ -45,16 +52,27 @@ export class RedisClaim implements StepLease, ClaimLines {
 
   /**
    * @param request the claim request it was granted for.
-   * @param written the value that the claim's `SET NX` wrote.
+   * @param id the record's id.
+   * @param lines the request's lines of its record.
+   * @param written the value that the claim's `SET NX` wrote, if its
+   *   completion may compare and set it.
    * @param generationMs how long (ms) the claim kept the key's generation.
    */
-  constructor(request: ClaimRequest, written: string, generationMs: number) {
+  constructor(
+    request: ClaimRequest,
+    id: string,
+    lines: string,
+    written?: string,
+    generationMs = 0,
+  ) {
     this.scope = request.scope;
     this.key = request.key;
     this.owner = request.owner;
     this.fingerprint = request.fingerprint;
     this.method = request.method;
     this.path = request.path;
+    this.id = id;
+    this.lines = lines;
     this.#written = written;
     this.#generationMs = generationMs;
   }
@@ -77,6 +95,13 @@ export class RedisClaim implements StepLease, ClaimLines {
   }
 }
 
+/** @internal The record's id of a lease: its handle's, or computed. */
+export function recordIdOf(lease: Lease): string {
+  return lease instanceof RedisClaim
+    ? lease.id
+    : RedisKeys.id(lease.scope, lease.key);
+}
+
 /**
  * @internal The fingerprint, method and path of a lease that carries them
  * (the module's leases: a claim request, or a {@link RedisClaim}), from
@@ -93,6 +118,21 @@ export function claimLinesOf(lease: Lease): ClaimLines | undefined {
 }
 
 /**
+ * @internal The request's lines (see `requestLines`) of a lease that
+ * carries them or its claim's fingerprint, method and path, from which a
+ * completion builds the finished record whole; undefined for a bare lease.
+ */
+export function requestLinesOf(lease: Lease): string | undefined {
+  if (lease instanceof RedisClaim) {
+    return lease.lines;
+  }
+  const lines = claimLinesOf(lease);
+  return (
+    lines && requestLines({ ...lines, scope: lease.scope, key: lease.key })
+  );
+}
+
+/**
  * The claim script's reply: {1, the key's generation}, or {0, the record,
  * lease ms left}.
  */
@@ -101,7 +141,7 @@ type ClaimReply = [1, Buffer] | [0, Buffer, number?];
 /**
  * @internal Claims a key by the claim script (see CLAIM), where the plain
  * `SET NX` did not decide: `claim.value` is the claim's in-progress value,
- * `claim.lease` the store's handle when that `SET NX` wrote the claim.
+ * `claim.lease` the store's handle of the claim, if granted.
  */
 export async function claimByScript(
   client: RedisClient,
@@ -111,11 +151,11 @@ export async function claimByScript(
     readonly value: string;
     readonly leaseMs: number;
     readonly generationMs: number;
-    readonly lease: RedisClaim | undefined;
+    readonly lease: RedisClaim;
   },
 ): Promise<ClaimOutcome> {
-  const id = RedisKeys.id(request.scope, request.key);
   const { lease } = claim;
+  const { id } = lease;
   const reply = await runScriptBuffer<ClaimReply>(
     client,
     CLAIM,
@@ -131,10 +171,7 @@ export async function claimByScript(
     ],
   );
   if (reply[0] === 1) {
-    const generation = reply[1].toString();
-    return lease
-      ? { state: 'claimed', lease, generation }
-      : { state: 'claimed', generation };
+    return { state: 'claimed', lease, generation: reply[1].toString() };
   }
   const found = decodeRecord(reply[1]);
   return found.state === 'in_progress'

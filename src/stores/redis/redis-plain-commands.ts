@@ -21,8 +21,8 @@ function refusesIfEq(error: unknown): boolean {
 /**
  * @internal What the plain path made of a claim: its outcome, or `script`
  * for what the claim script decides (with the store's handle, when the
- * `SET NX` wrote the claim on a key without steps, but found the key's
- * generation: the script reads it).
+ * `SET NX` wrote the claim but found the key's generation: the script
+ * reads it).
  */
 export type PlainClaim =
   ClaimOutcome | { readonly state: 'script'; readonly lease?: RedisClaim };
@@ -53,15 +53,17 @@ export class RedisPlainCommands {
 
   /**
    * Claims the record `id` for `request` by one `SET NX PX GET` of `value`
-   * (its in-progress value) for `leaseMs` (at least 1), after a `SET NX` of
-   * the key's generation (the owner token) for `generationMs`, in the same
-   * write: claimed in a generation of its own, with the store's handle
-   * ({@link RedisClaim}) when the key has no steps; the finished record that
+   * (its in-progress value, of the request's `lines`) for `leaseMs` (at
+   * least 1), after a `SET NX` of the key's generation (the owner token)
+   * for `generationMs`, in the same write: claimed in a generation of its
+   * own, with the store's handle ({@link RedisClaim}), which may complete
+   * by compare-and-set when the key has no steps; the finished record that
    * holds it; or `script`, for the claim script (see CLAIM).
    */
   async claim(
     request: ClaimRequest,
     id: string,
+    lines: string,
     value: string,
     leaseMs: number,
     generationMs: number,
@@ -97,16 +99,16 @@ export class RedisPlainCommands {
         : this.client.exists(this.keys.steps(id)).catch(() => undefined);
     const [generation, held] = await Promise.all([started, claimed]);
     if (held === null) {
-      const lease =
-        steps && (await steps) === 0
-          ? new RedisClaim(request, value, generationMs)
-          : undefined;
-      if (generation !== 'OK') {
-        return lease ? { state: 'script', lease } : SCRIPT;
-      }
-      return lease
+      const lease = new RedisClaim(
+        request,
+        id,
+        lines,
+        steps && (await steps) === 0 ? value : undefined,
+        generationMs,
+      );
+      return generation === 'OK'
         ? { state: 'claimed', lease, generation: request.owner }
-        : { state: 'claimed', generation: request.owner };
+        : { state: 'script', lease };
     }
     const found = decodeRecord(held);
     if (found.state === 'finished' && found.expiresAt > Date.now()) {

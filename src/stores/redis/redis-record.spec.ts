@@ -1,8 +1,11 @@
 import {
+  claimValue,
   decodeRecord,
   finishedValue,
+  finishedValueOf,
   fingerprintLine,
   inProgressValue,
+  requestLines,
   statusLetter,
 } from './redis-record.js';
 
@@ -141,6 +144,39 @@ describe('the Redis record value', () => {
         record: { response: { status: 201, body } },
       });
     }
+  });
+
+  it('builds a claim and its finished record from the same request lines, the claim with its time', () => {
+    const request = {
+      scope: 'POST /p "]\n',
+      key: 'k,1]',
+      fingerprint: 'fp "\n',
+      method: 'POST',
+      path: '/p/:id',
+    };
+    const lines = requestLines(request);
+    const line = `\n"fp \\"\\n"\n["POST","/p/:id","POST /p \\"]\\n","k,1]"`;
+    expect(lines).toBe(line);
+    expect(claimValue('owner', lines, 1_795_491_712_344)).toBe(
+      `i- owner${line},1795491712344]`,
+    );
+    expect(inProgressValue('owner', request, 1_795_491_712_344)).toBe(
+      claimValue('owner', lines, 1_795_491_712_344),
+    );
+    const value = finishedValueOf('c 1 201 0', lines, '{}', Buffer.from('b'));
+    expect(value).toBe(`c 1 201 0${line}]\n{}\nb`);
+    expect(value).toBe(
+      finishedValue('c 1 201 0', request, '{}', Buffer.from('b')),
+    );
+    expect(decodeRecord(Buffer.from(value))).toMatchObject({
+      record: { fingerprint: 'fp "\n' },
+    });
+    expect(JSON.parse(`${lines.slice(lines.lastIndexOf('\n') + 1)}]`)).toEqual([
+      'POST',
+      '/p/:id',
+      request.scope,
+      request.key,
+    ]);
   });
 
   it('refuses a value that is not a record', () => {

@@ -110,17 +110,32 @@ export interface RecordRequest {
 }
 
 /**
- * The lines a claim's value and its finished record share, after their
- * first: a newline, the fingerprint JSON, a newline, the request's JSON
- * (with `claimed`, for a claim).
+ * @internal The lines a claim's value and its finished record share, after
+ * their first, open: a newline, the fingerprint JSON, a newline, and the
+ * request's JSON without its closing bracket, after which a claim adds its
+ * time (see {@link claimValue}) and a finished record nothing (see
+ * {@link finishedValueOf}). Built once a claim: its completion reuses it.
  */
-function requestLines(request: RecordRequest, claimed?: number): string {
+export function requestLines(request: RecordRequest): string {
   const { fingerprint, method, path, scope, key } = request;
-  const line =
+  const line = JSON.stringify(
     scope === undefined || key === undefined
       ? [method, path]
-      : [method, path, scope, key];
-  return `\n${fingerprintLine(fingerprint)}\n${JSON.stringify(claimed === undefined ? line : [...line, claimed])}`;
+      : [method, path, scope, key],
+  );
+  return `\n${fingerprintLine(fingerprint)}\n${line.slice(0, -1)}`;
+}
+
+/**
+ * @internal The value of a claim that nobody waits for yet, from its
+ * request's {@link requestLines}.
+ */
+export function claimValue(
+  owner: string,
+  lines: string,
+  claimed: number,
+): string {
+  return `i- ${owner}${lines},${claimed}]`;
 }
 
 /** @internal The value of a claim that nobody waits for yet. */
@@ -129,7 +144,7 @@ export function inProgressValue(
   request: Required<RecordRequest>,
   claimed: number,
 ): string {
-  return `i- ${owner}${requestLines(request, claimed)}`;
+  return claimValue(owner, requestLines(request), claimed);
 }
 
 /**
@@ -145,7 +160,19 @@ export function finishedValue(
   headers: string,
   body: Buffer | undefined,
 ): Buffer | string {
-  const text = `${head}${requestLines(request)}\n${headers}\n`;
+  return finishedValueOf(head, requestLines(request), headers, body);
+}
+
+/**
+ * @internal {@link finishedValue} from the request's {@link requestLines}.
+ */
+export function finishedValueOf(
+  head: string,
+  lines: string,
+  headers: string,
+  body: Buffer | undefined,
+): Buffer | string {
+  const text = `${head}${lines}]\n${headers}\n`;
   if (!body || body.length === 0) {
     return text;
   }

@@ -2,6 +2,7 @@ import type {
   AbandonedKey,
   StepLease,
 } from '../../interfaces/idempotency-store.interface.js';
+import { recordIdOf } from './redis-claim.js';
 import { RECORD_ID_LENGTH, RedisKeys } from './redis-keys.js';
 import { fingerprintLine } from './redis-record.js';
 import { parseStep, stepValue } from './redis-step-value.js';
@@ -36,7 +37,7 @@ export class RedisSteps {
     lease: StepLease,
     step: string,
   ): Promise<{ readonly result: unknown } | undefined> {
-    const id = RedisKeys.id(lease.scope, lease.key);
+    const id = recordIdOf(lease);
     const value = await runScript<string | null>(
       this.client,
       READ_STEP,
@@ -70,7 +71,7 @@ export class RedisSteps {
     result: unknown,
     ttlMs: number,
   ): Promise<boolean> {
-    const id = RedisKeys.id(lease.scope, lease.key);
+    const id = recordIdOf(lease);
     const expiresAt = Date.now() + ttlMs;
     // Indexed first: an entry without its step is dropped by the collector,
     // a step without its entry would never be reported. The index is not

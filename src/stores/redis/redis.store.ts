@@ -19,12 +19,18 @@ import type {
 } from '../../interfaces/idempotency-store.interface.js';
 import { notReplayable } from '../not-replayable.js';
 import { RedisAdmin } from './redis-admin.js';
-import { RedisClaim, claimByScript, claimLinesOf } from './redis-claim.js';
+import {
+  RedisClaim,
+  claimByScript,
+  recordIdOf,
+  requestLinesOf,
+} from './redis-claim.js';
 import { RedisKeys } from './redis-keys.js';
 import { RedisPlainCommands } from './redis-plain-commands.js';
 import {
-  finishedValue,
-  inProgressValue,
+  claimValue,
+  finishedValueOf,
+  requestLines,
   statusLetter,
 } from './redis-record.js';
 import { RedisSteps } from './redis-steps.js';
@@ -151,14 +157,15 @@ export class RedisIdempotencyStore
    * key's generation in the same write; a claim held by another attempt, a
    * record past its own expiry, or a key that had a generation already
    * (after a crash, or a release that bound it) goes to the claim script
-   * (see {@link RedisPlainCommands}). A claim granted by the `SET NX` on a
-   * key without steps comes with the store's handle (a
-   * {@link RedisClaim}), for its completion. The key's generation is kept
-   * for the claim's ttl (at least its lease) after the claim.
+   * (see {@link RedisPlainCommands}). A claim granted comes with the
+   * store's handle (a {@link RedisClaim}), for its later calls. The key's
+   * generation is kept for the claim's ttl (at least its lease) after the
+   * claim.
    */
   async claim(request: ClaimRequest): Promise<ClaimOutcome> {
     const id = RedisKeys.id(request.scope, request.key);
-    const value = inProgressValue(request.owner, request, Date.now());
+    const lines = requestLines(request);
+    const value = claimValue(request.owner, lines, Date.now());
     const leaseMs = ms(request.leaseMs);
     const generationMs = Math.max(ms(request.ttlMs), leaseMs);
     let lease: RedisClaim | undefined;
@@ -166,6 +173,7 @@ export class RedisIdempotencyStore
       const outcome = await this.plain.claim(
         request,
         id,
+        lines,
         value,
         leaseMs,
         generationMs,
@@ -179,7 +187,7 @@ export class RedisIdempotencyStore
       value,
       leaseMs,
       generationMs,
-      lease,
+      lease: lease ?? new RedisClaim(request, id, lines),
     });
   }
 
@@ -228,19 +236,15 @@ export class RedisIdempotencyStore
         return this.complete(lease, notReplayable(completion));
       }
     }
-    const id = RedisKeys.id(lease.scope, lease.key);
+    const id = recordIdOf(lease);
     const ttlMs = ms(completion.ttlMs);
     const now = Date.now();
     const head = `${statusLetter(completion.status)} ${now + ttlMs} ${response.status} ${now}`;
-    const lines = claimLinesOf(lease);
-    const value = lines
-      ? finishedValue(
-          head,
-          { ...lines, scope: lease.scope, key: lease.key },
-          headers,
-          stored?.body,
-        )
-      : undefined;
+    const lines = requestLinesOf(lease);
+    const value =
+      lines === undefined
+        ? undefined
+        : finishedValueOf(head, lines, headers, stored?.body);
     if (await this.plain.complete(lease, id, value, ttlMs)) {
       return { fenced: true, waiting: false };
     }
@@ -262,7 +266,7 @@ export class RedisIdempotencyStore
    */
   async release(lease: Lease, bind = false): Promise<FencedWrite> {
     RedisClaim.take(lease);
-    const id = RedisKeys.id(lease.scope, lease.key);
+    const id = recordIdOf(lease);
     const [fenced, waiting] = await runScript<[number, number]>(
       this.client,
       RELEASE,
@@ -281,7 +285,7 @@ export class RedisIdempotencyStore
   async bind(lease: StepLease): Promise<boolean> {
     // Its record changes: a completion by SET IFEQ would find it changed.
     RedisClaim.take(lease);
-    const id = RedisKeys.id(lease.scope, lease.key);
+    const id = recordIdOf(lease);
     return (
       (await runScript<number>(
         this.client,
