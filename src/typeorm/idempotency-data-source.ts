@@ -21,6 +21,10 @@ import { IdempotencyConfigurationError } from '../exceptions/idempotency-configu
 import { assertPostgresDataSource } from './postgres-data-source.js';
 import { bindAmbientTransaction } from './ambient-transaction.js';
 import { LazyTransaction } from './lazy-transaction.js';
+import {
+  lazyQueryRunners,
+  type LazyQueryRunners,
+} from './lazy-query-runner.js';
 import { TransactionGate } from '../pg/transaction-gate.js';
 import {
   outsideHandlerTransaction,
@@ -63,6 +67,8 @@ export class IdempotencyDataSource
   private driverPool: Pool | undefined;
   private poolConnection: PostgresConnection | undefined;
   private unbind?: () => void;
+  /** Makes the query runners of handler transactions, once resolved. */
+  private runners: LazyQueryRunners | undefined;
   private transactionGate = new TransactionGate(Infinity);
   /** The DataSource's `isolationLevel` option, the default of handlers. */
   private defaultLevel: IdempotencyIsolationLevel | undefined;
@@ -139,6 +145,7 @@ export class IdempotencyDataSource
   begin(deadline: number, isolationLevel?: string): LazyTransaction {
     return new LazyTransaction(
       this.resolve(),
+      this.runners!,
       this.transactionGate,
       deadline,
       (isolationLevel as IdempotencyIsolationLevel | undefined) ??
@@ -265,6 +272,7 @@ export class IdempotencyDataSource
     }
     this.driverPool = pool;
     this.poolConnection = poolConnection(pool, startupRetry(dataSource));
+    this.runners = lazyQueryRunners(dataSource);
     this.unbind = bindAmbientTransaction(dataSource);
     this.source = dataSource;
     return dataSource;

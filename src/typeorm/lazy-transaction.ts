@@ -23,18 +23,13 @@ import {
   type DriverClient,
 } from '../pg/cancel-statement.js';
 
-type State = 'idle' | 'open' | 'ended' | 'abandoned';
+import type {
+  LazyQueryRunner,
+  LazyQueryRunners,
+  LazyRunnerOwner,
+} from './lazy-query-runner.js';
 
-/** What TypeORM keeps of a transaction, as the module sets it. */
-interface RunnerInternals {
-  isTransactionActive: boolean;
-  transactionDepth: number;
-  databaseConnection?: PoolClient;
-  connect(): Promise<PoolClient>;
-  startTransaction(isolationLevel?: unknown): Promise<void>;
-  /** Gives the connection back, or, with an error, has the pool close it. */
-  releasePostgresConnection(error?: Error): Promise<void>;
-}
+type State = 'idle' | 'open' | 'ended' | 'abandoned';
 
 const logger = new Logger('Idempotency');
 
@@ -47,8 +42,8 @@ const logger = new Logger('Idempotency');
  * it first asks the pool for its connection, after taking a place in the
  * module's share of the pool (see {@link TransactionGate}).
  */
-export class LazyTransaction implements HandlerTransaction {
-  private runner: QueryRunner | undefined;
+export class LazyTransaction implements HandlerTransaction, LazyRunnerOwner {
+  private runner: LazyQueryRunner | undefined;
   private phase: State = 'idle';
   private opening: Promise<PoolClient> | undefined;
   private holdsPlace = false;
@@ -60,6 +55,8 @@ export class LazyTransaction implements HandlerTransaction {
   constructor(
     /** The DataSource whose connection it holds. */
     readonly dataSource: DataSource,
+    /** Makes its query runner, on `dataSource`. */
+    private readonly runners: LazyQueryRunners,
     private readonly gate: TransactionGate,
     /** When the request's time is up (epoch ms): no place is awaited past it. */
     private readonly deadline: number,
@@ -77,7 +74,7 @@ export class LazyTransaction implements HandlerTransaction {
   get client(): PoolClient | undefined {
     const client =
       this.phase === 'open' && this.runner && !this.runner.isReleased
-        ? (this.runner as unknown as RunnerInternals).databaseConnection
+        ? this.runner.databaseConnection
         : undefined;
     return client && !this.underneath.on(client) ? client : undefined;
   }
@@ -123,7 +120,7 @@ export class LazyTransaction implements HandlerTransaction {
 
   /** The query runner of the transaction. */
   get queryRunner(): QueryRunner {
-    this.runner ??= this.createRunner();
+    this.runner ??= this.runners(this);
     return this.runner;
   }
 
@@ -191,7 +188,7 @@ export class LazyTransaction implements HandlerTransaction {
       this.phase = 'abandoned';
     }
     await opening?.catch(() => undefined);
-    const runner = this.runner as (QueryRunner & RunnerInternals) | undefined;
+    const { runner } = this;
     const client =
       runner && !runner.isReleased && runner.isTransactionActive
         ? runner.databaseConnection
@@ -250,7 +247,7 @@ export class LazyTransaction implements HandlerTransaction {
       this.phase = state;
     }
     if (this.runner && !this.runner.isReleased) {
-      await (this.runner as unknown as RunnerInternals)
+      await this.runner
         .releasePostgresConnection(failure)
         .catch((error: unknown) => {
           logger.warn(
@@ -264,50 +261,23 @@ export class LazyTransaction implements HandlerTransaction {
     }
   }
 
-  private createRunner(): QueryRunner {
-    const runner = this.dataSource.createQueryRunner();
-    const internals = runner as unknown as RunnerInternals;
-    // The runner says its transaction is open from the start, as TypeORM
-    // would see it had it begun eagerly: `save()` and query builders then
-    // write without a transaction (a savepoint) of their own, and the
-    // handler's own `manager.transaction()` becomes a savepoint. Its first
-    // statement begins it (see connect below).
-    internals.isTransactionActive = true;
-    internals.transactionDepth = 1;
-    const connect = internals.connect.bind(runner);
-    const startTransaction = internals.startTransaction.bind(runner);
-    internals.connect = () => {
-      if (this.phase === 'open') {
-        const client = internals.databaseConnection;
-        return client && this.underneath.on(client)
-          ? Promise.reject(this.underneath.error!)
-          : connect();
-      }
-      if (this.phase !== 'idle') {
-        return Promise.reject(new AbandonedTransactionError());
-      }
-      this.opening ??= this.open(connect);
-      return this.opening;
-    };
-    // A transaction the handler opens itself (`manager.transaction()`) is a
-    // savepoint of this one.
-    internals.startTransaction = async (isolationLevel?: unknown) => {
-      await internals.connect();
-      return startTransaction(isolationLevel);
-    };
-    // ...which cannot run at another isolation level: refused before it
-    // begins (a failed begin would roll the whole transaction back).
-    const manager = runner.manager;
-    const transaction = manager.transaction.bind(manager) as (
-      ...args: unknown[]
-    ) => Promise<unknown>;
-    manager.transaction = (async (...args: unknown[]) => {
-      if (typeof args[0] === 'string') {
-        await this.joinAt(args[0], internals);
-      }
-      return transaction(...args);
-    }) as EntityManager['transaction'];
-    return runner;
+  /**
+   * @internal The connection its runner asks for: the first statement takes
+   * a place and the connection, and begins the transaction; once it has
+   * ended (or was ended underneath the module), refused.
+   */
+  connectRunner(runner: LazyQueryRunner): Promise<PoolClient> {
+    if (this.phase === 'open') {
+      const client = runner.databaseConnection;
+      return client && this.underneath.on(client)
+        ? Promise.reject(this.underneath.error!)
+        : runner.connectToPool();
+    }
+    if (this.phase !== 'idle') {
+      return Promise.reject(new AbandonedTransactionError());
+    }
+    this.opening ??= this.open(runner);
+    return this.opening;
   }
 
   /**
@@ -315,12 +285,13 @@ export class LazyTransaction implements HandlerTransaction {
    * the transaction's own level, or, when the server's default applies,
    * the one the server reports.
    * @throws IdempotencyConfigurationError for another level.
+   * @internal
    */
-  private async joinAt(level: string, runner: RunnerInternals): Promise<void> {
+  async joinAt(level: string): Promise<void> {
     let current: string | undefined = this.isolationLevel;
     if (current === undefined) {
       this.serverLevel ??= await ownStatement(async () => {
-        const client = await runner.connect();
+        const client = (await this.queryRunner.connect()) as PoolClient;
         const { rows } = await client.query<{ transaction_isolation: string }>(
           'SHOW transaction_isolation',
         );
@@ -342,7 +313,7 @@ export class LazyTransaction implements HandlerTransaction {
    * begins the transaction: statements of the module's own (their errors
    * are the database's, not the handler's).
    */
-  private async open(connect: () => Promise<PoolClient>): Promise<PoolClient> {
+  private async open(runner: LazyQueryRunner): Promise<PoolClient> {
     try {
       return await ownStatement(async () => {
         await this.gate.acquire(this.deadline - Date.now());
@@ -350,7 +321,7 @@ export class LazyTransaction implements HandlerTransaction {
         if (this.phase !== 'idle') {
           throw new AbandonedTransactionError();
         }
-        const client = await connect();
+        const client = await runner.connectToPool();
         // Sent on the driver's client: TypeORM's own START TRANSACTION would
         // ask for the connection again, which is what is being opened.
         await client.query(beginStatement(this.isolationLevel));

@@ -1,0 +1,117 @@
+import type { PoolClient } from 'pg';
+import type { DataSource, EntityManager, QueryRunner } from 'typeorm';
+
+/** What TypeORM keeps of a runner's transaction, as the module sets it. */
+export interface RunnerInternals {
+  isTransactionActive: boolean;
+  transactionDepth: number;
+  databaseConnection?: PoolClient;
+  connect(): Promise<PoolClient>;
+  startTransaction(isolationLevel?: unknown): Promise<void>;
+  /** Gives the connection back, or, with an error, has the pool close it. */
+  releasePostgresConnection(error?: Error): Promise<void>;
+}
+
+/** @internal The transaction a {@link LazyQueryRunner} runs for. */
+export interface LazyRunnerOwner {
+  /**
+   * The connection the runner asks for: taken from the pool, and the
+   * transaction begun on it, by the first statement; refused once the
+   * transaction has ended.
+   */
+  connectRunner(runner: LazyQueryRunner): Promise<PoolClient>;
+  /**
+   * Checks that a transaction the handler opens itself (a savepoint) at
+   * isolation level `level` runs at it.
+   * @throws IdempotencyConfigurationError for another level.
+   */
+  joinAt(level: string): Promise<void>;
+}
+
+/**
+ * @internal The query runner of a handler's transaction: TypeORM's runner of
+ * the DataSource's driver, which asks its owner for its connection.
+ */
+export type LazyQueryRunner = QueryRunner &
+  RunnerInternals & {
+    readonly owner: LazyRunnerOwner;
+    /** The pool's connection, taken as TypeORM's own runner takes it. */
+    connectToPool(): Promise<PoolClient>;
+  };
+
+/** @internal Makes the query runner of a handler's transaction. */
+export type LazyQueryRunners = (owner: LazyRunnerOwner) => LazyQueryRunner;
+
+type RunnerClass = new (driver: unknown, mode: string) => RunnerInternals;
+type ManagerClass = new (
+  dataSource: DataSource,
+  queryRunner: unknown,
+) => {
+  readonly queryRunner?: unknown;
+  transaction(...args: unknown[]): Promise<unknown>;
+};
+
+/**
+ * @internal The query runners of handler transactions on `dataSource`:
+ * classes made once for it, extending the runner and the manager TypeORM
+ * makes for its driver, so that a request creates its runner as TypeORM
+ * would, with no function of its own set on it.
+ *
+ * TypeORM has no public way to give a runner its connection: its runner's
+ * `connect()` (which takes one from the pool) and `startTransaction()` are
+ * overridden, and the classes are read from a runner made, never connected,
+ * by `createQueryRunner()`.
+ */
+export function lazyQueryRunners(dataSource: DataSource): LazyQueryRunners {
+  const sample = dataSource.createQueryRunner();
+  const Runner = sample.constructor as RunnerClass;
+  const Manager = sample.manager.constructor as ManagerClass;
+  const { driver } = dataSource;
+
+  class Lazy extends Runner {
+    constructor(readonly owner: LazyRunnerOwner) {
+      super(driver, 'master');
+      // The runner says its transaction is open from the start, as TypeORM
+      // would see it had it begun eagerly: `save()` and query builders then
+      // write without a transaction (a savepoint) of their own, and the
+      // handler's own `manager.transaction()` becomes a savepoint. Its
+      // first statement begins it (see `connect()`).
+      this.isTransactionActive = true;
+      this.transactionDepth = 1;
+    }
+
+    override connect(): Promise<PoolClient> {
+      return this.owner.connectRunner(this as unknown as LazyQueryRunner);
+    }
+
+    connectToPool(): Promise<PoolClient> {
+      return super.connect();
+    }
+
+    // A transaction the handler opens itself (`manager.transaction()`) is a
+    // savepoint of this one.
+    override async startTransaction(isolationLevel?: unknown): Promise<void> {
+      await this.connect();
+      return super.startTransaction(isolationLevel);
+    }
+  }
+
+  class LazyManager extends Manager {
+    // ...which cannot run at another isolation level: refused before it
+    // begins (a failed begin would roll the whole transaction back).
+    override async transaction(...args: unknown[]): Promise<unknown> {
+      if (typeof args[0] === 'string') {
+        await (this.queryRunner as LazyQueryRunner).owner.joinAt(args[0]);
+      }
+      return super.transaction(...args);
+    }
+  }
+
+  return (owner) => {
+    const runner = new Lazy(owner) as unknown as LazyQueryRunner;
+    // As createQueryRunner() does (the manager also sets itself).
+    return Object.assign(runner, {
+      manager: new LazyManager(dataSource, runner) as unknown as EntityManager,
+    });
+  };
+}
