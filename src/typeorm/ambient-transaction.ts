@@ -62,18 +62,35 @@ export function bindAmbientTransaction(dataSource: DataSource): () => void {
   // committing, outside of it.
   const current = () => handlerTransactionOf(dataSource);
   // Repositories hold the default manager, so redirecting its methods covers
-  // them all, including those created before the module started.
+  // them all, including those created before the module started. The
+  // redirecting methods sit on a prototype put under the manager, once:
+  // set on the manager itself, as many properties would turn it into a
+  // dictionary, which every use of it by TypeORM would then pay for.
   const manager = dataSource.manager as unknown as Record<string, AnyFunction>;
-  const names = methodNames(manager);
-  for (const name of names) {
+  const managerPrototype = Object.getPrototypeOf(manager) as object;
+  const redirecting = Object.create(managerPrototype) as Record<
+    string,
+    AnyFunction
+  >;
+  // A method set on the manager itself (by another library) hides the
+  // prototype's: it is wrapped in place, and given back as it was.
+  const ownMethods = new Map<string, AnyFunction>();
+  for (const name of methodNames(manager)) {
     const original = manager[name];
-    manager[name] = function (this: unknown, ...args: unknown[]) {
+    const redirect = function (this: unknown, ...args: unknown[]) {
       const tx = current();
       return tx
         ? (tx.manager as unknown as Record<string, AnyFunction>)[name](...args)
         : original.apply(this, args);
     };
+    if (Object.prototype.hasOwnProperty.call(manager, name)) {
+      ownMethods.set(name, original);
+      manager[name] = redirect;
+    } else {
+      redirecting[name] = redirect;
+    }
   }
+  Object.setPrototypeOf(manager, redirecting);
   const source = dataSource as unknown as Record<string, AnyFunction>;
   // Another library may have set its own (typeorm-transactional does): it
   // is wrapped, and given back as it was.
@@ -102,8 +119,11 @@ export function bindAmbientTransaction(dataSource: DataSource): () => void {
     return originalCreateQueryBuilder.apply(this, args);
   };
   return () => {
-    for (const name of names) {
-      delete manager[name];
+    if (Object.getPrototypeOf(manager) === redirecting) {
+      Object.setPrototypeOf(manager, managerPrototype);
+    }
+    for (const [name, original] of ownMethods) {
+      manager[name] = original;
     }
     restore(source, 'query', ownQuery);
     restore(source, 'createQueryBuilder', ownCreateQueryBuilder);
