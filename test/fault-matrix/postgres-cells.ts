@@ -1,6 +1,9 @@
 import type { INestApplication } from '@nestjs/common';
 import { IdempotencyStore } from '../../src/index.js';
-import { COMPLETE } from '../../src/stores/postgres/postgres-statements.js';
+import {
+  COMPLETE,
+  READ_STEP,
+} from '../../src/stores/postgres/postgres-statements.js';
 import { until } from '../utils/barrier.js';
 import {
   PRESENCE_APPLICATION_NAME,
@@ -92,8 +95,7 @@ const fn =
     check(statement.values);
 const claim = fn('idempotency_acquire_generation');
 const readStep = (run: Run) => (statement: Statement) =>
-  statement.text.includes('SELECT result FROM "idempotency_steps"') &&
-  statement.values[1] === run.key;
+  statement.text === READ_STEP.text && statement.values[1] === run.key;
 const saveStep = fn('idempotency_save_step');
 /** The store's completion of the request's key, storing a `status` record. */
 const completes = (status: string) => (run: Run) => (statement: Statement) =>

@@ -95,10 +95,10 @@ export const ACQUIRE = postgresStatement(
  * @internal Completes a claim, fenced by its owner, in one plain statement in
  * the handler's transaction: an `UPDATE` that rewrites no indexed column in
  * the usual case, so that PostgreSQL can make it a heap-only update (no index
- * touched), and the deletion of the key's steps, in the same plan. The
- * deletion does not look at `has_steps`: steps saved before 0.5.0 have no
- * such mark, and a lookup of a key in the steps' index costs nothing that
- * could be measured (test/bench/README.md). The record keeps the expiry its claim
+ * touched), and the deletion of the key's steps, in the same plan, which
+ * reads nothing of the steps unless the record has any (`has_steps`, which
+ * a binding sets before a step runs, and {@link READ_STEP} on a step saved
+ * before 0.5.0). The record keeps the expiry its claim
  * gave it, `ttl` after the claim, unless that is already past (a handler
  * that outlived its `ttl`) or further than `ttl` from now (a lease longer
  * than the `ttl`, or a key bound by its steps): it then expires `ttl` from
@@ -118,10 +118,10 @@ export const COMPLETE = postgresStatement(
          THEN now() + $8 * interval '1 millisecond' ELSE t.expires_at END
      WHERE t.scope = $1 AND t.key = $2 AND t.owner = $3
        AND t.status = 'in_progress'
-     RETURNING t.scope, t.key, t.waiting
+     RETURNING t.scope, t.key, t.waiting, t.has_steps
    ), steps AS (
      DELETE FROM ${STEPS} s USING done
-     WHERE s.scope = done.scope AND s.key = done.key
+     WHERE done.has_steps AND s.scope = done.scope AND s.key = done.key
    )
    SELECT waiting FROM done`,
 );
@@ -142,11 +142,24 @@ export const BIND = postgresStatement(
   `UPDATE "idempotency_records" SET has_steps = true
    WHERE scope = $1 AND key = $2 AND owner = $3 AND status = 'in_progress'`,
 );
-/** @internal The stored result of a step, for the request it binds the key to. */
+/**
+ * @internal The stored result of a step, for the request it binds the key to.
+ * A step saved before 0.5.0 has no fingerprint and its key no `has_steps`
+ * mark: found, it marks the record its reader owns, so that the completion
+ * deletes it with the key's other steps ({@link COMPLETE}).
+ */
 export const READ_STEP = postgresStatement(
-  `SELECT result FROM ${STEPS}
-   WHERE scope = $1 AND key = $2 AND step = $3 AND expires_at > now()
-     AND (fingerprint IS NULL OR fingerprint = $4)`,
+  `WITH found AS (
+     SELECT result, fingerprint FROM ${STEPS}
+     WHERE scope = $1 AND key = $2 AND step = $3 AND expires_at > now()
+       AND (fingerprint IS NULL OR fingerprint = $4)
+   ), marked AS (
+     UPDATE "idempotency_records" SET has_steps = true
+     WHERE scope = $1 AND key = $2 AND owner = $5 AND status = 'in_progress'
+       AND NOT has_steps
+       AND EXISTS (SELECT 1 FROM found WHERE found.fingerprint IS NULL)
+   )
+   SELECT result FROM found`,
 );
 /** @internal Saves a step's result, fenced by the claim's owner. */
 export const SAVE_STEP = postgresStatement(

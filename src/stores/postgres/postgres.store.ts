@@ -321,7 +321,7 @@ export class PostgresIdempotencyStore
     const { rows } = await this.statements.query<{ result: unknown }>(
       this.pool,
       READ_STEP,
-      [lease.scope, lease.key, step, lease.fingerprint],
+      [lease.scope, lease.key, step, lease.fingerprint, lease.owner],
     );
     return rows[0];
   }
