@@ -6,7 +6,11 @@ import type {
 } from '../interfaces/idempotency-store.interface.js';
 import { IdempotencyUnavailableException } from '../exceptions/idempotency-unavailable.exception.js';
 import type { Attempt } from './attempt.js';
-import type { AttemptTelemetry } from './attempt-telemetry.js';
+import type {
+  AttemptTelemetry,
+  OutgoingCall,
+  OutgoingCallRecord,
+} from './attempt-telemetry.js';
 import {
   classifyFailure,
   LeaseLostError,
@@ -64,12 +68,18 @@ export interface ExecutionHost extends RecoveryHost {
   readonly logKeys: LogKeys;
 }
 
+/** Its execution's one timer went off (see `Execution.timeUp`). */
+function timeUp(execution: Execution): void {
+  execution.timeUp();
+}
+
 /**
  * @internal One attempt that owns its key (or needs none): runs the handler
  * in its transaction until the deadline, then completes, fails or is
- * abandoned.
+ * abandoned. It is also what the handler's code runs with (its
+ * {@link HandlerContext}).
  */
-export class Execution implements RunningLink, RecoveryOwner {
+export class Execution implements RunningLink, RecoveryOwner, HandlerContext {
   previousRunning: RunningLink | undefined = undefined;
   nextRunning: RunningLink | undefined = undefined;
   isRunning = false;
@@ -86,6 +96,19 @@ export class Execution implements RunningLink, RecoveryOwner {
   private settled = false;
   /** Its steps and the keys of its downstream calls. */
   private readonly points: RecoveryPoints;
+  /**
+   * Its one timer, from the start of the handler until the attempt ends:
+   * the deadline while the handler runs, then the wait for the response
+   * (see {@link awaitResponse}).
+   */
+  private timer: NodeJS.Timeout | undefined = undefined;
+  /** While the handler runs: rejects `run()` (with the deadline's 503). */
+  private rejectRun: ((error: Error) => void) | undefined = undefined;
+  /** Once the deadline went off: the abandonment, under way or done. */
+  private abandoning: Promise<void> | undefined = undefined;
+  /** While the response is awaited: what gives up on it, and when. */
+  private onNoResponse: (() => void) | undefined = undefined;
+  private noResponseAt = 0;
 
   constructor(
     private readonly host: ExecutionHost,
@@ -114,60 +137,125 @@ export class Execution implements RunningLink, RecoveryOwner {
     return this.abandoned;
   }
 
+  get scope(): string {
+    return this.attempt.scope;
+  }
+
+  get key(): string | undefined {
+    return this.attempt.key;
+  }
+
+  get retryAfter(): number {
+    return this.options.retryAfter;
+  }
+
+  step<T>(name: string, fn: () => T | Promise<T>): Promise<T> {
+    return this.points.step(name, fn);
+  }
+
+  deriveKey(name: string): string {
+    return this.points.deriveKey(name);
+  }
+
+  call<T>(
+    call: OutgoingCall,
+    fn: (record: OutgoingCallRecord) => Promise<T>,
+  ): Promise<T> {
+    return this.host.telemetry.call(this.attempt, call, fn);
+  }
+
   /**
    * Runs the handler in its context and transaction, until the deadline:
    * then the attempt is abandoned (its claim released, its transaction
    * rolled back, its later statements refused) and `run` rejects with a 503.
    */
   async run<T>(fn: () => Promise<T>): Promise<T> {
-    let timer: NodeJS.Timeout | undefined;
-    let abandoning: Promise<void> | undefined;
-    let result: T | undefined;
     const { host, attempt, transaction } = this;
-    const context: HandlerContext = {
-      scope: attempt.scope,
-      key: attempt.key,
-      step: (name, step) => this.points.step(name, step),
-      deriveKey: (name) => this.points.deriveKey(name),
-      transaction,
-      deadline: this.deadline,
-      retryAfter: this.options.retryAfter,
-      call: (call, fn) => host.telemetry.call(attempt, call, fn),
-    };
     const handler = host.telemetry.handler(attempt, () =>
       host.transactions.join(transaction, fn),
     );
+    let result: T | undefined;
     try {
       // The handler's outcome, or the deadline's 503 once the attempt is
       // abandoned, whichever comes first.
       result = await new Promise<T>((resolve, reject) => {
-        timer = setTimeout(
-          () => {
-            abandoning = this.abandon();
-            void abandoning.then(() =>
-              reject(
-                new IdempotencyUnavailableException(this.options.retryAfter),
-              ),
-            );
-          },
+        this.rejectRun = reject;
+        this.timer = setTimeout(
+          timeUp,
           Math.max(0, this.deadline - Date.now()),
+          this,
         ).unref();
-        handlerContexts.run(context, handler).then(resolve, reject);
+        handlerContexts.run(this, handler).then(resolve, reject);
       });
     } catch (error) {
-      if (!abandoning) {
+      if (!this.abandoning) {
         throw error;
       }
     } finally {
-      clearTimeout(timer);
+      // The timer stays set, for the wait for the response (or is cleared
+      // as the attempt ends).
+      this.rejectRun = undefined;
     }
-    if (!abandoning) {
+    if (!this.abandoning) {
       return result as T;
     }
     // The handler settled while being abandoned (the statement cancelled
     // made it fail): the answer is still the 503, once the key is free.
-    await abandoning;
+    await this.abandoning;
     throw new IdempotencyUnavailableException(this.options.retryAfter);
+  }
+
+  /**
+   * After `run()`, while the transport waits for the response to complete
+   * with: `noResponse` is called if none came `transactionTimeout` later
+   * (the attempt should then fail, and give its connection back). The
+   * handler's timer serves again.
+   */
+  awaitResponse(noResponse: () => void): void {
+    const waitMs = this.options.transactionTimeoutMs;
+    this.onNoResponse = noResponse;
+    this.noResponseAt = Date.now() + waitMs;
+    if (this.timer) {
+      this.timer.refresh();
+    } else {
+      this.timer = setTimeout(timeUp, waitMs, this).unref();
+    }
+  }
+
+  /**
+   * @internal When its timer goes off: at the deadline while the handler
+   * runs, the attempt is abandoned; while a response is awaited, and none
+   * came in time, it is given up on.
+   */
+  timeUp(): void {
+    const rejectRun = this.rejectRun;
+    if (rejectRun) {
+      this.rejectRun = undefined;
+      this.abandoning = this.abandon();
+      void this.abandoning.then(() =>
+        rejectRun(new IdempotencyUnavailableException(this.options.retryAfter)),
+      );
+      return;
+    }
+    const noResponse = this.onNoResponse;
+    if (!noResponse) {
+      return;
+    }
+    const left = this.noResponseAt - Date.now();
+    if (left > 0) {
+      // Set for the handler's deadline, the timer went off earlier.
+      this.timer = setTimeout(timeUp, left, this).unref();
+      return;
+    }
+    this.stopTimer();
+    noResponse();
+  }
+
+  /** The attempt ends (or waits for nothing more): its timer is cleared. */
+  private stopTimer(): void {
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    this.onNoResponse = undefined;
   }
 
   /**
@@ -246,6 +334,7 @@ export class Execution implements RunningLink, RecoveryOwner {
       throw new IdempotencyUnavailableException(options.retryAfter);
     }
     this.settled = true;
+    this.stopTimer();
     host.telemetry.committing(attempt);
     let waiting = false;
     try {
@@ -288,6 +377,9 @@ export class Execution implements RunningLink, RecoveryOwner {
       return this.abandoned ? 'timeout' : 'handler';
     }
     this.settled = true;
+    if (!keepClaim) {
+      this.stopTimer();
+    }
     const { host, attempt } = this;
     const lost = this.transaction.state === 'lost';
     const rolledBack = await this.transaction.rollback(error);
@@ -318,6 +410,7 @@ export class Execution implements RunningLink, RecoveryOwner {
    */
   async storeError(response: StoredResponse): Promise<void> {
     const { host, lease, attempt, options } = this;
+    this.stopTimer();
     if (!lease) {
       return;
     }
@@ -356,6 +449,7 @@ export class Execution implements RunningLink, RecoveryOwner {
    */
   async release(): Promise<void> {
     const { host, lease } = this;
+    this.stopTimer();
     host.telemetry.released(this.attempt);
     if (!lease || !host.holds(this)) {
       return;

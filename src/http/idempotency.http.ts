@@ -210,14 +210,10 @@ export class IdempotencyHttp {
       return;
     }
     // The response may never be written: the key is freed all the same.
-    const timer = setTimeout(
-      () => void execution.release(),
-      options.transactionTimeoutMs,
-    ).unref();
+    execution.awaitResponse(() => void execution.release());
     holdResponse(
       raw,
       async (captured) => {
-        clearTimeout(timer);
         if (
           policy(captured.status, error) &&
           captured.body.length <= options.maxResponseSize
@@ -250,19 +246,18 @@ export class IdempotencyHttp {
     const abandon = () => {
       if (!settled) {
         settled = true;
-        clearTimeout(timer);
         raw.removeListener('close', abandon);
         void execution.fail(new Error('The response was never written'));
       }
     };
     // The response may never be written (the client left, or the platform
     // gave up on it): the connection still goes back to the pool.
-    const timer = setTimeout(abandon, options.transactionTimeoutMs).unref();
+    execution.awaitResponse(abandon);
     if (raw.destroyed) {
       abandon();
       return;
     }
-    raw.once('close', abandon);
+    raw.on('close', abandon);
     holdResponse(
       raw,
       async (captured) => {
@@ -270,7 +265,6 @@ export class IdempotencyHttp {
           return;
         }
         settled = true;
-        clearTimeout(timer);
         raw.removeListener('close', abandon);
         await settle(captured);
       },
