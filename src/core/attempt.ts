@@ -6,6 +6,7 @@ import {
 } from '../exceptions/idempotency-key-missing.exception.js';
 import type { ResolvedRouteOptions } from './executor.options.js';
 import { validKey } from './idempotency-key.js';
+import { isThenable } from './is-thenable.js';
 import {
   isLegacyFingerprint,
   legacyRequestFingerprint,
@@ -48,12 +49,8 @@ export function isSameRequest(attempt: Attempt, fingerprint: string): boolean {
   );
 }
 
-/** @internal The scope of a request or message, from the `scope` resolver. */
-export async function resolveScope(
-  context: ExecutionContext,
-  options: ResolvedRouteOptions,
-): Promise<string> {
-  const scope = await options.scope(context);
+/** The scope the `scope` resolver returned, checked. */
+function validScope(scope: unknown): string {
   if (typeof scope !== 'string' || scope.length === 0) {
     throw new IdempotencyConfigurationError(
       `The idempotency scope resolver returned ${JSON.stringify(scope)}.`,
@@ -63,16 +60,28 @@ export async function resolveScope(
   return scope;
 }
 
+/** The fingerprint the `fingerprint` function returned, checked. */
+function validFingerprint(value: unknown): string {
+  if (typeof value !== 'string' || value.length === 0) {
+    throw new IdempotencyConfigurationError(
+      `The fingerprint function returned ${JSON.stringify(value)}.`,
+      'Return a non-empty string, such as a hash of the parts of the request that matter.',
+    );
+  }
+  return value;
+}
+
 /**
- * @internal The fingerprint of a request or message: the `fingerprint`
- * function's, or the sha256 of its method, route, path parameters, query and
- * body (the fields of them that the `fingerprint` option selects).
+ * The fingerprint of a request or message: the `fingerprint` function's
+ * (a promise when it returns one), or the sha256 of its method, route, path
+ * parameters, query and body (the fields of them that the `fingerprint`
+ * option selects).
  */
-export async function resolveFingerprint(
+function resolveFingerprint(
   context: ExecutionContext,
   options: ResolvedRouteOptions,
   parts: FingerprintParts,
-): Promise<string> {
+): string | Promise<string> {
   const { fingerprint } = options;
   if (typeof fingerprint !== 'function') {
     return requestFingerprint({
@@ -81,14 +90,10 @@ export async function resolveFingerprint(
       body: selectFields(parts.body, fingerprint),
     });
   }
-  const value = await fingerprint(context);
-  if (typeof value !== 'string' || value.length === 0) {
-    throw new IdempotencyConfigurationError(
-      `The fingerprint function returned ${JSON.stringify(value)}.`,
-      'Return a non-empty string, such as a hash of the parts of the request that matter.',
-    );
-  }
-  return value;
+  const value = fingerprint(context);
+  return isThenable(value)
+    ? Promise.resolve(value).then(validFingerprint)
+    : validFingerprint(value);
 }
 
 /**
@@ -161,16 +166,20 @@ export async function newAttempt(
           source.keyField,
           source.keyLocation,
         );
+  // The resolvers in turn (the scope's first), each awaited only when it
+  // returns a promise.
+  const resolved = options.scope(context);
+  const scope = validScope(isThenable(resolved) ? await resolved : resolved);
+  const fingerprint =
+    key === undefined ? '' : resolveFingerprint(context, options, parts);
   return {
     started,
-    scope: await resolveScope(context, options),
+    scope,
     key: key === undefined ? undefined : key + (source.keySuffix ?? ''),
     method: parts.method,
     path: parts.route,
     fingerprint:
-      key === undefined
-        ? ''
-        : await resolveFingerprint(context, options, parts),
+      typeof fingerprint === 'string' ? fingerprint : await fingerprint,
     legacyFingerprint:
       key !== undefined && source.legacy
         ? legacyFingerprint(options, parts)

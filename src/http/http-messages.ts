@@ -1,4 +1,4 @@
-import { StreamableFile, type ExecutionContext } from '@nestjs/common';
+import { StreamableFile } from '@nestjs/common';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { Readable } from 'node:stream';
 import { UNSAFE_REPLAY_HEADERS } from '../idempotency.constants.js';
@@ -28,10 +28,9 @@ export type HttpRequest = IncomingMessage & {
  * read from the URL itself, the same way on every platform.
  */
 export function fingerprintParts(
-  context: ExecutionContext,
+  request: HttpRequest,
   route: string,
 ): FingerprintParts {
-  const request = context.switchToHttp().getRequest<HttpRequest>();
   return {
     method: request.method ?? 'GET',
     route,

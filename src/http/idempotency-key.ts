@@ -2,6 +2,7 @@ import type { IncomingMessage } from 'node:http';
 import type { ExecutionContext } from '@nestjs/common';
 import type { ResolvedRouteOptions } from '../core/executor.options.js';
 import { validKey } from '../core/idempotency-key.js';
+import { isThenable } from '../core/is-thenable.js';
 import { IdempotencyKeyInvalidException } from '../exceptions/idempotency-key-invalid.exception.js';
 import type { IdempotencyKeyLocation } from '../exceptions/idempotency-key-missing.exception.js';
 
@@ -47,8 +48,12 @@ export function readKeyHeader(
     return undefined;
   }
   let count = 0;
-  for (let i = 0; i < request.rawHeaders.length; i += 2) {
-    if (request.rawHeaders[i].toLowerCase() === field) {
+  const { rawHeaders } = request;
+  for (let i = 0; i < rawHeaders.length; i += 2) {
+    // Only a name of the field's length can be it: the others are not
+    // lower-cased (a string each).
+    const name = rawHeaders[i];
+    if (name.length === field.length && name.toLowerCase() === field) {
       count += 1;
     }
   }
@@ -80,27 +85,48 @@ export function keySource(
 /**
  * @internal The key of a request: the `key` option's resolver, else the key
  * header of `request` (when there is one), validated; `undefined` when the
- * request carries none.
+ * request carries none. A promise only when the resolver returns one.
  * @throws IdempotencyKeyInvalidException for a malformed or repeated key.
  */
+export function requestKey(
+  context: ExecutionContext,
+  options: ResolvedRouteOptions,
+  header: { readonly name: string; readonly field: string },
+  request: IncomingMessage | undefined,
+): string | undefined | Promise<string | undefined> {
+  if (options.key) {
+    const key = options.key(context);
+    return isThenable(key)
+      ? Promise.resolve(key).then((found) =>
+          validRequestKey(found, options, header.name),
+        )
+      : validRequestKey(key, options, header.name);
+  }
+  const reading = request && readKeyHeader(request, header.field);
+  if (reading && 'problem' in reading) {
+    throw new IdempotencyKeyInvalidException(header.name, reading.problem);
+  }
+  return validRequestKey(reading?.key, options, header.name);
+}
+
+/** @internal {@link requestKey}, as a promise. */
 export async function resolveRequestKey(
   context: ExecutionContext,
   options: ResolvedRouteOptions,
   header: { readonly name: string; readonly field: string },
   request: IncomingMessage | undefined,
 ): Promise<string | undefined> {
-  let key: unknown;
-  if (options.key) {
-    key = await options.key(context);
-  } else {
-    const reading = request && readKeyHeader(request, header.field);
-    if (reading && 'problem' in reading) {
-      throw new IdempotencyKeyInvalidException(header.name, reading.problem);
-    }
-    key = reading?.key;
+  return requestKey(context, options, header, request);
+}
+
+function validRequestKey(
+  key: unknown,
+  options: ResolvedRouteOptions,
+  headerName: string,
+): string | undefined {
+  if (key === undefined) {
+    return undefined;
   }
-  const { keyField, keyLocation } = keySource(options, header.name);
-  return key === undefined
-    ? undefined
-    : validKey(key, options.keyValidation, keyField, keyLocation);
+  const { keyField, keyLocation } = keySource(options, headerName);
+  return validKey(key, options.keyValidation, keyField, keyLocation);
 }

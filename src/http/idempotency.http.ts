@@ -26,7 +26,8 @@ import {
   sendInPlaceOfEmpty,
   type CapturedResponse,
 } from './response-capture.js';
-import { keySource, resolveRequestKey } from './idempotency-key.js';
+import { keySource, requestKey } from './idempotency-key.js';
+import { isThenable } from '../core/is-thenable.js';
 import {
   BODY_OMITTED_HEADER,
   fingerprintParts,
@@ -47,6 +48,8 @@ import {
 export class IdempotencyHttp {
   /** The replay header, lower-cased as stored headers are. */
   private readonly replayedField: string;
+  /** The key header: its name, and its field (lower-cased). */
+  private readonly keyHeader: { readonly name: string; readonly field: string };
 
   constructor(
     private readonly adapterHost: HttpAdapterHost,
@@ -55,25 +58,21 @@ export class IdempotencyHttp {
     private readonly options: ResolvedIdempotencyOptions,
   ) {
     this.replayedField = options.replayHeaderName.toLowerCase();
+    this.keyHeader = { name: options.headerName, field: options.headerField };
   }
 
   /**
    * The idempotency key of a request, or `undefined` when it carries none:
    * the `key` option's resolver, else the key header (a token or a quoted
-   * sf-string).
+   * sf-string). A promise only when the resolver returns one.
    * @throws IdempotencyKeyInvalidException for a malformed or repeated key.
    */
   private resolveKey(
     context: ExecutionContext,
     options: ResolvedRouteOptions,
-  ): Promise<string | undefined> {
-    const request = context.switchToHttp().getRequest<HttpRequest>();
-    return resolveRequestKey(
-      context,
-      options,
-      { name: this.options.headerName, field: this.options.headerField },
-      request.raw ?? request,
-    );
+    request: HttpRequest,
+  ): string | undefined | Promise<string | undefined> {
+    return requestKey(context, options, this.keyHeader, request.raw ?? request);
   }
 
   /** Runs a decorated handler, or answers for it. */
@@ -83,16 +82,24 @@ export class IdempotencyHttp {
     route: DecoratedRoute,
   ): Promise<unknown> {
     const started = Date.now();
-    const http = context.switchToHttp();
-    const response = http.getResponse<HttpResponse>();
+    // The HTTP arguments, read as switchToHttp() would (which sets three
+    // functions on the context each time it is called).
+    const request = context.getArgByIndex<HttpRequest>(0);
+    const response = context.getArgByIndex<HttpResponse>(1);
     const { options } = route;
     let attempt: Attempt;
     try {
+      const key = this.resolveKey(context, options, request);
+      const { keyField, keyLocation } = keySource(
+        options,
+        this.options.headerName,
+      );
       attempt = await newAttempt(context, options, {
         started,
-        key: await this.resolveKey(context, options),
-        ...keySource(options, this.options.headerName),
-        parts: fingerprintParts(context, route.path),
+        key: isThenable(key) ? await key : key,
+        keyField,
+        keyLocation,
+        parts: fingerprintParts(request, route.path),
         legacy: true,
       });
     } catch (error) {
