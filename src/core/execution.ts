@@ -94,8 +94,8 @@ export class Execution implements RunningLink, RecoveryOwner, HandlerContext {
   private abandoned = false;
   private lost = false;
   private settled = false;
-  /** Its steps and the keys of its downstream calls. */
-  private readonly points: RecoveryPoints;
+  /** Its steps and the keys of its downstream calls, once it has one. */
+  private recovery: RecoveryPoints | undefined = undefined;
   /**
    * Its one timer, from the start of the handler until the attempt ends:
    * the deadline while the handler runs, then the wait for the response
@@ -117,14 +117,13 @@ export class Execution implements RunningLink, RecoveryOwner, HandlerContext {
     /** The store's handle of the claim; none for a keyless request. */
     readonly lease: StepLease | undefined,
     /** The key's generation, as the claim returned it. */
-    generation = '',
+    private readonly generation = '',
   ) {
     this.deadline = attempt.started + options.transactionTimeoutMs;
     this.transaction = host.transactions.begin(
       this.deadline,
       options.isolationLevel,
     );
-    this.points = new RecoveryPoints(this, host, generation);
   }
 
   /** Whether a renewal found the claim taken over. */
@@ -150,11 +149,16 @@ export class Execution implements RunningLink, RecoveryOwner, HandlerContext {
   }
 
   step<T>(name: string, fn: () => T | Promise<T>): Promise<T> {
-    return this.points.step(name, fn);
+    return this.points().step(name, fn);
   }
 
   deriveKey(name: string): string {
-    return this.points.deriveKey(name);
+    return this.points().deriveKey(name);
+  }
+
+  private points(): RecoveryPoints {
+    this.recovery ??= new RecoveryPoints(this, this.host, this.generation);
+    return this.recovery;
   }
 
   call<T>(
@@ -459,7 +463,10 @@ export class Execution implements RunningLink, RecoveryOwner, HandlerContext {
     const released = (async () => {
       let waiting = false;
       try {
-        ({ waiting } = await host.store.release(lease, this.points.derived));
+        ({ waiting } = await host.store.release(
+          lease,
+          this.recovery?.derived ?? false,
+        ));
       } catch (error) {
         host.warn(
           `Releasing ${host.logKeys.phrase(lease.key)} failed: the next attempt claims it when its lease runs out (${(error as Error).message})`,

@@ -11,11 +11,20 @@ export async function ownStatement<T>(statement: () => Promise<T>): Promise<T> {
   try {
     return await statement();
   } catch (error) {
-    if (typeof error === 'object' && error !== null) {
-      ownErrors.add(error);
-    }
-    throw error;
+    throw ownStatementError(error);
   }
+}
+
+/**
+ * @internal Marks `error` as thrown by one of the module's own statements
+ * (see {@link ownStatement}), for code that catches it itself.
+ * @returns `error`.
+ */
+export function ownStatementError(error: unknown): unknown {
+  if (typeof error === 'object' && error !== null) {
+    ownErrors.add(error);
+  }
+  return error;
 }
 
 /** @internal Whether `error` was thrown by one of the module's own statements. */

@@ -19,27 +19,30 @@ const logger = new Logger('Idempotency');
  * changes the outcome of the request.
  */
 export class TransactionHooks {
-  private listeners: TransactionListener[] | undefined = [];
+  /** The listeners added (none yet: most transactions get none). */
+  private listeners: TransactionListener[] | undefined = undefined;
+  private ended = false;
 
   /**
    * Adds a listener.
    * @throws IdempotencyConfigurationError once the transaction has ended.
    */
   add(listener: TransactionListener): void {
-    if (!this.listeners) {
+    if (this.ended) {
       throw new IdempotencyConfigurationError(
         "A commit hook was added after the @Idempotent() handler's transaction ended.",
         'Add it while the handler runs: await the work that adds it before the handler returns.',
       );
     }
-    this.listeners.push(listener);
+    (this.listeners ??= []).push(listener);
   }
 
   /** Tells the listeners, once, how the transaction ended. */
   end(outcome: TransactionOutcome): void {
     const listeners = this.listeners;
+    this.ended = true;
     this.listeners = undefined;
-    if (!listeners || listeners.length === 0) {
+    if (!listeners) {
       return;
     }
     // Out of the handler's context (its transaction is gone), and after the

@@ -9,6 +9,15 @@ describe('TransactionGate', () => {
     expect(gate.size).toBe(2);
   });
 
+  it('takes a free place without waiting, and none when all are taken', () => {
+    const gate = new TransactionGate(1);
+    expect(gate.tryAcquire()).toBe(true);
+    expect(gate.tryAcquire()).toBe(false);
+    expect(gate.size).toBe(1);
+    gate.release();
+    expect(gate.tryAcquire()).toBe(true);
+  });
+
   it('hands a place that comes free to the first waiter, in order', async () => {
     const gate = new TransactionGate(1);
     await gate.acquire(0);

@@ -20,12 +20,23 @@ export class TransactionGate {
   }
 
   /**
+   * Takes a place if one is free now, without waiting.
+   * @returns whether it took one.
+   */
+  tryAcquire(): boolean {
+    if (this.open < this.capacity) {
+      this.open += 1;
+      return true;
+    }
+    return false;
+  }
+
+  /**
    * Takes a place, waiting at most `waitMs` for one to come free.
    * @throws TransactionSlotTimeoutError when none came free in time.
    */
   async acquire(waitMs: number): Promise<void> {
-    if (this.open < this.capacity) {
-      this.open += 1;
+    if (this.tryAcquire()) {
       return;
     }
     // The transaction that ends hands its place over (see release()).

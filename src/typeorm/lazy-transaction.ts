@@ -8,7 +8,7 @@ import type {
   HandlerTransactionState,
   TransactionListener,
 } from '../interfaces/handler-transaction.interface.js';
-import { ownStatement } from '../core/own-statement.js';
+import { ownStatement, ownStatementError } from '../core/own-statement.js';
 import {
   AbandonedTransactionError,
   TransactionLostError,
@@ -247,13 +247,13 @@ export class LazyTransaction implements HandlerTransaction, LazyRunnerOwner {
       this.phase = state;
     }
     if (this.runner && !this.runner.isReleased) {
-      await this.runner
-        .releasePostgresConnection(failure)
-        .catch((error: unknown) => {
-          logger.warn(
-            `Releasing a connection failed: ${(error as Error).message}`,
-          );
-        });
+      try {
+        await this.runner.releasePostgresConnection(failure);
+      } catch (error) {
+        logger.warn(
+          `Releasing a connection failed: ${(error as Error).message}`,
+        );
+      }
     }
     if (this.holdsPlace) {
       this.holdsPlace = false;
@@ -315,22 +315,24 @@ export class LazyTransaction implements HandlerTransaction, LazyRunnerOwner {
    */
   private async open(runner: LazyQueryRunner): Promise<PoolClient> {
     try {
-      return await ownStatement(async () => {
+      if (!this.gate.tryAcquire()) {
         await this.gate.acquire(this.deadline - Date.now());
-        this.holdsPlace = true;
-        if (this.phase !== 'idle') {
-          throw new AbandonedTransactionError();
-        }
-        const client = await runner.connectToPool();
-        // Sent on the driver's client: TypeORM's own START TRANSACTION would
-        // ask for the connection again, which is what is being opened.
-        await client.query(beginStatement(this.isolationLevel));
-        if (this.phase !== 'idle') {
-          throw new AbandonedTransactionError();
-        }
-        this.phase = 'open';
-        return client;
-      });
+      }
+      this.holdsPlace = true;
+      if (this.phase !== 'idle') {
+        throw new AbandonedTransactionError();
+      }
+      const client = await runner.connectToPool();
+      // Sent on the driver's client: TypeORM's own START TRANSACTION would
+      // ask for the connection again, which is what is being opened.
+      await client.query(beginStatement(this.isolationLevel));
+      if (this.phase !== 'idle') {
+        throw new AbandonedTransactionError();
+      }
+      this.phase = 'open';
+      return client;
+    } catch (error) {
+      throw ownStatementError(error);
     } finally {
       this.opening = undefined;
     }
