@@ -26,8 +26,8 @@
  *              `idempotency_acquire_generation(...)`, in autocommit; then
  *              `dataSource.transaction(...)`: START TRANSACTION, the
  *              handler's inserts, the store's completion (an `UPDATE`
- *              fenced by the owner token, and the deletion of the key's
- *              steps, in one statement) on the transaction's connection,
+ *              fenced by the owner token, then the deletion of the key's
+ *              steps if it has any) on the transaction's connection,
  *              COMMIT
  *              (bench-app/floor.controller.ts)
  *   lean       the lean floor: the same protocol as a careful engineer

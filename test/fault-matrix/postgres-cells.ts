@@ -2,6 +2,7 @@ import type { INestApplication } from '@nestjs/common';
 import { IdempotencyStore } from '../../src/index.js';
 import {
   COMPLETE,
+  COMPLETE_ALONE,
   READ_STEP,
 } from '../../src/stores/postgres/postgres-statements.js';
 import { until } from '../utils/barrier.js';
@@ -99,7 +100,8 @@ const readStep = (run: Run) => (statement: Statement) =>
 const saveStep = fn('idempotency_save_step');
 /** The store's completion of the request's key, storing a `status` record. */
 const completes = (status: string) => (run: Run) => (statement: Statement) =>
-  statement.text === COMPLETE.text &&
+  (statement.text === COMPLETE.text ||
+    statement.text === COMPLETE_ALONE.text) &&
   statement.values[1] === run.key &&
   statement.values[3] === status;
 const completion = completes('completed');

@@ -1,6 +1,9 @@
 import { IDEMPOTENCY_TABLE_NAME } from '../../migrations/index.js';
 import type { WebhookPresetName } from '../../src/index.js';
-import { COMPLETE } from '../../src/stores/postgres/postgres-statements.js';
+import {
+  COMPLETE,
+  COMPLETE_ALONE,
+} from '../../src/stores/postgres/postgres-statements.js';
 import { answer, type Answer } from '../utils/problems.js';
 import {
   StatementFaults,
@@ -22,7 +25,8 @@ type At = (id: string) => (statement: Statement) => boolean;
 
 /** The store's completion of the event id's record. */
 const completion = (id: string) => (statement: Statement) =>
-  statement.text === COMPLETE.text &&
+  (statement.text === COMPLETE.text ||
+    statement.text === COMPLETE_ALONE.text) &&
   statement.values[1] === id &&
   statement.values[3] === 'completed';
 const orderWrite = (id: string) => (statement: Statement) =>

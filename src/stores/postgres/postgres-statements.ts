@@ -91,39 +91,57 @@ const STEPS = `"${IDEMPOTENCY_STEPS_TABLE_NAME}"`;
 export const ACQUIRE = postgresStatement(
   `SELECT * FROM idempotency_acquire_generation($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
 );
+/** The record's completion, fenced by its owner (see {@link COMPLETE}). */
+const UPDATE_RECORD = `UPDATE "idempotency_records" t SET status = $4,
+     response_status = $5, response_headers = $6, response_body = $7,
+     lease_expires_at = NULL, completed_at = now(),
+     expires_at = CASE WHEN t.expires_at <= now()
+         OR t.expires_at > now() + $8 * interval '1 millisecond'
+       THEN now() + $8 * interval '1 millisecond' ELSE t.expires_at END
+   WHERE t.scope = $1 AND t.key = $2 AND t.owner = $3
+     AND t.status = 'in_progress'`;
+
 /**
- * @internal Completes a claim, fenced by its owner, in one plain statement in
- * the handler's transaction: an `UPDATE` that rewrites no indexed column in
- * the usual case, so that PostgreSQL can make it a heap-only update (no index
- * touched), and the deletion of the key's steps, in the same plan, which
- * reads nothing of the steps unless the record has any (`has_steps`, which
- * a binding sets before a step runs, and {@link READ_STEP} on a step saved
- * before 0.5.0). The record keeps the expiry its claim
- * gave it, `ttl` after the claim, unless that is already past (a handler
- * that outlived its `ttl`) or further than `ttl` from now (a lease longer
- * than the `ttl`, or a key bound by its steps): it then expires `ttl` from
- * now. No row: the claim is no longer this owner's.
+ * @internal Completes a claim, fenced by its owner, in the handler's
+ * transaction: a plain `UPDATE` (no function) that rewrites no indexed column
+ * in the usual case, so that PostgreSQL can make it a heap-only update (no
+ * index touched). The record keeps the expiry its claim gave it, `ttl` after
+ * the claim, unless that is already past (a handler that outlived its `ttl`)
+ * or further than `ttl` from now (a lease longer than the `ttl`, or a key
+ * bound by its steps): it then expires `ttl` from now. No row: the claim is
+ * no longer this owner's. Its answer says whether the record has steps
+ * (`has_steps`, which a binding sets before a step runs, and
+ * {@link READ_STEP} on a step saved before 0.5.0), which
+ * {@link DELETE_STEPS} then deletes in the same transaction.
  *
  * Migration LeaseIdempotencyClaims1764000000003's `idempotency_finish` did
- * the same in plpgsql, moving the indexed expiry each time; it stays, for
- * instances of the previous versions during a rolling upgrade.
+ * it all in plpgsql, deleting steps that were seldom there and moving the
+ * indexed expiry each time; it stays, for instances of the previous versions
+ * during a rolling upgrade.
  */
 export const COMPLETE = postgresStatement(
+  `${UPDATE_RECORD}
+   RETURNING t.waiting, t.has_steps`,
+);
+/** @internal Deletes the steps of a key completed in this transaction. */
+export const DELETE_STEPS = postgresStatement(
+  `DELETE FROM ${STEPS} WHERE scope = $1 AND key = $2`,
+);
+/**
+ * @internal {@link COMPLETE} and {@link DELETE_STEPS} in one statement, for a
+ * completion without a transaction of the handler's: the steps never outlive
+ * the record's completion, nor go without it. (A data-modifying `WITH` costs
+ * PostgreSQL more than the plain `UPDATE`: test/bench/README.md.)
+ */
+export const COMPLETE_ALONE = postgresStatement(
   `WITH done AS (
-     UPDATE "idempotency_records" t SET status = $4, response_status = $5,
-       response_headers = $6, response_body = $7, lease_expires_at = NULL,
-       completed_at = now(),
-       expires_at = CASE WHEN t.expires_at <= now()
-           OR t.expires_at > now() + $8 * interval '1 millisecond'
-         THEN now() + $8 * interval '1 millisecond' ELSE t.expires_at END
-     WHERE t.scope = $1 AND t.key = $2 AND t.owner = $3
-       AND t.status = 'in_progress'
+     ${UPDATE_RECORD}
      RETURNING t.scope, t.key, t.waiting, t.has_steps
    ), steps AS (
      DELETE FROM ${STEPS} s USING done
      WHERE done.has_steps AND s.scope = done.scope AND s.key = done.key
    )
-   SELECT waiting FROM done`,
+   SELECT waiting, false AS has_steps FROM done`,
 );
 /** @internal Gives a claim up, fenced by its owner, binding its key to its request or not. */
 export const RELEASE = postgresStatement(

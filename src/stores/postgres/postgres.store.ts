@@ -53,7 +53,9 @@ import {
   ACQUIRE,
   BIND,
   COMPLETE,
+  COMPLETE_ALONE,
   COUNT_FAILURE,
+  DELETE_STEPS,
   PostgresStatements,
   READ_STEP,
   RELEASE,
@@ -272,12 +274,24 @@ export class PostgresIdempotencyStore
     if (!connection) {
       throw transaction?.failure ?? new TransactionLostError();
     }
-    const { rows } = await this.statements.query<{ waiting: boolean }>(
+    const inTransaction = connection !== this.pool;
+    const { rows } = await this.statements.query<{
+      waiting: boolean;
+      has_steps: boolean;
+    }>(
       connection,
-      COMPLETE,
+      inTransaction ? COMPLETE : COMPLETE_ALONE,
       values,
-      connection !== this.pool,
+      inTransaction,
     );
+    if (rows[0]?.has_steps) {
+      await this.statements.query(
+        connection,
+        DELETE_STEPS,
+        [lease.scope, lease.key],
+        inTransaction,
+      );
+    }
     // No row: the claim is no longer this owner's.
     return { fenced: rows.length === 1, waiting: rows[0]?.waiting ?? false };
   }

@@ -4,6 +4,7 @@ import type { CreatePaymentDto } from '../../../sample-app/payments/create-payme
 import {
   ACQUIRE,
   COMPLETE,
+  DELETE_STEPS,
   RELEASE,
 } from '../../../src/stores/postgres/postgres-statements.js';
 import { CONTENT_TYPE, FloorRoutes, statement } from './floor-routes.js';
@@ -28,8 +29,8 @@ interface AcquireRow extends Holder {
  *
  *   1. the claim, `idempotency_acquire_generation(...)`, with the module's
  *      fingerprint of the request;
- *   2. the fenced completion (an `UPDATE` of the record and the deletion
- *      of its steps, in one statement) in the handler's transaction;
+ *   2. the fenced completion (an `UPDATE` of the record, then the deletion
+ *      of its steps if it has any) in the handler's transaction;
  *   3. on a failure, `idempotency_release(...)`.
  */
 @Controller('modes')
@@ -63,7 +64,7 @@ export class FloorController extends FloorRoutes {
   protected async complete(completion: Completion): Promise<boolean> {
     const {
       rows: [finish],
-    } = await completion.connection.query<{ waiting: boolean }>(
+    } = await completion.connection.query<{ has_steps: boolean }>(
       statement(COMPLETE.name, COMPLETE.text, [
         SCOPE,
         completion.key,
@@ -75,6 +76,14 @@ export class FloorController extends FloorRoutes {
         TTL_MS,
       ]),
     );
+    if (finish?.has_steps) {
+      await completion.connection.query(
+        statement(DELETE_STEPS.name, DELETE_STEPS.text, [
+          SCOPE,
+          completion.key,
+        ]),
+      );
+    }
     // No row: the claim is no longer this attempt's.
     return finish !== undefined;
   }
