@@ -1,3 +1,4 @@
+import { EntityManager } from 'typeorm';
 import { IDEMPOTENCY_TABLE_NAME } from '../../migrations/index.js';
 import {
   PLATFORMS,
@@ -144,5 +145,27 @@ describe.each(PLATFORMS)('the shared transaction (%s)', (platform) => {
   it('behaves as before outside a handler', async () => {
     await target.dataSource.getRepository('Order').insert({ reference: 'r6' });
     expect(await orders('r6')).toHaveLength(1);
+  });
+
+  it('redirects the default manager from a prototype put under it, setting no method on the manager itself, and takes it away at shutdown', async () => {
+    const methodsOf = (manager: EntityManager) =>
+      Object.getOwnPropertyNames(manager).filter(
+        (name) =>
+          typeof (manager as unknown as Record<string, unknown>)[name] ===
+          'function',
+      );
+    const { manager } = target.dataSource;
+    expect(methodsOf(manager)).toEqual([]);
+    expect(manager).toBeInstanceOf(EntityManager);
+    expect(Object.getPrototypeOf(manager)).not.toBe(EntityManager.prototype);
+
+    const other = await startTestApp({
+      imports: [TransactionTestModule],
+      platform,
+    });
+    const otherManager = other.dataSource.manager;
+    await other.close();
+    expect(Object.getPrototypeOf(otherManager)).toBe(EntityManager.prototype);
+    expect(methodsOf(otherManager)).toEqual([]);
   });
 });
