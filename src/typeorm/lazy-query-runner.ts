@@ -54,8 +54,9 @@ type ManagerClass = new (
 /**
  * @internal The query runners of handler transactions on `dataSource`:
  * classes made once for it, extending the runner and the manager TypeORM
- * makes for its driver, so that a request creates its runner as TypeORM
- * would, with no function of its own set on it.
+ * makes for its driver, so that a request's runner and manager get no
+ * function of their own (each would be an object of another shape to
+ * TypeORM's code, and closures made for each request).
  *
  * TypeORM has no public way to give a runner its connection: its runner's
  * `connect()` (which takes one from the pool) and `startTransaction()` are
@@ -68,7 +69,7 @@ export function lazyQueryRunners(dataSource: DataSource): LazyQueryRunners {
   const Manager = sample.manager.constructor as ManagerClass;
   const { driver } = dataSource;
 
-  class Lazy extends Runner {
+  class LazyRunner extends Runner {
     constructor(readonly owner: LazyRunnerOwner) {
       super(driver, 'master');
       // The runner says its transaction is open from the start, as TypeORM
@@ -108,7 +109,7 @@ export function lazyQueryRunners(dataSource: DataSource): LazyQueryRunners {
   }
 
   return (owner) => {
-    const runner = new Lazy(owner) as unknown as LazyQueryRunner;
+    const runner = new LazyRunner(owner) as unknown as LazyQueryRunner;
     // As createQueryRunner() does (the manager also sets itself).
     return Object.assign(runner, {
       manager: new LazyManager(dataSource, runner) as unknown as EntityManager,
