@@ -111,15 +111,12 @@ describe('Execution', () => {
     const { execution: run } = execution();
     // The handler takes most of its time: its deadline comes soon after.
     await run.run(() => sleep(TIMEOUT_MS * 0.7));
-    const noResponse = jest.fn();
     const waiting = Date.now();
-    run.awaitResponse(noResponse);
-    await sleep(TIMEOUT_MS * 0.6);
-    expect(noResponse).not.toHaveBeenCalled();
-    while (noResponse.mock.calls.length === 0) {
-      await sleep(5);
-    }
-    expect(Date.now() - waiting).toBeGreaterThanOrEqual(TIMEOUT_MS - 2);
-    expect(Date.now() - waiting).toBeLessThan(TIMEOUT_MS * 10);
+    // When it gave up: never before the whole wait (a busy machine only
+    // makes it later).
+    const gaveUp = await new Promise<number>((resolve) =>
+      run.awaitResponse(() => resolve(Date.now())),
+    );
+    expect(gaveUp - waiting).toBeGreaterThanOrEqual(TIMEOUT_MS - 2);
   });
 });
