@@ -1,6 +1,8 @@
 import { randomUUID } from 'node:crypto';
+import pg from 'pg';
 import { IdempotencyStore } from '../../src/index.js';
 import type { ClaimRequest } from '../../src/interfaces/idempotency-store.interface.js';
+import { untilBlocked } from '../utils/barrier.js';
 import { listen } from '../utils/notifications.js';
 import { poolOf } from '../utils/statement-counter.js';
 import { startTestApp, type TestApp } from '../utils/test-app.js';
@@ -151,6 +153,76 @@ describe('the PostgreSQL store', () => {
           : { status: 'in_progress', orders: 0 },
       ]);
     }
+  });
+
+  /**
+   * Runs `during` in a transaction of another session, then the store's
+   * claim of `request`, which blocks on what that transaction wrote; then
+   * commits it, and gives the claim's outcome. The claim's statement began
+   * before the commit: what it reads is from before it.
+   */
+  async function claimAcross(
+    request: ClaimRequest,
+    during: (other: pg.Client) => Promise<unknown>,
+  ) {
+    const other = new pg.Client({ connectionString: target.db.url });
+    await other.connect();
+    try {
+      await other.query('BEGIN');
+      await during(other);
+      const outcome = store.claim(request);
+      await untilBlocked(target.db, 1);
+      await other.query('COMMIT');
+      return await outcome;
+    } finally {
+      await other.end();
+    }
+  }
+
+  it('claims again when a claim committed after its statement began holds the key: it answers what holds it', async () => {
+    const held = randomUUID();
+    const outcome = await claimAcross(attempt('raced'), (other) =>
+      other.query(
+        `INSERT INTO idempotency_records (scope, key, fingerprint, method, path,
+           status, owner, lease_expires_at, expires_at)
+         VALUES ('pg', 'raced', 'another', 'POST', '/pg', 'in_progress', $1,
+           now() + interval '1 minute', now() + interval '1 hour')`,
+        [held],
+      ),
+    );
+    expect(outcome).toEqual({
+      state: 'in_progress',
+      fingerprint: 'another',
+      leaseMs: expect.any(Number),
+    });
+  });
+
+  it('claims again when the claim a duplicate would wait for finished after its statement began: it gets the response, not a wait', async () => {
+    const first = attempt('waited');
+    expect((await store.claim(first)).state).toBe('claimed');
+    const outcome = await claimAcross(
+      { ...attempt('waited'), wait: true },
+      (other) =>
+        other.query(
+          `UPDATE idempotency_records SET status = 'completed',
+           response_status = 200, response_body = 'done', lease_expires_at = NULL
+         WHERE key = 'waited' AND owner = $1`,
+          [first.owner],
+        ),
+    );
+    expect(outcome).toEqual({
+      state: 'finished',
+      record: {
+        status: 'completed',
+        fingerprint: 'fp',
+        response: { status: 200, headers: {}, body: Buffer.from('done') },
+      },
+    });
+    expect(
+      await target.db.query(
+        `SELECT status, waiting FROM idempotency_records WHERE key = 'waited'`,
+      ),
+    ).toEqual([{ status: 'completed', waiting: false }]);
   });
 
   it('notifies the completion of each key on the channel waiters listen on', async () => {
