@@ -372,9 +372,10 @@ describeRedis('@Idempotent() on BullMQ processors', () => {
 
   it('fails a job with 503 while the database refuses the claim, and BullMQ retries it', async () => {
     const failure = nextFailure(target.app.get(OrdersProcessor));
-    // A column the claim writes, renamed: every claim fails.
+    const acquire =
+      'idempotency_acquire_generation(text,text,text,text,text,uuid,uuid,float8,float8,boolean)';
     await target.db.query(
-      'ALTER TABLE idempotency_records RENAME COLUMN owner_instance TO instance_away',
+      `ALTER FUNCTION ${acquire} RENAME TO idempotency_acquire_away`,
     );
     let job: Job<OrderJob>;
     try {
@@ -395,7 +396,7 @@ describeRedis('@Idempotent() on BullMQ processors', () => {
       );
     } finally {
       await target.db.query(
-        'ALTER TABLE idempotency_records RENAME COLUMN instance_away TO owner_instance',
+        `ALTER FUNCTION ${acquire.replace('idempotency_acquire_generation', 'idempotency_acquire_away')} RENAME TO idempotency_acquire_generation`,
       );
     }
     expect(await job.getState()).toBe('delayed');

@@ -1,7 +1,6 @@
 import type { INestApplication } from '@nestjs/common';
 import { IdempotencyStore } from '../../src/index.js';
 import {
-  ACQUIRE,
   COMPLETE,
   COMPLETE_ALONE,
   READ_STEP,
@@ -95,8 +94,7 @@ const fn =
     statement.text.includes(`${name}(`) &&
     statement.values[1] === run.key &&
     check(statement.values);
-const claim = (run: Run) => (statement: Statement) =>
-  statement.text === ACQUIRE.text && statement.values[1] === run.key;
+const claim = fn('idempotency_acquire_generation');
 const readStep = (run: Run) => (statement: Statement) =>
   statement.text === READ_STEP.text && statement.values[1] === run.key;
 const saveStep = fn('idempotency_save_step');

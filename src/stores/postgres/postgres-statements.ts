@@ -85,90 +85,11 @@ export class PostgresStatements {
 const STEPS = `"${IDEMPOTENCY_STEPS_TABLE_NAME}"`;
 
 /**
- * @internal Claims a key and returns its generation (`acquired`), or reads
- * what holds it: one plain statement, committed without waiting for the
- * WAL flush (`synchronous_commit` off for its own transaction). Its
- * `INSERT … ON CONFLICT` is the one of migration
- * KeepIdempotencyGenerations1764000000005's `idempotency_acquire_generation`,
- * which stays for instances of the previous versions during a rolling
- * upgrade; sent as plain SQL, the claim costs PostgreSQL about 40 µs less
- * than through the plpgsql function (test/bench/README.md).
- *
- * A key it did not take is read in the same statement, from the statement's
- * snapshot: a row committed after it (a claim that raced this one) is not
- * seen, nor is a finished record that expired (it would have been taken
- * over, unless a claim took it after the snapshot): no row at all, and the
- * caller claims again, as the function did in its loop.
+ * @internal Claims a key and returns its generation, or reads what holds it
+ * (migration KeepIdempotencyGenerations1764000000005).
  */
 export const ACQUIRE = postgresStatement(
-  `WITH async_commit AS (
-     SELECT set_config('synchronous_commit', 'off', true)
-   ), claimed AS (
-     INSERT INTO "idempotency_records" AS t (scope, key, fingerprint, method,
-       path, status, owner, owner_instance, lease_expires_at, expires_at)
-     SELECT $1, $2, $3, $4, $5, 'in_progress', $6::uuid, $7::uuid,
-       now() + $8::float8 * interval '1 millisecond',
-       now() + greatest($9::float8, $8::float8) * interval '1 millisecond'
-       FROM async_commit
-     ON CONFLICT (scope, key) DO UPDATE SET
-       fingerprint = EXCLUDED.fingerprint, method = EXCLUDED.method,
-       path = EXCLUDED.path, status = 'in_progress', owner = EXCLUDED.owner,
-       owner_instance = EXCLUDED.owner_instance,
-       lease_expires_at = EXCLUDED.lease_expires_at, waiting = false,
-       response_status = NULL, response_headers = NULL, response_body = NULL,
-       created_at = CASE WHEN t.status = 'in_progress' AND t.expires_at > now()
-         THEN t.created_at ELSE now() END,
-       completed_at = NULL,
-       expires_at = greatest(EXCLUDED.expires_at,
-         CASE WHEN t.status = 'in_progress' AND t.has_steps THEN t.expires_at END),
-       has_steps = t.status = 'in_progress' AND t.has_steps
-         AND t.fingerprint = EXCLUDED.fingerprint AND t.expires_at > now()
-     WHERE CASE WHEN t.status <> 'in_progress' THEN t.expires_at <= now()
-       WHEN t.has_steps AND t.fingerprint <> EXCLUDED.fingerprint
-         AND t.expires_at > now() THEN false
-       ELSE t.lease_expires_at IS NULL OR t.lease_expires_at <= now()
-         OR (t.owner_instance IS NOT NULL AND pg_try_advisory_xact_lock_shared(
-           hashtextextended('idempotency:' || t.owner_instance::text, 0))
-           -- Behind a transaction pooler, this very server session may be
-           -- the one holding the presence lock (a lock is re-entrant within
-           -- its session): that instance is alive.
-           AND NOT EXISTS (
-             SELECT 1 FROM pg_locks l
-              WHERE l.locktype = 'advisory' AND l.pid = pg_backend_pid()
-                AND l.mode = 'ExclusiveLock' AND l.granted AND l.objsubid = 1
-                AND l.classid = ((hashtextextended('idempotency:' || t.owner_instance::text, 0) >> 32) & 4294967295)::oid
-                AND l.objid = (hashtextextended('idempotency:' || t.owner_instance::text, 0) & 4294967295)::oid))
-       END
-     RETURNING (extract(epoch FROM t.created_at) * 1000000)::bigint::text
-       AS generation
-   )
-   SELECT true AS acquired, generation, NULL::text AS status,
-          NULL::text AS fingerprint, NULL::smallint AS response_status,
-          NULL::jsonb AS response_headers, NULL::bytea AS response_body,
-          NULL::float8 AS lease_ms, NULL::boolean AS waiting, NULL::uuid AS owner
-     FROM claimed
-   UNION ALL
-   SELECT false, NULL, r.status, r.fingerprint, r.response_status,
-          r.response_headers, r.response_body,
-          greatest(0, extract(epoch FROM r.lease_expires_at - now()) * 1000)::float8,
-          r.waiting, r.owner
-     FROM "idempotency_records" r
-    WHERE r.scope = $1 AND r.key = $2
-      AND (r.status = 'in_progress' OR r.expires_at > now())
-      AND NOT EXISTS (SELECT 1 FROM claimed)`,
-);
-/**
- * @internal Marks a claim in progress as awaited by a duplicate, which its
- * completion then notifies; fenced by the claim's owner, committed without
- * waiting for the WAL flush (a lost mark leaves the duplicate to its
- * polling). No row: the claim finished or was released meanwhile.
- */
-export const MARK_WAITING = postgresStatement(
-  `UPDATE "idempotency_records" t SET waiting = true
-     FROM (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit
-    WHERE t.scope = $1 AND t.key = $2 AND t.owner = $3
-      AND t.status = 'in_progress'
-   RETURNING true AS marked`,
+  `SELECT * FROM idempotency_acquire_generation($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
 );
 /** The record's completion, fenced by its owner (see {@link COMPLETE}). */
 const UPDATE_RECORD = `UPDATE "idempotency_records" t SET status = $4,

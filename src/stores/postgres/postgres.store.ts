@@ -51,7 +51,6 @@ import {
 import { readPostgresSchema } from './postgres-schema-check.js';
 import {
   ACQUIRE,
-  MARK_WAITING,
   BIND,
   COMPLETE,
   COMPLETE_ALONE,
@@ -66,9 +65,7 @@ import {
 
 interface AcquireRow {
   acquired: boolean;
-  status: RecordStatus | 'in_progress';
-  waiting: boolean | null;
-  owner: string | null;
+  status: RecordStatus | 'in_progress' | null;
   fingerprint: string | null;
   response_status: number | null;
   response_headers: Record<string, string | string[]> | null;
@@ -98,12 +95,6 @@ const POSTGRES_COLUMNS = [
 const UNDEFINED_TABLE = '42P01';
 /** Longest NOTIFY payload PostgreSQL takes is 8000 bytes. */
 const MAX_PAYLOAD_BYTES = 7_900;
-/**
- * How many times a claim is sent again when it neither took the key nor
- * saw what holds it (a race with another claim or a release), as the
- * function it replaces looped.
- */
-const CLAIM_ATTEMPTS = 5;
 
 /** The NOTIFY payload that names a key. */
 export function completionPayload(scope: string, key: string): string {
@@ -201,68 +192,45 @@ export class PostgresIdempotencyStore
   }
 
   async claim(request: ClaimRequest): Promise<ClaimOutcome> {
-    const values = [
-      request.scope,
-      request.key,
-      request.fingerprint,
-      request.method,
-      request.path,
-      request.owner,
-      this.presence?.heldInstance ?? null,
-      request.leaseMs,
-      request.ttlMs,
-    ];
-    for (let attempt = 0; attempt < CLAIM_ATTEMPTS; attempt++) {
-      const { rows } = await this.statements.query<AcquireRow>(
-        this.pool,
-        ACQUIRE,
-        values,
-      );
-      const row = rows[0];
-      if (!row) {
-        // Another claim took or gave the key up after the statement's
-        // snapshot: claim again.
-        continue;
-      }
-      if (row.acquired) {
-        return { state: 'claimed', generation: row.generation! };
-      }
-      if (row.status !== 'in_progress') {
-        return {
-          state: 'finished',
-          record: {
-            status: row.status,
-            fingerprint: row.fingerprint ?? '',
-            response: {
-              status: row.response_status ?? 0,
-              headers: row.response_headers ?? {},
-              body: row.response_body ?? Buffer.alloc(0),
-            },
-          },
-        };
-      }
-      if (
-        request.wait &&
-        row.fingerprint === request.fingerprint &&
-        !row.waiting &&
-        (
-          await this.statements.query(this.pool, MARK_WAITING, [
-            request.scope,
-            request.key,
-            row.owner,
-          ])
-        ).rows.length === 0
-      ) {
-        // Finished or released since it was read: claim again.
-        continue;
-      }
+    const { rows } = await this.statements.query<AcquireRow>(
+      this.pool,
+      ACQUIRE,
+      [
+        request.scope,
+        request.key,
+        request.fingerprint,
+        request.method,
+        request.path,
+        request.owner,
+        this.presence?.heldInstance ?? null,
+        request.leaseMs,
+        request.ttlMs,
+        request.wait,
+      ],
+    );
+    const row = rows[0];
+    if (row.acquired) {
+      return { state: 'claimed', generation: row.generation! };
+    }
+    if (row.status && row.status !== 'in_progress') {
       return {
-        state: 'in_progress',
-        fingerprint: row.fingerprint ?? undefined,
-        leaseMs: row.lease_ms ?? 0,
+        state: 'finished',
+        record: {
+          status: row.status,
+          fingerprint: row.fingerprint ?? '',
+          response: {
+            status: row.response_status ?? 0,
+            headers: row.response_headers ?? {},
+            body: row.response_body ?? Buffer.alloc(0),
+          },
+        },
       };
     }
-    return { state: 'in_progress', fingerprint: undefined, leaseMs: 0 };
+    return {
+      state: 'in_progress',
+      fingerprint: row.fingerprint ?? undefined,
+      leaseMs: row.lease_ms ?? 0,
+    };
   }
 
   async renew(leases: readonly Renewal[]): Promise<ReadonlySet<string>> {

@@ -27,9 +27,8 @@ interface AcquireRow extends Holder {
  * no lease renewal, no presence, no events; the steps: floor-routes.ts),
  * as named prepared statements (parsed once per connection):
  *
- *   1. the claim (an `INSERT … ON CONFLICT` that reads what holds the key
- *      when it does not take it), with the module's fingerprint of the
- *      request;
+ *   1. the claim, `idempotency_acquire_generation(...)`, with the module's
+ *      fingerprint of the request;
  *   2. the fenced completion (an `UPDATE` of the record, then the deletion
  *      of its steps if it has any) in the handler's transaction;
  *   3. on a failure, `idempotency_release(...)`.
@@ -43,35 +42,23 @@ export class FloorController extends FloorRoutes {
   }
 
   protected async claim(attempt: Attempt): Promise<Holder | undefined> {
-    // No row: a race with another claim; the store claims again, up to 5
-    // times, as the floor does.
-    for (let tries = 0; tries < 5; tries++) {
-      const {
-        rows: [claim],
-      } = await this.pool.query<AcquireRow>(
-        statement(ACQUIRE.name, ACQUIRE.text, [
-          SCOPE,
-          attempt.key,
-          attempt.fingerprint,
-          'POST',
-          attempt.path,
-          attempt.owner,
-          null,
-          LEASE_MS,
-          TTL_MS,
-        ]),
-      );
-      if (claim) {
-        return claim.acquired ? undefined : claim;
-      }
-    }
-    // Held each time: 409, as the store answers.
-    return {
-      status: 'in_progress',
-      fingerprint: attempt.fingerprint,
-      response_status: null,
-      response_body: null,
-    };
+    const {
+      rows: [claim],
+    } = await this.pool.query<AcquireRow>(
+      statement(ACQUIRE.name, ACQUIRE.text, [
+        SCOPE,
+        attempt.key,
+        attempt.fingerprint,
+        'POST',
+        attempt.path,
+        attempt.owner,
+        null,
+        LEASE_MS,
+        TTL_MS,
+        false,
+      ]),
+    );
+    return claim.acquired ? undefined : claim;
   }
 
   protected async complete(completion: Completion): Promise<boolean> {
