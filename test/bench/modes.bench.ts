@@ -23,7 +23,8 @@
  *   floor      the PostgreSQL store's statements and nothing else, sent by
  *              a plain route through the `pg` driver as named prepared
  *              statements, on the app's pool: the claim,
- *              `idempotency_acquire_generation(...)`, in autocommit; then
+ *              an `INSERT … ON CONFLICT DO NOTHING` reading what holds the
+ *              key, in autocommit; then
  *              `dataSource.transaction(...)`: START TRANSACTION, the
  *              handler's inserts, the store's completion (an `UPDATE`
  *              fenced by the owner token, then the deletion of the key's

@@ -372,10 +372,9 @@ describeRedis('@Idempotent() on BullMQ processors', () => {
 
   it('fails a job with 503 while the database refuses the claim, and BullMQ retries it', async () => {
     const failure = nextFailure(target.app.get(OrdersProcessor));
-    const acquire =
-      'idempotency_acquire_generation(text,text,text,text,text,uuid,uuid,float8,float8,boolean)';
+    // A column the claim writes, renamed: every claim fails.
     await target.db.query(
-      `ALTER FUNCTION ${acquire} RENAME TO idempotency_acquire_away`,
+      'ALTER TABLE idempotency_records RENAME COLUMN owner_instance TO instance_away',
     );
     let job: Job<OrderJob>;
     try {
@@ -396,7 +395,7 @@ describeRedis('@Idempotent() on BullMQ processors', () => {
       );
     } finally {
       await target.db.query(
-        `ALTER FUNCTION ${acquire.replace('idempotency_acquire_generation', 'idempotency_acquire_away')} RENAME TO idempotency_acquire_generation`,
+        'ALTER TABLE idempotency_records RENAME COLUMN instance_away TO owner_instance',
       );
     }
     expect(await job.getState()).toBe('delayed');

@@ -1,6 +1,7 @@
 import type { INestApplication } from '@nestjs/common';
 import { IdempotencyStore } from '../../src/index.js';
 import {
+  CLAIM,
   COMPLETE,
   COMPLETE_ALONE,
   READ_STEP,
@@ -94,7 +95,8 @@ const fn =
     statement.text.includes(`${name}(`) &&
     statement.values[1] === run.key &&
     check(statement.values);
-const claim = fn('idempotency_acquire_generation');
+const claim = (run: Run) => (statement: Statement) =>
+  statement.text === CLAIM.text && statement.values[1] === run.key;
 const readStep = (run: Run) => (statement: Statement) =>
   statement.text === READ_STEP.text && statement.values[1] === run.key;
 const saveStep = fn('idempotency_save_step');

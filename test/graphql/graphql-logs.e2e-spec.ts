@@ -16,8 +16,9 @@ import {
 } from './graphql.module.js';
 
 /** The claim function of the PostgreSQL store, renamed away for an outage. */
-const ACQUIRE =
-  'idempotency_acquire_generation(text,text,text,text,text,uuid,uuid,float8,float8,boolean)';
+/** A column the claim writes: renamed, every claim fails (an outage). */
+const RENAME_CLAIMED_COLUMN = (from: string, to: string) =>
+  `ALTER TABLE idempotency_records RENAME COLUMN ${from} TO ${to}`;
 
 const hash = (key: string) =>
   createHash('sha256').update(key).digest('hex').slice(0, 16);
@@ -108,9 +109,7 @@ function graphqlLogs(driver: GraphqlDriver, platform: Platform): void {
   it("still logs at ERROR, with its stack, what fails on the server: the store unreachable (503) and the resolver's own crash", async () => {
     const { db } = await start();
     const reference = `${driver}-${platform}-outage`;
-    await db.query(
-      `ALTER FUNCTION ${ACQUIRE} RENAME TO idempotency_acquire_away`,
-    );
+    await db.query(RENAME_CLAIMED_COLUMN('owner_instance', 'instance_away'));
     let outage: GraphqlAnswer;
     try {
       outage = await graphql(
@@ -118,9 +117,7 @@ function graphqlLogs(driver: GraphqlDriver, platform: Platform): void {
         'outage-1',
       );
     } finally {
-      await db.query(
-        `ALTER FUNCTION ${ACQUIRE.replace('idempotency_acquire_generation', 'idempotency_acquire_away')} RENAME TO idempotency_acquire_generation`,
-      );
+      await db.query(RENAME_CLAIMED_COLUMN('instance_away', 'owner_instance'));
     }
     expect(codes(outage)).toEqual(['IDEMPOTENCY_UNAVAILABLE']);
     const crashed = await graphql(

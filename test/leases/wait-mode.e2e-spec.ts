@@ -1,3 +1,7 @@
+import {
+  CLAIM,
+  MARK_WAITING,
+} from '../../src/stores/postgres/postgres-statements.js';
 import { Barrier, untilWaiting } from '../utils/barrier.js';
 import { listen, type Listener } from '../utils/notifications.js';
 import { logStatements } from '../utils/statement-counter.js';
@@ -140,11 +144,9 @@ describe.each(PLATFORMS)(
       const duplicate = inFlight(
         answer(send(b, '/wait-mode/wait', { key, body })),
       );
-      // B's claim found the key in progress and marked it waited for.
+      // B's claim found the key in progress, and B marked it waited for.
       await untilWaiting(db, key);
-      expect(statements.statements).toEqual([
-        expect.stringContaining('idempotency_acquire'),
-      ]);
+      expect(statements.statements).toEqual([CLAIM.text, MARK_WAITING.text]);
 
       // Time passes: A renews its lease twice (2 to 4 s, within the 6 s the
       // duplicate's claim saw left) and completes other keys; nobody waits
@@ -154,7 +156,7 @@ describe.each(PLATFORMS)(
       await renewals.next((p) => p === key, renewed + 2);
       expect(await completions.drain()).toEqual([]);
       // B sent nothing more while it waited: no polling.
-      expect(statements.statements).toHaveLength(1);
+      expect(statements.statements).toHaveLength(2);
       expect(gateB.ran).toEqual([]);
 
       gateA.barrier.open();
@@ -179,7 +181,7 @@ describe.each(PLATFORMS)(
       ]);
       console.log(
         `wait mode (${platform}): the waiting duplicate sent ${statements.statements.length} statement(s) in all ` +
-          `(1 before waiting, none while the owner renewed its ${LEASE_SECONDS} s lease twice and completed ${UNWAITED} other keys): ` +
+          `(2 before waiting: the claim and its mark; none while the owner renewed its ${LEASE_SECONDS} s lease twice and completed ${UNWAITED} other keys): ` +
           statements.statements
             .map((text) => text.replace(/\s+/g, ' ').slice(0, 60))
             .join(' | '),

@@ -85,11 +85,89 @@ export class PostgresStatements {
 const STEPS = `"${IDEMPOTENCY_STEPS_TABLE_NAME}"`;
 
 /**
- * @internal Claims a key and returns its generation, or reads what holds it
- * (migration KeepIdempotencyGenerations1764000000005).
+ * @internal Claims a key, taking it over where it may, and returns its
+ * generation, or reads what holds it (migration
+ * KeepIdempotencyGenerations1764000000005): after {@link CLAIM}, for a key
+ * that may be taken over or that it did not see.
  */
 export const ACQUIRE = postgresStatement(
   `SELECT * FROM idempotency_acquire_generation($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+);
+/**
+ * @internal The claim's fast path, one plain statement: a new key is
+ * inserted (`ON CONFLICT DO NOTHING`), committed without waiting for the WAL
+ * flush (`synchronous_commit` off for its own transaction), and its
+ * generation returned; a key held is read in the same statement instead,
+ * what holds it in one JSON column (`holder`, see {@link ClaimHolder}) and
+ * its stored body beside it. So a new key, a replay and a refusal each cost
+ * one statement, without the plpgsql call and the executor state of
+ * {@link ACQUIRE}'s `DO UPDATE`, which cost PostgreSQL about 75 µs more a
+ * claim and completion (test/bench/README.md). A key that may be taken over
+ * (a finished record expired, a lease run out, an owner's instance whose
+ * presence lock is free) goes on to {@link ACQUIRE}, as does a key that the
+ * statement's snapshot cannot see (no row: a claim or a release raced it).
+ */
+export const CLAIM = postgresStatement(
+  `WITH async_commit AS (
+     SELECT set_config('synchronous_commit', 'off', true)
+   ), claimed AS (
+     INSERT INTO "idempotency_records" AS t (scope, key, fingerprint, method,
+       path, status, owner, owner_instance, lease_expires_at, expires_at)
+     SELECT $1, $2, $3, $4, $5, 'in_progress', $6::uuid, $7::uuid,
+       now() + $8::float8 * interval '1 millisecond',
+       now() + greatest($9::float8, $8::float8) * interval '1 millisecond'
+       FROM async_commit
+     ON CONFLICT (scope, key) DO NOTHING
+     RETURNING (extract(epoch FROM t.created_at) * 1000000)::bigint::text
+       AS generation
+   )
+   SELECT generation, NULL::text AS holder, NULL::bytea AS response_body
+     FROM claimed
+   UNION ALL
+   SELECT NULL, json_build_array(r.status, r.fingerprint, r.response_status,
+       r.response_headers, r.expires_at <= now(),
+       greatest(0, extract(epoch FROM r.lease_expires_at - now()) * 1000)::float8,
+       r.waiting, r.owner, r.has_steps,
+       r.status = 'in_progress' AND r.owner_instance IS NOT NULL
+         AND r.lease_expires_at > now()
+         AND pg_try_advisory_xact_lock_shared(
+           hashtextextended('idempotency:' || r.owner_instance::text, 0)))::text,
+     r.response_body
+     FROM "idempotency_records" r
+    WHERE r.scope = $1 AND r.key = $2 AND NOT EXISTS (SELECT 1 FROM claimed)`,
+);
+/**
+ * @internal What holds a key, as {@link CLAIM} reads it: status,
+ * fingerprint, response status, response headers, whether the record
+ * expired, the lease's milliseconds left, whether a duplicate waits, the
+ * owner, whether the key is bound to its request by steps, and whether the
+ * owner's instance may be gone (its presence lock was free: a hint, which
+ * {@link ACQUIRE} checks again).
+ */
+export type ClaimHolder = [
+  status: string,
+  fingerprint: string,
+  responseStatus: number | null,
+  responseHeaders: Record<string, string | string[]> | null,
+  expired: boolean,
+  leaseMs: number,
+  waiting: boolean,
+  owner: string | null,
+  hasSteps: boolean,
+  ownerMayBeGone: boolean | null,
+];
+/**
+ * @internal Marks a claim in progress as awaited by a duplicate, which its
+ * completion then notifies; fenced by the claim's owner, committed without
+ * waiting for the WAL flush (a lost mark leaves the duplicate to its
+ * polling). No row: the claim finished or was released meanwhile.
+ */
+export const MARK_WAITING = postgresStatement(
+  `UPDATE "idempotency_records" t SET waiting = true
+     FROM (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit
+    WHERE t.scope = $1 AND t.key = $2 AND t.owner = $3
+      AND t.status = 'in_progress'
+   RETURNING true AS marked`,
 );
 /** The record's completion, fenced by its owner (see {@link COMPLETE}). */
 const UPDATE_RECORD = `UPDATE "idempotency_records" t SET status = $4,

@@ -27,7 +27,6 @@ import type {
   RecordInspection,
   RecordPage,
   RecordQuery,
-  RecordStatus,
   Renewal,
   ResetOutcome,
   StepLease,
@@ -42,6 +41,7 @@ import {
   listPostgresRecords,
   resetPostgresRecord,
 } from './postgres-admin.js';
+import { claimPostgresKey } from './postgres-claim.js';
 import { collectExpired } from './postgres-collection.js';
 import {
   COMPLETION_CHANNEL,
@@ -50,7 +50,6 @@ import {
 } from './postgres-presence.js';
 import { readPostgresSchema } from './postgres-schema-check.js';
 import {
-  ACQUIRE,
   BIND,
   COMPLETE,
   COMPLETE_ALONE,
@@ -62,17 +61,6 @@ import {
   RENEW,
   SAVE_STEP,
 } from './postgres-statements.js';
-
-interface AcquireRow {
-  acquired: boolean;
-  status: RecordStatus | 'in_progress' | null;
-  fingerprint: string | null;
-  response_status: number | null;
-  response_headers: Record<string, string | string[]> | null;
-  response_body: Buffer | null;
-  lease_ms: number | null;
-  generation: string | null;
-}
 
 const TABLE = `"${IDEMPOTENCY_TABLE_NAME}"`;
 const STEPS = `"${IDEMPOTENCY_STEPS_TABLE_NAME}"`;
@@ -191,46 +179,13 @@ export class PostgresIdempotencyStore
     this.watchers.push(listener);
   }
 
-  async claim(request: ClaimRequest): Promise<ClaimOutcome> {
-    const { rows } = await this.statements.query<AcquireRow>(
+  claim(request: ClaimRequest): Promise<ClaimOutcome> {
+    return claimPostgresKey(
+      this.statements,
       this.pool,
-      ACQUIRE,
-      [
-        request.scope,
-        request.key,
-        request.fingerprint,
-        request.method,
-        request.path,
-        request.owner,
-        this.presence?.heldInstance ?? null,
-        request.leaseMs,
-        request.ttlMs,
-        request.wait,
-      ],
+      this.presence?.heldInstance ?? null,
+      request,
     );
-    const row = rows[0];
-    if (row.acquired) {
-      return { state: 'claimed', generation: row.generation! };
-    }
-    if (row.status && row.status !== 'in_progress') {
-      return {
-        state: 'finished',
-        record: {
-          status: row.status,
-          fingerprint: row.fingerprint ?? '',
-          response: {
-            status: row.response_status ?? 0,
-            headers: row.response_headers ?? {},
-            body: row.response_body ?? Buffer.alloc(0),
-          },
-        },
-      };
-    }
-    return {
-      state: 'in_progress',
-      fingerprint: row.fingerprint ?? undefined,
-      leaseMs: row.lease_ms ?? 0,
-    };
   }
 
   async renew(leases: readonly Renewal[]): Promise<ReadonlySet<string>> {

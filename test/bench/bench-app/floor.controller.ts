@@ -3,9 +3,11 @@ import { createHash } from 'node:crypto';
 import type { CreatePaymentDto } from '../../../sample-app/payments/create-payment.dto.js';
 import {
   ACQUIRE,
+  CLAIM,
   COMPLETE,
   DELETE_STEPS,
   RELEASE,
+  type ClaimHolder,
 } from '../../../src/stores/postgres/postgres-statements.js';
 import { CONTENT_TYPE, FloorRoutes, statement } from './floor-routes.js';
 import type { Attempt, Completion, Holder } from './floor-routes.js';
@@ -15,6 +17,12 @@ const SCOPE = 'global';
 const LEASE_MS = 15_000;
 const TTL_MS = 24 * 3_600_000;
 const STORED_HEADERS = JSON.stringify({ 'content-type': CONTENT_TYPE });
+
+interface ClaimRow {
+  readonly generation: string | null;
+  readonly holder: string | null;
+  readonly response_body: Buffer | null;
+}
 
 interface AcquireRow extends Holder {
   readonly acquired: boolean;
@@ -27,8 +35,10 @@ interface AcquireRow extends Holder {
  * no lease renewal, no presence, no events; the steps: floor-routes.ts),
  * as named prepared statements (parsed once per connection):
  *
- *   1. the claim, `idempotency_acquire_generation(...)`, with the module's
- *      fingerprint of the request;
+ *   1. the claim (`INSERT … ON CONFLICT DO NOTHING`, reading what holds
+ *      the key in the same statement; `idempotency_acquire_generation(...)`
+ *      for a key it did not see), with the module's fingerprint of the
+ *      request;
  *   2. the fenced completion (an `UPDATE` of the record, then the deletion
  *      of its steps if it has any) in the handler's transaction;
  *   3. on a failure, `idempotency_release(...)`.
@@ -42,21 +52,42 @@ export class FloorController extends FloorRoutes {
   }
 
   protected async claim(attempt: Attempt): Promise<Holder | undefined> {
+    const values: unknown[] = [
+      SCOPE,
+      attempt.key,
+      attempt.fingerprint,
+      'POST',
+      attempt.path,
+      attempt.owner,
+      null,
+      LEASE_MS,
+      TTL_MS,
+    ];
+    const {
+      rows: [fast],
+    } = await this.pool.query<ClaimRow>(
+      statement(CLAIM.name, CLAIM.text, values),
+    );
+    if (fast?.generation) {
+      return undefined;
+    }
+    if (fast?.holder) {
+      // The bench's keys are new, or held by a live attempt or record: no
+      // takeover, which the store would leave to the function.
+      const [status, fingerprint, responseStatus] = JSON.parse(
+        fast.holder,
+      ) as ClaimHolder;
+      return {
+        status,
+        fingerprint,
+        response_status: responseStatus,
+        response_body: fast.response_body,
+      };
+    }
     const {
       rows: [claim],
     } = await this.pool.query<AcquireRow>(
-      statement(ACQUIRE.name, ACQUIRE.text, [
-        SCOPE,
-        attempt.key,
-        attempt.fingerprint,
-        'POST',
-        attempt.path,
-        attempt.owner,
-        null,
-        LEASE_MS,
-        TTL_MS,
-        false,
-      ]),
+      statement(ACQUIRE.name, ACQUIRE.text, [...values, false]),
     );
     return claim.acquired ? undefined : claim;
   }

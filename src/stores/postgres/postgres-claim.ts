@@ -1,0 +1,160 @@
+import type { PostgresConnection } from '../../interfaces/postgres-adapter.interface.js';
+import type {
+  ClaimOutcome,
+  ClaimRequest,
+  RecordStatus,
+} from '../../interfaces/idempotency-store.interface.js';
+import {
+  ACQUIRE,
+  CLAIM,
+  MARK_WAITING,
+  type ClaimHolder,
+  type PostgresStatements,
+} from './postgres-statements.js';
+
+/** A row of {@link CLAIM}: the generation of a key taken, or what holds it. */
+interface ClaimRow {
+  generation: string | null;
+  holder: string | null;
+  response_body: Buffer | null;
+}
+
+/** A row of {@link ACQUIRE}. */
+interface AcquireRow {
+  acquired: boolean;
+  status: RecordStatus | 'in_progress' | null;
+  fingerprint: string | null;
+  response_status: number | null;
+  response_headers: Record<string, string | string[]> | null;
+  response_body: Buffer | null;
+  lease_ms: number | null;
+  generation: string | null;
+}
+
+/** A claim's outcome for a finished record. */
+function finished(
+  status: RecordStatus,
+  fingerprint: string | null,
+  response: {
+    status: number;
+    headers: Record<string, string | string[]>;
+    body: Buffer;
+  },
+): ClaimOutcome {
+  return {
+    state: 'finished',
+    record: { status, fingerprint: fingerprint ?? '', response },
+  };
+}
+
+/**
+ * @internal Claims `request`'s key on PostgreSQL: {@link CLAIM} first, one
+ * statement for a new key, a replay or a refusal; {@link ACQUIRE} after it
+ * for a key that may be taken over or that it did not see.
+ */
+export async function claimPostgresKey(
+  statements: PostgresStatements,
+  pool: PostgresConnection,
+  instance: string | null,
+  request: ClaimRequest,
+): Promise<ClaimOutcome> {
+  const values: unknown[] = [
+    request.scope,
+    request.key,
+    request.fingerprint,
+    request.method,
+    request.path,
+    request.owner,
+    instance,
+    request.leaseMs,
+    request.ttlMs,
+  ];
+  const {
+    rows: [fast],
+  } = await statements.query<ClaimRow>(pool, CLAIM, values);
+  if (fast?.generation) {
+    return { state: 'claimed', generation: fast.generation };
+  }
+  if (fast?.holder) {
+    const outcome = await held(
+      statements,
+      pool,
+      request,
+      JSON.parse(fast.holder) as ClaimHolder,
+      fast.response_body,
+    );
+    if (outcome) {
+      return outcome;
+    }
+  }
+  // A key that may be taken over, or that the statement did not see.
+  values.push(request.wait);
+  const {
+    rows: [row],
+  } = await statements.query<AcquireRow>(pool, ACQUIRE, values);
+  if (row.acquired) {
+    return { state: 'claimed', generation: row.generation! };
+  }
+  if (row.status && row.status !== 'in_progress') {
+    return finished(row.status, row.fingerprint, {
+      status: row.response_status ?? 0,
+      headers: row.response_headers ?? {},
+      body: row.response_body ?? Buffer.alloc(0),
+    });
+  }
+  return {
+    state: 'in_progress',
+    fingerprint: row.fingerprint ?? undefined,
+    leaseMs: row.lease_ms ?? 0,
+  };
+}
+
+/**
+ * The outcome of a claim that found its key held, from what holds it;
+ * none when the key may be taken over (the function decides) or the claim
+ * a duplicate would wait for ended meanwhile.
+ */
+async function held(
+  statements: PostgresStatements,
+  pool: PostgresConnection,
+  request: ClaimRequest,
+  holder: ClaimHolder,
+  body: Buffer | null,
+): Promise<ClaimOutcome | undefined> {
+  const [
+    status,
+    fingerprint,
+    responseStatus,
+    headers,
+    expired,
+    leaseMs,
+    waiting,
+    owner,
+    hasSteps,
+    ownerMayBeGone,
+  ] = holder;
+  if (status !== 'in_progress') {
+    return expired
+      ? undefined
+      : finished(status as RecordStatus, fingerprint, {
+          status: responseStatus ?? 0,
+          headers: headers ?? {},
+          body: body ?? Buffer.alloc(0),
+        });
+  }
+  const bound = hasSteps && fingerprint !== request.fingerprint && !expired;
+  if (!bound && (leaseMs <= 0 || ownerMayBeGone)) {
+    return undefined;
+  }
+  if (request.wait && fingerprint === request.fingerprint && !waiting) {
+    const { rows } = await statements.query(pool, MARK_WAITING, [
+      request.scope,
+      request.key,
+      owner,
+    ]);
+    if (rows.length === 0) {
+      return undefined;
+    }
+  }
+  return { state: 'in_progress', fingerprint, leaseMs };
+}
