@@ -5,6 +5,7 @@ import {
   type TestApp,
 } from '../utils/test-app.js';
 import type { Pool } from 'pg';
+import { IdempotencyStore } from '../../src/index.js';
 import {
   CLAIM,
   COMPLETE,
@@ -84,6 +85,33 @@ describe.each(PLATFORMS)(
       expect(replay.headers.get('idempotent-replayed')).toBe('true');
       const replayed = counter.statements;
       expect(replayed).toEqual([CLAIM.text.replace(/\s+/g, ' ').trim()]);
+    });
+
+    it("refuses another request under a key a live instance's attempt holds (422) in 1 statement: its presence lock is held, so the key is not for the taking", async () => {
+      // The attempt of a live instance: this application's own, whose
+      // presence lock is held.
+      const { heldInstance } = (
+        target.app.get(IdempotencyStore) as unknown as {
+          presence: { heldInstance: string };
+        }
+      ).presence;
+      expect(heldInstance).toEqual(expect.any(String));
+      await target.db.query(
+        `INSERT INTO idempotency_records (scope, key, fingerprint, method, path,
+           status, owner, owner_instance, lease_expires_at, expires_at)
+         VALUES ('global', 'held-1', 'another', 'POST', '/decorated',
+           'in_progress', gen_random_uuid(), $1, now() + interval '1 minute',
+           now() + interval '1 hour')`,
+        [heldInstance],
+      );
+      const refused = await send(target, '/decorated', {
+        key: 'held-1',
+        body: { reference: 'h1' },
+      });
+      expect(refused.status).toBe(422);
+      expect(counter.statements).toEqual([
+        CLAIM.text.replace(/\s+/g, ' ').trim(),
+      ]);
     });
   },
 );

@@ -1,0 +1,6 @@
+-- The module's table with a bare INSERT for the claim (no ON CONFLICT, no asynchronous commit; not a claim): what the table and the completion cost beside the lean floor's.
+SELECT gen_random_uuid()::text AS owner, gen_random_uuid()::text AS k, 'v2:' || md5(random()::text) || md5(random()::text) AS fp \gset
+INSERT INTO idempotency_records (scope, key, fingerprint, method, path, status, owner, lease_expires_at, expires_at) VALUES ('global', :k, :fp, 'POST', '/modes/light', 'in_progress', :owner::uuid, now() + interval '15 seconds', now() + interval '24 hours');
+BEGIN;
+UPDATE idempotency_records t SET status = 'completed', response_status = 201, response_headers = '{"content-type":"application/json; charset=utf-8"}', response_body = '\x7b227265666572656e6365223a2261626364222c22616d6f756e74223a313030302c226964223a2231323334227d'::bytea, lease_expires_at = NULL, completed_at = now(), expires_at = CASE WHEN t.expires_at <= now() OR t.expires_at > now() + 86400000 * interval '1 millisecond' THEN now() + 86400000 * interval '1 millisecond' ELSE t.expires_at END WHERE t.scope = 'global' AND t.key = :k AND t.owner = :owner::uuid AND t.status = 'in_progress' RETURNING t.waiting, t.has_steps;
+COMMIT;
