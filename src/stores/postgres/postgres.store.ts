@@ -179,7 +179,7 @@ export class PostgresIdempotencyStore
     this.watchers.push(listener);
   }
 
-  claim(request: ClaimRequest): Promise<ClaimOutcome> {
+  async claim(request: ClaimRequest): Promise<ClaimOutcome> {
     return claimPostgresKey(
       this.statements,
       this.pool,
