@@ -108,7 +108,11 @@
  * what explains its throughput; a faster mode may batch a little more per
  * round trip, which is part of what it is. `app Δ base` is the app's CPU
  * per request less the baseline's, within each round (median): the
- * library's own work.
+ * library's own work. Each comparison's line gives, for each CPU, both
+ * medians, then the median of the rounds' differences and of the rounds'
+ * ratios (a mode's CPU over the other's within a round): the ratio is the
+ * figure to hold against a target such as "within 15 %", as the two runs
+ * of a round share the machine's speed of the moment.
  *
  *   npm run bench:modes           (npm run bench runs it first)
  *   BENCH_MODES=baseline,redis,theirs BENCH_SECONDS=2 BENCH_ROUNDS=1 npm run bench:modes
@@ -411,6 +415,8 @@ interface Comparison {
   readonly p99Ratio: number;
   /** CPU µs per request less the other's, within each round (medians). */
   readonly cpu: CpuPerRequest;
+  /** CPU per request over the other's, within each round (medians). */
+  readonly cpuRatio: CpuPerRequest;
 }
 
 /** The figures of one run over the rounds, as printed and written. */
@@ -441,6 +447,16 @@ function summarize(
         return a === undefined || b === undefined ? undefined : a - b;
       }),
     );
+  /** The median of the rounds' CPU `of` per request over `than`'s. */
+  const cpuRatio = (than: Measured[], of: keyof CpuPerRequest) =>
+    medianOf(
+      than.map((round, i) => {
+        const [a, b] = [rounds[i].cpu[of], round.cpu[of]];
+        return a === undefined || b === undefined || b === 0
+          ? undefined
+          : a / b;
+      }),
+    );
   const base = run.baseline && results.get(run.baseline)!.rounds;
   const compare = (other: Run): Comparison => {
     const others = results.get(other)!.rounds;
@@ -457,6 +473,11 @@ function summarize(
         app: cpuOver(others, 'app'),
         db: cpuOver(others, 'db'),
         redis: cpuOver(others, 'redis'),
+      },
+      cpuRatio: {
+        app: cpuRatio(others, 'app'),
+        db: cpuRatio(others, 'db'),
+        redis: cpuRatio(others, 'redis'),
       },
     };
   };
@@ -551,9 +572,13 @@ function report(rows: readonly Row[]): void {
       const its = rows.find(
         (r) => r.setting === row.setting && r.mode === other.mode,
       )!.cpu;
-      /** CPU `of` a request of both, and the median of the rounds' differences. */
+      /**
+       * CPU `of` a request of both, and the medians of the rounds'
+       * differences and ratios.
+       */
       const cpu = (label: string, of: keyof CpuPerRequest) =>
-        `${label} ${us(row.cpu[of])} µs against ${us(its[of])} µs (${us(other.cpu[of], true)})`;
+        `${label} ${us(row.cpu[of])} µs against ${us(its[of])} µs ` +
+        `(${us(other.cpu[of], true)}, ${fixed(other.cpuRatio[of], 2)}x)`;
       console.log(
         `${row.setting}: ${row.scenario} over ${other.name}: ${fixed(other.ratio, 2)}x ` +
           `(rounds ${fixed(other.range[0], 2)}x to ${fixed(other.range[1], 2)}x: ` +
