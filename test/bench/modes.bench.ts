@@ -9,9 +9,12 @@
  * awaits the gateway stand-in, then saves one payment and two ledger rows
  * (through TypeORM repositories, or in the data libraries' modes with that
  * library), and reads nothing back. Each mode is an app
- * of its own (bench-app/modes-main.ts), all of them on one database of one
- * PostgreSQL server (an embedded one with fsync on, or DATABASE_URL), and
- * each request carries a new UUID as its key:
+ * of its own (bench-app/modes-main.ts), all of them on one PostgreSQL
+ * server (an embedded one with fsync on, or DATABASE_URL), each on a
+ * database of its own (copies of one that the migrations made: every
+ * mode's tables hold only the rows of its own requests, so that no mode
+ * writes into an index that other modes have grown), and each request
+ * carries a new UUID as its key:
  *
  *   baseline   no idempotency; the writes in `dataSource.transaction(...)`
  *   postgres   @Idempotent(), the module on its PostgreSQL store; the writes
@@ -666,19 +669,22 @@ async function main(): Promise<void> {
     : await startEmbeddedPostgres({ durable: true });
   const serverUrl = process.env.DATABASE_URL ?? server!.url;
   const database = `idem_modes_${runId}`;
-  const appUrl = new URL(serverUrl);
-  appUrl.pathname = `/${database}`;
+  /** The URL of a database of the server. */
+  const urlOf = (name: string) => {
+    const url = new URL(serverUrl);
+    url.pathname = `/${name}`;
+    return url.href;
+  };
+  /** Each mode's database: a copy of `database` once migrated. */
+  const databaseOf = (mode: Mode) => `${database}_${mode.id}`;
+  const made: string[] = [];
   let redis: Redis | undefined;
   let theirs: Theirs | undefined;
   let theirsSkipped: string | undefined;
   const apps = new Map<ModeId, SampleProcess>();
   try {
     await onServer(serverUrl, `CREATE DATABASE "${database}"`);
-    if (modes.some((mode) => mode.id === 'lean')) {
-      // The lean floor's table of its own, as its application would have
-      // it from a migration of its own.
-      await onServer(appUrl.href, LEAN_TABLE);
-    }
+    made.push(database);
     if (modes.some((mode) => mode.redis)) {
       redis = new Redis(REDIS_URL, {
         lazyConnect: true,
@@ -712,7 +718,6 @@ async function main(): Promise<void> {
       }
     }
     const env: Record<string, string> = {
-      DATABASE_URL: appUrl.href,
       // The in-process gateway stand-in: no gateway in the figures but the
       // gateway setting's wait.
       GATEWAY_URL: '',
@@ -726,16 +731,39 @@ async function main(): Promise<void> {
         NODE_PATH: `${ROOT}node_modules`,
       }),
     };
-    // The first app runs the migrations alone; the others find them done.
-    const [first, ...rest] = modes;
-    apps.set(first.id, await startMode(first, env));
-    await Promise.all(
-      rest.map(async (mode) => apps.set(mode.id, await startMode(mode, env))),
-    );
+    // The migrations, by an app on TypeORM (which runs them at start-up)
+    // on the database that every mode's is then copied from.
+    await (
+      await startMode(
+        MODES.find((mode) => mode.id === 'baseline')!,
+        { ...env, DATABASE_URL: urlOf(database) },
+      )
+    ).stop();
+    for (const mode of modes) {
+      await onServer(
+        serverUrl,
+        `CREATE DATABASE "${databaseOf(mode)}" TEMPLATE "${database}"`,
+      );
+      made.push(databaseOf(mode));
+      if (mode.id === 'lean') {
+        // The lean floor's table of its own, as its application would
+        // have it from a migration of its own.
+        await onServer(urlOf(databaseOf(mode)), LEAN_TABLE);
+      }
+    }
+    for (const mode of modes) {
+      apps.set(
+        mode.id,
+        await startMode(mode, {
+          ...env,
+          DATABASE_URL: urlOf(databaseOf(mode)),
+        }),
+      );
+    }
     const runs = plan(modes);
     const app = (run: Run) => apps.get(run.mode.id)!;
     console.log(
-      `modes: ${modes.map((mode) => mode.id).join(', ')}, one app each, database ${database}; ` +
+      `modes: ${modes.map((mode) => mode.id).join(', ')}, one app and database each (${database}_<mode>); ` +
         `${runs.length} runs x ${SETTINGS.rounds} rounds x ${SETTINGS.seconds} s`,
     );
 
@@ -760,7 +788,7 @@ async function main(): Promise<void> {
       checks.push(
         await checkReplay(
           apps.get(mode.id)!,
-          appUrl.href,
+          urlOf(databaseOf(mode)),
           store,
           library,
           '/modes/light',
@@ -785,7 +813,9 @@ async function main(): Promise<void> {
 
     const redisPid = redis && (await localRedisPid(redis));
     // Only a server of the bench's own says what the requests cost it.
-    const postmaster = server ? await localPostmaster(appUrl.href) : undefined;
+    const postmaster = server
+      ? await localPostmaster(urlOf(database))
+      : undefined;
     const together = SETTING_NAMES.flatMap((setting) =>
       TOGETHER.flatMap((ids) => {
         // In the order of TOGETHER, not of the runs.
@@ -869,10 +899,12 @@ async function main(): Promise<void> {
     if (server) {
       await server.stop();
     } else {
-      await onServer(
-        serverUrl,
-        `DROP DATABASE IF EXISTS "${database}" WITH (FORCE)`,
-      );
+      for (const name of made) {
+        await onServer(
+          serverUrl,
+          `DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`,
+        );
+      }
     }
   }
 }
