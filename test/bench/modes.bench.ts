@@ -442,24 +442,27 @@ function summarize(
   const rounds = own.rounds;
   const cpuMedian = (of: keyof CpuPerRequest) =>
     medianOf(rounds.map((round) => round.cpu[of]));
+  /**
+   * The median over the rounds of `combine` of the rounds' CPU `of` per
+   * request and `than`'s (unknown where either is, or `combine` says so).
+   */
+  const paired = (
+    than: Measured[],
+    of: keyof CpuPerRequest,
+    combine: (own: number, other: number) => number | undefined,
+  ) =>
+    medianOf(
+      than.map((round, i) => {
+        const [a, b] = [rounds[i].cpu[of], round.cpu[of]];
+        return a === undefined || b === undefined ? undefined : combine(a, b);
+      }),
+    );
   /** The median of the rounds' CPU `of` per request less `than`'s. */
   const cpuOver = (than: Measured[], of: keyof CpuPerRequest) =>
-    medianOf(
-      than.map((round, i) => {
-        const [a, b] = [rounds[i].cpu[of], round.cpu[of]];
-        return a === undefined || b === undefined ? undefined : a - b;
-      }),
-    );
+    paired(than, of, (a, b) => a - b);
   /** The median of the rounds' CPU `of` per request over `than`'s. */
   const cpuRatio = (than: Measured[], of: keyof CpuPerRequest) =>
-    medianOf(
-      than.map((round, i) => {
-        const [a, b] = [rounds[i].cpu[of], round.cpu[of]];
-        return a === undefined || b === undefined || b === 0
-          ? undefined
-          : a / b;
-      }),
-    );
+    paired(than, of, (a, b) => (b === 0 ? undefined : a / b));
   const base = run.baseline && results.get(run.baseline)!.rounds;
   const compare = (other: Run): Comparison => {
     const others = results.get(other)!.rounds;

@@ -2,6 +2,11 @@ import type { Pool, PoolClient } from 'pg';
 
 const COUNTED = Symbol('counted');
 
+/** A statement's text as the counter records it: on one line. */
+export function oneLine(text: string): string {
+  return text.replace(/\s+/g, ' ').trim();
+}
+
 /**
  * Records every statement sent on the connections of a pool, at the driver:
  * those of TypeORM and the module's own (which go through the driver
@@ -30,7 +35,7 @@ export class QueryCounter {
         typeof config === 'string'
           ? config
           : String((config as { text?: unknown } | undefined)?.text);
-      this.statements.push(text.replace(/\s+/g, ' ').trim());
+      this.statements.push(oneLine(text));
       return query(...args);
     };
   }

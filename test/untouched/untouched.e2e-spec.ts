@@ -10,7 +10,7 @@ import {
   CLAIM,
   COMPLETE,
 } from '../../src/stores/postgres/postgres-statements.js';
-import { QueryCounter } from './query-counter.js';
+import { oneLine, QueryCounter } from './query-counter.js';
 import { UntouchedTestModule } from './untouched.module.js';
 
 describe.each(PLATFORMS)(
@@ -69,11 +69,9 @@ describe.each(PLATFORMS)(
       expect(executed.filter((s) => s === 'COMMIT')).toHaveLength(1);
       // The claim commits on its own, before the transaction; the record is
       // completed in the handler's transaction, before its COMMIT.
-      expect(executed[0]).toBe(CLAIM.text.replace(/\s+/g, ' ').trim());
+      expect(executed[0]).toBe(oneLine(CLAIM.text));
       const begin = executed.indexOf('START TRANSACTION');
-      const finish = executed.indexOf(
-        COMPLETE.text.replace(/\s+/g, ' ').trim(),
-      );
+      const finish = executed.indexOf(oneLine(COMPLETE.text));
       expect(begin).toBeGreaterThan(0);
       expect(finish).toBeGreaterThan(begin);
       expect(executed.indexOf('COMMIT')).toBe(finish + 1);
@@ -84,7 +82,7 @@ describe.each(PLATFORMS)(
       });
       expect(replay.headers.get('idempotent-replayed')).toBe('true');
       const replayed = counter.statements;
-      expect(replayed).toEqual([CLAIM.text.replace(/\s+/g, ' ').trim()]);
+      expect(replayed).toEqual([oneLine(CLAIM.text)]);
     });
 
     it("refuses another request under a key a live instance's attempt holds (422) in 1 statement: its presence lock is held, so the key is not for the taking", async () => {
@@ -109,9 +107,7 @@ describe.each(PLATFORMS)(
         body: { reference: 'h1' },
       });
       expect(refused.status).toBe(422);
-      expect(counter.statements).toEqual([
-        CLAIM.text.replace(/\s+/g, ' ').trim(),
-      ]);
+      expect(counter.statements).toEqual([oneLine(CLAIM.text)]);
     });
   },
 );

@@ -9,15 +9,9 @@ import {
   CLAIM,
   MARK_WAITING,
   type ClaimHolder,
+  type ClaimRow,
   type PostgresStatements,
 } from './postgres-statements.js';
-
-/** A row of {@link CLAIM}: the generation of a key taken, or what holds it. */
-interface ClaimRow {
-  generation: string | null;
-  holder: string | null;
-  response_body: Buffer | null;
-}
 
 /** A row of {@link ACQUIRE}. */
 interface AcquireRow {

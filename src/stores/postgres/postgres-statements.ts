@@ -156,6 +156,13 @@ export type ClaimHolder = [
   hasSteps: boolean,
   ownerMayBeGone: boolean | null,
 ];
+/** @internal A row of {@link CLAIM}: the generation of a key taken, or what holds it. */
+export interface ClaimRow {
+  readonly generation: string | null;
+  /** JSON of a {@link ClaimHolder}. */
+  readonly holder: string | null;
+  readonly response_body: Buffer | null;
+}
 /**
  * @internal Marks a claim in progress as awaited by a duplicate, which its
  * completion then notifies; fenced by the claim's owner, committed without

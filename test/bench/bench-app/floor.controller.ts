@@ -8,6 +8,7 @@ import {
   DELETE_STEPS,
   RELEASE,
   type ClaimHolder,
+  type ClaimRow,
 } from '../../../src/stores/postgres/postgres-statements.js';
 import { CONTENT_TYPE, FloorRoutes, statement } from './floor-routes.js';
 import type { Attempt, Completion, Holder } from './floor-routes.js';
@@ -17,12 +18,6 @@ const SCOPE = 'global';
 const LEASE_MS = 15_000;
 const TTL_MS = 24 * 3_600_000;
 const STORED_HEADERS = JSON.stringify({ 'content-type': CONTENT_TYPE });
-
-interface ClaimRow {
-  readonly generation: string | null;
-  readonly holder: string | null;
-  readonly response_body: Buffer | null;
-}
 
 interface AcquireRow extends Holder {
   readonly acquired: boolean;
