@@ -25,7 +25,14 @@ function typeOrmOptions(database: Database): TypeOrmModuleOptions {
     synchronize: false,
     // Connections per process (`DATABASE_POOL_SIZE`, default 10). The
     // idempotency module keeps one of them free for the commits of steps.
-    extra: { max: Number(process.env.DATABASE_POOL_SIZE ?? 10) },
+    // An idle connection closes after `DATABASE_POOL_IDLE_MS` (pg's 10 s
+    // by default; 0 keeps it open).
+    extra: {
+      max: Number(process.env.DATABASE_POOL_SIZE ?? 10),
+      ...(process.env.DATABASE_POOL_IDLE_MS && {
+        idleTimeoutMillis: Number(process.env.DATABASE_POOL_IDLE_MS),
+      }),
+    },
   };
 }
 

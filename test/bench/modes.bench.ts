@@ -125,12 +125,15 @@
  * BENCH_MODES=baseline,postgres,encrypted,floor,lean,redis,unfenced,theirs,memory (the
  * baseline is always run; the data libraries' modes only when named: one
  * by one, or all eight as `adapters`, which doubles the bench's time)
- * BENCH_MODE_SETTINGS=light,gateway BENCH_SECONDS=4
+ * BENCH_MODE_SETTINGS=light,gateway BENCH_SECONDS=4 BENCH_RATE (unset: as
+ * fast as each run goes; a rate, in requests a second, compares the modes'
+ * CPU a request at the same load)
  * BENCH_ROUNDS=5 BENCH_CONNECTIONS=16 BENCH_GATEWAY_CONNECTIONS=50
  * BENCH_GATEWAY_MS=50 BENCH_WARMUP_SECONDS=2
  * BENCH_REDIS_URL=redis://127.0.0.1:6379 BENCH_NODE_IDEMPOTENCY=1.0.4 (0:
  * not compared) BENCH_MODES_OUTPUT=dist-bench/modes-bench-results.json
- * DATABASE_POOL_SIZE=10 (each app's pool)
+ * DATABASE_POOL_SIZE=10 (each app's pool; its idle connections are kept
+ * open: DATABASE_POOL_IDLE_MS=0; pg's default closes them after 10,000 ms)
  */
 import { randomUUID } from 'node:crypto';
 import { mkdir, rm, writeFile } from 'node:fs/promises';
@@ -167,7 +170,7 @@ import {
   type LoadScenario,
   type Rounds,
 } from './scenario.js';
-import { loadSettings } from './settings.js';
+import { loadSettings, setting } from './settings.js';
 import { fixed, printTable } from './table.js';
 import { installTheirs, type Theirs } from './theirs.js';
 
@@ -178,6 +181,17 @@ const SETTINGS = loadSettings({
   warmupSeconds: 2,
   connections: 16,
 });
+/**
+ * Requests a second over all of a run's connections in the rounds
+ * (`BENCH_RATE`; a run is then that many times `BENCH_SECONDS` requests,
+ * each answered); unset, each run goes as fast as it can. At one rate that
+ * every mode keeps up with, the modes' CPU a request compares them at the
+ * same load: at full speed a faster mode also puts more requests at a time
+ * on PostgreSQL, which changes what a request costs it (fewer idle
+ * wake-ups, more contention) whatever the mode does.
+ */
+const RATE =
+  process.env.BENCH_RATE === undefined ? undefined : setting('BENCH_RATE', 1);
 const REDIS_URL = process.env.BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379';
 const THEIRS_VERSION = process.env.BENCH_NODE_IDEMPOTENCY ?? '1.0.4';
 const OUTPUT =
@@ -725,6 +739,12 @@ async function main(): Promise<void> {
       // gateway setting's wait.
       GATEWAY_URL: '',
       BENCH_GATEWAY_MS: String(SETTINGS.gatewayMs),
+      // Each app keeps its connections open while the other modes run, as
+      // an application under steady load does: pg closes a connection idle
+      // for 10 s, and a mode would otherwise pay, in its own window, for
+      // reopening its connections (a backend started, its statements
+      // parsed and planned again, its catalog caches filled).
+      DATABASE_POOL_IDLE_MS: process.env.DATABASE_POOL_IDLE_MS ?? '0',
       BENCH_REDIS_URL: REDIS_URL,
       BENCH_REDIS_PREFIX: `idempotency-bench-${runId}:`,
       ...(theirs && {
@@ -767,7 +787,8 @@ async function main(): Promise<void> {
     const app = (run: Run) => apps.get(run.mode.id)!;
     console.log(
       `modes: ${modes.map((mode) => mode.id).join(', ')}, one app and database each (${database}_<mode>); ` +
-        `${runs.length} runs x ${SETTINGS.rounds} rounds x ${SETTINGS.seconds} s`,
+        `${runs.length} runs x ${SETTINGS.rounds} rounds x ${SETTINGS.seconds} s` +
+        (RATE ? `, ${RATE} requests/s each` : ''),
     );
 
     const checks: ReplayCheck[] = [];
@@ -842,6 +863,11 @@ async function main(): Promise<void> {
         const result = await runLoad({
           ...load(app(run), run, `${round}`),
           seconds: SETTINGS.seconds,
+          // At a rate, a run is its number of requests, each answered:
+          // none is cut off in flight at the end of the run, whose work
+          // (a rollback, a release of the key) the run would count
+          // without its request.
+          ...(RATE && { rate: RATE, amount: RATE * SETTINGS.seconds }),
         });
         return withCpu(result, before, cpuNow(sources));
       },
@@ -875,6 +901,7 @@ async function main(): Promise<void> {
         modes: modes.map((mode) => mode.id),
         settings: SETTING_NAMES,
         ...SETTINGS,
+        rate: RATE,
         gateway: 'in-process stand-in',
         cpu: 'during the load runs, per request served',
         nodeIdempotency: theirs?.versions ?? { skipped: theirsSkipped },

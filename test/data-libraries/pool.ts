@@ -29,7 +29,8 @@ class PoolCloser implements OnApplicationShutdown {
 /**
  * A pool of the application's own, as an application without TypeORM
  * makes it: on `DATABASE_URL`, of `DATABASE_POOL_SIZE` connections (10 by
- * default, as the sample's DataSource), ended with the application, its
+ * default, as the sample's DataSource), idle ones closed after
+ * `DATABASE_POOL_IDLE_MS` (pg's 10 s by default, as the sample's), ended with the application, its
  * idle connections' errors logged (as TypeORM does with its pool's). Its
  * connections are named by `PGAPPNAME`, as node-postgres reads it.
  */
@@ -40,6 +41,9 @@ export const OWN_POOL: Provider[] = [
       const pool = new pg.Pool({
         connectionString: process.env.DATABASE_URL,
         max: Number(process.env.DATABASE_POOL_SIZE ?? 10),
+        ...(process.env.DATABASE_POOL_IDLE_MS && {
+          idleTimeoutMillis: Number(process.env.DATABASE_POOL_IDLE_MS),
+        }),
       });
       // An idle connection the server ended (a restart, a terminated
       // backend) is an 'error' of the pool, which would end the process
