@@ -401,10 +401,11 @@ describe('the bounds', () => {
       client.send(`${standIn.url}/x`, operation('late', { key: 'late-1' })),
     )) as RetriesExhaustedError;
     const elapsed = performance.now() - started;
-    expect({ reason: error.reason, status: error.status }).toEqual({
-      reason: 'deadline',
-      status: 503,
-    });
+    expect(error.reason).toBe('deadline');
+    // The last answer, a 503, when the deadline came in a wait; none when it
+    // cut an attempt short (on a busy machine, an attempt to the stand-in
+    // can outlast the time left).
+    expect([503, undefined]).toContain(error.status);
     // It gives up rather than wait past the deadline; a margin for a timer
     // that fires late on a busy machine.
     expect(elapsed).toBeLessThan(deadlineMs + 250);
