@@ -2,6 +2,7 @@ import { TypeOrmModule, type TypeOrmModuleOptions } from '@nestjs/typeorm';
 import { idempotencyMigrations } from 'nestjs-idempotency/migrations';
 import { Database } from './database.js';
 import { DatabaseModule } from './database.module.js';
+import { poolSettings } from './pool-settings.js';
 import { CreatePayments1764000000100 } from './migrations/1764000000100-create-payments.js';
 import { AddChargeId1764000000101 } from './migrations/1764000000101-add-charge-id.js';
 import { CreatePaymentConfirmations1764000000102 } from './migrations/1764000000102-create-payment-confirmations.js';
@@ -25,14 +26,7 @@ function typeOrmOptions(database: Database): TypeOrmModuleOptions {
     synchronize: false,
     // Connections per process (`DATABASE_POOL_SIZE`, default 10). The
     // idempotency module keeps one of them free for the commits of steps.
-    // An idle connection closes after `DATABASE_POOL_IDLE_MS` (pg's 10 s
-    // by default; 0 keeps it open).
-    extra: {
-      max: Number(process.env.DATABASE_POOL_SIZE ?? 10),
-      ...(process.env.DATABASE_POOL_IDLE_MS && {
-        idleTimeoutMillis: Number(process.env.DATABASE_POOL_IDLE_MS),
-      }),
-    },
+    extra: poolSettings(),
   };
 }
 

@@ -6,6 +6,7 @@ import {
   type Provider,
 } from '@nestjs/common';
 import pg from 'pg';
+import { poolSettings } from '../../sample-app/pool-settings.js';
 
 const logger = new Logger('Pool');
 
@@ -40,10 +41,7 @@ export const OWN_POOL: Provider[] = [
     useFactory: () => {
       const pool = new pg.Pool({
         connectionString: process.env.DATABASE_URL,
-        max: Number(process.env.DATABASE_POOL_SIZE ?? 10),
-        ...(process.env.DATABASE_POOL_IDLE_MS && {
-          idleTimeoutMillis: Number(process.env.DATABASE_POOL_IDLE_MS),
-        }),
+        ...poolSettings(),
       });
       // An idle connection the server ended (a restart, a terminated
       // backend) is an 'error' of the pool, which would end the process
