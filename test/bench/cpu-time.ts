@@ -57,6 +57,51 @@ export function serverCpuMs(
 }
 
 /**
+ * CPU time, in milliseconds, of the live sessions of a PostgreSQL server
+ * on one database: the children of `postmaster` whose process title
+ * (`postgres: <user> <database> <client> <state>`, PostgreSQL's
+ * `update_process_title`, on by default on Linux) names `database`. It
+ * leaves out what the server does for every database (WAL writer,
+ * checkpointer, background writer) and its autovacuum workers, which may
+ * vacuum another database's tables during this one's run: the work of
+ * this database's statements alone. Sessions that ended are not counted
+ * (an app's pool that keeps its connections open loses none).
+ */
+export function sessionsCpuMs(
+  postmaster: number | undefined,
+  database: string | undefined,
+): number | undefined {
+  if (postmaster === undefined || database === undefined) {
+    return undefined;
+  }
+  let total = 0;
+  for (const entry of readdirSync('/proc')) {
+    if (/^\d+$/.test(entry)) {
+      const fields = statFields(Number(entry));
+      if (
+        fields &&
+        Number(fields[PPID]) === postmaster &&
+        sessionDatabase(Number(entry)) === database
+      ) {
+        total += ticks(fields, UTIME, 2);
+      }
+    }
+  }
+  return (total * 1000) / TICKS_PER_SECOND;
+}
+
+/** The database a server's child process is a session on, by its title. */
+function sessionDatabase(pid: number): string | undefined {
+  try {
+    const title = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+    // A title replaces the arguments: one string, without NUL separators.
+    return /^postgres: \S+ (\S+) /.exec(title)?.[1];
+  } catch {
+    return undefined;
+  }
+}
+
+/**
  * The postmaster of the backend `backendPid`, if that backend runs on this
  * machine (its parent process is then a `postgres`).
  */
@@ -83,6 +128,12 @@ export interface CpuPerRequest {
   readonly app?: number;
   readonly redis?: number;
   readonly db?: number;
+  /**
+   * Of the PostgreSQL server's sessions on the run's own database
+   * ({@link sessionsCpuMs}): the statements' work without the server's
+   * shared processes.
+   */
+  readonly sessions?: number;
 }
 
 /** A load run, and the CPU it cost. */
@@ -95,6 +146,8 @@ export interface CpuSources {
   readonly app?: number;
   readonly redis?: number;
   readonly postmaster?: number;
+  /** The run's own database, whose sessions {@link sessionsCpuMs} reads. */
+  readonly database?: string;
 }
 
 /** CPU milliseconds so far of each of `sources`. */
@@ -103,6 +156,7 @@ export function cpuNow(sources: CpuSources): CpuPerRequest {
     app: processCpuMs(sources.app),
     redis: processCpuMs(sources.redis),
     db: serverCpuMs(sources.postmaster),
+    sessions: sessionsCpuMs(sources.postmaster, sources.database),
   };
 }
 
@@ -124,6 +178,7 @@ export function withCpu(
       app: perRequest('app'),
       redis: perRequest('redis'),
       db: perRequest('db'),
+      sessions: perRequest('sessions'),
     },
   };
 }

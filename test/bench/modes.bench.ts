@@ -106,7 +106,10 @@
  * system time from /proc over the run, divided by the requests it served;
  * medians of the rounds): of the mode's app process, of the whole
  * PostgreSQL server (postmaster and children; only the bench's own embedded
- * server) and of the Redis server (the pid `INFO server` names, where it
+ * server), of that server's sessions on the mode's own database (`sess`:
+ * the statements' work, without the server's shared processes and
+ * without autovacuum, which may vacuum one mode's table during another's
+ * run) and of the Redis server (the pid `INFO server` names, where it
  * runs on this machine). On 2 cores every mode is bound by CPU, so this is
  * what explains its throughput; a faster mode may batch a little more per
  * round trip, which is part of what it is. `app Δ base` is the app's CPU
@@ -492,11 +495,13 @@ function summarize(
       cpu: {
         app: cpuOver(others, 'app'),
         db: cpuOver(others, 'db'),
+        sessions: cpuOver(others, 'sessions'),
         redis: cpuOver(others, 'redis'),
       },
       cpuRatio: {
         app: cpuRatio(others, 'app'),
         db: cpuRatio(others, 'db'),
+        sessions: cpuRatio(others, 'sessions'),
         redis: cpuRatio(others, 'redis'),
       },
     };
@@ -509,6 +514,7 @@ function summarize(
     cpu: {
       app: cpuMedian('app'),
       db: cpuMedian('db'),
+      sessions: cpuMedian('sessions'),
       redis: cpuMedian('redis'),
     },
     appOverBaseline: base && cpuOver(base, 'app'),
@@ -570,6 +576,7 @@ function report(rows: readonly Row[]): void {
         (r) => (r.baseline === undefined ? '' : us(r.appOverBaseline, true)),
       ],
       ['PG µs', 6, (r) => us(r.cpu.db)],
+      ['sess µs', 7, (r) => us(r.cpu.sessions)],
       ['Redis µs', 8, (r) => us(r.cpu.redis)],
       [
         'non-2xx',
@@ -582,7 +589,8 @@ function report(rows: readonly Row[]): void {
     `(${SETTINGS.rounds} rounds x ${SETTINGS.seconds} s per run, interleaved, medians of the rounds; ` +
       `vs base, vs: throughput ratios within each round, medians; µs: CPU per request during the load runs ` +
       `(user + system from /proc over the run / requests served): app = the mode's own process, ` +
-      `PG = the whole PostgreSQL server (the bench's own only), Redis = the whole redis-server process ` +
+      `PG = the whole PostgreSQL server (the bench's own only), sess = its sessions on the mode's own ` +
+      `database (the statements' work, without the WAL writer, checkpointer and autovacuum), Redis = the whole redis-server process ` +
       `(whatever its clients: the modes without Redis show what it does meanwhile); app Δ base: app µs ` +
       `less the baseline's within each round, median)`,
   );
@@ -606,6 +614,7 @@ function report(rows: readonly Row[]): void {
           `the median lies in ${fixed(low, 2)}x to ${fixed(high, 2)}x at ${fixed(coverage * 100, 0)} %; ` +
           `p99 ${fixed(other.p99Ratio, 2)}x); ` +
           `CPU a request: ${cpu('app', 'app')}, ${cpu('PG', 'db')}` +
+          `${row.cpu.sessions === undefined ? '' : `, ${cpu('its PG sessions', 'sessions')}`}` +
           `${row.cpu.redis === undefined ? '' : `, ${cpu('Redis', 'redis')}`}`,
       );
     }
@@ -858,6 +867,7 @@ async function main(): Promise<void> {
           app: app(run).process.pid,
           redis: redisPid,
           postmaster,
+          database: databaseOf(run.mode),
         };
         const before = cpuNow(sources);
         const result = await runLoad({
