@@ -1,4 +1,5 @@
 import pg from 'pg';
+import { PRESENCE_APPLICATION_NAME } from '../utils/sessions.js';
 
 /** Statements and transactions one database's sessions ran, as the server counted them. */
 export interface ServerCounts {
@@ -219,12 +220,20 @@ export class ServerCounters {
     await this.client.end();
   }
 
-  /** Ends the client sessions of the database; each writes its statistics as it exits. */
+  /**
+   * Ends the client sessions of the database; each writes its statistics as
+   * it exits. The PostgreSQL store's presence session is left alone: it is
+   * the instance's, opened once, not a request's, and ended it would open
+   * again in the counted work (its presence lock and its `LISTEN`, two
+   * statements each time, counted as the requests'). It runs no statement
+   * while requests are served.
+   */
   private async endSessions(): Promise<void> {
     await this.client.query(
       `SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity
-       WHERE datname = $1 AND backend_type = 'client backend' AND pid <> pg_backend_pid()`,
-      [this.database],
+       WHERE datname = $1 AND backend_type = 'client backend' AND pid <> pg_backend_pid()
+         AND application_name IS DISTINCT FROM $2`,
+      [this.database, PRESENCE_APPLICATION_NAME],
     );
   }
 
