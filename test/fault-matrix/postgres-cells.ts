@@ -35,10 +35,13 @@ export interface MatrixTarget {
 
 /**
  * The lease of the claims of the cells whose fault leaves a claim behind
- * (`claimLeft`): short, so that it frees its key soon. The other cells
- * lease for {@link LIVE_LEASE_MS}: a claim left behind shows as a 409.
+ * (`claimLeft`): short, so that it frees its key soon, yet long enough that
+ * the retry, sent after the checks of the failed answer (a probe with
+ * another body among them), still finds the claim live on a busy machine
+ * and gets its 409. The other cells lease for {@link LIVE_LEASE_MS}: a
+ * claim left behind shows as a 409.
  */
-export const LEASE_MS = 1_000;
+export const LEASE_MS = 2_000;
 
 /**
  * The lease of the renewal cells. They check a duplicate against a lease
