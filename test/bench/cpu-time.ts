@@ -41,25 +41,35 @@ export function serverCpuMs(
   postmaster: number | undefined,
 ): number | undefined {
   const own = postmaster === undefined ? undefined : statFields(postmaster);
-  if (!own) {
+  if (postmaster === undefined || !own) {
     return undefined;
   }
   let total = ticks(own, UTIME, 4);
+  for (const { fields } of childrenOf(postmaster)) {
+    total += ticks(fields, UTIME, 2);
+  }
+  return (total * 1000) / TICKS_PER_SECOND;
+}
+
+/** The live child processes of `parent`, with their {@link statFields}. */
+function* childrenOf(
+  parent: number,
+): Generator<{ pid: number; fields: string[] }> {
   for (const entry of readdirSync('/proc')) {
     if (/^\d+$/.test(entry)) {
-      const fields = statFields(Number(entry));
-      if (fields && Number(fields[PPID]) === postmaster) {
-        total += ticks(fields, UTIME, 2);
+      const pid = Number(entry);
+      const fields = statFields(pid);
+      if (fields && Number(fields[PPID]) === parent) {
+        yield { pid, fields };
       }
     }
   }
-  return (total * 1000) / TICKS_PER_SECOND;
 }
 
 /**
  * CPU time, in milliseconds, of the live sessions of a PostgreSQL server
  * on one database: the children of `postmaster` whose process title
- * (`postgres: <user> <database> <client> <state>`, PostgreSQL's
+ * (`postgres: [<cluster_name>: ]<user> <database> <client> <state>`, PostgreSQL's
  * `update_process_title`, on by default on Linux) names `database`. It
  * leaves out what the server does for every database (WAL writer,
  * checkpointer, background writer) and its autovacuum workers, which may
@@ -75,16 +85,9 @@ export function sessionsCpuMs(
     return undefined;
   }
   let total = 0;
-  for (const entry of readdirSync('/proc')) {
-    if (/^\d+$/.test(entry)) {
-      const fields = statFields(Number(entry));
-      if (
-        fields &&
-        Number(fields[PPID]) === postmaster &&
-        sessionDatabase(Number(entry)) === database
-      ) {
-        total += ticks(fields, UTIME, 2);
-      }
+  for (const { pid, fields } of childrenOf(postmaster)) {
+    if (sessionDatabase(pid) === database) {
+      total += ticks(fields, UTIME, 2);
     }
   }
   return (total * 1000) / TICKS_PER_SECOND;
@@ -94,8 +97,9 @@ export function sessionsCpuMs(
 function sessionDatabase(pid: number): string | undefined {
   try {
     const title = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
-    // A title replaces the arguments: one string, without NUL separators.
-    return /^postgres: \S+ (\S+) /.exec(title)?.[1];
+    // A title replaces the arguments: one string, without NUL separators,
+    // after the server's `cluster_name` where it has one (`15/main: `).
+    return /^postgres: (?:\S+: )?\S+ (\S+) /.exec(title)?.[1];
   } catch {
     return undefined;
   }

@@ -25,6 +25,16 @@ import {
  */
 export const LIVE_LEASE_MS = 15_000;
 
+/**
+ * The lease of the claims of the cells whose fault leaves a claim behind
+ * (`claimLeft`), on every store: short, so that it frees its key soon, yet
+ * long enough that the retry, sent after the checks of the failed answer (a
+ * probe with another body among them), still finds the claim live on a
+ * busy machine and gets the 409 its cell expects (at 500 ms and 1 s, some
+ * retries came after the lease's end and ran at once).
+ */
+export const LEFT_LEASE_MS = 2_000;
+
 /** What the clients of a matrix's cells need of its application and store. */
 export interface MatrixApp {
   readonly platform: Platform;

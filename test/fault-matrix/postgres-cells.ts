@@ -34,16 +34,6 @@ export interface MatrixTarget {
 }
 
 /**
- * The lease of the claims of the cells whose fault leaves a claim behind
- * (`claimLeft`): short, so that it frees its key soon, yet long enough that
- * the retry, sent after the checks of the failed answer (a probe with
- * another body among them), still finds the claim live on a busy machine
- * and gets its 409. The other cells lease for {@link LIVE_LEASE_MS}: a
- * claim left behind shows as a 409.
- */
-export const LEASE_MS = 2_000;
-
-/**
  * The lease of the renewal cells. They check a duplicate against a lease
  * a renewal just moved: a pause of the machine longer than the lease
  * between the two (renewals come every third of it) would end it and let

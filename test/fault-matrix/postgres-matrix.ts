@@ -7,13 +7,13 @@ import {
   cellClient,
   expectNoServerError,
   expectOneCharge,
+  LEFT_LEASE_MS,
   LIVE_LEASE_MS,
   type CellClient,
 } from './client.js';
 import { Control, type PaymentResponse } from './fault-matrix.module.js';
 import {
   CELLS,
-  LEASE_MS,
   RENEWAL_LEASE_MS,
   type Cell,
   type MatrixTarget,
@@ -69,12 +69,12 @@ export function describePostgresMatrix(subject: MatrixSubject): void {
       CELLS.filter((cell) => !renewal(cell) && !cell.claimLeft),
       LIVE_LEASE_MS,
     );
-    describe(`claims left behind, leased for ${LEASE_MS} ms`, () => {
+    describe(`claims left behind, leased for ${LEFT_LEASE_MS} ms`, () => {
       describeCells(
         subject,
         platform,
         CELLS.filter((cell) => cell.claimLeft),
-        LEASE_MS,
+        LEFT_LEASE_MS,
       );
     });
     describe(`claims leased for ${RENEWAL_LEASE_MS} ms`, () => {

@@ -10,15 +10,6 @@ import {
   type PaymentRequest,
 } from './charging.js';
 
-/**
- * The lease of claims: short, so that a claim left behind frees its key
- * soon, and long enough that the retry, sent after the checks of the failed
- * answer (a probe with another body among them), still finds the claim
- * live on a busy machine, as its cell expects (a 409 first): at 500 ms,
- * some retries came after the lease's end and ran at once.
- */
-export const STORE_LEASE_MS = 2_000;
-
 /** What `POST /payments` answers on a store other than PostgreSQL. */
 export interface ChargeResponse {
   readonly reference: string;

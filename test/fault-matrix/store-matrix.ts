@@ -6,13 +6,14 @@ import {
   cellClient,
   expectNoServerError,
   expectOneCharge,
+  LEFT_LEASE_MS,
   LIVE_LEASE_MS,
   type CellClient,
 } from './client.js';
 import { Control } from './control.js';
 import { renewalLost } from './renewal-lost.js';
 import { AMOUNT, label, LEASE_OVER, read } from './replies.js';
-import { STORE_LEASE_MS, type ChargeResponse } from './store-matrix.module.js';
+import type { ChargeResponse } from './store-matrix.module.js';
 
 /** A command (or request) of a store that an attempt sends or relies on. */
 export type StorePoint =
@@ -256,8 +257,8 @@ export function describeStoreMatrix<Call>(matrix: StoreMatrix<Call>): void {
         (cell) => !renewal(cell) && cell.claimLeft,
       );
       if (left.length > 0) {
-        describe(`claims left behind, leased for ${STORE_LEASE_MS} ms`, () => {
-          describeCells(matrix, platform, left, STORE_LEASE_MS);
+        describe(`claims left behind, leased for ${LEFT_LEASE_MS} ms`, () => {
+          describeCells(matrix, platform, left, LEFT_LEASE_MS);
         });
       }
       describe(`claims leased for ${RENEWAL_LEASE_MS} ms`, () => {
