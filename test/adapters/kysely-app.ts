@@ -187,7 +187,13 @@ export async function startKyselyApp(
     providers: [
       {
         provide: OTHER_POOL,
-        useFactory: () => new pg.Pool({ connectionString: db.url, max: 5 }),
+        useFactory: () => {
+          const pool = new pg.Pool({ connectionString: db.url, max: 5 });
+          // pool.end() resolves before its connections are gone: the drop
+          // of the database (WITH FORCE) may still end one, an 'error'.
+          pool.on('error', () => undefined);
+          return pool;
+        },
       },
     ],
     exports: [OTHER_POOL],

@@ -162,10 +162,11 @@ describe('the migrations as plain SQL, applied with psql', () => {
 
   it('apply through a Kysely Migrator of their own, as the guide shows, to the same schema', async () => {
     const db = await database();
+    const pool = new pg.Pool({ connectionString: db.url });
+    // Its ended connections may still be live as the database is dropped.
+    pool.on('error', () => undefined);
     const kysely = new Kysely<unknown>({
-      dialect: new PostgresDialect({
-        pool: new pg.Pool({ connectionString: db.url }),
-      }),
+      dialect: new PostgresDialect({ pool }),
     });
     try {
       const migrations: Record<string, Migration> = {};

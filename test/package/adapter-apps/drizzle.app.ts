@@ -13,8 +13,7 @@ import {
   DrizzleIdempotencyAdapter,
   type DrizzleTransaction,
 } from 'nestjs-idempotency/drizzle';
-import pg from 'pg';
-import { PaymentsController, PaymentsWriter } from './payments.js';
+import { appPool, PaymentsController, PaymentsWriter } from './payments.js';
 
 const payments = pgTable('payments', {
   id: serial('id').primaryKey(),
@@ -77,7 +76,7 @@ class DrizzlePaymentsWriter implements PaymentsWriter {
       provide: DRIZZLE,
       useFactory: (): Db =>
         drizzle({
-          client: new pg.Pool({ connectionString: process.env.DATABASE_URL }),
+          client: appPool(),
           schema,
         }),
     },

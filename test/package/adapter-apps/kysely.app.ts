@@ -12,7 +12,7 @@ import {
   type KyselyTransaction,
 } from 'nestjs-idempotency/kysely';
 import pg from 'pg';
-import { PaymentsController, PaymentsWriter } from './payments.js';
+import { appPool, PaymentsController, PaymentsWriter } from './payments.js';
 
 interface Database {
   payments: { id: Generated<number>; key: string; amount: number };
@@ -71,8 +71,7 @@ class KyselyPaymentsWriter implements PaymentsWriter {
   providers: [
     {
       provide: PG_POOL,
-      useFactory: () =>
-        new pg.Pool({ connectionString: process.env.DATABASE_URL }),
+      useFactory: appPool,
     },
     {
       provide: KYSELY,

@@ -26,6 +26,19 @@ export interface PaymentsWriter {
 /** Injection token of the {@link PaymentsWriter}. */
 export const PaymentsWriter = Symbol('PaymentsWriter');
 
+/**
+ * The application's pool on `DATABASE_URL`. An idle connection the server
+ * ends (a terminated backend, a restart) is an 'error' of the pool, which
+ * would end the process unheard: the pool drops it and opens another.
+ */
+export function appPool(): pg.Pool {
+  const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL });
+  pool.on('error', (error) => {
+    console.warn(`Idle connection lost: ${error.message}`);
+  });
+  return pool;
+}
+
 /** Ends the connection of `pid`, from a connection of its own. */
 async function terminate(pid: number): Promise<void> {
   const client = new pg.Client({ connectionString: process.env.DATABASE_URL });

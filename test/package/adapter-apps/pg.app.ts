@@ -10,8 +10,7 @@ import {
   PgIdempotencyAdapter,
   type PgTransaction,
 } from 'nestjs-idempotency/pg';
-import pg from 'pg';
-import { PaymentsController, PaymentsWriter } from './payments.js';
+import { appPool, PaymentsController, PaymentsWriter } from './payments.js';
 
 const PG_POOL = Symbol('PG_POOL');
 
@@ -58,8 +57,7 @@ class PgPaymentsWriter implements PaymentsWriter {
   providers: [
     {
       provide: PG_POOL,
-      useFactory: () =>
-        new pg.Pool({ connectionString: process.env.DATABASE_URL }),
+      useFactory: appPool,
     },
     { provide: PaymentsWriter, useClass: PgPaymentsWriter },
   ],

@@ -17,7 +17,7 @@ import {
 } from 'nestjs-idempotency/prisma';
 import pg from 'pg';
 import { PrismaClient } from '../../adapters/prisma/generated/client.js';
-import { PaymentsController, PaymentsWriter } from './payments.js';
+import { appPool, PaymentsController, PaymentsWriter } from './payments.js';
 
 const PG_POOL = Symbol('PG_POOL');
 
@@ -71,8 +71,7 @@ class PrismaPaymentsWriter implements PaymentsWriter {
   providers: [
     {
       provide: PG_POOL,
-      useFactory: () =>
-        new pg.Pool({ connectionString: process.env.DATABASE_URL }),
+      useFactory: appPool,
     },
     PrismaService,
     { provide: PaymentsWriter, useClass: PrismaPaymentsWriter },
