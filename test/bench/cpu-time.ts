@@ -33,6 +33,36 @@ export function processCpuMs(pid: number | undefined): number | undefined {
 }
 
 /**
+ * CPU time of each thread of a process, in milliseconds (user + system),
+ * summed by kind: `main` (the JavaScript thread), then the others by
+ * name without a trailing number (`V8Worker`: V8's garbage collection and
+ * compiler helpers; `libuv-worker`...). Empty where `/proc` does not tell.
+ */
+export function threadCpuMs(pid: number): Record<string, number> {
+  const byKind: Record<string, number> = {};
+  let tasks: string[];
+  try {
+    tasks = readdirSync(`/proc/${pid}/task`);
+  } catch {
+    return byKind;
+  }
+  for (const tid of tasks) {
+    let stat: string;
+    try {
+      stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
+    } catch {
+      continue; // the thread ended meanwhile
+    }
+    const name = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    const kind = tid === String(pid) ? 'main' : name.replace(/\d+$/, '');
+    byKind[kind] =
+      (byKind[kind] ?? 0) + (ticks(fields, UTIME, 2) * 1000) / TICKS_PER_SECOND;
+  }
+  return byKind;
+}
+
+/**
  * CPU time of a PostgreSQL server, in milliseconds: the postmaster, its live
  * children (backends, WAL writer, checkpointer, autovacuum...) and the
  * children it has reaped. `undefined` where `/proc` does not show it.

@@ -13,6 +13,8 @@ export interface SampleEntry {
   readonly entry?: string;
   /** Its ready line; the first capture group becomes `url` (default: the HTTP service's). */
   readonly ready?: RegExp;
+  /** Node.js's own flags for it, before the file (none by default). */
+  readonly execArgv?: readonly string[];
 }
 
 /** The compiled sample app, running as a process of its own. */
@@ -42,7 +44,7 @@ export const TUNED_SAMPLE: SampleEntry = {
 /** Starts `node dist-sample/main.js` on port 0 and waits for its ready line (no sleeps). */
 export async function startSample(
   env: Record<string, string>,
-  { entry = 'main.js', ready = READY }: SampleEntry = {},
+  { entry = 'main.js', ready = READY, execArgv = [] }: SampleEntry = {},
 ): Promise<SampleProcess> {
   const MAIN = fileURLToPath(new URL(entry, DIST));
   if (!existsSync(MAIN)) {
@@ -58,7 +60,7 @@ export async function startSample(
   };
   // Jest's own flags are not the app's.
   delete childEnv.NODE_OPTIONS;
-  const child = spawn(process.execPath, [MAIN], {
+  const child = spawn(process.execPath, [...execArgv, MAIN], {
     env: childEnv,
     stdio: ['ignore', 'pipe', 'pipe'],
   });
