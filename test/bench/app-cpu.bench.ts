@@ -13,8 +13,9 @@
  * `BENCH_RATE x BENCH_SECONDS` requests, the modes alternated, in the
  * reverse order every other round. Figures: medians of the rounds, and of
  * the rounds' differences against the first mode. The profiler's own work
- * inflates what it measures (about a third here): compare the modes with
- * each other, not with the figures read without it.
+ * inflates what it measures (the JavaScript thread about a sixth here, and
+ * the sampler's thread besides): compare the modes with each other, not
+ * with the figures read without it.
  *
  *   npm run build && tsc -p test/bench/tsconfig.json && node dist-bench/test/bench/app-cpu.bench.js
  *   BENCH_PROFILE=1 BENCH_APP_MODES=postgres,lean node dist-bench/test/bench/app-cpu.bench.js
