@@ -7,7 +7,7 @@ import {
 } from '@nestjs/common';
 import { sql } from 'drizzle-orm';
 import { drizzle } from 'drizzle-orm/node-postgres';
-import pg from 'pg';
+import { testPool } from '../utils/test-pool.js';
 import { IdempotencyContext } from '../../src/index.js';
 import {
   DrizzleIdempotencyAdapter,
@@ -85,11 +85,8 @@ export function drizzleModule(url: string) {
     providers: [
       {
         provide: DRIZZLE,
-        useFactory: (): PaymentsDb => {
-          const pool = new pg.Pool({ connectionString: url, max: 5 });
-          pool.on('error', () => undefined);
-          return drizzle({ client: pool, schema: paymentsSchema });
-        },
+        useFactory: (): PaymentsDb =>
+          drizzle({ client: testPool(url), schema: paymentsSchema }),
       },
       DrizzleCloser,
     ],

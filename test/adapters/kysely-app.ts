@@ -22,6 +22,7 @@ import {
   type LogEvent,
 } from 'kysely';
 import pg from 'pg';
+import { testPool } from '../utils/test-pool.js';
 import {
   IdempotencyContext,
   IdempotencyModule,
@@ -187,13 +188,7 @@ export async function startKyselyApp(
     providers: [
       {
         provide: OTHER_POOL,
-        useFactory: () => {
-          const pool = new pg.Pool({ connectionString: db.url, max: 5 });
-          // pool.end() resolves before its connections are gone: the drop
-          // of the database (WITH FORCE) may still end one, an 'error'.
-          pool.on('error', () => undefined);
-          return pool;
-        },
+        useFactory: () => testPool(db.url),
       },
     ],
     exports: [OTHER_POOL],

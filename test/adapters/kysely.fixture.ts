@@ -12,6 +12,7 @@ import {
   type KyselyConfig,
 } from 'kysely';
 import pg from 'pg';
+import { testPool } from '../utils/test-pool.js';
 import { IdempotencyContext } from '../../src/index.js';
 import {
   KyselyIdempotencyAdapter,
@@ -107,11 +108,7 @@ export function kyselyModule(
     providers: [
       {
         provide: KYSELY_POOL,
-        useFactory: () => {
-          const pool = new pg.Pool({ connectionString: url, max: 5 });
-          pool.on('error', () => undefined);
-          return pool;
-        },
+        useFactory: () => testPool(url),
       },
       {
         provide: KYSELY,

@@ -5,6 +5,7 @@ import {
   type OnApplicationShutdown,
 } from '@nestjs/common';
 import pg from 'pg';
+import { testPool } from '../utils/test-pool.js';
 import { IdempotencyContext } from '../../src/index.js';
 import {
   PgIdempotencyAdapter,
@@ -73,11 +74,7 @@ export const pgFixture: AdapterFixture = {
       providers: [
         {
           provide: PG_POOL,
-          useFactory: () => {
-            const pool = new pg.Pool({ connectionString: url, max: 5 });
-            pool.on('error', () => undefined);
-            return pool;
-          },
+          useFactory: () => testPool(url),
         },
         PoolCloser,
       ],

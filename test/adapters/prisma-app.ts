@@ -14,6 +14,7 @@ import {
 } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import pg from 'pg';
+import { testPool } from '../utils/test-pool.js';
 import type { PrismaClient } from './prisma/generated/client.js';
 import {
   IdempotencyContext,
@@ -197,13 +198,7 @@ export async function startPrismaApp(
     providers: [
       {
         provide: OTHER_POOL,
-        useFactory: () => {
-          const pool = new pg.Pool({ connectionString: db.url, max: 5 });
-          // pool.end() resolves before its connections are gone: the drop
-          // of the database (WITH FORCE) may still end one, an 'error'.
-          pool.on('error', () => undefined);
-          return pool;
-        },
+        useFactory: () => testPool(db.url),
       },
     ],
     exports: [OTHER_POOL],

@@ -7,6 +7,7 @@ import {
 } from '@nestjs/common';
 import { PrismaPg } from '@prisma/adapter-pg';
 import pg from 'pg';
+import { testPool } from '../utils/test-pool.js';
 import { IdempotencyContext } from '../../src/index.js';
 import {
   PrismaIdempotencyAdapter,
@@ -103,11 +104,7 @@ export function prismaModule(url: string, options: PrismaModuleOptions = {}) {
     providers: [
       {
         provide: PRISMA_POOL,
-        useFactory: () => {
-          const pool = new pg.Pool({ connectionString: url, max });
-          pool.on('error', () => undefined);
-          return pool;
-        },
+        useFactory: () => testPool(url, max),
       },
       {
         provide: PRISMA,

@@ -29,19 +29,17 @@
  * (unset: an embedded PostgreSQL with fsync on).
  */
 import { randomUUID } from 'node:crypto';
-import { pathToFileURL, fileURLToPath } from 'node:url';
 import { startEmbeddedPostgres } from '../setup/embedded-postgres.js';
-import { startSample, type SampleProcess } from '../utils/sample-process.js';
-import { LEAN_TABLE } from './bench-app/lean-keys.js';
+import type { SampleProcess } from '../utils/sample-process.js';
 import { threadCpuMs } from './cpu-time.js';
 import { onServer } from './database.js';
+import { makeModeDatabases, startModeApp } from './mode-apps.js';
 import { median, runLoad } from './load.js';
 import { BODY } from './scenario.js';
 import { setting } from './settings.js';
 import { fixed, printTable, type Column } from './table.js';
 import { attachProfiler, selfTimes, type SelfTimes } from './v8-profile.js';
 
-const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
 const MODES = (process.env.BENCH_APP_MODES ?? 'postgres,floor').split(',');
 const SETTING = process.env.BENCH_SETTING ?? 'light';
 const RATE = setting('BENCH_RATE', 600);
@@ -205,45 +203,21 @@ async function main(): Promise<void> {
     : await startEmbeddedPostgres({ durable: true });
   const serverUrl = process.env.DATABASE_URL ?? server!.url;
   const database = `idem_app_cpu_${randomUUID().replaceAll('-', '').slice(0, 12)}`;
-  const urlOf = (name: string) => {
-    const url = new URL(serverUrl);
-    url.pathname = `/${name}`;
-    return url.href;
-  };
   const env = {
     GATEWAY_URL: '',
     BENCH_GATEWAY_MS: String(GATEWAY_MS),
     DATABASE_POOL_IDLE_MS: '0',
   };
-  const start = (mode: string, db: string, profiled: boolean) =>
-    startSample(
-      { ...env, BENCH_MODE: mode, DATABASE_URL: urlOf(db) },
-      {
-        entry: pathToFileURL(
-          `${ROOT}dist-bench/test/bench/bench-app/modes-main.js`,
-        ).href,
-        ready: /Bench app listening on (http:\/\/\S+)/,
-        execArgv: profiled ? ['--inspect=127.0.0.1:0'] : [],
-      },
-    );
   const made: string[] = [];
   const apps: App[] = [];
   try {
-    await onServer(serverUrl, `CREATE DATABASE "${database}"`);
-    made.push(database);
-    // The migrations, by the baseline's app (TypeORM runs them at start-up).
-    await (await start('baseline', database, false)).stop();
+    const urls = await makeModeDatabases(serverUrl, database, MODES, env, made);
     for (const mode of MODES) {
-      const db = `${database}_${mode.replaceAll('-', '_')}`;
-      await onServer(
-        serverUrl,
-        `CREATE DATABASE "${db}" TEMPLATE "${database}"`,
+      const sample = await startModeApp(
+        mode,
+        { ...env, DATABASE_URL: urls.get(mode)! },
+        PROFILE ? ['--inspect=127.0.0.1:0'] : [],
       );
-      made.push(db);
-      if (mode === 'lean') {
-        await onServer(urlOf(db), LEAN_TABLE);
-      }
-      const sample = await start(mode, db, PROFILE);
       apps.push({
         mode,
         sample,

@@ -4,15 +4,29 @@ import type { LoadResult } from './load.js';
 /** Clock ticks per second of `/proc/<pid>/stat` times (USER_HZ: 100 on Linux). */
 const TICKS_PER_SECOND = 100;
 
-/** Fields of `/proc/<pid>/stat` after the command name, or undefined if gone. */
-function statFields(pid: number): string[] | undefined {
+/**
+ * A `/proc/.../stat` file (`/proc/<pid>/stat`, `/proc/<pid>/task/<tid>/stat`):
+ * the command name, and the fields after it; undefined if gone.
+ */
+function readStat(
+  path: string,
+): { name: string; fields: string[] } | undefined {
+  let stat: string;
   try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    stat = readFileSync(path, 'utf8');
   } catch {
     return undefined;
   }
+  const end = stat.lastIndexOf(')');
+  return {
+    name: stat.slice(stat.indexOf('(') + 1, end),
+    fields: stat.slice(end + 2).split(' '),
+  };
 }
+
+/** Fields of `/proc/<pid>/stat` after the command name, or undefined if gone. */
+const statFields = (pid: number): string[] | undefined =>
+  readStat(`/proc/${pid}/stat`)?.fields;
 
 /** Index, in {@link statFields}, of utime (stime, cutime, cstime follow). */
 const UTIME = 11;
@@ -47,14 +61,11 @@ export function threadCpuMs(pid: number): Record<string, number> {
     return byKind;
   }
   for (const tid of tasks) {
-    let stat: string;
-    try {
-      stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
-    } catch {
+    const stat = readStat(`/proc/${pid}/task/${tid}/stat`);
+    if (!stat) {
       continue; // the thread ended meanwhile
     }
-    const name = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    const { name, fields } = stat;
     const kind = tid === String(pid) ? 'main' : name.replace(/\d+$/, '');
     byKind[kind] =
       (byKind[kind] ?? 0) + (ticks(fields, UTIME, 2) * 1000) / TICKS_PER_SECOND;

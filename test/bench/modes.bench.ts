@@ -142,11 +142,11 @@ import { randomUUID } from 'node:crypto';
 import { mkdir, rm, writeFile } from 'node:fs/promises';
 import { cpus, loadavg, totalmem } from 'node:os';
 import { dirname } from 'node:path';
-import { fileURLToPath, pathToFileURL } from 'node:url';
+import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import pg from 'pg';
 import { startEmbeddedPostgres } from '../setup/embedded-postgres.js';
-import { startSample, type SampleProcess } from '../utils/sample-process.js';
+import type { SampleProcess } from '../utils/sample-process.js';
 import { quiesce } from './app-state.js';
 import {
   cpuNow,
@@ -155,8 +155,13 @@ import {
   type CpuPerRequest,
   type Measured,
 } from './cpu-time.js';
-import { LEAN_TABLE } from './bench-app/lean-keys.js';
 import { onServer } from './database.js';
+import {
+  databaseUrl,
+  makeModeDatabases,
+  modeDatabaseName,
+  startModeApp,
+} from './mode-apps.js';
 import {
   median,
   medianInterval,
@@ -667,22 +672,6 @@ async function localPostmaster(database: string): Promise<number | undefined> {
   }
 }
 
-/** Starts the app of `mode`; `env` is what every mode's app gets. */
-function startMode(
-  mode: Mode,
-  env: Record<string, string>,
-): Promise<SampleProcess> {
-  return startSample(
-    { ...env, BENCH_MODE: mode.id },
-    {
-      entry: pathToFileURL(
-        `${ROOT}dist-bench/test/bench/bench-app/modes-main.js`,
-      ).href,
-      ready: /Bench app listening on (http:\/\/\S+)/,
-    },
-  );
-}
-
 async function main(): Promise<void> {
   const runId = randomUUID().replaceAll('-', '').slice(0, 12);
   let modes = MODES.filter(
@@ -695,22 +684,13 @@ async function main(): Promise<void> {
     : await startEmbeddedPostgres({ durable: true });
   const serverUrl = process.env.DATABASE_URL ?? server!.url;
   const database = `idem_modes_${runId}`;
-  /** The URL of a database of the server. */
-  const urlOf = (name: string) => {
-    const url = new URL(serverUrl);
-    url.pathname = `/${name}`;
-    return url.href;
-  };
-  /** Each mode's database: a copy of `database` once migrated. */
-  const databaseOf = (mode: Mode) => `${database}_${mode.id}`;
+  const databaseOf = (mode: Mode) => modeDatabaseName(database, mode.id);
   const made: string[] = [];
   let redis: Redis | undefined;
   let theirs: Theirs | undefined;
   let theirsSkipped: string | undefined;
   const apps = new Map<ModeId, SampleProcess>();
   try {
-    await onServer(serverUrl, `CREATE DATABASE "${database}"`);
-    made.push(database);
     if (modes.some((mode) => mode.redis)) {
       redis = new Redis(REDIS_URL, {
         lazyConnect: true,
@@ -763,32 +743,19 @@ async function main(): Promise<void> {
         NODE_PATH: `${ROOT}node_modules`,
       }),
     };
-    // The migrations, by an app on TypeORM (which runs them at start-up)
-    // on the database that every mode's is then copied from.
-    await (
-      await startMode(
-        MODES.find((mode) => mode.id === 'baseline')!,
-        { ...env, DATABASE_URL: urlOf(database) },
-      )
-    ).stop();
-    for (const mode of modes) {
-      await onServer(
-        serverUrl,
-        `CREATE DATABASE "${databaseOf(mode)}" TEMPLATE "${database}"`,
-      );
-      made.push(databaseOf(mode));
-      if (mode.id === 'lean') {
-        // The lean floor's table of its own, as its application would
-        // have it from a migration of its own.
-        await onServer(urlOf(databaseOf(mode)), LEAN_TABLE);
-      }
-    }
+    const urls = await makeModeDatabases(
+      serverUrl,
+      database,
+      modes.map((mode) => mode.id),
+      env,
+      made,
+    );
     for (const mode of modes) {
       apps.set(
         mode.id,
-        await startMode(mode, {
+        await startModeApp(mode.id, {
           ...env,
-          DATABASE_URL: urlOf(databaseOf(mode)),
+          DATABASE_URL: urls.get(mode.id)!,
         }),
       );
     }
@@ -821,7 +788,7 @@ async function main(): Promise<void> {
       checks.push(
         await checkReplay(
           apps.get(mode.id)!,
-          urlOf(databaseOf(mode)),
+          urls.get(mode.id)!,
           store,
           library,
           '/modes/light',
@@ -847,7 +814,7 @@ async function main(): Promise<void> {
     const redisPid = redis && (await localRedisPid(redis));
     // Only a server of the bench's own says what the requests cost it.
     const postmaster = server
-      ? await localPostmaster(urlOf(database))
+      ? await localPostmaster(databaseUrl(serverUrl, database))
       : undefined;
     const together = SETTING_NAMES.flatMap((setting) =>
       TOGETHER.flatMap((ids) => {

@@ -1,6 +1,6 @@
 import { Kysely, PostgresDialect, sql } from 'kysely';
 import { Migrator, type Migration } from 'kysely/migration';
-import pg from 'pg';
+import { testPool } from '../utils/test-pool.js';
 import {
   idempotencyMigrations,
   idempotencySqlMigrations,
@@ -162,11 +162,8 @@ describe('the migrations as plain SQL, applied with psql', () => {
 
   it('apply through a Kysely Migrator of their own, as the guide shows, to the same schema', async () => {
     const db = await database();
-    const pool = new pg.Pool({ connectionString: db.url });
-    // Its ended connections may still be live as the database is dropped.
-    pool.on('error', () => undefined);
     const kysely = new Kysely<unknown>({
-      dialect: new PostgresDialect({ pool }),
+      dialect: new PostgresDialect({ pool: testPool(db.url, 10) }),
     });
     try {
       const migrations: Record<string, Migration> = {};
