@@ -6,6 +6,8 @@ export interface PoolReading {
   readonly maxHeld: number;
   readonly held: number;
   readonly size: number;
+  /** Connection-milliseconds held since the app started. */
+  readonly heldMs: number;
   readonly inFlight: number;
 }
 

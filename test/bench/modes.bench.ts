@@ -120,6 +120,14 @@
  * figure to hold against a target such as "within 15 %", as the two runs
  * of a round share the machine's speed of the moment.
  *
+ * `pool ms` is how long a request keeps a connection of the app's pool
+ * (its size, ten, in every mode) from the others: the connection-
+ * milliseconds held over the run (the pool's checkouts to its releases,
+ * pool-gauge.ts), a request's share. The pool serves at most its size ×
+ * 1000 ÷ `pool ms` requests a second: in the gateway setting, whose
+ * handlers wait rather than compute, that bound and not the CPU is what
+ * caps a mode near it.
+ *
  *   npm run bench:modes           (npm run bench runs it first)
  *   BENCH_MODES=baseline,redis,theirs BENCH_SECONDS=2 BENCH_ROUNDS=1 npm run bench:modes
  *   BENCH_MODES=baseline,postgres,adapters npm run bench:modes
@@ -147,7 +155,7 @@ import { Redis } from 'ioredis';
 import pg from 'pg';
 import { startEmbeddedPostgres } from '../setup/embedded-postgres.js';
 import type { SampleProcess } from '../utils/sample-process.js';
-import { quiesce } from './app-state.js';
+import { quiesce, readPool } from './app-state.js';
 import {
   cpuNow,
   postmasterOf,
@@ -444,6 +452,12 @@ interface Comparison {
   readonly cpuRatio: CpuPerRequest;
 }
 
+/** A load run, the CPU it cost, and how long it held the pool's connections. */
+interface PoolMeasured extends Measured {
+  /** Connection-milliseconds a request (see `pool ms` above). */
+  readonly poolMs: number | undefined;
+}
+
 /** The figures of one run over the rounds, as printed and written. */
 interface Row extends LoadRow {
   readonly mode: ModeId;
@@ -452,13 +466,15 @@ interface Row extends LoadRow {
   readonly cpu: CpuPerRequest;
   /** App CPU µs per request less the baseline's, within each round (median). */
   readonly appOverBaseline?: number;
+  /** Connection-milliseconds a request, median of the rounds. */
+  readonly poolMs: number | undefined;
   readonly against: readonly Comparison[];
 }
 
 function summarize(
   run: Run,
   against: readonly Run[],
-  results: Map<Run, Rounds<Measured>>,
+  results: Map<Run, Rounds<PoolMeasured>>,
 ): Row {
   const own = results.get(run)!;
   const rounds = own.rounds;
@@ -523,6 +539,7 @@ function summarize(
       redis: cpuMedian('redis'),
     },
     appOverBaseline: base && cpuOver(base, 'app'),
+    poolMs: medianOf(rounds.map((round) => round.poolMs)),
     against: against.map(compare),
   };
 }
@@ -583,6 +600,7 @@ function report(rows: readonly Row[]): void {
       ['PG µs', 6, (r) => us(r.cpu.db)],
       ['sess µs', 7, (r) => us(r.cpu.sessions)],
       ['Redis µs', 8, (r) => us(r.cpu.redis)],
+      ['pool ms', 7, (r) => fixed(r.poolMs, 2)],
       [
         'non-2xx',
         8,
@@ -597,14 +615,16 @@ function report(rows: readonly Row[]): void {
       `PG = the whole PostgreSQL server (the bench's own only), sess = its sessions on the mode's own ` +
       `database (the statements' work, without the WAL writer, checkpointer and autovacuum), Redis = the whole redis-server process ` +
       `(whatever its clients: the modes without Redis show what it does meanwhile); app Δ base: app µs ` +
-      `less the baseline's within each round, median)`,
+      `less the baseline's within each round, median; pool ms: connection-milliseconds of the app's pool ` +
+      `held a request, the pool's size x 1000 / it the most requests a second the pool serves)`,
   );
   for (const row of rows) {
     for (const other of row.against) {
       const { low, high, coverage } = other.interval;
-      const its = rows.find(
+      const theirs = rows.find(
         (r) => r.setting === row.setting && r.mode === other.mode,
-      )!.cpu;
+      )!;
+      const its = theirs.cpu;
       /**
        * CPU `of` a request of both, and the medians of the rounds'
        * differences and ratios.
@@ -620,7 +640,8 @@ function report(rows: readonly Row[]): void {
           `p99 ${fixed(other.p99Ratio, 2)}x); ` +
           `CPU a request: ${cpu('app', 'app')}, ${cpu('PG', 'db')}` +
           `${row.cpu.sessions === undefined ? '' : `, ${cpu('its PG sessions', 'sessions')}`}` +
-          `${row.cpu.redis === undefined ? '' : `, ${cpu('Redis', 'redis')}`}`,
+          `${row.cpu.redis === undefined ? '' : `, ${cpu('Redis', 'redis')}`}; ` +
+          `pool ms a request ${fixed(row.poolMs, 2)} against ${fixed(theirs.poolMs, 2)}`,
       );
     }
   }
@@ -830,6 +851,7 @@ async function main(): Promise<void> {
       SETTINGS.rounds,
       async (run, round) => {
         await quiesce(app(run));
+        const pool = await readPool(app(run));
         const sources = {
           app: app(run).process.pid,
           redis: redisPid,
@@ -846,7 +868,15 @@ async function main(): Promise<void> {
           // without its request.
           ...(RATE && { rate: RATE, amount: RATE * SETTINGS.seconds }),
         });
-        return withCpu(result, before, cpuNow(sources));
+        const measured = withCpu(result, before, cpuNow(sources));
+        const { heldMs } = await readPool(app(run));
+        return {
+          ...measured,
+          poolMs:
+            result.requests === 0
+              ? undefined
+              : (heldMs - pool.heldMs) / result.requests,
+        };
       },
       '',
       together,

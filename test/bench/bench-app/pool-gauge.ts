@@ -17,6 +17,14 @@ export interface PoolReading {
   readonly held: number;
   /** The pool's size limit (`max`). */
   readonly size: number;
+  /**
+   * Connection-milliseconds held since the app started: the time each
+   * connection spent checked out, summed. Its growth over a load run, a
+   * request's share, is how long a request keeps a connection from the
+   * others; the pool's `size` divided by it bounds the requests a second
+   * the pool can serve.
+   */
+  readonly heldMs: number;
 }
 
 /** The part of a `pg` pool the gauge reads. */
@@ -41,6 +49,9 @@ export class PoolGauge implements OnApplicationBootstrap {
   private readonly pool: PgPool;
   private held = 0;
   private maxHeld = 0;
+  /** Connection-milliseconds held until {@link since}. */
+  private heldMs = 0;
+  private since = performance.now();
 
   constructor(
     @Optional() @Inject(BENCH_POOL) pool?: PgPool,
@@ -59,20 +70,31 @@ export class PoolGauge implements OnApplicationBootstrap {
     this.held = this.pool.totalCount - this.pool.idleCount;
     this.maxHeld = this.held;
     this.pool.on('acquire', () => {
+      this.accrue();
       this.held += 1;
       this.maxHeld = Math.max(this.maxHeld, this.held);
     });
     this.pool.on('release', () => {
+      this.accrue();
       this.held -= 1;
     });
   }
 
+  /** Adds the connections held since the last event, for as long. */
+  private accrue(): void {
+    const now = performance.now();
+    this.heldMs += this.held * (now - this.since);
+    this.since = now;
+  }
+
   /** The figures since the last reading; the next reading starts from now. */
   read(): PoolReading {
+    this.accrue();
     const reading = {
       maxHeld: this.maxHeld,
       held: this.held,
       size: this.pool.options.max,
+      heldMs: this.heldMs,
     };
     this.maxHeld = this.held;
     return reading;
