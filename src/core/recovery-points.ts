@@ -43,8 +43,6 @@ export interface RecoveryHost {
 export class RecoveryPoints {
   /** Whether a key was derived for a downstream call (see {@link deriveKey}). */
   private keysDerived = false;
-  /** Whether a step of this attempt bound the key to its request. */
-  private bound = false;
 
   constructor(
     private readonly owner: RecoveryOwner,
@@ -81,25 +79,20 @@ export class RecoveryPoints {
         route,
       );
     }
-    // A step of an attempt that already lost its transaction or its claim
-    // would start an effect for an attempt that cannot commit (and, its
-    // claim lost, without reading the new owner's steps): 503 instead.
-    if (this.owner.isLeaseLost) {
-      throw new LeaseLostError();
-    }
-    if (transaction.state === 'lost') {
-      throw new IdempotencyUnavailableException(options.retryAfter);
-    }
+    this.refuseEnded();
     // The effect may happen even if its result never commits: from now on
     // the key belongs to this request, whose retry must derive the same
-    // downstream keys (and no other request may run under the key).
-    // Once per attempt: the binding lasts until the key completes or expires.
-    if (!this.bound) {
-      if (!(await ownStatement(() => host.store.bind(lease)))) {
-        throw new LeaseLostError();
-      }
-      this.bound = true;
+    // downstream keys (and no other request may run under the key). The
+    // binding lasts until the key completes or expires.
+    //
+    // Fenced before every step's effect, not only the first's: an attempt
+    // whose claim another attempt took over (its lease ran out while it was
+    // paused, before a renewal could tell it) would otherwise start its
+    // effect beside the new owner's, which resumes after the last step saved.
+    if (!(await ownStatement(() => host.store.bind(lease)))) {
+      throw new LeaseLostError();
     }
+    this.refuseEnded();
     const result = await fn();
     if (this.owner.isAbandoned) {
       throw new IdempotencyUnavailableException(options.retryAfter);
@@ -111,6 +104,23 @@ export class RecoveryPoints {
       throw new LeaseLostError();
     }
     return (result ?? null) as T;
+  }
+
+  /**
+   * Refuses to start a step's effect for an attempt that cannot commit
+   * (and would run it beside the retry's): one whose claim a renewal found
+   * taken over, whose transaction was lost, or that was abandoned at its
+   * deadline (its claim released for the retry).
+   * @throws LeaseLostError, IdempotencyUnavailableException (503).
+   */
+  private refuseEnded(): void {
+    const { isLeaseLost, isAbandoned, transaction, options } = this.owner;
+    if (isLeaseLost) {
+      throw new LeaseLostError();
+    }
+    if (isAbandoned || transaction.state === 'lost') {
+      throw new IdempotencyUnavailableException(options.retryAfter);
+    }
   }
 
   /**

@@ -85,6 +85,18 @@ describe('requestFingerprint', () => {
     expect(query('/x?a=1&b=2')).not.toBe(query('/x?a=1%26b%3D2'));
   });
 
+  it('tells apart the values and names whose escapes are not UTF-8, which Fastify and qs give the handler as sent, from each other and from any text', () => {
+    const query = (url: string) =>
+      requestFingerprint({ ...refund, query: queryParameters(url) });
+    const invalid = query('/x?to=acct%FF1');
+    expect(query('/x?to=acct%FE1')).not.toBe(invalid);
+    expect(query('/x?to=acct%EF%BF%BD1')).not.toBe(invalid);
+    expect(query('/x?to=acct%25FF1')).not.toBe(invalid);
+    expect(query('/x?to=acct%FF1')).toBe(invalid);
+    expect(query('/x?n%FF=1')).not.toBe(query('/x?n%FE=1'));
+    expect(query('/x?n%FF=1')).not.toBe(query('/x?n%EF%BF%BD=1'));
+  });
+
   it('tells a string body from the JSON of the same text, and no body from an empty one', () => {
     expect(of('POST', '/x', '1')).not.toBe(of('POST', '/x', 1));
     expect(of('POST', '/x', undefined)).not.toBe(of('POST', '/x', ''));
@@ -261,6 +273,16 @@ describe('queryParameters', () => {
     expect(queryParameters(undefined)).toEqual([]);
     // Malformed escapes are kept as they are, never thrown.
     expect(queryParameters('/a?bad=%zz%')).toEqual([['bad', '%zz%']]);
+    // As WHATWG's parser reads them: `+` a space, empty pairs skipped.
+    expect(queryParameters('/a?&x+y=1+2&&z==3&')).toEqual([
+      ['x y', '1 2'],
+      ['z', '=3'],
+    ]);
+    // Escapes that are not UTF-8, as sent, marked.
+    expect(queryParameters('/a?a=%FF&n%C3=b+c')).toEqual([
+      ['a', { undecoded: '%FF' }],
+      [{ undecoded: 'n%C3' }, 'b c'],
+    ]);
   });
 });
 

@@ -124,21 +124,80 @@ function scalarJson(value: unknown): string {
   return JSON.stringify(value) ?? 'null';
 }
 
-/** @internal A query parameter: its name and one of its values, decoded. */
-export type QueryParameter = readonly [name: string, value: string];
+/**
+ * @internal A name or value of a query string whose percent-escapes do not
+ * decode to UTF-8 text (`%FF`): kept as it was sent. Platforms read such a
+ * value apart from the others (Fastify and `qs` keep it as it is, Node's
+ * `querystring` puts U+FFFD in place of each bad byte), so decoding it would
+ * let two values a handler reads apart share a fingerprint.
+ */
+export interface UndecodedComponent {
+  readonly undecoded: string;
+}
+
+/**
+ * @internal A query parameter: its name and one of its values, decoded, or
+ * as sent where it does not decode.
+ */
+export type QueryParameter = readonly [
+  name: string | UndecodedComponent,
+  value: string | UndecodedComponent,
+];
+
+/** A `%` that does not begin an escape (two hex digits): itself, as WHATWG's parser reads it. */
+const STRAY_PERCENT = /%(?![0-9a-fA-F]{2})/g;
+
+/**
+ * `component` of a query string, decoded as a form's (`+` a space, a stray
+ * `%` itself), or as sent when its escapes are not UTF-8.
+ */
+function decodeComponent(component: string): string | UndecodedComponent {
+  const spaced = component.replaceAll('+', ' ');
+  if (!spaced.includes('%')) {
+    return spaced;
+  }
+  try {
+    return decodeURIComponent(spaced.replace(STRAY_PERCENT, '%25'));
+  } catch {
+    return { undecoded: component };
+  }
+}
 
 /**
  * @internal The parameters of a URL's query string, decoded, in the order
  * they appear (a repeated parameter once per value). Parsed from the URL
  * itself rather than from the platform's parsed `query`, whose shape differs
- * between Express (`qs`) and Fastify (`querystring`).
+ * between Express (`qs`) and Fastify (`querystring`). A name or value whose
+ * escapes do not decode is kept as sent ({@link UndecodedComponent}).
  */
 export function queryParameters(url: string | undefined): QueryParameter[] {
   const start = url?.indexOf('?') ?? -1;
   if (url === undefined || start < 0) {
     return [];
   }
-  return [...new URLSearchParams(url.slice(start + 1))];
+  const query = url.slice(start + 1);
+  const parameters: QueryParameter[] = [];
+  for (const pair of query.split('&')) {
+    if (pair === '') {
+      continue;
+    }
+    const equals = pair.indexOf('=');
+    parameters.push(
+      equals < 0
+        ? [decodeComponent(pair), '']
+        : [
+            decodeComponent(pair.slice(0, equals)),
+            decodeComponent(pair.slice(equals + 1)),
+          ],
+    );
+  }
+  return parameters;
+}
+
+/** The name of `parameter` as options name it (none for an undecoded one). */
+export function parameterName(parameter: QueryParameter): string | undefined {
+  const [name] = parameter;
+  return typeof name === 'string' ? name : undefined;
 }
 
 /**
@@ -272,11 +331,14 @@ export function selectQuery(
   selection: FingerprintFieldSelection,
 ): QueryParameter[] {
   const { include, exclude } = partNames(selection, 'query');
-  return query.filter(
-    ([name]) =>
-      (include === undefined || include.includes(name)) &&
-      !exclude?.includes(name),
-  );
+  return query.filter((parameter) => {
+    const name = parameterName(parameter);
+    return (
+      (include === undefined ||
+        (name !== undefined && include.includes(name))) &&
+      (name === undefined || !exclude?.includes(name))
+    );
+  });
 }
 
 /**
@@ -303,6 +365,11 @@ function withBody(head: string, body: unknown): string | Buffer {
  */
 const FINGERPRINT_VERSION = 'v2:';
 
+/** The name `parameter` sorts by: as decoded, or as sent. */
+function sortName([name]: QueryParameter): string {
+  return typeof name === 'string' ? name : name.undecoded;
+}
+
 /**
  * @internal The default fingerprint of a request: `v2:` and the sha256 (hex)
  * of its method, route template, path parameters (by name), query parameters
@@ -311,9 +378,10 @@ const FINGERPRINT_VERSION = 'v2:';
  * @throws IdempotencyBodyUnreadableException for a body that could not be read.
  */
 export function requestFingerprint(parts: FingerprintParts): string {
-  const query = [...parts.query].sort(([a], [b]) =>
-    a < b ? -1 : a > b ? 1 : 0,
-  );
+  const query = [...parts.query].sort((a, b) => {
+    const [x, y] = [sortName(a), sortName(b)];
+    return x < y ? -1 : x > y ? 1 : 0;
+  });
   const head = `${parts.method}\n${parts.route}\n${canonicalJson(parts.params)}\n${JSON.stringify(query)}\n`;
   return (
     FINGERPRINT_VERSION + hash('sha256', withBody(head, parts.body), 'hex')

@@ -269,21 +269,40 @@ describe.each(PLATFORMS)('request fingerprints (%s)', (platform) => {
       expect(runs.counts['accounts/refund']).toBe(1);
     });
 
-    it('ignores a query parameter named by `exclude` (a cache buster), and no other', async () => {
-      const first = await send(target, '/accounts/H/search?q=x&_=1700000001', {
-        key: 'buster-1',
-      });
+    /**
+     * Sends `first` under `key`, then `same` (replayed: the first's bytes),
+     * then `other` (422): `route` ran once.
+     */
+    const replaysOnly = async (
+      key: string,
+      route: string,
+      urls: { first: string; same: string; other: string },
+    ) => {
+      const first = await send(target, urls.first, { key });
       expect(first.status).toBe(201);
-      const busted = await send(target, '/accounts/H/search?_=1700000002&q=x', {
-        key: 'buster-1',
-      });
-      expect(busted.headers.get('idempotent-replayed')).toBe('true');
-      expect(await busted.text()).toBe(await first.text());
-      const other = await send(target, '/accounts/H/search?q=y&_=1700000001', {
-        key: 'buster-1',
-      });
+      const same = await send(target, urls.same, { key });
+      expect(same.headers.get('idempotent-replayed')).toBe('true');
+      expect(await same.text()).toBe(await first.text());
+      const other = await send(target, urls.other, { key });
       expect(other.status).toBe(422);
-      expect(runs.counts['accounts/search']).toBe(1);
+      expect(runs.counts[route]).toBe(1);
+    };
+
+    it('refuses with 422 a query value whose escapes are not UTF-8 under the key of another one, which the handler may read apart (Fastify does)', async () => {
+      runs.barrier.open();
+      await replaysOnly('query-undecoded', 'accounts/refund', {
+        first: '/accounts/I/refund?to=acct%FF1',
+        same: '/accounts/I/refund?to=acct%FF1',
+        other: '/accounts/I/refund?to=acct%FE1',
+      });
+    });
+
+    it('ignores a query parameter named by `exclude` (a cache buster), and no other', async () => {
+      await replaysOnly('buster-1', 'accounts/search', {
+        first: '/accounts/H/search?q=x&_=1700000001',
+        same: '/accounts/H/search?_=1700000002&q=x',
+        other: '/accounts/H/search?q=y&_=1700000001',
+      });
     });
   });
 

@@ -67,6 +67,7 @@ function moduleOnStore(platform: Platform, subjectOf: () => Promise<Subject>) {
     effects.failures = 0;
     effects.barrier = undefined;
     effects.committed.length = 0;
+    effects.stepEffects.length = 0;
     observer.onClaim = () => undefined;
     effects.probe = () => Promise.resolve('-');
   });
@@ -279,6 +280,42 @@ function moduleOnStore(platform: Platform, subjectOf: () => Promise<Subject>) {
     expect(replay.headers.get('idempotent-replayed')).toBe('true');
     expect(await replay.json()).toEqual({ reference: 'h', run: 2 });
     expect(effects.orders).toBe(2);
+  });
+
+  it("runs no later step of a handler abandoned at its deadline: its retry's is the only effect", async () => {
+    const key = randomUUID();
+    effects.barrier = new Barrier();
+    const hung = await post('/hung-steps', key, {});
+    expect(hung.status).toBe(503);
+    // The retry resumes after the step the abandoned attempt saved.
+    const retry = await post('/hung-steps', key, {});
+    expect(retry.status).toBe(201);
+    expect(await retry.json()).toEqual({
+      reserve: 'reserve-1',
+      charge: 'charge-2',
+      run: 2,
+    });
+    // The abandoned handler goes on to its second step now: refused.
+    effects.barrier.open();
+    await until(
+      () =>
+        Promise.resolve(
+          effects.committed.some((line) => line.startsWith('hung-steps:1:')),
+        ),
+      'the abandoned handler to reach its second step',
+    );
+    expect(effects.committed).toEqual([
+      'hung-steps:2:charged',
+      'hung-steps:1:IdempotencyUnavailableException',
+    ]);
+    expect(effects.stepEffects).toEqual(['reserve:1', 'charge:2']);
+    const replay = await post('/hung-steps', key, {});
+    expect(replay.headers.get('idempotent-replayed')).toBe('true');
+    expect(await replay.json()).toEqual({
+      reserve: 'reserve-1',
+      charge: 'charge-2',
+      run: 2,
+    });
   });
 
   it('runs IdempotencyService.run() once per key, and refuses its manager', async () => {

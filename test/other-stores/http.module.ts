@@ -21,6 +21,8 @@ export class Effects {
   failures = 0;
   /** Set by a test: the next order handler waits at it. */
   barrier: Barrier | undefined;
+  /** The effects of the steps of `/hung-steps`, by step and run. */
+  readonly stepEffects: string[] = [];
   /** What the afterCommit() callbacks saw, in order. */
   readonly committed: string[] = [];
   /** Resolves when the next afterCommit() callback ran. */
@@ -81,6 +83,36 @@ export class MemoryStoreController {
     }
     this.effects.committed.push(`hung:${run}:returned`);
     return { reference: body.reference, run };
+  }
+
+  /**
+   * Two steps; held at `barrier` between them on its first run only,
+   * abandoned after 1 s. Reports how its second step ended.
+   */
+  @Post('hung-steps')
+  @Idempotent({ transactionTimeout: '1s' })
+  async hungSteps() {
+    this.effects.orders += 1;
+    const run = this.effects.orders;
+    const effect = (step: string) => () => {
+      this.effects.stepEffects.push(`${step}:${run}`);
+      return `${step}-${run}`;
+    };
+    const reserve = await this.idempotency.step('reserve', effect('reserve'));
+    if (run === 1) {
+      await this.effects.barrier?.wait();
+    }
+    let charge: string;
+    try {
+      charge = await this.idempotency.step('charge', effect('charge'));
+    } catch (error) {
+      this.effects.committed.push(
+        `hung-steps:${run}:${(error as Error).constructor.name}`,
+      );
+      throw error;
+    }
+    this.effects.committed.push(`hung-steps:${run}:charged`);
+    return { reserve, charge, run };
   }
 
   /** A body of `size` bytes. */

@@ -6,6 +6,7 @@ import {
   IDEMPOTENCY_TABLE_NAME,
 } from '../../migrations/index.js';
 import { IdempotencyExecutor } from '../../src/core/idempotency.executor.js';
+import { Barrier, until } from '../utils/barrier.js';
 import { takeOver } from '../utils/claims.js';
 import { derivedKeyOf } from '../utils/derived-keys.js';
 import {
@@ -50,9 +51,22 @@ describe.each(PLATFORMS)('recovery points (%s)', (platform) => {
   /** The gateway's charge calls under the key that the request holding `key` derives. */
   const chargeCalls = async (key: string) =>
     gateway.calls.get(await derivedKeyOf(target.db, key));
+  /** The status and owner of the record of `key`. */
+  const claimOf = (key: string) =>
+    target.db.query(
+      `SELECT status, owner FROM ${IDEMPOTENCY_TABLE_NAME} WHERE key = $1`,
+      [key],
+    );
   /** Every charge call the gateway received, whatever its key. */
   const allCalls = () =>
     [...gateway.calls.values()].reduce((sum, calls) => sum + calls, 0);
+
+  /** A new first run of the routes with two steps, held between them. */
+  const twoStepRuns = () => {
+    faults.runs = 0;
+    faults.secondSteps.length = 0;
+    faults.betweenSteps = new Barrier();
+  };
 
   it('resumes after the last completed step: the gateway charges once, the order is written once', async () => {
     faults.failAfterCharge = true;
@@ -161,11 +175,64 @@ describe.each(PLATFORMS)('recovery points (%s)', (platform) => {
     expect(gateway.calls.get(derived)).toBeUndefined();
     expect(allCalls()).toBe(calls);
     expect(await steps('paused-1')).toEqual([]);
-    expect(
-      await target.db.query(
-        `SELECT status, owner FROM ${IDEMPOTENCY_TABLE_NAME} WHERE key = 'paused-1'`,
-      ),
-    ).toEqual([{ status: 'in_progress', owner: taker }]);
+    expect(await claimOf('paused-1')).toEqual([
+      { status: 'in_progress', owner: taker },
+    ]);
+  });
+
+  it("answers 503 without running the next step of a request whose claim was taken over after its first step, before any renewal told it: the new owner's charge is the only one", async () => {
+    twoStepRuns();
+    const body = { amount: 45, reference: 'two-steps-1' };
+    const request = send(target, '/checkout/two-steps', {
+      key: 'two-steps-1',
+      body,
+    });
+    await faults.betweenSteps.reached(1);
+    expect(await steps('two-steps-1')).toEqual([{ step: 'reserve' }]);
+    const calls = allCalls();
+    // Its lease ran out while it was paused, and another attempt took the
+    // key over; no renewal ran in between.
+    const taker = await takeOver(target.db.url, 'two-steps-1');
+    faults.betweenSteps.open();
+    const response = await request;
+    expect(response.status).toBe(503);
+    expect(faults.secondSteps).toEqual(['1: LeaseLostError']);
+    expect(allCalls()).toBe(calls);
+    expect(await steps('two-steps-1')).toEqual([{ step: 'reserve' }]);
+    expect(await orders('two-steps-1')).toEqual([]);
+    expect(await claimOf('two-steps-1')).toEqual([
+      { status: 'in_progress', owner: taker },
+    ]);
+  });
+
+  it("runs no later step of a handler abandoned at its deadline: its retry's charge is the only one", async () => {
+    twoStepRuns();
+    const body = { amount: 55, reference: 'hung-1' };
+    const hung = await send(target, '/checkout/hung', { key: 'hung-1', body });
+    expect(hung.status).toBe(503);
+    const calls = allCalls();
+    // The retry resumes after the step the abandoned attempt saved.
+    const retry = await send(target, '/checkout/hung', { key: 'hung-1', body });
+    expect(retry.status).toBe(201);
+    const { charge, reserved } = (await retry.json()) as {
+      charge: { id: string };
+      reserved: number;
+    };
+    expect(reserved).toBe(1);
+    expect(allCalls()).toBe(calls + 1);
+    expect(await chargeCalls('hung-1')).toBe(1);
+    // The abandoned handler goes on to its second step now: refused.
+    faults.betweenSteps.open();
+    await until(
+      () => Promise.resolve(faults.secondSteps.length === 2),
+      'the abandoned handler to reach its second step',
+    );
+    expect(faults.secondSteps).toEqual([
+      '2: charged',
+      '1: IdempotencyUnavailableException',
+    ]);
+    expect(allCalls()).toBe(calls + 1);
+    expect(await orders('hung-1')).toEqual([{ source: charge.id }]);
   });
 
   it('keeps the steps of different keys apart, and derives a downstream key of its own for each request key', async () => {
@@ -244,11 +311,9 @@ describe.each(PLATFORMS)('recovery points (%s)', (platform) => {
     expect(allCalls()).toBe(calls);
     expect(await steps('held-1')).toEqual([]);
     expect(await orders('held-1')).toEqual([]);
-    expect(
-      await target.db.query(
-        `SELECT status, owner FROM ${IDEMPOTENCY_TABLE_NAME} WHERE key = 'held-1'`,
-      ),
-    ).toEqual([{ status: 'in_progress', owner: taker }]);
+    expect(await claimOf('held-1')).toEqual([
+      { status: 'in_progress', owner: taker },
+    ]);
     expect(events.filter((e) => e.key === 'held-1').map((e) => e.type)).toEqual(
       ['lease-lost'],
     );

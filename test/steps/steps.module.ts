@@ -25,6 +25,13 @@ export class Faults {
   readonly charged = new Barrier();
   /** Where `/checkout/paused` waits, before its charge step. */
   readonly beforeCharge = new Barrier();
+  /**
+   * Where `/checkout/two-steps` and `/checkout/hung` wait between their
+   * steps, on their first run: a test sets a new one.
+   */
+  betweenSteps = new Barrier();
+  /** How the second step of `/checkout/two-steps` or `/checkout/hung` ended, by run. */
+  readonly secondSteps: string[] = [];
 }
 
 @Controller('checkout')
@@ -93,6 +100,49 @@ export class CheckoutController {
       ),
     );
     return { charge };
+  }
+
+  /** Reserves, waits for the test, then charges: a step after a step. */
+  @Post('two-steps')
+  @Idempotent()
+  twoSteps(@Body() body: { amount: number; reference: string }) {
+    return this.stepAfterStep(body);
+  }
+
+  /** As `two-steps`, abandoned after 1 s. */
+  @Post('hung')
+  @Idempotent({ transactionTimeout: '1s' })
+  hung(@Body() body: { amount: number; reference: string }) {
+    return this.stepAfterStep(body);
+  }
+
+  private async stepAfterStep(body: { amount: number; reference: string }) {
+    this.faults.runs += 1;
+    const run = this.faults.runs;
+    const reserved = await this.idempotency.step('reserve', () => run);
+    if (run === 1) {
+      await this.faults.betweenSteps.wait();
+    }
+    let charge: { id: string };
+    try {
+      charge = await this.idempotency.step('charge', () =>
+        requestCharge(
+          this.gatewayUrl,
+          body.amount,
+          this.idempotency.deriveKey('charge'),
+        ),
+      );
+    } catch (error) {
+      this.faults.secondSteps.push(
+        `${run}: ${(error as Error).constructor.name}`,
+      );
+      throw error;
+    }
+    this.faults.secondSteps.push(`${run}: charged`);
+    const order = await this.orders.save(
+      this.orders.create({ reference: body.reference, source: charge.id }),
+    );
+    return { orderId: order.id, charge, reserved };
   }
 
   /** Charges, and waits for the test before the step's result is saved. */
