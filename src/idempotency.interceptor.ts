@@ -43,7 +43,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
         ? this.http.execute(context, next, route)
         : type === 'graphql'
           ? this.graphql.execute(context, next, route)
-          : this.messages.execute(context, next, route.options, route.pattern),
+          : this.messages.execute(context, next, route),
     );
   }
 }

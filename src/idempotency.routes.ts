@@ -22,6 +22,15 @@ export interface DecoratedRoute {
   readonly path: string;
   /** Message pattern, for microservice handlers. */
   readonly pattern: string;
+  /** Every message pattern of a microservice handler (as strings); none for a route. */
+  readonly patterns: readonly string[];
+  /** `<Class>.<method>`: the handler's name. */
+  readonly handlerName: string;
+}
+
+/** A message pattern as a string: itself, or its JSON. */
+function patternText(pattern: unknown): string {
+  return typeof pattern === 'string' ? pattern : JSON.stringify(pattern);
 }
 
 /**
@@ -76,6 +85,8 @@ function routePath(controller: object, handler: object): string {
 @Injectable()
 export class IdempotencyRoutes {
   private readonly routes = new WeakMap<object, DecoratedRoute | null>();
+  /** The decorated message handlers of each pattern. */
+  private readonly patternHandlers = new Map<string, Set<object>>();
 
   constructor(
     private readonly reflector: Reflector,
@@ -113,17 +124,36 @@ export class IdempotencyRoutes {
         HANDLER_METADATA.messagePattern,
         handler,
       ) as unknown[] | undefined;
-      const pattern = patterns?.[0] ?? `${controller.name}.${handler.name}`;
+      const handlerName = `${controller.name}.${handler.name}`;
+      const texts = (patterns ?? []).map(patternText);
       route = options
         ? {
             options: resolveRouteOptions(this.options, options),
             path: routePath(controller, handler),
-            pattern:
-              typeof pattern === 'string' ? pattern : JSON.stringify(pattern),
+            pattern: texts[0] ?? handlerName,
+            patterns: texts,
+            handlerName,
           }
         : null;
+      for (const text of route ? texts : []) {
+        const handlers = this.patternHandlers.get(text) ?? new Set();
+        handlers.add(handler);
+        this.patternHandlers.set(text, handlers);
+      }
       this.routes.set(handler, route);
     }
     return route;
+  }
+
+  /**
+   * Whether another decorated message handler listens to a pattern of
+   * `route`'s: Nest hands each event to every handler of its pattern, so
+   * each must keep records of its own. Complete once the explorer resolved
+   * every handler at bootstrap.
+   */
+  sharesPattern(route: DecoratedRoute): boolean {
+    return route.patterns.some(
+      (pattern) => (this.patternHandlers.get(pattern)?.size ?? 0) > 1,
+    );
   }
 }

@@ -6,12 +6,15 @@ import {
 } from '@nestjs/common';
 import { lastValueFrom } from 'rxjs';
 import { IDEMPOTENCY_KEY_HEADER } from '../client/client.constants.js';
-import type { ResolvedRouteOptions } from '../core/executor.options.js';
 import { newAttempt, type Attempt } from '../core/attempt.js';
 import { IdempotencyExecutor } from '../core/idempotency.executor.js';
 import { IdempotencyHttpException } from '../exceptions/idempotency-http.exception.js';
 import { IDEMPOTENCY_RESOLVED_OPTIONS } from '../idempotency.tokens.js';
 import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
+import {
+  IdempotencyRoutes,
+  type DecoratedRoute,
+} from '../idempotency.routes.js';
 import { afterFailure, toRpcException } from './message-failures.js';
 import { messageTransport } from './message-transports.js';
 import type { MessageTransport } from './message-transport.js';
@@ -37,21 +40,25 @@ export function messageHeaderNames(headerName: string): readonly string[] {
  * `<Class>.<method>@<topic>/<partition>/<offset>`: every handler of a topic
  * processes the message once, where the position alone would let the
  * first one's record stand for the others'.
+ * @returns the key, and whether it is the handler's own (the position's).
  */
 function defaultMessageKey(
   data: unknown,
   transport: MessageTransport,
   headerNames: readonly string[],
-  context: ExecutionContext,
-): unknown {
+  handlerName: string,
+): { readonly key: unknown; readonly handlers: boolean } {
   if (data !== null && typeof data === 'object' && MESSAGE_KEY_FIELD in data) {
-    return (data as Record<string, unknown>)[MESSAGE_KEY_FIELD];
+    return {
+      key: (data as Record<string, unknown>)[MESSAGE_KEY_FIELD],
+      handlers: false,
+    };
   }
   const key = transport.key(headerNames);
   if (key !== undefined || transport.position === undefined) {
-    return key;
+    return { key, handlers: false };
   }
-  return `${context.getClass().name}.${context.getHandler().name}@${transport.position}`;
+  return { key: `${handlerName}@${transport.position}`, handlers: true };
 }
 
 /**
@@ -83,6 +90,7 @@ export class IdempotencyMessages {
 
   constructor(
     private readonly executor: IdempotencyExecutor,
+    private readonly routes: IdempotencyRoutes,
     @Inject(IDEMPOTENCY_RESOLVED_OPTIONS)
     options: ResolvedIdempotencyOptions,
   ) {
@@ -92,19 +100,28 @@ export class IdempotencyMessages {
   async execute(
     context: ExecutionContext,
     next: CallHandler,
-    options: ResolvedRouteOptions,
-    pattern: string,
+    route: DecoratedRoute,
   ): Promise<unknown> {
+    const { options, pattern, handlerName } = route;
     const rpc = context.switchToRpc();
     const data: unknown = rpc.getData();
     const transport = messageTransport(rpc.getContext());
     let attempt: Attempt | undefined;
     let result: unknown;
     try {
+      const { key, handlers } = options.key
+        ? { key: await options.key(context), handlers: false }
+        : defaultMessageKey(data, transport, this.headerNames, handlerName);
       attempt = await newAttempt(context, options, {
-        key: options.key
-          ? await options.key(context)
-          : defaultMessageKey(data, transport, this.headerNames, context),
+        key,
+        // Nest hands an event to every handler of its pattern: where several
+        // are decorated, each keeps records of its own under the message's
+        // key, else the first one's record would stand for the others' (the
+        // others would never run).
+        keySuffix:
+          !handlers && this.routes.sharesPattern(route)
+            ? `#${handlerName}`
+            : undefined,
         keyField: MESSAGE_KEY_FIELD,
         keyLocation: 'field',
         parts: {

@@ -148,4 +148,38 @@ describeNats('@Idempotent() on NATS handlers', () => {
     expect(handlers.runs).toBe(1);
     expect(await rows('nats-5')).toBe(1);
   });
+
+  it('runs an event once in each of the two handlers of its subject, each under a key of its own, and drops its duplicates in both', async () => {
+    handlers.barrier.open();
+    const message = { idempotencyKey: 'nats-shared', reference: 'nats-shared' };
+    const keys = [
+      'nats-shared#PaymentsConsumer.shared',
+      'nats-shared#LedgerConsumer.booked',
+    ];
+    const deliveries = () =>
+      events.filter((e) => e.key?.startsWith('nats-shared'));
+    for (let i = 1; i <= 3; i += 1) {
+      await lastValueFrom(client.emit(SUBJECTS.shared, message), {
+        defaultValue: undefined,
+      });
+      await until(
+        async () => deliveries().length === 2 * i,
+        `delivery ${i} to both handlers`,
+      );
+    }
+    for (const key of keys) {
+      expect(events.filter((e) => e.key === key).map((e) => e.type)).toEqual([
+        'executed',
+        'replayed',
+        'replayed',
+      ]);
+    }
+    expect(handlers.runs).toBe(2);
+    expect(
+      await target.db.query(
+        'SELECT source FROM orders WHERE reference = $1 ORDER BY source',
+        ['nats-shared'],
+      ),
+    ).toEqual([{ source: 'ledger' }, { source: 'nats' }]);
+  });
 });

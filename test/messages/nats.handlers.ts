@@ -8,6 +8,8 @@ export const SUBJECTS = {
   wait: `idempotency.test.${RUN}.wait`,
   reject: `idempotency.test.${RUN}.reject`,
   event: `idempotency.test.${RUN}.event`,
+  /** An event two handlers listen to. */
+  shared: `idempotency.test.${RUN}.shared`,
   /** A wildcard: `accounts.A`, `accounts.B`, ... reach one handler. */
   accounts: `idempotency.test.${RUN}.accounts.*`,
 };

@@ -1,5 +1,5 @@
 import { Controller, Injectable, Module } from '@nestjs/common';
-import { MessagePattern, Payload } from '@nestjs/microservices';
+import { EventPattern, MessagePattern, Payload } from '@nestjs/microservices';
 import { InjectRepository, TypeOrmModule } from '@nestjs/typeorm';
 import type { Repository } from 'typeorm';
 import { Idempotent } from '../../src/index.js';
@@ -42,11 +42,35 @@ export class PaymentsConsumer extends PaymentHandlers {
   account(@Payload() message: PaymentMessage) {
     return this.create(message);
   }
+
+  /** One of the two handlers of `SUBJECTS.shared`. */
+  @EventPattern(SUBJECTS.shared)
+  @Idempotent()
+  async shared(@Payload() message: unknown) {
+    await this.create(message as PaymentMessage);
+  }
+}
+
+/** The other handler of `SUBJECTS.shared`: a ledger of its own. */
+@Controller()
+export class LedgerConsumer {
+  constructor(
+    @InjectRepository(Order) private readonly orders: Repository<Order>,
+    private readonly handlers: Handlers,
+  ) {}
+
+  @EventPattern(SUBJECTS.shared)
+  @Idempotent()
+  async booked(@Payload() message: unknown) {
+    this.handlers.runs += 1;
+    const { reference } = message as PaymentMessage;
+    await this.orders.save(this.orders.create({ reference, source: 'ledger' }));
+  }
 }
 
 @Module({
   imports: [TypeOrmModule.forFeature([Order])],
-  controllers: [PaymentsConsumer],
+  controllers: [PaymentsConsumer, LedgerConsumer],
   providers: [Handlers],
 })
 export class NatsTestModule {}
