@@ -54,6 +54,16 @@ describe('the PostgreSQL store', () => {
     ttlMs: 3_600_000,
   } as const;
 
+  /** Completes `claim` (with its ttl) in the transaction on `client`. */
+  const completesIn = async (client: pg.PoolClient, claim: ClaimRequest) =>
+    expect(
+      await store.complete(
+        claim,
+        { ...completion, ttlMs: claim.ttlMs },
+        { client, began: true },
+      ),
+    ).toEqual({ fenced: true, waiting: false });
+
   it("completes with a heap-only update, keeping the claim's expiry (ttl after the claim), unless that is past or further than ttl away", async () => {
     const pool = poolOf(target.dataSource);
     const expiry = async (key: string) =>
@@ -100,13 +110,7 @@ describe('the PostgreSQL store', () => {
       expect(after.updated - before.updated).toBe(1);
       expect(after.hot - before.hot).toBe(1);
       for (const claim of [longLease, outlived]) {
-        expect(
-          await store.complete(
-            claim,
-            { ...completion, ttlMs: claim.ttlMs },
-            { client, began: true },
-          ),
-        ).toEqual({ fenced: true, waiting: false });
+        await completesIn(client, claim);
       }
       await client.query('COMMIT');
     } finally {
@@ -117,6 +121,42 @@ describe('the PostgreSQL store', () => {
     // expired.
     expect((await expiry(longLease.key)).ms).toBeCloseTo(1_000, -1);
     expect((await expiry(outlived.key)).ms).toBeCloseTo(outlived.ttlMs, -1);
+  });
+
+  it("dates the completion by its own statement, not by the handler's transaction's start: a transaction longer than the ttl never commits a record already expired", async () => {
+    const pool = poolOf(target.dataSource);
+    const claim = { ...attempt('long-transaction'), ttlMs: 100 };
+    await store.claim(claim);
+    const client = await pool.connect();
+    let slept: Date;
+    try {
+      await client.query('BEGIN');
+      // The handler's transaction lasts longer than the ttl.
+      ({
+        rows: [{ slept }],
+      } = await client.query<{ slept: Date }>(
+        'SELECT pg_sleep(0.2), clock_timestamp() AS slept',
+      ));
+      await completesIn(client, claim);
+      await client.query('COMMIT');
+    } finally {
+      client.release();
+    }
+    const [record] = await target.db.query<{
+      completed_at: Date;
+      expires_at: Date;
+      ms: number;
+    }>(
+      `SELECT completed_at, expires_at,
+         (extract(epoch FROM expires_at - completed_at) * 1000)::float8 AS ms
+       FROM idempotency_records WHERE scope = 'pg' AND key = $1`,
+      [claim.key],
+    );
+    expect(record.completed_at.getTime()).toBeGreaterThanOrEqual(
+      slept.getTime(),
+    );
+    expect(record.expires_at.getTime()).toBeGreaterThan(slept.getTime());
+    expect(record.ms).toBeCloseTo(claim.ttlMs, -1);
   });
 
   it("completes in the handler's transaction: the record commits or rolls back with it", async () => {

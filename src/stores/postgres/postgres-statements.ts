@@ -176,13 +176,20 @@ export const MARK_WAITING = postgresStatement(
       AND t.status = 'in_progress'
    RETURNING true AS marked`,
 );
-/** The record's completion, fenced by its owner (see {@link COMPLETE}). */
+/**
+ * The record's completion, fenced by its owner (see {@link COMPLETE}). Its
+ * times are the statement's, not `now()`: in the handler's transaction,
+ * `now()` is when the transaction began, and a record completed `ttl` after
+ * that would be born expired (its duplicate run again) once the
+ * transaction lasted longer than its `ttl`.
+ */
 const UPDATE_RECORD = `UPDATE "idempotency_records" t SET status = $4,
      response_status = $5, response_headers = $6, response_body = $7,
-     lease_expires_at = NULL, completed_at = now(),
-     expires_at = CASE WHEN t.expires_at <= now()
-         OR t.expires_at > now() + $8 * interval '1 millisecond'
-       THEN now() + $8 * interval '1 millisecond' ELSE t.expires_at END
+     lease_expires_at = NULL, completed_at = statement_timestamp(),
+     expires_at = CASE WHEN t.expires_at <= statement_timestamp()
+         OR t.expires_at > statement_timestamp() + $8 * interval '1 millisecond'
+       THEN statement_timestamp() + $8 * interval '1 millisecond'
+       ELSE t.expires_at END
    WHERE t.scope = $1 AND t.key = $2 AND t.owner = $3
      AND t.status = 'in_progress'`;
 
