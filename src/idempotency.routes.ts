@@ -24,8 +24,6 @@ export interface DecoratedRoute {
   readonly pattern: string;
   /** Every message pattern of a microservice handler (as strings); none for a route. */
   readonly patterns: readonly string[];
-  /** `<Class>.<method>`: the handler's name. */
-  readonly handlerName: string;
 }
 
 /** A message pattern as a string: itself, or its JSON. */
@@ -85,8 +83,15 @@ function routePath(controller: object, handler: object): string {
 @Injectable()
 export class IdempotencyRoutes {
   private readonly routes = new WeakMap<object, DecoratedRoute | null>();
-  /** The decorated message handlers of each pattern. */
-  private readonly patternHandlers = new Map<string, Set<object>>();
+  /**
+   * The decorated message handlers of each pattern: each handler function
+   * with the controllers it is a handler of (a base class's method may be
+   * inherited by several).
+   */
+  private readonly patternHandlers = new Map<
+    string,
+    Map<object, Set<object>>
+  >();
 
   constructor(
     private readonly reflector: Reflector,
@@ -124,25 +129,36 @@ export class IdempotencyRoutes {
         HANDLER_METADATA.messagePattern,
         handler,
       ) as unknown[] | undefined;
-      const handlerName = `${controller.name}.${handler.name}`;
       const texts = (patterns ?? []).map(patternText);
       route = options
         ? {
             options: resolveRouteOptions(this.options, options),
             path: routePath(controller, handler),
-            pattern: texts[0] ?? handlerName,
+            pattern: texts[0] ?? `${controller.name}.${handler.name}`,
             patterns: texts,
-            handlerName,
           }
         : null;
-      for (const text of route ? texts : []) {
-        const handlers = this.patternHandlers.get(text) ?? new Set();
-        handlers.add(handler);
-        this.patternHandlers.set(text, handlers);
-      }
       this.routes.set(handler, route);
     }
+    for (const pattern of route?.patterns ?? []) {
+      this.listens(pattern, handler, controller);
+    }
     return route;
+  }
+
+  /** Counts `handler` of `controller` among the handlers of `pattern`. */
+  private listens(pattern: string, handler: object, controller: object): void {
+    let handlers = this.patternHandlers.get(pattern);
+    if (!handlers) {
+      handlers = new Map();
+      this.patternHandlers.set(pattern, handlers);
+    }
+    let controllers = handlers.get(handler);
+    if (!controllers) {
+      controllers = new Set();
+      handlers.set(handler, controllers);
+    }
+    controllers.add(controller);
   }
 
   /**
@@ -152,8 +168,13 @@ export class IdempotencyRoutes {
    * every handler at bootstrap.
    */
   sharesPattern(route: DecoratedRoute): boolean {
-    return route.patterns.some(
-      (pattern) => (this.patternHandlers.get(pattern)?.size ?? 0) > 1,
-    );
+    return route.patterns.some((pattern) => {
+      let count = 0;
+      for (const controllers of this.patternHandlers.get(pattern)?.values() ??
+        []) {
+        count += controllers.size;
+      }
+      return count > 1;
+    });
   }
 }

@@ -102,7 +102,8 @@ export class IdempotencyMessages {
     next: CallHandler,
     route: DecoratedRoute,
   ): Promise<unknown> {
-    const { options, pattern, handlerName } = route;
+    const { options, pattern } = route;
+    const handlerName = `${context.getClass().name}.${context.getHandler().name}`;
     const rpc = context.switchToRpc();
     const data: unknown = rpc.getData();
     const transport = messageTransport(rpc.getContext());
