@@ -140,7 +140,7 @@ export class IdempotencyExplorer implements OnModuleInit {
     const where = `${controller.name}.${method}`;
     try {
       // Resolved once, here: requests find them resolved.
-      this.routes.get(
+      this.routes.register(
         controller,
         (controller.prototype as Record<string, () => unknown>)[method],
       );

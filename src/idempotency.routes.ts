@@ -140,10 +140,22 @@ export class IdempotencyRoutes {
         : null;
       this.routes.set(handler, route);
     }
-    for (const pattern of route?.patterns ?? []) {
+    return route;
+  }
+
+  /**
+   * Resolves the route of `handler` of `controller` (see {@link get}) and
+   * counts it among the handlers of its message patterns: once, at
+   * bootstrap, by the explorer, so that no message counts them.
+   * @throws IdempotencyConfigurationError for invalid route options.
+   */
+  register(
+    controller: abstract new (...args: never[]) => unknown,
+    handler: (...args: never[]) => unknown,
+  ): void {
+    for (const pattern of this.get(controller, handler)?.patterns ?? []) {
       this.listens(pattern, handler, controller);
     }
-    return route;
   }
 
   /** Counts `handler` of `controller` among the handlers of `pattern`. */
@@ -164,8 +176,8 @@ export class IdempotencyRoutes {
   /**
    * Whether another decorated message handler listens to a pattern of
    * `route`'s: Nest hands each event to every handler of its pattern, so
-   * each must keep records of its own. Complete once the explorer resolved
-   * every handler at bootstrap.
+   * each must keep records of its own. Counts the handlers the explorer
+   * registered at bootstrap.
    */
   sharesPattern(route: DecoratedRoute): boolean {
     return route.patterns.some((pattern) => {

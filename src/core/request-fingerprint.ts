@@ -195,7 +195,7 @@ export function queryParameters(url: string | undefined): QueryParameter[] {
 }
 
 /** The name of `parameter` as options name it (none for an undecoded one). */
-export function parameterName(parameter: QueryParameter): string | undefined {
+function parameterName(parameter: QueryParameter): string | undefined {
   const [name] = parameter;
   return typeof name === 'string' ? name : undefined;
 }
