@@ -16,6 +16,13 @@ export const IDEMPOTENCY_TABLE_NAME = 'idempotency_records';
 export const IDEMPOTENCY_STEPS_TABLE_NAME = 'idempotency_steps';
 
 /**
+ * @internal The setting that marks a handler's transaction as the one the
+ * module began (`SET LOCAL`, for that transaction alone), which its
+ * completion checks.
+ */
+export const TRANSACTION_MARK_SETTING = 'idempotency.transaction';
+
+/**
  * @internal Metadata key under which `@Idempotent()` stores its route
  * options; read only by the module itself, never exported by the package.
  */

@@ -14,7 +14,8 @@ export class TransactionLostError extends Error {
 
 /**
  * @internal Raised when the handler's transaction was ended underneath the
- * module: a `COMMIT` or `ROLLBACK` sent by hand, or a data library's own
+ * module: a `COMMIT` or `ROLLBACK` sent by hand (chained to another
+ * transaction or not), or a data library's own
  * transaction run on the handler's connection. What the handler wrote
  * before may have committed without the record; nothing more of the
  * attempt commits, and the record is not written.
@@ -23,7 +24,7 @@ export class TransactionEndedError extends TransactionLostError {
   constructor() {
     super();
     this.message =
-      "The handler's transaction was ended underneath the module (a COMMIT or ROLLBACK sent by hand, or a data library's own transaction() run on the handler's connection): the record is not written, and no later statement of the handler runs. Write through the handler's transaction, and open transactions of its own with IdempotencyContext.newTransaction()";
+      "The handler's transaction was ended underneath the module (a COMMIT or ROLLBACK sent by hand, with AND CHAIN or not, or a data library's own transaction() run on the handler's connection): the record is not written, and nothing the handler wrote after that end commits. Write through the handler's transaction, and open transactions of its own with IdempotencyContext.newTransaction()";
     this.name = 'TransactionEndedError';
   }
 }

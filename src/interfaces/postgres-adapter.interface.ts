@@ -103,6 +103,16 @@ export interface PostgresTransaction {
    * ended underneath the module): the completion throws it.
    */
   readonly failure?: Error;
+  /**
+   * The value the adapter gave the setting `idempotency.transaction` for
+   * this transaction alone (`SET LOCAL`, in the query of its `BEGIN`): the
+   * completion commits only in a transaction that has it, so that an end
+   * sent by hand that begins another transaction at once
+   * (`COMMIT AND CHAIN`, `ROLLBACK AND CHAIN`, `COMMIT; BEGIN`) answers
+   * `503` rather than storing the record without the handler's writes.
+   * `undefined`: not checked (an adapter of its own that sets none).
+   */
+  readonly mark?: string;
 }
 
 /**

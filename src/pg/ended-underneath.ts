@@ -1,5 +1,8 @@
 import { Logger } from '@nestjs/common';
+import { randomUUID } from 'node:crypto';
 import { TransactionEndedError } from '../core/transaction.errors.js';
+import { TRANSACTION_MARK_SETTING } from '../idempotency.constants.js';
+import { beginStatement } from './pg-pool-connection.js';
 
 const logger = new Logger('Idempotency');
 
@@ -10,15 +13,37 @@ const logger = new Logger('Idempotency');
  * its last answer, that the session is in no transaction block
  * (`getTransactionStatus()`, 'I'). Once seen, for good; the module's own
  * COMMIT (`committing`) is not such an end.
+ *
+ * An end that begins another transaction at once (`COMMIT AND CHAIN`,
+ * `ROLLBACK AND CHAIN`, `COMMIT; BEGIN` in one query) leaves the session in
+ * a transaction block: the transaction's {@link mark}, set with its BEGIN
+ * for that transaction alone, is then what tells, to the completion (see
+ * the PostgreSQL store's `COMPLETE`).
  */
 export class EndedUnderneath {
   /** Set while the module's own COMMIT runs. */
   committing = false;
   private seen: TransactionEndedError | undefined;
+  private marked: string | undefined;
 
   /** The error of the end, once seen. */
   get error(): TransactionEndedError | undefined {
     return this.seen;
+  }
+
+  /** The transaction's mark, once {@link begin} made it. */
+  get mark(): string | undefined {
+    return this.marked;
+  }
+
+  /**
+   * The statements that begin the transaction at `isolationLevel` and mark
+   * it as the module's, for it alone (`SET LOCAL`, undone at its end: a
+   * transaction chained after it has no mark), in one simple query.
+   */
+  begin(isolationLevel: string | undefined): string {
+    this.marked = randomUUID();
+    return `${beginStatement(isolationLevel)}; SET LOCAL ${TRANSACTION_MARK_SETTING} = '${this.marked}'`;
   }
 
   /** Whether the transaction on `client` has been ended underneath. */

@@ -19,7 +19,6 @@ import {
   type DriverClient,
 } from './cancel-statement.js';
 import { EndedUnderneath } from './ended-underneath.js';
-import { beginStatement } from './pg-pool-connection.js';
 import type { TransactionGate } from './transaction-gate.js';
 
 const logger = new Logger('Idempotency');
@@ -102,6 +101,10 @@ export class PoolTransaction<Handle>
 
   get failure(): Error | undefined {
     return this.underneath.error;
+  }
+
+  get mark(): string | undefined {
+    return this.underneath.mark;
   }
 
   get state(): HandlerTransactionState {
@@ -249,7 +252,7 @@ export class PoolTransaction<Handle>
         const client = await this.pool.connect();
         this.connection = client;
         client.on('error', this.onError);
-        await client.query(beginStatement(this.isolationLevel));
+        await client.query(this.underneath.begin(this.isolationLevel));
         if (this.phase !== 'idle') {
           throw new AbandonedTransactionError();
         }

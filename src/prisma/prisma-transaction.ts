@@ -95,6 +95,10 @@ export class PrismaHandlerTransaction<Tx>
     return this.transaction.failure;
   }
 
+  get mark(): string | undefined {
+    return this.transaction.mark;
+  }
+
   onEnd(listener: TransactionListener): void {
     this.transaction.onEnd(listener);
   }

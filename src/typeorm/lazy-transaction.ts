@@ -15,7 +15,6 @@ import {
 } from '../core/transaction.errors.js';
 import { TransactionHooks } from '../core/transaction-hooks.js';
 import { EndedUnderneath } from '../pg/ended-underneath.js';
-import { beginStatement } from '../pg/pg-pool-connection.js';
 import type { TransactionGate } from '../pg/transaction-gate.js';
 import {
   cancelStatement,
@@ -82,6 +81,11 @@ export class LazyTransaction implements HandlerTransaction, LazyRunnerOwner {
   /** Why it is no longer open, when it was ended underneath the module. */
   get failure(): Error | undefined {
     return this.underneath.error;
+  }
+
+  /** The mark of the transaction the module began (see {@link EndedUnderneath.begin}). */
+  get mark(): string | undefined {
+    return this.underneath.mark;
   }
 
   /** Whether the handler's statements go through this transaction. */
@@ -325,7 +329,7 @@ export class LazyTransaction implements HandlerTransaction, LazyRunnerOwner {
       const client = await runner.connectToPool();
       // Sent on the driver's client: TypeORM's own START TRANSACTION would
       // ask for the connection again, which is what is being opened.
-      await client.query(beginStatement(this.isolationLevel));
+      await client.query(this.underneath.begin(this.isolationLevel));
       if (this.phase !== 'idle') {
         throw new AbandonedTransactionError();
       }

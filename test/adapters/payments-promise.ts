@@ -119,4 +119,28 @@ export function describePaymentsPromise(target: () => PaymentsTarget): void {
       ledger: 0,
     });
   });
+
+  it.each([
+    ['COMMIT AND CHAIN', 'commit-chain', 1],
+    ['COMMIT; BEGIN in one query', 'commit-begin', 1],
+    ['ROLLBACK AND CHAIN', 'rollback-chain', 0],
+  ] as const)(
+    'answers 503 and stores nothing when %s, sent by hand, ends the transaction and begins another',
+    async (_what, fault, payments) => {
+      const key = randomUUID();
+      const answer = await pay(key, 500, fault);
+      expect(answer.status).toBe(503);
+      // The session is in a transaction again, but not the module's: the
+      // record never commits in it, without the payment or without its
+      // ledger entries.
+      expect(await rowsOf(key)).toEqual({ record: null, payments, ledger: 0 });
+      // The key is free at once.
+      expect((await pay(key, 500)).status).toBe(201);
+      expect(await rowsOf(key)).toEqual({
+        record: 'completed',
+        payments: payments + 1,
+        ledger: 2,
+      });
+    },
+  );
 }

@@ -21,7 +21,24 @@ export type PaymentFault =
   /** Has its connection terminated once its rows are written. */
   | 'terminate'
   /** Sends COMMIT by hand between its payment and its ledger entries. */
-  | 'commit';
+  | 'commit'
+  /** The same with `COMMIT AND CHAIN`: a new transaction begins at once. */
+  | 'commit-chain'
+  /**
+   * Sends `ROLLBACK AND CHAIN` by hand once its payment is written, which
+   * undoes it, and returns (no ledger entry refers to the lost payment).
+   */
+  | 'rollback-chain'
+  /** The same with `COMMIT; BEGIN`, in one simple query. */
+  | 'commit-begin';
+
+/** What each fault sends by hand between the payment and the ledger. */
+const ENDS: Partial<Record<PaymentFault, string>> = {
+  commit: 'COMMIT',
+  'commit-chain': 'COMMIT AND CHAIN',
+  'rollback-chain': 'ROLLBACK AND CHAIN',
+  'commit-begin': 'COMMIT; BEGIN',
+};
 
 /**
  * The payments handler of the adapters' suites, the same on every data
@@ -43,8 +60,12 @@ export class PaymentsController {
     @Body() body: { key: string; amount: number; fault?: PaymentFault },
   ): Promise<{ id: number; amount: number; note: string }> {
     const id = await this.writer.insertPayment(body.key, body.amount);
-    if (body.fault === 'commit') {
-      await this.writer.raw('COMMIT');
+    const end = body.fault && ENDS[body.fault];
+    if (end) {
+      await this.writer.raw(end);
+    }
+    if (body.fault === 'rollback-chain') {
+      return { id, amount: body.amount, note: `paid ${body.amount}` };
     }
     await this.writer.insertLedger(id, body.amount);
     await this.writer.insertLedger(

@@ -5,7 +5,10 @@ import type {
   PostgresResult,
 } from '../../interfaces/postgres-adapter.interface.js';
 import { sqlState } from '../../core/failures.js';
-import { IDEMPOTENCY_STEPS_TABLE_NAME } from '../../idempotency.constants.js';
+import {
+  IDEMPOTENCY_STEPS_TABLE_NAME,
+  TRANSACTION_MARK_SETTING,
+} from '../../idempotency.constants.js';
 
 /**
  * SQLSTATEs of a named statement that the server session does not have
@@ -201,7 +204,10 @@ const UPDATE_RECORD = `UPDATE "idempotency_records" t SET status = $4,
  * the claim, unless that is already past (a handler that outlived its `ttl`)
  * or further than `ttl` from now (a lease longer than the `ttl`, or a key
  * bound by its steps): it then expires `ttl` from now. No row: the claim is
- * no longer this owner's. Its answer says whether the record has steps
+ * no longer this owner's, or (`$9`, the transaction's mark: see
+ * `PostgresTransaction.mark`) the session is no longer in the transaction
+ * the module began, which an end sent by hand chained another one to.
+ * Its answer says whether the record has steps
  * (`has_steps`, which a binding sets before a step runs, and
  * {@link READ_STEP} on a step saved before 0.5.0), which
  * {@link DELETE_STEPS} then deletes in the same transaction.
@@ -213,7 +219,16 @@ const UPDATE_RECORD = `UPDATE "idempotency_records" t SET status = $4,
  */
 export const COMPLETE = postgresStatement(
   `${UPDATE_RECORD}
+     AND ($9::text IS NULL
+       OR current_setting('${TRANSACTION_MARK_SETTING}', true) = $9)
    RETURNING t.waiting, t.has_steps`,
+);
+/**
+ * @internal The mark of the transaction the session is in (see
+ * {@link COMPLETE}): read when a marked completion found no row.
+ */
+export const READ_MARK = postgresStatement(
+  `SELECT current_setting('${TRANSACTION_MARK_SETTING}', true) AS mark`,
 );
 /** @internal Deletes the steps of a key completed in this transaction. */
 export const DELETE_STEPS = postgresStatement(

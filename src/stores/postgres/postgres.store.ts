@@ -1,4 +1,5 @@
 import {
+  Logger,
   type OnApplicationBootstrap,
   type OnApplicationShutdown,
   type OnModuleInit,
@@ -6,6 +7,7 @@ import {
 import type { ResolvedIdempotencyOptions } from '../../idempotency.options.js';
 import { IdempotencyConfigurationError } from '../../exceptions/idempotency-configuration.error.js';
 import type {
+  PostgresClient,
   PostgresConnection,
   PostgresDataAccess,
   PostgresTransaction,
@@ -32,7 +34,10 @@ import type {
   StepLease,
   StoredResponse,
 } from '../../interfaces/idempotency-store.interface.js';
-import { TransactionLostError } from '../../core/transaction.errors.js';
+import {
+  TransactionEndedError,
+  TransactionLostError,
+} from '../../core/transaction.errors.js';
 import { sqlState } from '../../core/failures.js';
 import {
   forgetPostgresRecords,
@@ -56,12 +61,14 @@ import {
   COUNT_FAILURE,
   DELETE_STEPS,
   PostgresStatements,
+  READ_MARK,
   READ_STEP,
   RELEASE,
   RENEW,
   SAVE_STEP,
 } from './postgres-statements.js';
 
+const logger = new Logger('Idempotency');
 const TABLE = `"${IDEMPOTENCY_TABLE_NAME}"`;
 const STEPS = `"${IDEMPOTENCY_STEPS_TABLE_NAME}"`;
 /**
@@ -230,15 +237,19 @@ export class PostgresIdempotencyStore
       throw transaction?.failure ?? new TransactionLostError();
     }
     const inTransaction = connection !== this.pool;
+    const mark = inTransaction ? (transaction?.mark ?? null) : undefined;
     const { rows } = await this.statements.query<{
       waiting: boolean;
       has_steps: boolean;
     }>(
       connection,
       inTransaction ? COMPLETE : COMPLETE_ALONE,
-      values,
+      inTransaction ? [...values, mark] : values,
       inTransaction,
     );
+    if (rows.length === 0 && mark) {
+      await this.refuseChained(connection, mark);
+    }
     if (rows[0]?.has_steps) {
       await this.statements.query(
         connection,
@@ -249,6 +260,30 @@ export class PostgresIdempotencyStore
     }
     // No row: the claim is no longer this owner's.
     return { fenced: rows.length === 1, waiting: rows[0]?.waiting ?? false };
+  }
+
+  /**
+   * @throws TransactionEndedError when the session's transaction is not the
+   * one the module began and marked `mark`: an end sent by hand chained
+   * another one to it (`COMMIT AND CHAIN`, `ROLLBACK AND CHAIN`, `COMMIT;
+   * BEGIN`), so what the handler wrote before it committed or was undone
+   * without the record.
+   */
+  private async refuseChained(
+    connection: PostgresClient,
+    mark: string,
+  ): Promise<void> {
+    const { rows } = await this.statements.query<{ mark: string | null }>(
+      connection,
+      READ_MARK,
+      [],
+      true,
+    );
+    if (rows[0]?.mark !== mark) {
+      const ended = new TransactionEndedError();
+      logger.warn(ended.message);
+      throw ended;
+    }
   }
 
   async release(lease: Lease, bind = false): Promise<FencedWrite> {
