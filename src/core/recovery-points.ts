@@ -89,7 +89,7 @@ export class RecoveryPoints {
     // whose claim another attempt took over (its lease ran out while it was
     // paused, before a renewal could tell it) would otherwise start its
     // effect beside the new owner's, which resumes after the last step saved.
-    if (!(await ownStatement(() => host.store.bind(lease)))) {
+    if (!(await ownStatement(() => host.store.bind(lease, this.holdMs())))) {
       throw new LeaseLostError();
     }
     this.refuseEnded();
@@ -98,12 +98,26 @@ export class RecoveryPoints {
       throw new IdempotencyUnavailableException(options.retryAfter);
     }
     const saved = await ownStatement(() =>
-      host.store.saveStep(lease, name, result, options.ttlMs),
+      host.store.saveStep(lease, name, result, this.holdMs()),
     );
     if (!saved) {
       throw new LeaseLostError();
     }
     return (result ?? null) as T;
+  }
+
+  /**
+   * How long from now a step, and the key's binding to its request, are
+   * kept: `ttl` after the attempt's deadline. The attempt ends by then
+   * (abandoned at it), and its retry may come until `ttl` later: with a
+   * `ttl` shorter than the handler's time, a step kept `ttl` from its save
+   * would expire before a retry resumes after it (its effect run again),
+   * and the binding would lapse (the retry's keys derived anew).
+   */
+  private holdMs(): number {
+    const { attempt, options } = this.owner;
+    const deadline = attempt.started + options.transactionTimeoutMs;
+    return options.ttlMs + Math.max(0, deadline - Date.now());
   }
 
   /**

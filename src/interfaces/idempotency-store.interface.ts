@@ -277,9 +277,13 @@ export interface IdempotencyStore<Transaction = unknown> {
    * derives the same keys and the downstream service deduplicates the
    * effect); another one is refused (`in_progress`, with this request's
    * fingerprint).
+   * @param holdMs how long from now the key stays bound at least: until
+   * `ttl` after the attempt's deadline, so that the binding outlives the
+   * attempt however short the `ttl` (a store that ignores it keeps the key
+   * bound as its claim's expiry says).
    * @returns false when the lease was lost: another attempt owns the key.
    */
-  bind(lease: StepLease): Promise<boolean>;
+  bind(lease: StepLease, holdMs?: number): Promise<boolean>;
   /** Wakes the waiters of keys on other instances, after their completion. */
   notify(leases: readonly Lease[]): Promise<void>;
   /**
@@ -303,6 +307,9 @@ export interface IdempotencyStore<Transaction = unknown> {
   /**
    * Commits a step's result at once, fenced by the owner, and binds the key
    * to the lease's fingerprint (see {@link StepLease}).
+   * @param ttlMs how long from now the step, and the key's binding, are
+   * kept at least: the module passes `ttl` after the attempt's deadline, so
+   * that no step of an attempt expires before a retry of it can come.
    */
   saveStep(
     lease: StepLease,

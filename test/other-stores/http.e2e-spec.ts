@@ -318,6 +318,40 @@ function moduleOnStore(platform: Platform, subjectOf: () => Promise<Subject>) {
     });
   });
 
+  it('keeps a step for the retry of its attempt when the ttl is shorter than the handler: the effect runs once', async () => {
+    const key = randomUUID();
+    effects.barrier = new Barrier();
+    const first = post('/short-steps', key, { hold: 'after' });
+    await until(
+      () => Promise.resolve(effects.stepEffects.length === 1),
+      'the first run to charge',
+    );
+    // The subject is the ttl (1 s) running out while the attempt lives.
+    await new Promise((resolve) => setTimeout(resolve, 1_200));
+    effects.barrier.open();
+    expect([500, 503]).toContain((await first).status);
+    const retry = await post('/short-steps', key, { hold: 'after' });
+    expect(retry.status).toBe(201);
+    expect(await retry.json()).toEqual({ charge: 'charge-1', run: 2 });
+    expect(effects.stepEffects).toHaveLength(1);
+  });
+
+  it("keeps a key bound past its attempt's deadline when the ttl is shorter: the retry derives the same downstream key", async () => {
+    const key = randomUUID();
+    effects.barrier = new Barrier();
+    const abandoned = await post('/short-steps', key, { hold: 'in' });
+    expect(abandoned.status).toBe(503);
+    const retry = await post('/short-steps', key, { hold: 'in' });
+    expect(retry.status).toBe(201);
+    expect(await retry.json()).toEqual({ charge: 'charge-2', run: 2 });
+    effects.barrier.open();
+    const [first, second] = effects.stepEffects.map((line) =>
+      line.replace(/^charge:\d+:/, ''),
+    );
+    expect(effects.stepEffects).toHaveLength(2);
+    expect(second).toBe(first);
+  });
+
   it('runs IdempotencyService.run() once per key, and refuses its manager', async () => {
     const service = target.app.get(IdempotencyService);
     const key = randomUUID();

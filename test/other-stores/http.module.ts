@@ -115,6 +115,33 @@ export class MemoryStoreController {
     return { reserve, charge, run };
   }
 
+  /**
+   * One step, with a `ttl` shorter than the handler's time. Its first run
+   * waits at `barrier` after its step, then fails (`hold: 'after'`), or in
+   * it, before the step's result is saved (`hold: 'in'`, abandoned at 2 s).
+   * Reports each run of the step's effect with the key it derived.
+   */
+  @Post('short-steps')
+  @Idempotent({ ttl: '1s', transactionTimeout: '2s' })
+  async shortSteps(@Body() body: { hold: 'after' | 'in' }) {
+    this.effects.orders += 1;
+    const run = this.effects.orders;
+    const charge = await this.idempotency.step('charge', async () => {
+      this.effects.stepEffects.push(
+        `charge:${run}:${this.idempotency.deriveKey('charge')}`,
+      );
+      if (run === 1 && body.hold === 'in') {
+        await this.effects.barrier?.wait();
+      }
+      return `charge-${run}`;
+    });
+    if (run === 1 && body.hold === 'after') {
+      await this.effects.barrier?.wait();
+      throw new Error('failed after its step');
+    }
+    return { charge, run };
+  }
+
   /** A body of `size` bytes. */
   @Post('report')
   @Idempotent()

@@ -1,4 +1,5 @@
 import { Logger } from '@nestjs/common';
+import { randomUUID } from 'node:crypto';
 import { jest } from '@jest/globals';
 import type { IdempotencyEvent } from '../../src/index.js';
 import {
@@ -233,6 +234,62 @@ describe.each(PLATFORMS)('recovery points (%s)', (platform) => {
     ]);
     expect(allCalls()).toBe(calls + 1);
     expect(await orders('hung-1')).toEqual([{ source: charge.id }]);
+  });
+
+  describe('with a ttl shorter than the handler', () => {
+    beforeEach(() => {
+      faults.runs = 0;
+      faults.shortHold = new Barrier();
+      faults.shortCharges.length = 0;
+    });
+
+    it("keeps a step until ttl after its attempt's deadline: the retry resumes, the gateway charges once", async () => {
+      const key = randomUUID();
+      const first = send(target, '/checkout/short', {
+        key,
+        body: { amount: 70, hold: 'after' },
+      });
+      await until(
+        () => Promise.resolve(faults.shortCharges.length === 1),
+        'the first run to charge',
+      );
+      // The subject is the ttl (1 s) running out while the attempt lives.
+      await new Promise((resolve) => setTimeout(resolve, 1_200));
+      faults.shortHold.open();
+      expect([500, 503]).toContain((await first).status);
+      const retry = await send(target, '/checkout/short', {
+        key,
+        body: { amount: 70, hold: 'after' },
+      });
+      expect(retry.status).toBe(201);
+      expect(await retry.json()).toEqual({
+        charge: { id: expect.any(String), amount: 70 },
+        run: 2,
+      });
+      expect(faults.shortCharges).toHaveLength(1);
+      expect(gateway.calls.get(faults.shortCharges[0])).toBe(1);
+    });
+
+    it("keeps the key bound past its attempt's deadline: the retry of an abandoned step derives the same downstream key", async () => {
+      const key = randomUUID();
+      const charges = gateway.chargeCount;
+      const abandoned = await send(target, '/checkout/short', {
+        key,
+        body: { amount: 80, hold: 'in' },
+      });
+      expect(abandoned.status).toBe(503);
+      const retry = await send(target, '/checkout/short', {
+        key,
+        body: { amount: 80, hold: 'in' },
+      });
+      expect(retry.status).toBe(201);
+      faults.shortHold.open();
+      expect(faults.shortCharges).toHaveLength(2);
+      expect(faults.shortCharges[1]).toBe(faults.shortCharges[0]);
+      // The gateway deduplicated the second call under the same key.
+      expect(gateway.calls.get(faults.shortCharges[0])).toBe(2);
+      expect(gateway.chargeCount).toBe(charges + 1);
+    });
   });
 
   it('keeps the steps of different keys apart, and derives a downstream key of its own for each request key', async () => {

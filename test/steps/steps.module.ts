@@ -32,6 +32,10 @@ export class Faults {
   betweenSteps = new Barrier();
   /** How the second step of `/checkout/two-steps` or `/checkout/hung` ended, by run. */
   readonly secondSteps: string[] = [];
+  /** Where the first run of `/checkout/short` waits: a test sets a new one. */
+  shortHold = new Barrier();
+  /** The charges of `/checkout/short`, with the keys they were sent under. */
+  readonly shortCharges: string[] = [];
 }
 
 @Controller('checkout')
@@ -143,6 +147,33 @@ export class CheckoutController {
       this.orders.create({ reference: body.reference, source: charge.id }),
     );
     return { orderId: order.id, charge, reserved };
+  }
+
+  /**
+   * Charges in a step, with a `ttl` shorter than the handler's time. Its
+   * first run waits at `shortHold` after the charge, then fails
+   * (`hold: 'after'`), or in the step, before its result is saved
+   * (`hold: 'in'`, abandoned at 2 s).
+   */
+  @Post('short')
+  @Idempotent({ ttl: '1s', transactionTimeout: '2s' })
+  async short(@Body() body: { amount: number; hold: 'after' | 'in' }) {
+    this.faults.runs += 1;
+    const run = this.faults.runs;
+    const charge = await this.idempotency.step('charge', async () => {
+      const key = this.idempotency.deriveKey('charge');
+      this.faults.shortCharges.push(key);
+      const result = await requestCharge(this.gatewayUrl, body.amount, key);
+      if (run === 1 && body.hold === 'in') {
+        await this.faults.shortHold.wait();
+      }
+      return result;
+    });
+    if (run === 1 && body.hold === 'after') {
+      await this.faults.shortHold.wait();
+      throw new InternalServerErrorException('failed after the charge');
+    }
+    return { charge, run };
   }
 
   /** Charges, and waits for the test before the step's result is saved. */

@@ -127,31 +127,57 @@ export async function saveStepResult(
  * claim's fingerprint (acknowledged once durable, as every DynamoDB write).
  * The mark holds until the key completes or expires, through releases and
  * takeovers (see `markedBound`). A request the SDK sends again after a lost
- * reply finds the claim still its own, and writes the same.
+ * reply finds the claim still its own, and writes the same. With
+ * `holdMs`, the key stays bound at least that long from now, as by a
+ * step's write (`bound_until` raised, never lowered: a key bound longer
+ * already is marked by a second write that leaves it).
  * @returns false when the claim was lost.
  */
 export async function bindClaim(
   records: DynamoDbRecords,
   lease: StepLease,
+  holdMs = 0,
 ): Promise<boolean> {
   const sdk = await loadDynamoDbSdk();
-  const written = await records.fenced(
+  const until = num(Date.now() + holdMs);
+  const write = (raise: boolean) =>
     new sdk.UpdateItemCommand({
       TableName: records.tableName,
       Key: itemKey(lease),
-      UpdateExpression: 'SET bound = :true',
-      ConditionExpression: `${OWNED_CONDITION} AND fingerprint = :fingerprint`,
+      UpdateExpression: raise
+        ? 'SET bound = :true, bound_until = :until'
+        : 'SET bound = :true',
+      ConditionExpression:
+        `${OWNED_CONDITION} AND fingerprint = :fingerprint` +
+        (raise
+          ? ' AND (attribute_not_exists(bound_until) OR bound_until <= :until)'
+          : ''),
       ExpressionAttributeNames: OWNED_NAMES,
       ExpressionAttributeValues: {
         ':true': { BOOL: true },
         ':fingerprint': str(lease.fingerprint),
         ':owner': str(lease.owner),
         ':inProgress': IN_PROGRESS,
+        ...(raise ? { ':until': until } : {}),
       },
       ReturnValues: 'NONE',
-    }),
-  );
-  if (written === undefined) {
+      ReturnValuesOnConditionCheckFailure: raise ? 'ALL_OLD' : 'NONE',
+    });
+  let bound = false;
+  if (holdMs > 0) {
+    const raised = await records.conditional(write(true));
+    if (
+      raised.written === undefined &&
+      raised.current &&
+      !ownedBy(raised.current, lease.owner, lease.fingerprint)
+    ) {
+      return false;
+    }
+    bound = raised.written !== undefined;
+  }
+  // Bound longer already (or the server did not say why): the mark alone,
+  // still fenced.
+  if (!bound && (await records.fenced(write(false))) === undefined) {
     return false;
   }
   DynamoDbLease.bound(lease);

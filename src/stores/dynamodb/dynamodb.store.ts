@@ -189,8 +189,8 @@ export class DynamoDbIdempotencyStore implements IdempotencyStore {
    * expires, only the same request claims it again, with the same
    * generation.
    */
-  bind(lease: StepLease): Promise<boolean> {
-    return bindClaim(this.records, lease);
+  bind(lease: StepLease, holdMs?: number): Promise<boolean> {
+    return bindClaim(this.records, lease, holdMs);
   }
 
   /**

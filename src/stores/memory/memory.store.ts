@@ -262,10 +262,11 @@ export class MemoryIdempotencyStore implements IdempotencyStore<unknown> {
     return { fenced: true, waiting: record.waiting };
   }
 
-  async bind(lease: StepLease): Promise<boolean> {
+  async bind(lease: StepLease, holdMs = 0): Promise<boolean> {
     const record = this.owned(lease);
     if (record) {
       record.bound = true;
+      record.expiresAt = Math.max(record.expiresAt, Date.now() + holdMs);
     }
     return record !== undefined;
   }

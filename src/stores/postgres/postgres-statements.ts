@@ -260,11 +260,14 @@ export const RENEW = postgresStatement(
 );
 /**
  * @internal Binds a claim's key to its request before a step runs, fenced by
- * its owner (migration BindIdempotencySteps1764000000004's `has_steps`).
- * Committed durably: the step's effect follows.
+ * its owner (migration BindIdempotencySteps1764000000004's `has_steps`), at
+ * least `$4` ms from now (the record's expiry, which a takeover keeps while
+ * the key is bound; `NULL`: as it is). Committed durably: the step's effect
+ * follows.
  */
 export const BIND = postgresStatement(
-  `UPDATE "idempotency_records" SET has_steps = true
+  `UPDATE "idempotency_records" SET has_steps = true,
+     expires_at = greatest(expires_at, now() + $4 * interval '1 millisecond')
    WHERE scope = $1 AND key = $2 AND owner = $3 AND status = 'in_progress'`,
 );
 /**

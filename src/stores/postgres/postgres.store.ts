@@ -294,11 +294,12 @@ export class PostgresIdempotencyStore
     return { fenced: rows[0].released, waiting: rows[0].waiting };
   }
 
-  async bind(lease: StepLease): Promise<boolean> {
+  async bind(lease: StepLease, holdMs?: number): Promise<boolean> {
     const { rowCount } = await this.statements.query(this.pool, BIND, [
       lease.scope,
       lease.key,
       lease.owner,
+      holdMs ?? null,
     ]);
     return rowCount === 1;
   }

@@ -211,13 +211,21 @@ return {1, ${WAITING}}`,
  * (KEYS[1]: the record, KEYS[2]: its generation): the record becomes (or
  * stays) a `b` value, its lease moved from its key's `PX` into it, bound
  * until the key's generation ends (the key's expiry: a binding that
- * outlived it would refuse other requests past it), or later where a step
- * binds it longer. ARGV: owner. Returns 1 when bound.
+ * outlived it would refuse other requests past it), or the hold's end if
+ * later (the generation then kept as long), or later where a step binds it
+ * longer. ARGV: owner, the hold in ms (how long from now the key stays
+ * bound at least; '0': none). Returns 1 when bound.
  */
 export const BIND = script(
   'bind',
   `${OWNED}if not owned then return 0 end
-${TIMES}local ends = now + redis.call('PTTL', KEYS[2])
+${TIMES}local g = redis.call('PTTL', KEYS[2])
+local hold = tonumber(ARGV[2])
+if g > 0 and hold > g then
+  redis.call('PEXPIRE', KEYS[2], hold)
+  g = hold
+end
+local ends = now + g
 if ends > bind then
   redis.call('SET', KEYS[1], 'b' .. string.sub(v, 2, 2) .. ' ' .. lease .. ' ' .. ends .. ' ' .. string.sub(v, at), 'PX', math.max(lease, ends) - now)
 end

@@ -282,7 +282,7 @@ export class RedisIdempotencyStore
    * its instance, the claim goes to the same request only, in the same
    * generation. One script.
    */
-  async bind(lease: StepLease): Promise<boolean> {
+  async bind(lease: StepLease, holdMs = 0): Promise<boolean> {
     // Its record changes: a completion by SET IFEQ would find it changed.
     RedisClaim.take(lease);
     const id = recordIdOf(lease);
@@ -291,7 +291,7 @@ export class RedisIdempotencyStore
         this.client,
         BIND,
         [this.keys.record(id), this.keys.generation(id)],
-        [lease.owner],
+        [lease.owner, ms(holdMs)],
       )) === 1
     );
   }
