@@ -41,7 +41,8 @@ export interface Lease {
 /**
  * A lease with the fingerprint of its request: what a recovery point is
  * saved for and read back by. A key with a committed step stays bound to
- * that fingerprint until the step expires or the key completes.
+ * that fingerprint until the step expires (the module keeps it `ttl` after
+ * the deadline of the attempt that saved it) or the key completes.
  */
 export interface StepLease extends Lease {
   /** Fingerprint of the request that holds the claim. */

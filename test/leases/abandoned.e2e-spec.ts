@@ -8,6 +8,7 @@ import {
   startTestApp,
   type TestApp,
 } from '../utils/test-app.js';
+import { until } from '../utils/barrier.js';
 import { AbandonedTestModule, Runs } from './abandoned.module.js';
 
 describe.each(PLATFORMS)(
@@ -46,6 +47,23 @@ describe.each(PLATFORMS)(
       expect(await record()).toEqual([{ status: 'in_progress', owner: null }]);
       expect(await steps()).toEqual([{ key: 'abandoned-1', step: 'charge' }]);
 
+      // While the key is bound (until ttl after the attempt's deadline),
+      // its retry may still come and resume: the step is kept.
+      events.length = 0;
+      await target.app.get(IdempotencyCollector).collect();
+      expect(events.map((event) => event.type)).toEqual(['gc']);
+      expect(await steps()).toEqual([{ key: 'abandoned-1', step: 'charge' }]);
+
+      await until(
+        async () =>
+          (
+            await target.db.query<{ over: boolean }>(
+              `SELECT expires_at < now() AND lease_expires_at < now() AS over
+                 FROM idempotency_records WHERE key = 'abandoned-1'`,
+            )
+          )[0].over,
+        "the key's binding to end",
+      );
       events.length = 0;
       await target.app.get(IdempotencyCollector).collect();
       expect(events).toEqual([

@@ -24,10 +24,12 @@ export class AbandonedController {
   /**
    * Charges (a recovery point), then fails before writing anything: the
    * charge is a side effect without the request's own writes. A short time
-   * to live, so that its step expires at once and is collected.
+   * to live and deadline, so that its step is abandoned (its key's binding
+   * over, 1 ms after the deadline) a second after the request, and
+   * collected.
    */
   @Post()
-  @Idempotent({ ttl: '1ms' })
+  @Idempotent({ ttl: '1ms', transactionTimeout: '1s' })
   async pay(@Body() body: { reference: string; amount: number }) {
     this.runs.count += 1;
     await this.idempotency.step('charge', () => ({

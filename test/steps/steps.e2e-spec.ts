@@ -1,7 +1,10 @@
 import { Logger } from '@nestjs/common';
 import { randomUUID } from 'node:crypto';
 import { jest } from '@jest/globals';
-import type { IdempotencyEvent } from '../../src/index.js';
+import {
+  IdempotencyCollector,
+  type IdempotencyEvent,
+} from '../../src/index.js';
 import {
   IDEMPOTENCY_STEPS_TABLE_NAME,
   IDEMPOTENCY_TABLE_NAME,
@@ -289,6 +292,49 @@ describe.each(PLATFORMS)('recovery points (%s)', (platform) => {
       // The gateway deduplicated the second call under the same key.
       expect(gateway.calls.get(faults.shortCharges[0])).toBe(2);
       expect(gateway.chargeCount).toBe(charges + 1);
+    });
+
+    it('gives a retry that took the key over the steps of its generation however late it reads them, and the collector keeps them', async () => {
+      faults.lateRead = new Barrier();
+      const key = randomUUID();
+      const failed = await send(target, '/checkout/resumed', {
+        key,
+        body: { amount: 90 },
+      });
+      expect(failed.status).toBe(500);
+      const calls = allCalls();
+      // Past the ttl (300 ms) after the failure, within the binding: the
+      // retry's deadline (3 s) then ends after the steps' own expiry.
+      await new Promise((resolve) => setTimeout(resolve, 1_300));
+      const retry = send(target, '/checkout/resumed', {
+        key,
+        body: { amount: 90 },
+      });
+      await until(
+        async () =>
+          (
+            await target.db.query<{ expired: boolean }>(
+              `SELECT bool_and(expires_at < now()) AS expired
+                 FROM ${IDEMPOTENCY_STEPS_TABLE_NAME} WHERE key = $1`,
+              [key],
+            )
+          )[0].expired === true,
+        "the steps' own expiry",
+      );
+      await target.app.get(IdempotencyCollector).collect();
+      expect(await steps(key)).toEqual([
+        { step: 'charge' },
+        { step: 'reserve' },
+      ]);
+      faults.lateRead.open();
+      const answer = await retry;
+      expect(answer.status).toBe(201);
+      expect(await answer.json()).toEqual({
+        charge: { id: expect.any(String), amount: 90 },
+        reserved: 1,
+        run: 2,
+      });
+      expect(allCalls()).toBe(calls);
     });
   });
 

@@ -36,6 +36,8 @@ export class Faults {
   shortHold = new Barrier();
   /** The charges of `/checkout/short`, with the keys they were sent under. */
   readonly shortCharges: string[] = [];
+  /** Where the second run of `/checkout/resumed` waits between its steps. */
+  lateRead = new Barrier();
 }
 
 @Controller('checkout')
@@ -174,6 +176,33 @@ export class CheckoutController {
       throw new InternalServerErrorException('failed after the charge');
     }
     return { charge, run };
+  }
+
+  /**
+   * Two steps, with a `ttl` shorter than the handler's time: its first run
+   * fails after both, its second waits at `lateRead` between them (a
+   * retry that took the key over and reads its steps late).
+   */
+  @Post('resumed')
+  @Idempotent({ ttl: '300ms', transactionTimeout: '3s' })
+  async resumed(@Body() body: { amount: number }) {
+    this.faults.runs += 1;
+    const run = this.faults.runs;
+    const reserved = await this.idempotency.step('reserve', () => run);
+    if (run === 2) {
+      await this.faults.lateRead.wait();
+    }
+    const charge = await this.idempotency.step('charge', () =>
+      requestCharge(
+        this.gatewayUrl,
+        body.amount,
+        this.idempotency.deriveKey('charge'),
+      ),
+    );
+    if (run === 1) {
+      throw new InternalServerErrorException('failed after its steps');
+    }
+    return { charge, reserved, run };
   }
 
   /** Charges, and waits for the test before the step's result is saved. */

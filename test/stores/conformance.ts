@@ -769,11 +769,17 @@ export function describeStoreConformance(
       const kept = attempt('gc-kept');
       await store.claim(kept);
       await store.complete(leaseOf(kept), completion, undefined);
-      // A request that saved two steps and never came back.
-      const abandoned = attempt('gc-abandoned');
+      // A request that saved two steps and never came back: its lease
+      // (400 ms) and its key's time to live (1 ms) over, as are its steps'.
+      const abandoned = attempt('gc-abandoned', { leaseMs: 400, ttlMs: 1 });
+      const claimedAt = Date.now();
       await store.claim(abandoned);
       await store.saveStep(stepLeaseOf(abandoned), 'charge', { id: 'ch_9' }, 0);
       await store.saveStep(stepLeaseOf(abandoned), 'receipt', 'r-9', 0);
+      // The subject: the lease running out.
+      await new Promise((resolve) =>
+        setTimeout(resolve, Math.max(0, claimedAt + 450 - Date.now())),
+      );
       // A request in progress whose steps are alive.
       const alive = attempt('gc-alive');
       await store.claim(alive);
@@ -839,8 +845,9 @@ export function describeStoreConformance(
       expect(await store.readStep(stepLeaseOf(alive), 'charge')).toEqual({
         result: { id: 'ch_10' },
       });
+      // Its key is free again.
       expect(await store.claim(attempt('gc-abandoned'))).toMatchObject({
-        state: 'in_progress',
+        state: 'claimed',
       });
     });
 

@@ -66,6 +66,9 @@ interface MemoryStep {
   readonly json: string;
   /** Fingerprint of the request that saved it: the key is bound to it. */
   readonly fingerprint: string;
+  /** The generation of the claim that saved it: read back in it only. */
+  readonly generation: string;
+  /** Epoch ms after which the collector may take it, once its generation ended. */
   readonly expiresAt: number;
 }
 
@@ -287,9 +290,12 @@ export class MemoryIdempotencyStore implements IdempotencyStore<unknown> {
     lease: StepLease,
     step: string,
   ): Promise<{ readonly result: unknown } | undefined> {
-    const stored = this.steps.get(idOf(lease.scope, lease.key))?.get(step);
+    const id = idOf(lease.scope, lease.key);
+    const stored = this.steps.get(id)?.get(step);
+    // A step of the reader's generation, however old (its own expiry is
+    // the collector's): never one of an earlier generation of the key.
     return stored &&
-      stored.expiresAt > Date.now() &&
+      stored.generation === this.owned(lease)?.generation &&
       stored.fingerprint === lease.fingerprint
       ? { result: JSON.parse(stored.json) as unknown }
       : undefined;
@@ -318,6 +324,7 @@ export class MemoryIdempotencyStore implements IdempotencyStore<unknown> {
     steps.set(step, {
       json,
       fingerprint: lease.fingerprint,
+      generation: record.generation,
       expiresAt: Date.now() + ttlMs,
     });
     return true;
@@ -373,8 +380,12 @@ export class MemoryIdempotencyStore implements IdempotencyStore<unknown> {
       if (rows >= batchSize - removed) {
         break;
       }
+      // Kept while the claim of their generation is in progress.
+      const record = this.records.get(id);
+      const live =
+        record?.status === 'in_progress' ? record.generation : undefined;
       const names = [...steps]
-        .filter(([, step]) => step.expiresAt <= now)
+        .filter(([, step]) => step.expiresAt <= now && step.generation !== live)
         .map(([name]) => name);
       if (names.length > 0) {
         const [scope, key] = JSON.parse(id) as [string, string];

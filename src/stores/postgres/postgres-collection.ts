@@ -8,6 +8,17 @@ import { sqlState } from '../../core/failures.js';
 
 const TABLE = `"${IDEMPOTENCY_TABLE_NAME}"`;
 const STEPS = `"${IDEMPOTENCY_STEPS_TABLE_NAME}"`;
+/**
+ * Whether step `s` belongs to its key's claim in progress (of the
+ * generation it was saved in, see the store's `READ_STEP`): kept, whatever
+ * its own expiry, until the record goes (the collector deletes a claim
+ * once its lease and its binding have ended), completes, or a new
+ * generation begins.
+ */
+const LIVE_GENERATION = `EXISTS (
+  SELECT 1 FROM ${TABLE} r
+  WHERE r.scope = s.scope AND r.key = s.key AND r.status = 'in_progress'
+    AND r.created_at <= s.created_at)`;
 
 /**
  * @internal Deletes at most `batchSize` expired records, or else expired
@@ -54,8 +65,8 @@ export async function collectExpired(
       result: unknown;
     }>({
       text: `WITH expired AS (
-           SELECT scope, key FROM ${STEPS}
-           WHERE expires_at < now()
+           SELECT scope, key FROM ${STEPS} s
+           WHERE expires_at < now() AND NOT ${LIVE_GENERATION}
            ORDER BY expires_at
            LIMIT $1
            FOR UPDATE SKIP LOCKED
@@ -63,6 +74,7 @@ export async function collectExpired(
          DELETE FROM ${STEPS} s
          USING (SELECT DISTINCT scope, key FROM expired) e
          WHERE s.scope = e.scope AND s.key = e.key AND s.expires_at < now()
+           AND NOT ${LIVE_GENERATION}
          RETURNING s.scope, s.key, s.step, s.result`,
       values: [batchSize - removed],
     });

@@ -271,16 +271,25 @@ export const BIND = postgresStatement(
    WHERE scope = $1 AND key = $2 AND owner = $3 AND status = 'in_progress'`,
 );
 /**
- * @internal The stored result of a step, for the request it binds the key to.
+ * @internal The stored result of a step, for the request it binds the key to:
+ * a step of the generation its reader's claim holds (saved since the
+ * generation began, its record's `created_at`, which a takeover of a bound
+ * key keeps), however old, while the claim is in progress; never one of an
+ * earlier generation. (Its own `expires_at` is the collector's: a step read
+ * by its expiry would be lost to an attempt that took the key over late in
+ * the binding, which runs its effect again.)
  * A step saved before 0.5.0 has no fingerprint and its key no `has_steps`
  * mark: found, it marks the record its reader owns, so that the completion
  * deletes it with the key's other steps ({@link COMPLETE}).
  */
 export const READ_STEP = postgresStatement(
   `WITH found AS (
-     SELECT result, fingerprint FROM ${STEPS}
-     WHERE scope = $1 AND key = $2 AND step = $3 AND expires_at > now()
-       AND (fingerprint IS NULL OR fingerprint = $4)
+     SELECT s.result, s.fingerprint FROM ${STEPS} s
+       JOIN "idempotency_records" r ON r.scope = s.scope AND r.key = s.key
+     WHERE s.scope = $1 AND s.key = $2 AND s.step = $3
+       AND r.owner = $5 AND r.status = 'in_progress'
+       AND s.created_at >= r.created_at
+       AND (s.fingerprint IS NULL OR s.fingerprint = $4)
    ), marked AS (
      UPDATE "idempotency_records" SET has_steps = true
      WHERE scope = $1 AND key = $2 AND owner = $5 AND status = 'in_progress'

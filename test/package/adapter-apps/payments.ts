@@ -39,6 +39,14 @@ export function appPool(): pg.Pool {
   return pool;
 }
 
+/** What each fault sends by hand between the payment and the ledger. */
+const ENDS: Record<string, string> = {
+  commit: 'COMMIT',
+  'commit-chain': 'COMMIT AND CHAIN',
+  'rollback-chain': 'ROLLBACK AND CHAIN',
+  'commit-begin': 'COMMIT; BEGIN',
+};
+
 /** Ends the connection of `pid`, from a connection of its own. */
 async function terminate(pid: number): Promise<void> {
   const client = new pg.Client({ connectionString: process.env.DATABASE_URL });
@@ -63,8 +71,12 @@ export class PaymentsController {
     @Body() body: { key: string; amount: number; fault?: string },
   ): Promise<{ id: number; amount: number; note: string }> {
     const id = await this.writer.insertPayment(body.key, body.amount);
-    if (body.fault === 'commit') {
-      await this.writer.raw('COMMIT');
+    const end = body.fault && ENDS[body.fault];
+    if (end) {
+      await this.writer.raw(end);
+    }
+    if (body.fault === 'rollback-chain') {
+      return { id, amount: body.amount, note: `paid ${body.amount}` };
     }
     await this.writer.insertLedger(id, body.amount);
     await this.writer.insertLedger(
