@@ -23,6 +23,15 @@ export const IDEMPOTENCY_STEPS_TABLE_NAME = 'idempotency_steps';
 export const TRANSACTION_MARK_SETTING = 'idempotency.transaction';
 
 /**
+ * @internal Metadata key of the scope a handler's records are kept in by
+ * default, named from its class and method (an integration's, such as
+ * `@IdempotentWebhook()`'s receivers): a function of the class and the
+ * method's name. The explorer refuses two handlers of one such name at
+ * bootstrap: two classes of the same name would share their records.
+ */
+export const DEFAULT_SCOPE_NAME_METADATA = 'idempotency:default-scope-name';
+
+/**
  * @internal Metadata key under which `@Idempotent()` stores its route
  * options; read only by the module itself, never exported by the package.
  */

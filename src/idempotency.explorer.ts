@@ -5,9 +5,16 @@ import {
 } from '@nestjs/common/constants.js';
 import { RouteParamtypes } from '@nestjs/common/enums/route-paramtypes.enum.js';
 import { DiscoveryService, MetadataScanner, Reflector } from '@nestjs/core';
-import { IDEMPOTENT_METADATA } from './idempotency.constants.js';
+import {
+  DEFAULT_SCOPE_NAME_METADATA,
+  IDEMPOTENT_METADATA,
+} from './idempotency.constants.js';
 import { handlerKind, unsupportedHandler } from './idempotency.handlers.js';
-import { IdempotencyRoutes, readMethod } from './idempotency.routes.js';
+import {
+  IdempotencyRoutes,
+  readMethod,
+  routeName,
+} from './idempotency.routes.js';
 import type { IdempotentOptions } from './interfaces/idempotency-options.interface.js';
 import { IdempotencyConfigurationError } from './exceptions/idempotency-configuration.error.js';
 
@@ -43,6 +50,7 @@ export class IdempotencyExplorer implements OnModuleInit {
   onModuleInit(): void {
     const ignored: string[] = [];
     const reads: string[] = [];
+    const scopeNames = new Map<string, string>();
     for (const [type, inController] of this.classes()) {
       const classOptions = this.reflector.get<IdempotentOptions | undefined>(
         IDEMPOTENT_METADATA,
@@ -79,6 +87,7 @@ export class IdempotencyExplorer implements OnModuleInit {
           ignored.push(`${type.name}.${method} (${unsupported})`);
         } else if (options) {
           this.check(type, method);
+          this.ownScope(type, method, scopeNames);
         }
       }
       if (classOptions && handlers === 0) {
@@ -134,6 +143,37 @@ export class IdempotencyExplorer implements OnModuleInit {
       }
     }
     return classes;
+  }
+
+  /**
+   * Refuses a handler whose default scope, named from its class and
+   * method, another handler has too (two classes of the same name in two
+   * modules): an event delivered to both would run in the first and be
+   * replayed, never run, to the second.
+   * @param seen the handlers of each scope name so far.
+   */
+  private ownScope(
+    type: Type,
+    method: string,
+    seen: Map<string, string>,
+  ): void {
+    const handler = (type.prototype as Record<string, () => unknown>)[method];
+    const name = this.reflector.getAllAndOverride<
+      ((type: Type, method: string) => string) | undefined
+    >(DEFAULT_SCOPE_NAME_METADATA, [handler, type])?.(type, method);
+    if (name === undefined) {
+      return;
+    }
+    const where = routeName(type, handler);
+    const other = seen.get(name);
+    if (other !== undefined && other !== where) {
+      throw new IdempotencyConfigurationError(
+        `${other} and ${where} would keep their records in the same default scope, ${name}, named after their class and method: the same event delivered to both would run in the first and be replayed to the second, whose handler would never run.`,
+        "Give one of them a scope of its own: the decorator's `scope` option (a name, or a function of the request).",
+        'Or rename one of the two classes.',
+      );
+    }
+    seen.set(name, where);
   }
 
   private check(controller: Type, method: string) {

@@ -3,6 +3,7 @@ import { METHOD_METADATA, PATH_METADATA } from '@nestjs/common/constants.js';
 import { RequestMethod } from '@nestjs/common/enums/request-method.enum.js';
 import { Reflector } from '@nestjs/core';
 import { IDEMPOTENT_METADATA } from './idempotency.constants.js';
+import { IdempotencyConfigurationError } from './exceptions/idempotency-configuration.error.js';
 import { HANDLER_METADATA, handlerKind } from './idempotency.handlers.js';
 import { IDEMPOTENCY_RESOLVED_OPTIONS } from './idempotency.tokens.js';
 import {
@@ -76,6 +77,20 @@ function routePath(controller: object, handler: object): string {
 }
 
 /**
+ * @internal A handler as messages name it: `<Class>.<method>`, and the
+ * route template of an HTTP route (two classes may share a name).
+ */
+export function routeName(
+  controller: { readonly name: string },
+  handler: (...args: never[]) => unknown,
+): string {
+  const name = `${controller.name}.${handler.name}`;
+  return Reflect.getMetadata(PATH_METADATA, handler) === undefined
+    ? name
+    : `${name} (${routePath(controller, handler)})`;
+}
+
+/**
  * @internal The decorated handlers of the application with their options
  * merged over the module's, resolved at bootstrap (by the explorer, which
  * also refuses invalid ones) so that no request resolves them.
@@ -90,7 +105,7 @@ export class IdempotencyRoutes {
    */
   private readonly patternHandlers = new Map<
     string,
-    Map<object, Set<object>>
+    Map<(...args: never[]) => unknown, Set<{ readonly name: string }>>
   >();
 
   constructor(
@@ -158,12 +173,34 @@ export class IdempotencyRoutes {
     }
   }
 
-  /** Counts `handler` of `controller` among the handlers of `pattern`. */
-  private listens(pattern: string, handler: object, controller: object): void {
+  /**
+   * Counts `handler` of `controller` among the handlers of `pattern`.
+   * @throws IdempotencyConfigurationError when another handler of the
+   * pattern has the same class and method names: their records, kept
+   * apart by those names (`<key>#<Class>.<method>`), would be one.
+   */
+  private listens(
+    pattern: string,
+    handler: (...args: never[]) => unknown,
+    controller: { readonly name: string },
+  ): void {
     let handlers = this.patternHandlers.get(pattern);
     if (!handlers) {
       handlers = new Map();
       this.patternHandlers.set(pattern, handlers);
+    }
+    for (const [other, controllers] of handlers) {
+      for (const otherController of controllers) {
+        if (
+          (other !== handler || otherController !== controller) &&
+          routeName(otherController, other) === routeName(controller, handler)
+        ) {
+          throw new IdempotencyConfigurationError(
+            `Two handlers of the message pattern ${pattern} are both named ${routeName(controller, handler)}: each keeps its records under the message's key and its class and method names, so theirs would be one, and a message would run in the first and never in the second.`,
+            'Rename one of the two classes, or give one of them a `key` option of its own.',
+          );
+        }
+      }
     }
     let controllers = handlers.get(handler);
     if (!controllers) {

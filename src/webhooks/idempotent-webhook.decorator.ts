@@ -7,6 +7,7 @@ import {
 } from '@nestjs/common';
 import { createHash } from 'node:crypto';
 import { Idempotent } from '../idempotent.decorator.js';
+import { DEFAULT_SCOPE_NAME_METADATA } from '../idempotency.constants.js';
 import { toMilliseconds } from '../idempotency.duration.js';
 import { IdempotencyConfigurationError } from '../exceptions/idempotency-configuration.error.js';
 import type {
@@ -92,8 +93,20 @@ export function IdempotentWebhook(
     secret: options.secret,
     toleranceMs: toMilliseconds(options.tolerance ?? '5m', 'tolerance'),
   };
+  const { scope } = options;
   return applyDecorators(
     SetMetadata(WEBHOOK_METADATA, receiver),
+    // The default scope is named after the class and the method: the
+    // explorer refuses two receivers of one name at bootstrap.
+    ...(scope
+      ? []
+      : [
+          SetMetadata(
+            DEFAULT_SCOPE_NAME_METADATA,
+            (type: { name: string }, method: string) =>
+              `webhook:${provider.name}:${type.name}.${method}`,
+          ),
+        ]),
     UseGuards(IdempotentWebhookGuard),
     Idempotent({
       ttl: options.ttl,
@@ -108,18 +121,27 @@ export function IdempotentWebhook(
       required: true,
       key: (context) => deliveryOf(context).verified.id,
       keyValidation: EVENT_ID_RULES,
-      scope: options.scope ?? receiverScope,
+      scope: scope
+        ? async (context) => withAccount(context, await scope(context))
+        : (context) =>
+            withAccount(
+              context,
+              `webhook:${deliveryOf(context).verified.provider}:${context.getClass().name}.${context.getHandler().name}`,
+            ),
       fingerprint: (context) =>
         `webhook:${createHash('sha256').update(deliveryOf(context).compared).digest('hex')}`,
     }),
   );
 }
 
-/** `webhook:<provider>:<Controller>.<method>[:<account>]`. */
-function receiverScope(context: ExecutionContext): string {
-  const { provider, account } = deliveryOf(context).verified;
-  const receiver = `${context.getClass().name}.${context.getHandler().name}`;
-  return `webhook:${provider}:${receiver}${account === undefined ? '' : `:${account}`}`;
+/**
+ * `scope`, and `:<account>` for an event of a provider account (Stripe
+ * Connect): the same event id in two accounts is two events, whatever the
+ * receiver's scope.
+ */
+function withAccount(context: ExecutionContext, scope: string): string {
+  const { account } = deliveryOf(context).verified;
+  return account === undefined ? scope : `${scope}:${account}`;
 }
 
 /**

@@ -137,9 +137,12 @@ export interface IdempotentWebhookOptions extends Pick<
   waitTimeout?: IdempotentOptions['waitTimeout'];
   /**
    * The scope of the receiver's records, instead of
-   * `webhook:<provider>:<Controller>.<method>` (with `:<account>` for a
-   * Stripe Connect event). Two routes that must share their events (an old
-   * and a new path of one endpoint) give the same scope.
+   * `webhook:<provider>:<Controller>.<method>`; `:<account>` is added to
+   * either for a Stripe Connect event. Two routes that must share their
+   * events (an old and a new path of one endpoint) give the same scope.
+   * Give one to each of two receivers whose classes and methods have the
+   * same names (in two modules): the application refuses to start
+   * otherwise, as their default scopes would be one.
    * @default one scope per receiver method and provider account
    */
   scope?: IdempotentOptions['scope'];

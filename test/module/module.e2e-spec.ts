@@ -1,8 +1,13 @@
+import { Controller } from '@nestjs/common';
+import { EventPattern } from '@nestjs/microservices';
 import { Test } from '@nestjs/testing';
 import {
   IdempotencyConfigurationError,
+  Idempotent,
   IdempotencyModule,
+  MemoryIdempotencyStore,
 } from '../../src/index.js';
+import { startStoreApp } from '../utils/store-app.js';
 import {
   IDEMPOTENCY_TABLE_NAME,
   idempotencyMigrations,
@@ -245,5 +250,35 @@ describe('module options', () => {
     }).compile();
     await expect(compiling).rejects.toThrow(IdempotencyConfigurationError);
     await expect(compiling).rejects.toThrow(/Invalid duration for "ttl"/);
+  });
+});
+
+describe('message handlers of one pattern', () => {
+  /** A consumer class named `Consumer`, as two feature modules each have one. */
+  const consumer = () => {
+    @Controller()
+    class Consumer {
+      @EventPattern('orders.created')
+      @Idempotent()
+      handle(_data: unknown): void {}
+    }
+    return Consumer;
+  };
+
+  it('fails at bootstrap when two of them have the same class and method names: their records would be one', async () => {
+    const failure: unknown = await startStoreApp({
+      store: new MemoryIdempotencyStore(),
+      controllers: [consumer(), consumer()],
+    }).then(
+      async (started) => {
+        await started.close();
+        return undefined;
+      },
+      (error: unknown) => error,
+    );
+    expect(failure).toBeInstanceOf(IdempotencyConfigurationError);
+    expect((failure as Error).message).toContain(
+      'Two handlers of the message pattern orders.created are both named Consumer.handle',
+    );
   });
 });

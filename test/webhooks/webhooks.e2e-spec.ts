@@ -1,6 +1,9 @@
 import { createHmac } from 'node:crypto';
 import { IDEMPOTENCY_TABLE_NAME } from '../../migrations/index.js';
-import type { WebhookPresetName } from '../../src/index.js';
+import {
+  IdempotencyConfigurationError,
+  type WebhookPresetName,
+} from '../../src/index.js';
 import { Barrier } from '../utils/barrier.js';
 import { answer } from '../utils/problems.js';
 import { PLATFORMS, startTestApp, type TestApp } from '../utils/test-app.js';
@@ -16,6 +19,7 @@ import {
 import {
   ACME_SECRET,
   ROUTES,
+  sameNamedReceiver,
   WebhookControls,
   WebhooksTestModule,
 } from './webhooks.module.js';
@@ -295,6 +299,23 @@ describe.each(PLATFORMS)('webhook receivers (%s)', (platform) => {
     expect(await rows(id)).toEqual(['stripe:acct_one', 'stripe:acct_two']);
   });
 
+  it("Stripe Connect with a scope of the application's own: one event id in two accounts is still two events", async () => {
+    const id = eventId('stripe');
+    for (const account of ['acct_one', 'acct_two', 'acct_one']) {
+      const connect = sent('stripe', id, { account });
+      expect((await deliver('/webhooks/stripe-scoped', connect)).status).toBe(
+        200,
+      );
+    }
+    expect(await rows(id)).toEqual(['stripe:acct_one', 'stripe:acct_two']);
+    expect(
+      await target.db.query(
+        `SELECT scope FROM ${IDEMPOTENCY_TABLE_NAME} WHERE key = $1 ORDER BY scope`,
+        [id],
+      ),
+    ).toEqual([{ scope: 'payments:acct_one' }, { scope: 'payments:acct_two' }]);
+  });
+
   it('GitHub: a verified delivery without X-GitHub-Delivery gets 400, nothing stored', async () => {
     const id = eventId('github');
     const valid = sent('github', id);
@@ -380,6 +401,49 @@ describe.each(PLATFORMS)('webhook receivers (%s)', (platform) => {
       await answer(deliver('/webhooks/stripe-brief', valid)),
     ).toMatchObject({ status: 200, replayed: true });
     expect(await rows(id)).toEqual(['stripe']);
+  });
+});
+
+describe('two receivers whose classes and methods have the same names', () => {
+  it('refuse to start with their default scopes, which would be one: the second would replay the first', async () => {
+    let started: TestApp | undefined;
+    let error: unknown;
+    try {
+      started = await startTestApp({
+        imports: [WebhooksTestModule, sameNamedReceiver()],
+        rawBody: true,
+      });
+    } catch (caught) {
+      error = caught;
+    }
+    await started?.close();
+    expect(error).toBeInstanceOf(IdempotencyConfigurationError);
+    expect((error as Error).message).toContain(
+      'WebhooksController.stripe (/webhooks/stripe) and WebhooksController.stripe (/ledger/webhooks/stripe) would keep their records in the same default scope, webhook:stripe:WebhooksController.stripe',
+    );
+  });
+
+  it('each run the same event with a scope of its own', async () => {
+    const target = await startTestApp({
+      imports: [WebhooksTestModule, sameNamedReceiver('ledger')],
+      rawBody: true,
+    });
+    try {
+      const delivery = sent('stripe', eventId('stripe'));
+      const send = (path: string) =>
+        fetch(`${target.url}${path}`, {
+          method: 'POST',
+          headers: delivery.headers,
+          body: delivery.body,
+        });
+      const billing = await send(ROUTES.stripe);
+      const ledger = await send('/ledger/webhooks/stripe');
+      expect([billing.status, ledger.status]).toEqual([200, 200]);
+      expect(ledger.headers.get('idempotent-replayed')).toBeNull();
+      expect(await ledger.json()).toMatchObject({ ledger: true });
+    } finally {
+      await target.close();
+    }
   });
 });
 

@@ -112,6 +112,17 @@ export class WebhooksController {
     return this.receive(delivery, undefined);
   }
 
+  /** Stripe, in a scope of the application's own. */
+  @Post('stripe-scoped')
+  @HttpCode(200)
+  @IdempotentWebhook('stripe', {
+    secret: SECRETS.stripe,
+    scope: () => 'payments',
+  })
+  stripeScoped(@WebhookDelivery() delivery: VerifiedWebhook) {
+    return this.receive(delivery, undefined);
+  }
+
   @Post('acme')
   @HttpCode(200)
   @IdempotentWebhook(acme, { secret: [ACME_SECRET], tolerance: 60_000 })
@@ -150,6 +161,29 @@ export class WebhooksController {
   providers: [WebhookControls],
 })
 export class WebhooksTestModule {}
+
+/**
+ * A second receiver class named as the first, in a module of its own (as
+ * two feature modules each have their `WebhooksController`), with the same
+ * method: its default scope would be the first's.
+ */
+export function sameNamedReceiver(scope?: string) {
+  @Controller('ledger/webhooks')
+  class WebhooksController {
+    @Post('stripe')
+    @HttpCode(200)
+    @IdempotentWebhook('stripe', {
+      secret: SECRETS.stripe,
+      ...(scope ? { scope: () => scope } : {}),
+    })
+    stripe(@WebhookDelivery() delivery: VerifiedWebhook) {
+      return { id: delivery.id, ledger: true };
+    }
+  }
+  @Module({ controllers: [WebhooksController] })
+  class LedgerWebhooksModule {}
+  return LedgerWebhooksModule;
+}
 
 /** The receiver route of each preset. */
 export const ROUTES: Record<WebhookPresetName, string> = {
