@@ -70,7 +70,9 @@ const EVENT_ID_RULES = {
  *
  * The application must keep raw bodies:
  * `NestFactory.create(AppModule, { rawBody: true })`; without them every
- * delivery gets `500` and the application logs how to fix it.
+ * delivery of a JSON or form body gets `500` and the application logs how
+ * to fix it. A request with nothing to verify (no body, or a content type
+ * no parser reads) gets `401`, like any unverified one.
  *
  * @param preset `'stripe'`, `'github'`, `'standard-webhooks'`, or a
  * {@link WebhookProvider} of your own

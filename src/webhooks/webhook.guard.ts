@@ -38,6 +38,28 @@ type PlatformRequest = IncomingMessage & {
 };
 
 /**
+ * Whether the platform reads the request's body (JSON or a form, on both
+ * Express and Fastify), and so keeps its raw bytes when the application
+ * was created with `rawBody: true`: a body of such a request without them
+ * tells the option is missing. One without a body (no length, no chunks)
+ * has none to keep.
+ */
+function parsedByPlatform(request: IncomingMessage): boolean {
+  const { headers } = request;
+  const length = Number(headers['content-length'] ?? 0);
+  if (!(length > 0) && headers['transfer-encoding'] === undefined) {
+    return false;
+  }
+  const type = (headers['content-type'] ?? '')
+    .split(';')[0]
+    .trim()
+    .toLowerCase();
+  return (
+    type === 'application/json' || type === 'application/x-www-form-urlencoded'
+  );
+}
+
+/**
  * The event of a delivery: its body as JSON, or, for a form delivery
  * (GitHub's `application/x-www-form-urlencoded`), its `payload` field as
  * JSON; `undefined` when it is neither.
@@ -65,6 +87,8 @@ function parseEvent(rawBody: Buffer, contentType: string | undefined): unknown {
 @Injectable()
 export class IdempotentWebhookGuard implements CanActivate {
   private readonly logger = new Logger('IdempotentWebhook');
+  /** The receivers warned of a delivery without raw body it refused. */
+  private readonly warned = new Set<string>();
 
   constructor(
     private readonly reflector: Reflector,
@@ -84,6 +108,19 @@ export class IdempotentWebhookGuard implements CanActivate {
     const name = `${context.getClass().name}.${context.getHandler().name}`;
     const request = context.switchToHttp().getRequest<PlatformRequest>();
     const rawBody = request.rawBody ?? request.raw?.rawBody;
+    if (!Buffer.isBuffer(rawBody) && !parsedByPlatform(request)) {
+      // No body, or one of a content type no parser reads: nothing to
+      // verify, so unverified (an attacker's request must not pass for a
+      // misconfiguration, nor fill the log). Said once per receiver, for a
+      // provider whose content type needs a parser.
+      if (!this.warned.has(name)) {
+        this.warned.add(name);
+        this.logger.warn(
+          `The webhook receiver ${name} refused a delivery without raw body (content type ${JSON.stringify(request.headers['content-type'] ?? 'none')}) as unverified. If your provider sends that content type, register a parser for it after creating the application with rawBody: true: app.useBodyParser('text') or 'raw'.`,
+        );
+      }
+      throw this.refuse(context, 'unverified');
+    }
     if (!Buffer.isBuffer(rawBody)) {
       this.logger.error(
         `The webhook receiver ${name} got no raw body, so it cannot verify deliveries (each is answered 500 and nothing is processed). Create the application with the raw body kept: NestFactory.create(AppModule, { rawBody: true }) (on Fastify, NestFactory.create(AppModule, new FastifyAdapter(), { rawBody: true })). A delivery whose content type has no parser (Express parses JSON and forms only) needs one registered after that: app.useBodyParser('text') or 'raw'.`,

@@ -58,6 +58,35 @@ const EXPIRED = {
     'The delivery was signed too long ago (or ahead of time): it is refused as a replay.',
 };
 
+/**
+ * Requests with nothing a receiver could verify: no body, or one of a
+ * content type no parser reads (so no raw body is kept), unsigned.
+ */
+const NOTHING_TO_VERIFY = [
+  ['text/plain', 'not an event'],
+  ['none', undefined],
+  ['application/json', ''],
+] as const;
+
+/**
+ * How such a request is refused: 401 unverified, but for an empty JSON
+ * body, which Fastify refuses itself (400) before any guard.
+ */
+const refusalOf = (platform: string, contentType: string) =>
+  platform === 'fastify' && contentType === 'application/json'
+    ? { status: 400 }
+    : { status: 401, body: { type: 'urn:idempotency:webhook-unverified' } };
+
+/** Sends `body` as `contentType` to `url`, unsigned. */
+const unsigned = (url: string, contentType: string, body?: string) =>
+  answer(
+    fetch(url, {
+      method: 'POST',
+      headers: contentType === 'none' ? {} : { 'content-type': contentType },
+      body,
+    }),
+  );
+
 describe.each(PLATFORMS)('webhook receivers (%s)', (platform) => {
   let target: TestApp;
   let controls: WebhookControls;
@@ -316,6 +345,15 @@ describe.each(PLATFORMS)('webhook receivers (%s)', (platform) => {
     ).toEqual([{ scope: 'payments:acct_one' }, { scope: 'payments:acct_two' }]);
   });
 
+  it.each(NOTHING_TO_VERIFY)(
+    'answers an unsigned request of content type %s, with nothing to verify, 401 problem+json',
+    async (contentType, body) => {
+      expect(
+        await unsigned(`${target.url}${ROUTES.stripe}`, contentType, body),
+      ).toMatchObject(refusalOf(platform, contentType));
+    },
+  );
+
   it('GitHub: a verified delivery without X-GitHub-Delivery gets 400, nothing stored', async () => {
     const id = eventId('github');
     const valid = sent('github', id);
@@ -478,5 +516,14 @@ describe.each(PLATFORMS)(
         ),
       ).toEqual([]);
     });
+
+    it.each(NOTHING_TO_VERIFY)(
+      'answers an unsigned request of content type %s 401, not as a misconfiguration: nothing to verify',
+      async (contentType, body) => {
+        expect(
+          await unsigned(`${target.url}${ROUTES.stripe}`, contentType, body),
+        ).toMatchObject(refusalOf(platform, contentType));
+      },
+    );
   },
 );
