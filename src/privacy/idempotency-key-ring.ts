@@ -12,15 +12,55 @@ const TAG_BYTES = 16;
 const STEP_PREFIX = 'idempotency-sealed:';
 const KEY_ID = /^[A-Za-z0-9._-]{1,64}$/;
 
+/**
+ * @throws IdempotencyConfigurationError saying what `option` is, by its
+ * shape only: an option of keys may hold one (even where it should not, as
+ * a key given in place of the ring), and an error message is logged.
+ */
 function invalidOption(
   option: string,
   value: unknown,
   solution: string,
 ): never {
   throw new IdempotencyConfigurationError(
-    `Invalid "${option}": ${JSON.stringify(value)}.`,
+    `Invalid "${option}": ${shapeOf(value)}.`,
     solution,
   );
+}
+
+/**
+ * A key's id as an error names it: as it is when it is short and of the
+ * characters of an id, else by its length (a key given in its place, 44
+ * characters of base64, is never printed).
+ */
+function idName(id: string): string {
+  return id.length <= 32 && KEY_ID.test(id)
+    ? JSON.stringify(id)
+    : `(an id of ${id.length} characters)`;
+}
+
+/**
+ * What `value` is, without its content: `a string of 44 characters`,
+ * `an array of 2 items`, `an object with keys: an object of 1 entry,
+ * current: a string of 2 characters`.
+ */
+function shapeOf(value: unknown, depth = 0): string {
+  if (typeof value === 'string') {
+    return `a string of ${value.length} characters`;
+  }
+  if (Buffer.isBuffer(value)) {
+    return `${value.length} bytes`;
+  }
+  if (Array.isArray(value)) {
+    return `an array of ${value.length} items`;
+  }
+  if (typeof value === 'object' && value !== null) {
+    const entries = Object.entries(value);
+    return depth > 0
+      ? `an object of ${entries.length} entries`
+      : `an object with ${entries.map(([name, entry]) => `${JSON.stringify(name)}: ${shapeOf(entry, depth + 1)}`).join(', ') || 'no entries'}`;
+  }
+  return value === null ? 'null' : typeof value;
 }
 
 /**
@@ -82,17 +122,16 @@ export class IdempotencyKeyRing implements RecordSealing {
         typeof value === 'string' ? Buffer.from(value, 'base64') : value;
       if (!KEY_ID.test(id) || !Buffer.isBuffer(key) || key.length !== 32) {
         invalidOption(
-          `encryption.keys.${id}`,
-          Buffer.isBuffer(key) ? `${key.length} bytes` : typeof value,
+          `encryption.keys.${idName(id)}`,
+          Buffer.isBuffer(key) ? key : value,
           'Give each key 32 random bytes (a Buffer, or base64: `openssl rand -base64 32`), under an id of 1 to 64 characters of [A-Za-z0-9._-].',
         );
       }
       this.keys.set(id, key);
     }
     if (!this.keys.has(options.current)) {
-      invalidOption(
-        'encryption.current',
-        options.current,
+      throw new IdempotencyConfigurationError(
+        `Invalid "encryption.current": ${typeof options.current === 'string' ? idName(options.current) : shapeOf(options.current)} is not one of the ids of "encryption.keys" (${[...this.keys.keys()].map(idName).join(', ') || 'none'}).`,
         'Give the id of one of `encryption.keys`.',
       );
     }
