@@ -221,6 +221,24 @@ export function describeAdminConformance(
     });
   });
 
+  it("admin: a forced reset of a live claim keeps its key's generation, as a takeover does: the same request, retried, derives the keys it may have sent downstream", async () => {
+    const scope = context.scope();
+    const store = context.store();
+    // An attempt that derived a key (not bound: no step) and hangs.
+    const hung = attempt('derived', { leaseMs: 60_000 });
+    expect(await store.claim(hung)).toEqual({ state: 'claimed' });
+    expect(await admin().reset('derived', scope, { force: true })).toEqual({
+      fenced: true,
+    });
+    expect(
+      await store.complete(leaseOf(hung), completion, undefined),
+    ).toMatchObject({ fenced: false });
+    // Free at once, for any request; the same one keeps the generation.
+    const retried = attempt('derived');
+    expect(await store.claim(retried)).toEqual({ state: 'claimed' });
+    expect(generationOf(retried)).toBe(generationOf(hung));
+  });
+
   it('admin: forgets every record and step of a scope in batches, and one key alone, leaving other scopes', async () => {
     const scope = context.scope();
     const store = context.store();

@@ -155,9 +155,9 @@ export async function listDynamoDbRecords(
 /**
  * @internal `IdempotencyStore.resetRecord`: a consistent read, then one
  * write conditioned on the state read (read again if it changed). A claim
- * whose key is bound to its request loses its owner and lease as a
- * release leaves it (its generation and steps kept); any other item is
- * deleted. The owner's writes, fenced by its token, find no claim of theirs.
+ * whose key is bound to its request, or held by an owner, loses its owner
+ * and lease as a release leaves it (its generation and steps kept); any
+ * other item is deleted. The owner's writes, fenced by its token, find no claim of theirs.
  */
 export async function resetDynamoDbRecord(
   records: DynamoDbRecords,
@@ -189,7 +189,9 @@ export async function resetDynamoDbRecord(
     };
     const names = { '#status': 'status', '#owner': 'owner' };
     const written =
-      inProgress(item) && boundNow(item, now)
+      // A bound claim, or one held (its attempt may have derived keys from
+      // its generation), keeps its generation, as a takeover does.
+      inProgress(item) && (boundNow(item, now) || owner !== undefined)
         ? await records.fenced(
             new sdk.UpdateItemCommand({
               TableName: records.tableName,

@@ -133,7 +133,9 @@ export function resetMemoryRecord(
   if (claimed && leaseMs > 0 && !force) {
     return { state: 'held', owner: record.owner, leaseMs };
   }
-  if (record.status === 'in_progress' && record.bound) {
+  // A bound claim, or one held (its attempt may have derived keys from its
+  // generation), keeps its generation, as a takeover does.
+  if (record.status === 'in_progress' && (record.bound || claimed)) {
     // As a takeover finds a released bound claim: no owner, lease ended.
     record.owner = undefined;
     record.leaseExpiresAt = Date.now();

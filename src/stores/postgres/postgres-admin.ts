@@ -150,10 +150,10 @@ export async function listPostgresRecords(
 
 /**
  * @internal Ends a record, in a short transaction of its own, for
- * `IdempotencyStore.resetRecord`: a claim bound to its request loses its
- * owner and lease as a takeover finds it (`idempotency_release` binding it),
- * keeping its generation and steps; any other record is deleted with its
- * steps. Either way the owner's fenced writes find no row of theirs.
+ * `IdempotencyStore.resetRecord`: a claim bound to its request, or held by
+ * an owner (which may have derived keys from its generation), loses its
+ * owner and lease as a takeover finds it, keeping its generation and steps
+ * (a bound one stays bound); any other record is deleted with its steps. Either way the owner's fenced writes find no row of theirs.
  */
 export function resetPostgresRecord(
   connection: PostgresConnection,
@@ -181,7 +181,9 @@ export function resetPostgresRecord(
     if (claimed && row.lease_ms > 0 && !force) {
       return { state: 'held', owner: row.owner!, leaseMs: row.lease_ms };
     }
-    if (row.status === 'in_progress' && row.has_steps) {
+    // A claim, bound or held (its attempt may have sent keys derived from
+    // its generation downstream), keeps its generation, as a takeover does.
+    if (row.status === 'in_progress' && (row.has_steps || claimed)) {
       await client.query({
         text: `UPDATE ${TABLE} SET owner = NULL, owner_instance = NULL,
                  lease_expires_at = now()

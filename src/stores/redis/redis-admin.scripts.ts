@@ -36,7 +36,9 @@ return {v, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2]) or '', redis.
  * claim whose lease is live. A claim bound to its request whose binding
  * lasts is released as RELEASE releases it: ownerless, its lease over, its
  * steps and generation kept, so that only the same request takes it over
- * (and resumes); any other record goes with its steps and generation.
+ * (and resumes); a claim held by an owner goes with its steps but keeps
+ * its generation, as a takeover does (its attempt may have derived keys
+ * from it); any other record goes with its steps and generation.
  * Either way the owner's fenced writes find no claim of theirs. Returns
  * {0} (no record), {2, owner, lease ms left} (held) or {1, whether a claim
  * was taken from its owner}.
@@ -64,6 +66,8 @@ if claimed and left > 0 and ARGV[1] ~= '1' then
 end
 if bind and bind > now then
   redis.call('SET', KEYS[1], 'b- 0 ' .. bind .. ' ' .. string.sub(v, nl), 'PX', bind - now)
+elseif claimed then
+  redis.call('DEL', KEYS[1], KEYS[2])
 else
   redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
 end
