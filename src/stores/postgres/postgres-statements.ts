@@ -279,7 +279,9 @@ export const BIND = postgresStatement(
  * by its expiry would be lost to an attempt that took the key over late in
  * the binding, which runs its effect again.)
  * A step saved before 0.5.0 has no fingerprint and its key no `has_steps`
- * mark: found, it marks the record its reader owns, so that the completion
+ * mark (nor a record of its own generation): it is read, by any request of
+ * its key, until it expires, as it was; found, it marks the record its
+ * reader owns, so that the completion
  * deletes it with the key's other steps ({@link COMPLETE}).
  */
 export const READ_STEP = postgresStatement(
@@ -288,8 +290,9 @@ export const READ_STEP = postgresStatement(
        JOIN "idempotency_records" r ON r.scope = s.scope AND r.key = s.key
      WHERE s.scope = $1 AND s.key = $2 AND s.step = $3
        AND r.owner = $5 AND r.status = 'in_progress'
-       AND s.created_at >= r.created_at
-       AND (s.fingerprint IS NULL OR s.fingerprint = $4)
+       AND (s.fingerprint = $4 AND s.created_at >= r.created_at
+         -- Saved before 0.5.0, before generations: until it expires.
+         OR s.fingerprint IS NULL AND s.expires_at > now())
    ), marked AS (
      UPDATE "idempotency_records" SET has_steps = true
      WHERE scope = $1 AND key = $2 AND owner = $5 AND status = 'in_progress'
