@@ -18,6 +18,12 @@ export type HttpRequest = IncomingMessage & {
   /** The body's bytes, kept by the platform's parsers with `rawBody: true`. */
   rawBody?: unknown;
   params?: Record<string, unknown>;
+  /** The parameters of a controller's `host` pattern, as Nest sets them. */
+  hosts?: Record<string, unknown>;
+  /** Express: the route that matched, its pattern in `path`. */
+  route?: { path?: unknown };
+  /** Fastify: the route that matched, its pattern in `url`. */
+  routeOptions?: { url?: unknown };
   /** Express: the URL as received, before any mount point was cut off. */
   originalUrl?: string;
   raw?: IncomingMessage;
@@ -30,14 +36,58 @@ export type HttpRequest = IncomingMessage & {
 export function fingerprintParts(
   request: HttpRequest,
   route: string,
+  globalPrefix = '',
 ): FingerprintParts {
+  const hosts = request.hosts ?? {};
   return {
     method: request.method ?? 'GET',
-    route,
-    params: { ...request.params },
+    route: matchedRoute(request, route, globalPrefix),
+    params: {
+      ...request.params,
+      // A controller's `host` parameters (`:tenant.example.com`), apart
+      // from the path's; a request without them fingerprints as before.
+      ...Object.fromEntries(
+        Object.entries(hosts).map(([name, value]) => [`host:${name}`, value]),
+      ),
+    },
     query: queryParameters(request.originalUrl ?? (request.raw ?? request).url),
     body: requestBody(request),
   };
+}
+
+/** `/a/b`, from `a/b/`, `/a//b` or `a/b`. */
+function normalPath(path: string): string {
+  return `/${path
+    .split('/')
+    .filter((segment) => segment.length > 0)
+    .join('/')}`;
+}
+
+/**
+ * The route of a request, as its fingerprint names it: the handler's route
+ * template (`template`, from its decorators), unless the platform matched
+ * another pattern than that template under the application's global
+ * prefix (a version, `/v2/orders`; a `RouterModule` path; another entry of
+ * an array of paths): that pattern then, less the global prefix, so that
+ * two endpoints of one handler, or two handlers of one template, are two
+ * routes. Where the platform does not say, the template.
+ */
+export function matchedRoute(
+  request: HttpRequest,
+  template: string,
+  globalPrefix: string,
+): string {
+  const raw = request as HttpRequest & { raw?: HttpRequest };
+  const pattern = raw.routeOptions?.url ?? raw.route?.path;
+  if (typeof pattern !== 'string') {
+    return template;
+  }
+  let path = normalPath(pattern);
+  const prefix = normalPath(globalPrefix);
+  if (prefix !== '/' && (path === prefix || path.startsWith(`${prefix}/`))) {
+    path = normalPath(path.slice(prefix.length));
+  }
+  return path === normalPath(template) ? template : path;
 }
 
 /**

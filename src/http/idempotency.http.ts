@@ -1,10 +1,11 @@
 import {
   Inject,
   Injectable,
+  Optional,
   type CallHandler,
   type ExecutionContext,
 } from '@nestjs/common';
-import { HttpAdapterHost } from '@nestjs/core';
+import { ApplicationConfig, HttpAdapterHost } from '@nestjs/core';
 import { lastValueFrom } from 'rxjs';
 import { IDEMPOTENCY_RESOLVED_OPTIONS } from '../idempotency.tokens.js';
 import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
@@ -56,6 +57,8 @@ export class IdempotencyHttp {
     private readonly executor: IdempotencyExecutor,
     @Inject(IDEMPOTENCY_RESOLVED_OPTIONS)
     private readonly options: ResolvedIdempotencyOptions,
+    /** The application's global prefix, left out of matched routes. */
+    @Optional() private readonly appConfig?: ApplicationConfig,
   ) {
     this.replayedField = options.replayHeaderName.toLowerCase();
     this.keyHeader = { name: options.headerName, field: options.headerField };
@@ -99,7 +102,11 @@ export class IdempotencyHttp {
         key: isThenable(key) ? await key : key,
         keyField,
         keyLocation,
-        parts: fingerprintParts(request, route.path),
+        parts: fingerprintParts(
+          request,
+          route.path,
+          this.appConfig?.getGlobalPrefix(),
+        ),
         legacy: true,
       });
     } catch (error) {
