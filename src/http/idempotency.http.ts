@@ -193,8 +193,17 @@ export class IdempotencyHttp {
       // A stream is sent as it is read: commit first, and mark the key so
       // that a duplicate is refused rather than run again. Nothing of the
       // stream was sent when this fails: the client gets a 503 to retry.
+      // A web Response is sent with its own status, not the route's.
       const status =
-        (response as { statusCode?: number }).statusCode ?? raw.statusCode;
+        outcome instanceof Response
+          ? outcome.status
+          : ((response as { statusCode?: number }).statusCode ??
+            raw.statusCode);
+      if (status >= 500) {
+        // As any 5xx: rolled back, nothing stored, the retry runs.
+        await execution.fail(new Error(`The response is a ${status}`));
+        return;
+      }
       await execution.completeUnreplayable(status);
       return;
     }

@@ -384,6 +384,38 @@ describe.each(PLATFORMS)(
       },
     );
 
+    it("gets a web Response's own status, and never a 5xx one's as processed: that attempt rolls back and its retry runs", async () => {
+      const created = await send(target, '/draft/web-response', {
+        key: 'web-404',
+        body: { status: 404 },
+      });
+      expect(created.status).toBe(404);
+      const duplicate = await send(target, '/draft/web-response', {
+        key: 'web-404',
+        body: { status: 404 },
+      });
+      expect(duplicate.status).toBe(404);
+      expect(duplicate.headers.get('idempotent-replayed')).toBe('true');
+      expect(duplicate.headers.get('idempotent-body-omitted')).toBe('true');
+
+      const failed = await send(target, '/draft/web-response', {
+        key: 'web-502',
+        body: { status: 502 },
+      });
+      expect(failed.status).toBe(502);
+      expect(await traces(target, 'web-502', 'web-response')).toEqual({
+        records: [],
+        orders: 1,
+      });
+      const retried = await send(target, '/draft/web-response', {
+        key: 'web-502',
+        body: { status: 502 },
+      });
+      expect(retried.status).toBe(502);
+      expect(retried.headers.get('idempotent-replayed')).toBeNull();
+      expect(runs.counts['web-response']).toBe(3);
+    });
+
     it('still refuses a reused key with 422 there', async () => {
       await send(target, '/draft/large', { key: 'omitted-reused' });
       const other = await send(target, '/draft/large', {

@@ -80,6 +80,20 @@ export class DraftController {
     });
   }
 
+  /**
+   * A web `Response` of the status the body asks for: the platform sends
+   * its own status, not the route's.
+   */
+  @Post('web-response')
+  @Idempotent()
+  async webResponse(@Body() body: { status: number }) {
+    const { run } = await this.write('web-response', undefined);
+    return new Response(JSON.stringify({ run }), {
+      status: body.status,
+      headers: { 'content-type': 'application/json' },
+    });
+  }
+
   /** Waits at the barrier, holding its key. */
   @Post('held')
   @Idempotent()
