@@ -548,6 +548,33 @@ export function describeStoreConformance(
       ).toBe(false);
     });
 
+    it('saves and reads back any JSON value a step returns: U+0000, an unpaired surrogate, a backslash before u0000, an object like its own encoding', async () => {
+      const results = [
+        { memo: 'abc\u0000def' },
+        'x\ud800y',
+        ['\udc00', 'ok \ud83d\ude00'],
+        'a \\u0000 literal',
+        { '$idempotency:json': '1' },
+      ];
+      const owner = attempt('odd-results');
+      await store.claim(owner);
+      for (const [index, result] of results.entries()) {
+        expect(
+          await store.saveStep(
+            stepLeaseOf(owner),
+            `s${index}`,
+            result,
+            HOUR_MS,
+          ),
+        ).toBe(true);
+      }
+      for (const [index, result] of results.entries()) {
+        expect(await store.readStep(stepLeaseOf(owner), `s${index}`)).toEqual({
+          result,
+        });
+      }
+    });
+
     it('frees a key released without any step for any request', async () => {
       const first = attempt('unbound');
       await store.claim(first);

@@ -5,6 +5,7 @@ import {
 import type { AbandonedKey } from '../../interfaces/idempotency-store.interface.js';
 import type { PostgresConnection } from '../../interfaces/postgres-adapter.interface.js';
 import { sqlState } from '../../core/failures.js';
+import { stepResult } from './postgres-step-result.js';
 
 const TABLE = `"${IDEMPOTENCY_TABLE_NAME}"`;
 const STEPS = `"${IDEMPOTENCY_STEPS_TABLE_NAME}"`;
@@ -88,7 +89,7 @@ export async function collectExpired(
       };
       (entry.steps as Array<{ step: string; result: unknown }>).push({
         step: row.step,
-        result: row.result,
+        result: stepResult(row.result),
       });
       keys.set(id, entry);
     }

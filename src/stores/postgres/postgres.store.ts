@@ -54,6 +54,7 @@ import {
   PostgresPresence,
 } from './postgres-presence.js';
 import { readPostgresSchema } from './postgres-schema-check.js';
+import { stepJson, stepResult } from './postgres-step-result.js';
 import {
   BIND,
   COMPLETE,
@@ -328,7 +329,7 @@ export class PostgresIdempotencyStore
       READ_STEP,
       [lease.scope, lease.key, step, lease.fingerprint, lease.owner],
     );
-    return rows[0];
+    return rows[0] && { result: stepResult(rows[0].result) };
   }
 
   async saveStep(
@@ -340,14 +341,7 @@ export class PostgresIdempotencyStore
     const { rows } = await this.statements.query<{ saved: boolean }>(
       this.pool,
       SAVE_STEP,
-      [
-        lease.scope,
-        lease.key,
-        lease.owner,
-        step,
-        JSON.stringify(result ?? null),
-        ttlMs,
-      ],
+      [lease.scope, lease.key, lease.owner, step, stepJson(result), ttlMs],
     );
     return rows[0].saved;
   }
