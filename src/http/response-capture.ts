@@ -261,8 +261,12 @@ export function holdResponse(
  * `undefined`, on Express as on Fastify. A stored response goes out this way
  * as one write of its bytes, where a web `Response` would be streamed.
  *
- * An answer with a body (an exception filter's, after an error thrown by an
- * interceptor outside this one) goes out unchanged instead.
+ * An error's answer with a body (an exception filter's, after an error
+ * thrown by an interceptor outside this one) goes out unchanged instead. A
+ * success's with a body is what an interceptor outside this one made of
+ * the `undefined` (an envelope, `{ data: undefined, ok: true }`): replaced
+ * too, as the stored response is what that interceptor made of the first
+ * answer.
  */
 export function sendInPlaceOfEmpty(
   response: ServerResponse,
@@ -293,11 +297,14 @@ export function sendInPlaceOfEmpty(
     },
     end(target, args) {
       const [chunk] = args;
+      const status =
+        typeof head?.[0] === 'number' ? head[0] : target.statusCode;
       if (
         typeof chunk !== 'function' &&
         chunk !== undefined &&
         chunk !== null &&
-        (chunk as { length?: number }).length !== 0
+        (chunk as { length?: number }).length !== 0 &&
+        status >= 400
       ) {
         passThrough(target);
         return (writers.end as (...args: unknown[]) => ServerResponse).apply(
