@@ -136,7 +136,8 @@ export class IdempotencyHttp {
     if (expires !== undefined && attempt.key !== undefined) {
       // Set before the handler runs: stored with the response, a replay
       // carries it unchanged. The record itself expires `ttl` after its
-      // completion, a little later.
+      // claim (a little later), or after its completion for a handler that
+      // outlived its ttl (set again then, see finish()).
       this.adapterHost.httpAdapter.setHeader(
         response,
         expires,
@@ -206,6 +207,21 @@ export class IdempotencyHttp {
       }
       await execution.completeUnreplayable(status);
       return;
+    }
+    const expires = this.options.expiresHeaderName;
+    const { attempt } = execution;
+    if (
+      expires !== undefined &&
+      attempt.key !== undefined &&
+      Date.now() > attempt.started + options.ttlMs
+    ) {
+      // A handler that outlived its ttl: its record is kept ttl from its
+      // completion, not from the request's arrival (already past).
+      this.adapterHost.httpAdapter.setHeader(
+        response,
+        expires,
+        new Date(Date.now() + options.ttlMs).toUTCString(),
+      );
     }
     this.commitWithResponse(response, execution, async (captured) => {
       if (captured.status >= 500) {
