@@ -3,7 +3,8 @@ import type { MessageTransport } from './message-transport.js';
 /** What the adapter reads of Nest's `NatsContext`. */
 interface NatsContextLike {
   getSubject(): unknown;
-  getHeaders(): { get?: (name: string) => unknown } | undefined;
+  getHeaders():
+    { get?: (name: string) => unknown; keys?: () => string[] } | undefined;
 }
 
 /**
@@ -19,8 +20,13 @@ export function natsTransport(context: unknown): MessageTransport | undefined {
     channel: nats.getSubject(),
     key: (names) => {
       const headers = nats.getHeaders();
+      // NATS headers match names exactly; a key header is named case aside,
+      // as on the other transports (and in HTTP).
+      const present = headers?.keys?.() ?? [];
       for (const name of names) {
-        const value = headers?.get?.(name);
+        const wanted = name.toLowerCase();
+        const found = present.find((key) => key.toLowerCase() === wanted);
+        const value = headers?.get?.(found ?? name);
         if (typeof value === 'string' && value !== '') {
           return value;
         }

@@ -86,6 +86,27 @@ describeNats(
       expect(await records('header-key-2')).toEqual(['completed']);
     });
 
+    it('reads the key headers case aside, as on the other transports', async () => {
+      const message = { reference: 'header-5' };
+      const first = await request(KEY_SUBJECTS.keyed, message, {
+        'x-request-id': 'header-key-5',
+      });
+      expect(first.reply).toEqual({ orderId: expect.any(Number), run: 1 });
+      const again = await request(KEY_SUBJECTS.keyed, message, {
+        'X-REQUEST-ID': 'header-key-5',
+      });
+      expect(again.reply).toEqual(first.reply);
+      const legacy = await request(
+        KEY_SUBJECTS.keyed,
+        { reference: 'header-6' },
+        { 'idempotency-key': 'header-key-6' },
+      );
+      expect(legacy.reply).toEqual({ orderId: expect.any(Number), run: 2 });
+      expect(handlers.runs).toBe(2);
+      expect(await records('header-key-5')).toEqual(['completed']);
+      expect(await records('header-key-6')).toEqual(['completed']);
+    });
+
     it('prefers the headerName header to Idempotency-Key', async () => {
       await request(
         KEY_SUBJECTS.keyed,
