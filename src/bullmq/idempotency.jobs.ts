@@ -13,6 +13,7 @@ import type {
   IdempotentOptions,
 } from '../interfaces/idempotency-options.interface.js';
 import { IdempotencyHttpException } from '../exceptions/idempotency-http.exception.js';
+import { IdempotencyNotReplayableException } from '../exceptions/idempotency-not-replayable.exception.js';
 import { newAttempt, type Attempt } from '../core/attempt.js';
 import { IdempotencyExecutor } from '../core/idempotency.executor.js';
 import { loadRequiredPeer } from '../core/optional-peer.js';
@@ -139,6 +140,12 @@ export class IdempotencyJobs {
       const { result } = await this.executor.execute(attempt, options, run);
       return result;
     } catch (error) {
+      if (error instanceof IdempotencyNotReplayableException) {
+        // A job processed already, whose result was not stored (over
+        // maxResponseSize): done, without its result; failed, it would be
+        // retried or reprocessed as if it had not run.
+        return undefined;
+      }
       throw await toJobError(error);
     }
   }

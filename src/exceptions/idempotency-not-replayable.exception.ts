@@ -10,6 +10,8 @@ import {
  * `maxResponseSize`). Retrying with the same key never runs it again; a new
  * request needs a new key. Its status is `422 Unprocessable Content`.
  *
+ * A message is acknowledged with it (a duplicate event is dropped, never
+ * dead-lettered), and a BullMQ job completes without a result instead.
  * An HTTP route never answers with it: a duplicate of an HTTP request whose
  * response was not stored (a stream, a body over `maxResponseSize`) gets the
  * original status with an empty body, `Idempotent-Replayed: true` (or the

@@ -224,8 +224,10 @@ export interface IdempotentOptions {
    * result. A larger one is still returned and its writes committed, but
    * the key is marked "not replayable": a duplicate of an HTTP request gets
    * the original status with an empty body and `Idempotent-Body-Omitted:
-   * true`; a duplicate message, job, `run()` or GraphQL mutation is refused
-   * (`IdempotencyNotReplayableException`). The bound keeps one result from
+   * true`; a duplicate `run()`, GraphQL mutation or message request is
+   * refused (`IdempotencyNotReplayableException`), a duplicate event is
+   * acknowledged and dropped (never dead-lettered), and a duplicate job
+   * completes without a result. The bound keeps one result from
    * filling the store (a DynamoDB item holds 400 KB; a Redis value sits in
    * memory).
    * @default 1048576 (1 MiB)

@@ -5,6 +5,7 @@ import { RETRY_LATER_STATUSES } from '../core/failures.js';
 import type { IdempotencyExecutor } from '../core/idempotency.executor.js';
 import { loadRequiredPeer } from '../core/optional-peer.js';
 import { IdempotencyHttpException } from '../exceptions/idempotency-http.exception.js';
+import { IdempotencyNotReplayableException } from '../exceptions/idempotency-not-replayable.exception.js';
 import type { MessageOutcome } from './message-transport.js';
 
 const logger = new Logger('Idempotency');
@@ -19,11 +20,18 @@ const RETRYABLE_CLIENT_STATUSES = new Set([...RETRY_LATER_STATUSES, 409]);
  * @internal How a failed message is settled: rejected (dead-lettered, or
  * dropped when the queue has no dead-letter exchange) when a redelivery can
  * only fail the same way (the key of another message, a malformed key, or
- * a 4xx `HttpException` such as a `ValidationPipe` refusal); requeued
- * otherwise (a database outage, a concurrent duplicate in reject mode, any
+ * a 4xx `HttpException` such as a `ValidationPipe` refusal); acknowledged
+ * for a duplicate of a message processed already whose result was not
+ * stored (refused, not failed); requeued otherwise (a database outage, a concurrent duplicate in reject mode, any
  * other error).
  */
-export function failedOutcome(error: unknown): 'requeue' | 'reject' {
+export function failedOutcome(error: unknown): MessageOutcome {
+  if (error instanceof IdempotencyNotReplayableException) {
+    // A duplicate of a message processed already, whose result was not
+    // stored: done, not failed (never to a dead-letter queue, whose
+    // reprocessing would run it again).
+    return 'ack';
+  }
   if (error instanceof HttpException) {
     const status = error.getStatus();
     return status >= 400 &&
@@ -70,7 +78,7 @@ export async function afterFailure(
   // handed over at once.
   const counted =
     attempt?.key !== undefined && !(error instanceof IdempotencyHttpException);
-  if (!counted && outcome !== 'reject') {
+  if (outcome === 'ack' || (!counted && outcome !== 'reject')) {
     return outcome;
   }
   let attempts = 0;

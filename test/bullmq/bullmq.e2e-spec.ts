@@ -30,6 +30,7 @@ import {
   REDIS,
   RejectingProcessor,
   WaitingProcessor,
+  LargeResultProcessor,
   type OrderJob,
   type OrderResult,
 } from './bullmq.module.js';
@@ -86,6 +87,7 @@ describeRedis('@Idempotent() on BullMQ processors', () => {
         ParcelsProcessor,
         RejectingProcessor,
         WaitingProcessor,
+        LargeResultProcessor,
       ],
       idempotency: { onEvent: (event) => events.push(event) },
     });
@@ -175,6 +177,26 @@ describeRedis('@Idempotent() on BullMQ processors', () => {
       expect.objectContaining({ type: 'executed', method: 'JOB' }),
       expect.objectContaining({ type: 'replayed', method: 'JOB' }),
     ]);
+  });
+
+  it('completes, without a result, a job re-added after one whose result was not stored: it ran already, it is not failed', async () => {
+    const first = await processed(
+      QUEUES.large,
+      { reference: 'large-1' },
+      { jobId: 'large-1' },
+    );
+    expect(first.result).toMatchObject({ reference: 'large-1', attempt: 1 });
+    await (await reread(QUEUES.large, 'large-1')).remove();
+    const again = await processed(
+      QUEUES.large,
+      { reference: 'large-1' },
+      { jobId: 'large-1' },
+    );
+    expect(again.result ?? null).toBeNull();
+    expect(await (await reread(QUEUES.large, 'large-1')).isCompleted()).toBe(
+      true,
+    );
+    expect(await orders('large-1')).toHaveLength(1);
   });
 
   it("keys a job without a jobId by BullMQ's own id", async () => {

@@ -16,6 +16,7 @@ export const QUEUES = {
   parcels: 'idempotency-parcels',
   rejecting: 'idempotency-keyed-reject',
   waiting: 'idempotency-keyed-wait',
+  large: 'idempotency-large-results',
 } as const;
 
 /** What the producers of this suite send. */
@@ -89,6 +90,21 @@ const byOrderId = {
     context.getArgByIndex<Job<OrderJob>>(0).data.orderId,
   scope: () => 'order-ids',
 };
+
+/** Its results are over maxResponseSize (10 bytes): not stored. */
+@Processor(QUEUES.large)
+export class LargeResultProcessor extends WorkerHost {
+  constructor(
+    @InjectRepository(Order) private readonly orders: Repository<Order>,
+  ) {
+    super();
+  }
+
+  @Idempotent({ maxResponseSize: 10 })
+  async process(job: Job<OrderJob>): Promise<OrderResult> {
+    return writeOrder(this.orders, job);
+  }
+}
 
 /** Two jobs at once; a concurrent duplicate is refused (409). */
 @Processor(QUEUES.rejecting, { concurrency: 2 })

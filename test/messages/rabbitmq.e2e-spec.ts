@@ -7,6 +7,7 @@ import { describeWithBroker } from '../utils/broker.js';
 import {
   Deliveries,
   PATTERN,
+  LARGE_PATTERN,
   POISON_PATTERN,
   QUEUE,
   RabbitTestModule,
@@ -186,6 +187,30 @@ describeRabbit(
           `SELECT failures FROM idempotency_failures WHERE key = 'msg-poison'`,
         ),
       ).toEqual([{ failures: 2 }]);
+    });
+
+    it('acknowledges the duplicate of a message processed already whose result was not stored, and never hands it to deadLetter', async () => {
+      const deliveries = target.app.get(Deliveries);
+      const before = deliveries.runs;
+      const letters = deadLetters.length;
+      publish('msg-large', 'rmq-large', LARGE_PATTERN);
+      await until(
+        async () =>
+          events.some((e) => e.key === 'msg-large' && e.type === 'executed'),
+        'the first delivery',
+      );
+      publish('msg-large', 'rmq-large', LARGE_PATTERN);
+      await until(
+        async () =>
+          events.some(
+            (e) => e.key === 'msg-large' && e.type === 'not-replayable',
+          ),
+        'the duplicate',
+      );
+      await until(settled, 'the queue to drain');
+      expect(deliveries.runs - before).toBe(1);
+      expect(await rows('rmq-large')).toBe(1);
+      expect(deadLetters.slice(letters)).toEqual([]);
     });
 
     it('left no message unacknowledged: once the consumer is gone, nothing comes back to the queue', async () => {

@@ -17,6 +17,9 @@ export const PATTERN = 'payments.captured';
 /** Messages whose handler always fails: after two attempts, dead-lettered. */
 export const POISON_PATTERN = 'payments.poison';
 
+/** Messages whose result is over the route's maxResponseSize (10 bytes). */
+export const LARGE_PATTERN = 'payments.large';
+
 /** What the poison route's dead-letter path was handed. */
 export const deadLetters: IdempotencyDeadLetter[] = [];
 
@@ -74,9 +77,34 @@ export class PoisonConsumer {
   }
 }
 
+@Controller()
+export class LargeResultConsumer {
+  constructor(
+    @InjectRepository(Order) private readonly orders: Repository<Order>,
+    private readonly deliveries: Deliveries,
+  ) {}
+
+  /** Its result is too large to be stored: its duplicates are refused. */
+  @EventPattern(LARGE_PATTERN)
+  @Idempotent({
+    acknowledge: true,
+    maxResponseSize: 10,
+    maxAttempts: 2,
+    deadLetter: (letter) => {
+      deadLetters.push(letter);
+    },
+  })
+  async large(@Payload() message: unknown) {
+    const { reference } = message as { reference: string };
+    this.deliveries.runs += 1;
+    await this.orders.insert({ reference, source: 'rabbitmq' });
+    return { reference, padding: 'x'.repeat(100) };
+  }
+}
+
 @Module({
   imports: [TypeOrmModule.forFeature([Order])],
-  controllers: [CapturesConsumer, PoisonConsumer],
+  controllers: [CapturesConsumer, PoisonConsumer, LargeResultConsumer],
   providers: [Deliveries],
 })
 export class RabbitTestModule {}
