@@ -22,6 +22,7 @@ import type { Execution } from '../core/execution.js';
 import type { StoredRecord } from '../interfaces/idempotency-store.interface.js';
 import { toGraphqlError } from './graphql-refusals.js';
 import { errorStatus, restoreError, storeError } from './stored-error.js';
+import { reviveResult } from './stored-result.js';
 
 /** The method a mutation's record and events carry. */
 const MUTATION_METHOD = 'MUTATION';
@@ -29,6 +30,8 @@ const MUTATION_METHOD = 'MUTATION';
 /** What the module reads of a resolver's `info` argument. */
 interface ResolveInfo {
   readonly path?: ResponsePath;
+  /** The field's type, by which its stored result is revived. */
+  readonly returnType?: Parameters<typeof reviveResult>[1];
 }
 
 interface ResponsePath {
@@ -122,7 +125,7 @@ export class IdempotencyGraphql {
       throw await toGraphqlError(error, this.options.problemTypeBaseUrl);
     }
     if ('replay' in beginning) {
-      return this.replay(beginning.replay, attempt);
+      return this.replay(beginning.replay, attempt, info);
     }
     return this.run(beginning.execution, next);
   }
@@ -203,6 +206,7 @@ export class IdempotencyGraphql {
   private async replay(
     record: StoredRecord,
     attempt: Attempt,
+    info: ResolveInfo | undefined,
   ): Promise<unknown> {
     let response;
     try {
@@ -215,6 +219,9 @@ export class IdempotencyGraphql {
     }
     return response.body.length === 0
       ? undefined
-      : (JSON.parse(response.body.toString('utf8')) as unknown);
+      : reviveResult(
+          JSON.parse(response.body.toString('utf8')) as unknown,
+          info?.returnType,
+        );
   }
 }

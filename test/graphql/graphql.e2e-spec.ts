@@ -135,6 +135,27 @@ function graphqlMutations(driver: GraphqlDriver, platform: Platform): void {
     ]);
   });
 
+  it('a duplicate of a mutation whose result has dates gets the same data, dates as they were sent', async () => {
+    const reference = `${driver}-${platform}-dated`;
+    const document = `mutation { placeDatedOrder(reference: "${reference}") { id placedAt reminders order { reference } } }`;
+    const first = await graphql(document, { key: 'dated-1' });
+    expect(first).toEqual({
+      status: 200,
+      body: {
+        data: {
+          placeDatedOrder: {
+            id: expect.any(Number),
+            placedAt: '2026-11-30T12:00:00.000Z',
+            reminders: ['2026-12-01T00:00:00.000Z', '2026-12-02T00:00:00.000Z'],
+            order: { reference },
+          },
+        },
+      },
+    });
+    expect(await graphql(document, { key: 'dated-1' })).toEqual(first);
+    expect(gate.runs).toEqual({ placeDatedOrder: 1 });
+  });
+
   it('a document with two decorated mutations (aliased) keeps one record per field: its retry replays both and writes nothing', async () => {
     const reference = `${driver}-${platform}-pair`;
     const document = `mutation {

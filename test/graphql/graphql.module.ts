@@ -67,6 +67,22 @@ export class PlacedOrder {
   note?: string;
 }
 
+/** An order with dates: `DateTime` scalars, alone, in a list and nested. */
+@ObjectType('DatedOrder')
+export class DatedOrder {
+  @Field(() => Int)
+  id!: number;
+
+  @Field(() => Date)
+  placedAt!: Date;
+
+  @Field(() => [Date])
+  reminders!: Date[];
+
+  @Field(() => PlacedOrder)
+  order!: PlacedOrder;
+}
+
 /** What the resolvers did, and where they wait: set by each test. */
 @Injectable()
 export class Gate {
@@ -103,6 +119,25 @@ export class OrdersResolver {
   ): Promise<PlacedOrder> {
     this.gate.ran('placeOrder');
     return this.write(reference, note);
+  }
+
+  /** Returns dates, which JSON stores as strings. */
+  @Mutation(() => DatedOrder)
+  @Idempotent()
+  async placeDatedOrder(
+    @Args('reference', { type: () => String }) reference: string,
+  ): Promise<DatedOrder> {
+    this.gate.ran('placeDatedOrder');
+    const order = await this.write(reference);
+    return {
+      id: order.id,
+      placedAt: new Date(Date.UTC(2026, 10, 30, 12, 0, 0)),
+      reminders: [
+        new Date(Date.UTC(2026, 11, 1)),
+        new Date(Date.UTC(2026, 11, 2)),
+      ],
+      order,
+    };
   }
 
   /** Waits at the barrier (a gateway call) before its first statement. */
