@@ -8,7 +8,7 @@ import {
 } from './idempotency.options.js';
 import { validKey } from './core/idempotency-key.js';
 import type { IdempotencyRunOptions } from './interfaces/idempotency-run-options.interface.js';
-import type { Attempt } from './core/attempt.js';
+import { validScope, type Attempt } from './core/attempt.js';
 import { IdempotencyExecutor } from './core/idempotency.executor.js';
 import { noTransactionError } from './core/no-transaction.js';
 
@@ -90,7 +90,8 @@ export class IdempotencyService {
     });
     const attempt: Attempt = {
       started: Date.now(),
-      scope: options.scope ?? DEFAULT_SCOPE,
+      scope:
+        options.scope === undefined ? DEFAULT_SCOPE : validScope(options.scope),
       key: validKey(options.key, route.keyValidation, 'key', 'option'),
       method: 'RUN',
       path: options.name ?? 'run',

@@ -49,8 +49,13 @@ export function isSameRequest(attempt: Attempt, fingerprint: string): boolean {
   );
 }
 
-/** The scope the `scope` resolver returned, checked. */
-function validScope(scope: unknown): string {
+/**
+ * @internal The scope the `scope` resolver returned, or `run()` was given,
+ * checked.
+ * @throws IdempotencyConfigurationError for another value than a non-empty
+ * string.
+ */
+export function validScope(scope: unknown): string {
   if (typeof scope !== 'string' || scope.length === 0) {
     throw new IdempotencyConfigurationError(
       `The idempotency scope resolver returned ${JSON.stringify(scope)}.`,

@@ -1,6 +1,7 @@
 import { getRepositoryToken } from '@nestjs/typeorm';
 import type { Repository } from 'typeorm';
 import {
+  IdempotencyConfigurationError,
   IdempotencyConflictException,
   IdempotencyKeyInvalidException,
   IdempotencyKeyReusedException,
@@ -203,6 +204,16 @@ describe('IdempotencyService.run()', () => {
     expect(
       await idempotency.run({ key: 'job-6', scope: 'tenant-a' }, () => 'again'),
     ).toBe('a');
+  });
+
+  it('refuses an empty scope, as a scope resolver’s, and runs nothing', async () => {
+    let ran = false;
+    await expect(
+      idempotency.run({ key: 'job-7', scope: '' }, () => {
+        ran = true;
+      }),
+    ).rejects.toBeInstanceOf(IdempotencyConfigurationError);
+    expect(ran).toBe(false);
   });
 });
 
