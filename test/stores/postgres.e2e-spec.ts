@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { IdempotencyStore } from '../../src/index.js';
 import type { ClaimRequest } from '../../src/interfaces/idempotency-store.interface.js';
-import { untilBlocked } from '../utils/barrier.js';
+import { Barrier, untilBlocked } from '../utils/barrier.js';
 import { listen } from '../utils/notifications.js';
 import { poolOf } from '../utils/statement-counter.js';
 import { startTestApp, type TestApp } from '../utils/test-app.js';
@@ -63,6 +63,60 @@ describe('the PostgreSQL store', () => {
         { client, began: true },
       ),
     ).toEqual({ fenced: true, waiting: false });
+
+  it("forgets a key's steps, but not those that a claim made since its record was forgotten saved: that claim's retry needs them", async () => {
+    const stepsOf = async (key: string) =>
+      (
+        await target.db.query<{ step: string }>(
+          `SELECT step FROM idempotency_steps WHERE scope = 'pg' AND key = $1 ORDER BY step`,
+          [key],
+        )
+      ).map((row) => row.step);
+    const old = attempt('forget-race');
+    await store.claim(old);
+    await store.saveStep(old, 'old', 1, 3_600_000);
+    // The forget's deletion of steps waits, once its deletion of records
+    // committed, while a new claim of the key saves a step.
+    const paused = new Barrier();
+    let armed = true;
+    const pool = poolOf(target.dataSource);
+    const wrapped = new WeakSet<object>();
+    const pauseStepDeletion = (client: pg.PoolClient) => {
+      if (wrapped.has(client)) {
+        return;
+      }
+      wrapped.add(client);
+      const query = client.query.bind(client) as (
+        ...args: unknown[]
+      ) => Promise<unknown>;
+      (client as unknown as { query: typeof query }).query = (...args) => {
+        const text = (args[0] as { text?: string }).text ?? String(args[0]);
+        if (
+          armed &&
+          text.includes('doomed') &&
+          text.includes('idempotency_steps')
+        ) {
+          armed = false;
+          return paused.wait().then(() => query(...args));
+        }
+        return query(...args);
+      };
+    };
+    const fresh = attempt('forget-race');
+    pool.on('acquire', pauseStepDeletion);
+    try {
+      const forgetting = store.forgetRecords!('pg', 'forget-race', 10);
+      await paused.reached(1);
+      expect(await store.claim(fresh)).toMatchObject({ state: 'claimed' });
+      await store.saveStep(fresh, 'new', 2, 3_600_000);
+      paused.open();
+      expect(await forgetting).toMatchObject({ records: 1, steps: 1 });
+    } finally {
+      pool.removeListener('acquire', pauseStepDeletion);
+    }
+    expect(await stepsOf('forget-race')).toEqual(['new']);
+    expect(await store.readStep(fresh, 'new')).toEqual({ result: 2 });
+  });
 
   it("completes with a heap-only update, keeping the claim's expiry (ttl after the claim), unless that is past or further than ttl away", async () => {
     const pool = poolOf(target.dataSource);

@@ -202,18 +202,23 @@ export function resetPostgresRecord(
   });
 }
 
-/** Deletes at most `limit` rows of `table`, named by `columns`, in one statement. */
+/**
+ * Deletes at most `limit` rows of `table`, named by `columns`, in one
+ * statement; only those that also meet `condition` (SQL on `table`'s row,
+ * `x`), if given.
+ */
 async function deleteBatch(
   connection: PostgresClient,
-  [table, columns]: readonly [string, string],
+  [table, columns, condition]: readonly [string, string, string?],
   scope: string,
   key: string | undefined,
   limit: number,
 ): Promise<number> {
   const { rows } = await connection.query<{ deleted: number }>({
     text: `WITH doomed AS (
-             SELECT ${columns} FROM ${table}
+             SELECT ${columns} FROM ${table} x
              WHERE scope = $1 AND ($2::text IS NULL OR key = $2)
+               ${condition ? `AND ${condition}` : ''}
              LIMIT $3 FOR UPDATE
            ), deleted AS (
              DELETE FROM ${table} t USING doomed d
@@ -227,7 +232,18 @@ async function deleteBatch(
 }
 
 const RECORD_ROWS = [TABLE, 'scope, key'] as const;
-const STEP_ROWS = [STEPS, 'scope, key, step'] as const;
+/**
+ * The steps of the records forgotten: not those of a claim of their key
+ * made since the records' deletion (of a new generation, saved since it
+ * began), which its retry needs.
+ */
+const STEP_ROWS = [
+  STEPS,
+  'scope, key, step',
+  `NOT EXISTS (SELECT 1 FROM ${TABLE} r
+     WHERE r.scope = x.scope AND r.key = x.key AND r.status = 'in_progress'
+       AND r.created_at <= x.created_at)`,
+] as const;
 const FAILURE_ROWS = ['"idempotency_failures"', 'scope, key'] as const;
 
 /**
