@@ -424,6 +424,43 @@ function moduleOnStore(platform: Platform, subjectOf: () => Promise<Subject>) {
       expect(shortEffects.orders + effects.orders).toBe(1);
       onRenewed = () => undefined;
     });
+
+    it("binds a step run late in a long attempt to the attempt's generation: its retry derives the same downstream key", async () => {
+      const key = randomUUID();
+      let renewals = 0;
+      // Past its lease (1 s) and its ttl (500 ms), which the key's
+      // generation was first kept for: renewed four times.
+      const renewedPastTheLease = new Promise<void>((resolve) => {
+        onRenewed = (owners) => {
+          if (owners.size > 0 && ++renewals === 4) {
+            resolve();
+          }
+        };
+      });
+      shortEffects.orders = 0;
+      shortEffects.stepEffects.length = 0;
+      shortEffects.barrier = new Barrier();
+      shortEffects.stepBarrier = new Barrier();
+      const first = fetch(`${short.url}/late-step`, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json', 'Idempotency-Key': key },
+        body: '{}',
+      });
+      await shortEffects.barrier.reached(1);
+      await renewedPastTheLease;
+      onRenewed = () => undefined;
+      shortEffects.barrier.open();
+      expect((await first).status).toBe(503);
+      const retry = await fetch(`${short.url}/late-step`, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json', 'Idempotency-Key': key },
+        body: '{}',
+      });
+      expect(retry.status).toBe(201);
+      shortEffects.stepBarrier.open();
+      expect(shortEffects.stepEffects).toHaveLength(2);
+      expect(shortEffects.stepEffects[1]).toBe(shortEffects.stepEffects[0]);
+    });
   });
 }
 

@@ -23,6 +23,8 @@ export class Effects {
   barrier: Barrier | undefined;
   /** The effects of the steps of `/hung-steps`, by step and run. */
   readonly stepEffects: string[] = [];
+  /** Where the step of `/late-step` waits on its first run. */
+  stepBarrier: Barrier | undefined;
   /** What the afterCommit() callbacks saw, in order. */
   readonly committed: string[] = [];
   /** Resolves when the next afterCommit() callback ran. */
@@ -140,6 +142,28 @@ export class MemoryStoreController {
       throw new Error('failed after its step');
     }
     return { charge, run };
+  }
+
+  /**
+   * A `ttl` (500 ms) shorter than the lease: its first run waits at
+   * `barrier`, then runs a step that records the key it derives and waits
+   * at `stepBarrier` (abandoned at 3 s, before its result is saved).
+   */
+  @Post('late-step')
+  @Idempotent({ ttl: '500ms', transactionTimeout: '3s' })
+  async lateStep() {
+    this.effects.orders += 1;
+    const run = this.effects.orders;
+    if (run === 1) {
+      await this.effects.barrier?.wait();
+    }
+    return this.idempotency.step('charge', async () => {
+      this.effects.stepEffects.push(this.idempotency.deriveKey('charge'));
+      if (run === 1) {
+        await this.effects.stepBarrier?.wait();
+      }
+      return { run };
+    });
   }
 
   /** A body of `size` bytes. */

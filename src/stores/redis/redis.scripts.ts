@@ -233,7 +233,9 @@ return 1`,
 );
 
 /**
- * @internal Renews a lease, fenced by its owner (KEYS[1]: the record).
+ * @internal Renews a lease, fenced by its owner (KEYS[1]: the record,
+ * KEYS[2]: its generation, kept at least as long as the lease, so that a
+ * step bound late in a long attempt binds the attempt's generation).
  * ARGV: owner, duration ms: the key's `PX`, which the lease is (0: the lease
  * ends now), or, for a claim bound by a step, the lease's end in its value
  * (its key kept until the later of lease and binding ends).
@@ -242,6 +244,9 @@ return 1`,
 export const RENEW = script(
   'renew',
   `${OWNED}if not owned then return 0 end
+if tonumber(ARGV[2]) > 0 then
+  redis.call('PEXPIRE', KEYS[2], ARGV[2], 'GT')
+end
 if now then
   local ends = now + tonumber(ARGV[2])
   local last = math.max(ends, bind)

@@ -197,7 +197,10 @@ export class RedisIdempotencyStore
         runScript<number>(
           this.client,
           RENEW,
-          [this.keys.record(RedisKeys.id(lease.scope, lease.key))],
+          [
+            this.keys.record(RedisKeys.id(lease.scope, lease.key)),
+            this.keys.generation(RedisKeys.id(lease.scope, lease.key)),
+          ],
           [lease.owner, ms(lease.durationMs)],
         ),
       ),
