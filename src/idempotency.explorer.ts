@@ -50,7 +50,10 @@ export class IdempotencyExplorer implements OnModuleInit {
   onModuleInit(): void {
     const ignored: string[] = [];
     const reads: string[] = [];
-    const scopeNames = new Map<string, string>();
+    const scopeNames = new Map<
+      string,
+      { readonly type: Type; readonly where: string }
+    >();
     for (const [type, inController] of this.classes()) {
       const classOptions = this.reflector.get<IdempotentOptions | undefined>(
         IDEMPOTENT_METADATA,
@@ -155,7 +158,7 @@ export class IdempotencyExplorer implements OnModuleInit {
   private ownScope(
     type: Type,
     method: string,
-    seen: Map<string, string>,
+    seen: Map<string, { readonly type: Type; readonly where: string }>,
   ): void {
     const handler = (type.prototype as Record<string, () => unknown>)[method];
     const name = this.reflector.getAllAndOverride<
@@ -166,14 +169,14 @@ export class IdempotencyExplorer implements OnModuleInit {
     }
     const where = routeName(type, handler);
     const other = seen.get(name);
-    if (other !== undefined && other !== where) {
+    if (other !== undefined && other.type !== type) {
       throw new IdempotencyConfigurationError(
-        `${other} and ${where} would keep their records in the same default scope, ${name}, named after their class and method: the same event delivered to both would run in the first and be replayed to the second, whose handler would never run.`,
+        `${other.where} and ${where} would keep their records in the same default scope, ${name}, named after their class and method: the same event delivered to both would run in the first and be replayed to the second, whose handler would never run.`,
         "Give one of them a scope of its own: the decorator's `scope` option (a name, or a function of the request).",
         'Or rename one of the two classes.',
       );
     }
-    seen.set(name, where);
+    seen.set(name, { type, where });
   }
 
   private check(controller: Type, method: string) {

@@ -197,7 +197,7 @@ export class IdempotencyRoutes {
         ) {
           throw new IdempotencyConfigurationError(
             `Two handlers of the message pattern ${pattern} are both named ${routeName(controller, handler)}: each keeps its records under the message's key and its class and method names, so theirs would be one, and a message would run in the first and never in the second.`,
-            'Rename one of the two classes, or give one of them a `key` option of its own.',
+            'Rename one of the two classes (or its method).',
           );
         }
       }

@@ -66,13 +66,17 @@ export function reviveResult(
 }
 
 /**
- * A custom scalar's stored value as the scalar serializes it: what its
- * `parseValue` makes of it (`DateTime`: a `Date` from its text), or a
- * `Date` of an ISO text (`Timestamp`, which parses numbers only), whichever
- * the scalar serializes; else the stored value.
+ * A custom scalar's stored value as the scalar serializes it: the stored
+ * value itself where the scalar serializes it (a JSON scalar, a string
+ * one); else what its `parseValue` makes of it (`DateTime`: a `Date` from
+ * its text), or a `Date` of an ISO text (`Timestamp`, which parses numbers
+ * only), whichever the scalar serializes; else the stored value.
  */
 function reviveScalar(value: unknown, scalar: OutputType): unknown {
-  const candidates: Array<() => unknown> = [() => scalar.parseValue?.(value)];
+  const candidates: Array<() => unknown> = [
+    () => value,
+    () => scalar.parseValue?.(value),
+  ];
   if (typeof value === 'string' && ISO_DATE.test(value)) {
     candidates.push(() => new Date(value));
   }

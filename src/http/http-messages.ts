@@ -38,18 +38,19 @@ export function fingerprintParts(
   route: string,
   globalPrefix = '',
 ): FingerprintParts {
-  const hosts = request.hosts ?? {};
+  const { hosts } = request;
+  const params = { ...request.params };
+  // A controller's `host` parameters (`:tenant.example.com`), apart from
+  // the path's; a request without them fingerprints as before.
+  if (hosts) {
+    for (const [name, value] of Object.entries(hosts)) {
+      params[`host:${name}`] = value;
+    }
+  }
   return {
     method: request.method ?? 'GET',
     route: matchedRoute(request, route, globalPrefix),
-    params: {
-      ...request.params,
-      // A controller's `host` parameters (`:tenant.example.com`), apart
-      // from the path's; a request without them fingerprints as before.
-      ...Object.fromEntries(
-        Object.entries(hosts).map(([name, value]) => [`host:${name}`, value]),
-      ),
-    },
+    params,
     query: queryParameters(request.originalUrl ?? (request.raw ?? request).url),
     body: requestBody(request),
   };
@@ -79,7 +80,7 @@ export function matchedRoute(
 ): string {
   const raw = request as HttpRequest & { raw?: HttpRequest };
   const pattern = raw.routeOptions?.url ?? raw.route?.path;
-  if (typeof pattern !== 'string') {
+  if (typeof pattern !== 'string' || pattern === template) {
     return template;
   }
   let path = normalPath(pattern);

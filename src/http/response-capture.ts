@@ -254,6 +254,10 @@ export function holdResponse(
   });
 }
 
+/** Headers that describe a body: those of a body replaced go with it. */
+const BODY_HEADERS: readonly string[] = ['content-length', 'etag'];
+const NO_HEADERS: readonly string[] = [];
+
 /**
  * @internal Sends `replacement` (status, headers set over those already on
  * the response, and body) in place of the empty answer the platform is about
@@ -299,13 +303,12 @@ export function sendInPlaceOfEmpty(
       const [chunk] = args;
       const status =
         typeof head?.[0] === 'number' ? head[0] : target.statusCode;
-      if (
+      const body =
         typeof chunk !== 'function' &&
         chunk !== undefined &&
         chunk !== null &&
-        (chunk as { length?: number }).length !== 0 &&
-        status >= 400
-      ) {
+        (chunk as { length?: number }).length !== 0;
+      if (body && status >= 400) {
         passThrough(target);
         return (writers.end as (...args: unknown[]) => ServerResponse).apply(
           target,
@@ -316,12 +319,19 @@ export function sendInPlaceOfEmpty(
       const done = callbackOf(args);
       // Headers the platform gave writeHead (Fastify's) are kept, under the
       // replacement's.
+      // Those that described the body replaced (an outer interceptor's) go.
+      const described = body ? BODY_HEADERS : NO_HEADERS;
+      for (const name of described) {
+        target.removeHeader(name);
+      }
       const last = head?.[head.length - 1];
       if (last && typeof last === 'object') {
         const given: Record<string, string | string[]> = {};
         addHeaders(given, last as OutgoingHttpHeaders | readonly unknown[]);
         for (const [name, value] of Object.entries(given)) {
-          target.setHeader(name, value);
+          if (!described.includes(name.toLowerCase())) {
+            target.setHeader(name, value);
+          }
         }
       }
       for (const [name, value] of Object.entries(replacement.headers)) {

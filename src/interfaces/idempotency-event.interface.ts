@@ -46,7 +46,10 @@ export interface IdempotencyEvent {
   readonly key?: string;
   /** HTTP method of the request. */
   readonly method?: string;
-  /** Route template of the request, e.g. `/payments/:id`. */
+  /**
+   * Route of the request, e.g. `/payments/:id`: the pattern the platform
+   * matched, less the global prefix (`/v1/orders` under URI versioning).
+   */
   readonly path?: string;
   /** Status of the response sent, where there is one. */
   readonly status?: number;

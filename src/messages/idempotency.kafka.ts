@@ -172,8 +172,10 @@ export class IdempotencyKafka {
           error,
           { pattern: topic, data: message.value, context: payload },
         );
-        if (outcome !== 'dead-lettered') {
-          // kafkajs delivers the message again: its offset stays.
+        // Dead-lettered, or processed already (a duplicate whose result
+        // was not stored): done. Else kafkajs delivers the message again:
+        // its offset stays.
+        if (outcome !== 'dead-lettered' && outcome !== 'ack') {
           throw error;
         }
       }

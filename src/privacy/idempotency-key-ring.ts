@@ -58,7 +58,7 @@ function shapeOf(value: unknown, depth = 0): string {
     const entries = Object.entries(value);
     return depth > 0
       ? `an object of ${entries.length} entries`
-      : `an object with ${entries.map(([name, entry]) => `${JSON.stringify(name)}: ${shapeOf(entry, depth + 1)}`).join(', ') || 'no entries'}`;
+      : `an object with ${entries.map(([name, entry]) => `${idName(name)}: ${shapeOf(entry, depth + 1)}`).join(', ') || 'no entries'}`;
   }
   return value === null ? 'null' : typeof value;
 }

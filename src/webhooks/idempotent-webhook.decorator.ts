@@ -8,6 +8,8 @@ import {
 import { createHash } from 'node:crypto';
 import { Idempotent } from '../idempotent.decorator.js';
 import { DEFAULT_SCOPE_NAME_METADATA } from '../idempotency.constants.js';
+import { validScope } from '../core/attempt.js';
+import { isThenable } from '../core/is-thenable.js';
 import { toMilliseconds } from '../idempotency.duration.js';
 import { IdempotencyConfigurationError } from '../exceptions/idempotency-configuration.error.js';
 import type {
@@ -124,7 +126,14 @@ export function IdempotentWebhook(
       key: (context) => deliveryOf(context).verified.id,
       keyValidation: EVENT_ID_RULES,
       scope: scope
-        ? async (context) => withAccount(context, await scope(context))
+        ? (context) => {
+            const resolved = scope(context);
+            return isThenable(resolved)
+              ? resolved.then((value) =>
+                  withAccount(context, validScope(value)),
+                )
+              : withAccount(context, validScope(resolved));
+          }
         : (context) =>
             withAccount(
               context,

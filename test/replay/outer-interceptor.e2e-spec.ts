@@ -71,6 +71,11 @@ describe.each(PLATFORMS)(
       expect(again.status).toBe(201);
       expect(again.headers.get('idempotent-replayed')).toBe('true');
       expect(await again.text()).toBe(body);
+      // Described as the first answer, not as the outer interceptor's own.
+      expect(again.headers.get('content-length')).toBe(
+        String(Buffer.byteLength(body)),
+      );
+      expect(again.headers.get('etag')).toBe(first.headers.get('etag'));
       expect(target.app.get(PaymentsController).runs).toBe(1);
     });
   },
