@@ -398,17 +398,22 @@ function moduleOnStore(platform: Platform, subjectOf: () => Promise<Subject>) {
     });
     afterAll(() => short?.close());
 
-    it('keeps the claim of a handler that runs past its lease by renewing it: a duplicate is still refused', async () => {
-      const key = randomUUID();
+    /** Resolves once renewals kept a claim four times (lease / 3 apart). */
+    const renewedFourTimes = () => {
       let renewals = 0;
-      // Four renewals, one every lease / 3: past the lease the claim started with.
-      const renewedPastTheLease = new Promise<void>((resolve) => {
+      return new Promise<void>((resolve) => {
         onRenewed = (owners) => {
           if (owners.size > 0 && ++renewals === 4) {
             resolve();
           }
         };
       });
+    };
+
+    it('keeps the claim of a handler that runs past its lease by renewing it: a duplicate is still refused', async () => {
+      const key = randomUUID();
+      // Four renewals, one every lease / 3: past the lease the claim started with.
+      const renewedPastTheLease = renewedFourTimes();
       shortEffects.barrier = new Barrier();
       const first = fetch(`${short.url}/orders`, {
         method: 'POST',
@@ -427,16 +432,9 @@ function moduleOnStore(platform: Platform, subjectOf: () => Promise<Subject>) {
 
     it("binds a step run late in a long attempt to the attempt's generation: its retry derives the same downstream key", async () => {
       const key = randomUUID();
-      let renewals = 0;
       // Past its lease (1 s) and its ttl (500 ms), which the key's
-      // generation was first kept for: renewed four times.
-      const renewedPastTheLease = new Promise<void>((resolve) => {
-        onRenewed = (owners) => {
-          if (owners.size > 0 && ++renewals === 4) {
-            resolve();
-          }
-        };
-      });
+      // generation was first kept for.
+      const renewedPastTheLease = renewedFourTimes();
       shortEffects.orders = 0;
       shortEffects.stepEffects.length = 0;
       shortEffects.barrier = new Barrier();
