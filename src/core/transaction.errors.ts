@@ -30,6 +30,22 @@ export class TransactionEndedError extends TransactionLostError {
 }
 
 /**
+ * @internal Raised by a statement sent in a handler's context once the
+ * module has committed or rolled back its transaction: work the handler
+ * started and did not await. Refused on every data library, so that
+ * nothing of an attempt commits apart from its record (a failed attempt's
+ * late write would otherwise commit on its own, and again with each retry).
+ */
+export class TransactionClosedError extends TransactionLostError {
+  constructor() {
+    super();
+    this.message =
+      "The @Idempotent() handler's transaction has already committed or rolled back: a statement sent after that, by work the handler did not await, is refused, so that nothing of an attempt commits apart from its record. Await the work before the handler returns, or run it after the commit with IdempotencyContext.afterCommit()";
+    this.name = 'TransactionClosedError';
+  }
+}
+
+/**
  * @internal Raised by a statement of a handler that the module abandoned (its
  * deadline passed): nothing it does commits any more.
  */

@@ -10,6 +10,7 @@ import type { PostgresTransaction } from '../interfaces/postgres-adapter.interfa
 import { ownStatement } from '../core/own-statement.js';
 import {
   AbandonedTransactionError,
+  TransactionClosedError,
   TransactionLostError,
 } from '../core/transaction.errors.js';
 import { TransactionHooks } from '../core/transaction-hooks.js';
@@ -59,6 +60,14 @@ export class PoolTransaction<Handle>
   private opening: Promise<PoolClient> | undefined;
   private holdsPlace = false;
   private broken = false;
+  /**
+   * Set as the module sends its COMMIT or ROLLBACK: from then on the
+   * handler's statements (work it did not await, a branch still running
+   * beside one that failed) are refused, as they are once it has ended,
+   * instead of running after it on the same connection, outside of any
+   * transaction.
+   */
+  private closing = false;
   private readonly underneath = new EndedUnderneath();
   private handle: Handle | undefined;
   private readonly hooks = new TransactionHooks();
@@ -134,6 +143,7 @@ export class PoolTransaction<Handle>
       }
       if (client) {
         this.underneath.committing = true;
+        this.closing = true;
         await client.query('COMMIT');
       }
     } catch (error) {
@@ -173,6 +183,7 @@ export class PoolTransaction<Handle>
     if (phase === 'abandoned') {
       this.phase = 'abandoned';
     }
+    this.closing = true;
     await this.opening?.catch(() => undefined);
     const client = this.broken ? undefined : this.connection;
     let failure: Error | undefined;
@@ -215,11 +226,26 @@ export class PoolTransaction<Handle>
     const client = (await this.connect()) as unknown as {
       query(...args: unknown[]): Promise<QueryResult>;
     };
+    // Checked again where the statement is sent: the module may have sent
+    // its COMMIT or ROLLBACK meanwhile, which the statement must not follow.
+    if (this.closing) {
+      throw this.closedError();
+    }
     return client.query(...args);
+  }
+
+  /** Why a statement of the handler is refused once the transaction ends. */
+  private closedError(): Error {
+    return this.phase === 'abandoned'
+      ? new AbandonedTransactionError()
+      : new TransactionClosedError();
   }
 
   /** The open transaction's connection, begun by the first statement. */
   private connect(): Promise<PoolClient> {
+    if (this.closing) {
+      return Promise.reject(this.closedError());
+    }
     if (this.phase === 'open') {
       const client = this.connection!;
       if (this.broken) {
@@ -230,7 +256,7 @@ export class PoolTransaction<Handle>
         : Promise.resolve(client);
     }
     if (this.phase !== 'idle') {
-      return Promise.reject(new AbandonedTransactionError());
+      return Promise.reject(this.closedError());
     }
     this.opening ??= this.open();
     return this.opening;

@@ -4,15 +4,15 @@ import { LazyTransaction } from './lazy-transaction.js';
 
 /**
  * @internal The transaction of the decorated handler running, when it is a
- * transaction on `dataSource` that its statements still go through.
+ * transaction on `dataSource`: its statements go through it, and are
+ * refused once it has ended.
  */
 export function handlerTransactionOf(
   dataSource: DataSource,
 ): LazyTransaction | undefined {
   const transaction = handlerContexts.getStore()?.transaction;
   return transaction instanceof LazyTransaction &&
-    transaction.dataSource === dataSource &&
-    transaction.routable
+    transaction.dataSource === dataSource
     ? transaction
     : undefined;
 }
@@ -54,12 +54,13 @@ function methodNames(target: object): string[] {
  * @returns a function that undoes the binding.
  */
 export function bindAmbientTransaction(dataSource: DataSource): () => void {
-  // Once the module has committed or rolled back the transaction, code
-  // still running in the handler's context (work it did not await) uses the
-  // DataSource as outside of a handler. A transaction lost otherwise (its
-  // connection broke) or abandoned at the deadline stays the ambient one:
-  // the handler's next statements then fail, instead of running, and
-  // committing, outside of it.
+  // The handler's transaction stays the ambient one for as long as code
+  // runs in the handler's context: once the module has committed or rolled
+  // it back, lost it (its connection broke) or abandoned it at the
+  // deadline, the statements of work the handler did not await fail,
+  // instead of running, and committing, outside of it (a failed attempt's
+  // write would commit without its record, and again with each retry).
+  // Hooks of `afterCommit()` run out of the handler's context.
   const current = () => handlerTransactionOf(dataSource);
   // Repositories hold the default manager, so redirecting its methods covers
   // them all, including those created before the module started. The
@@ -105,6 +106,11 @@ export function bindAmbientTransaction(dataSource: DataSource): () => void {
   source.query = function (this: unknown, ...args: unknown[]) {
     const tx = current();
     if (tx && args[2] === undefined) {
+      // TypeORM would refuse the released runner, without saying why.
+      const closed = tx.closed;
+      if (closed) {
+        return Promise.reject(closed);
+      }
       args[2] = tx.queryRunner;
     }
     return originalQuery.apply(this, args);

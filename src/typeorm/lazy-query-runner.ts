@@ -6,7 +6,9 @@ export interface RunnerInternals {
   isTransactionActive: boolean;
   transactionDepth: number;
   databaseConnection?: PoolClient;
+  readonly isReleased: boolean;
   connect(): Promise<PoolClient>;
+  query(...args: unknown[]): Promise<unknown>;
   startTransaction(isolationLevel?: unknown): Promise<void>;
   /** Gives the connection back, or, with an error, has the pool close it. */
   releasePostgresConnection(error?: Error): Promise<void>;
@@ -26,6 +28,11 @@ export interface LazyRunnerOwner {
    * @throws IdempotencyConfigurationError for another level.
    */
   joinAt(level: string): Promise<void>;
+  /**
+   * Why the runner's statement `sql` is refused: the transaction is being
+   * or was committed, rolled back or abandoned.
+   */
+  refuses(sql: unknown): Error | undefined;
 }
 
 /**
@@ -83,6 +90,14 @@ export function lazyQueryRunners(dataSource: DataSource): LazyQueryRunners {
 
     override connect(): Promise<PoolClient> {
       return this.owner.connectRunner(this as unknown as LazyQueryRunner);
+    }
+
+    // Refused once the module began to end the transaction (a statement
+    // sent after its ROLLBACK or COMMIT would run outside of any), or
+    // after (TypeORM would only say that the runner was released).
+    override query(...args: unknown[]): Promise<unknown> {
+      const refused = this.owner.refuses(args[0]);
+      return refused ? Promise.reject(refused) : super.query(...args);
     }
 
     connectToPool(): Promise<PoolClient> {

@@ -11,6 +11,7 @@ import type {
 import { ownStatement, ownStatementError } from '../core/own-statement.js';
 import {
   AbandonedTransactionError,
+  TransactionClosedError,
   TransactionLostError,
 } from '../core/transaction.errors.js';
 import { TransactionHooks } from '../core/transaction-hooks.js';
@@ -44,6 +45,18 @@ const logger = new Logger('Idempotency');
 export class LazyTransaction implements HandlerTransaction, LazyRunnerOwner {
   private runner: LazyQueryRunner | undefined;
   private phase: State = 'idle';
+  /**
+   * Set as the module rolls back, or sends its COMMIT: from then on the
+   * handler's statements (work it did not await, a branch still running
+   * beside one that failed) are refused, as they are once it has ended,
+   * instead of running after it on the same connection, outside of any
+   * transaction.
+   */
+  private closing = false;
+  /** Set while TypeORM commits for the module: its COMMIT is the module's. */
+  private committing = false;
+  /** The connection as the runner's statements get it (see {@link guard}). */
+  private guarded: PoolClient | undefined;
   private opening: Promise<PoolClient> | undefined;
   private holdsPlace = false;
   private readonly hooks = new TransactionHooks();
@@ -88,9 +101,33 @@ export class LazyTransaction implements HandlerTransaction, LazyRunnerOwner {
     return this.underneath.mark;
   }
 
-  /** Whether the handler's statements go through this transaction. */
-  get routable(): boolean {
-    return this.phase !== 'ended';
+  /**
+   * Why a statement of the handler is refused once the transaction was
+   * committed, rolled back or abandoned; `undefined` while it is idle or
+   * open.
+   */
+  get closed(): Error | undefined {
+    switch (this.phase) {
+      case 'abandoned':
+        return new AbandonedTransactionError();
+      case 'ended':
+        return new TransactionClosedError();
+      default:
+        return this.closing ? new TransactionClosedError() : undefined;
+    }
+  }
+
+  /**
+   * @internal Why its runner refuses to send `sql`, if it does: the COMMIT
+   * of the module's commit goes, and closes the transaction to every
+   * statement after it.
+   */
+  refuses(sql: unknown): Error | undefined {
+    if (this.committing && sql === 'COMMIT') {
+      this.closing = true;
+      return undefined;
+    }
+    return this.closed;
   }
 
   /**
@@ -155,6 +192,8 @@ export class LazyTransaction implements HandlerTransaction, LazyRunnerOwner {
       }
       if (this.client && this.runner?.isTransactionActive) {
         this.underneath.committing = true;
+        // Statements of TypeORM's subscribers before the commit still go.
+        this.committing = true;
         await this.runner.commitTransaction();
       }
     } catch (error) {
@@ -191,6 +230,7 @@ export class LazyTransaction implements HandlerTransaction, LazyRunnerOwner {
     if (state === 'abandoned') {
       this.phase = 'abandoned';
     }
+    this.closing = true;
     await opening?.catch(() => undefined);
     const { runner } = this;
     const client =
@@ -271,17 +311,46 @@ export class LazyTransaction implements HandlerTransaction, LazyRunnerOwner {
    * ended (or was ended underneath the module), refused.
    */
   connectRunner(runner: LazyQueryRunner): Promise<PoolClient> {
+    // The module's COMMIT, let through by `refuses()`, asks for it too.
+    const closed =
+      this.committing && this.phase === 'open' ? undefined : this.closed;
+    if (closed) {
+      return Promise.reject(closed);
+    }
     if (this.phase === 'open') {
       const client = runner.databaseConnection;
-      return client && this.underneath.on(client)
+      if (!client) {
+        return runner.connectToPool();
+      }
+      return this.underneath.on(client)
         ? Promise.reject(this.underneath.error!)
-        : runner.connectToPool();
-    }
-    if (this.phase !== 'idle') {
-      return Promise.reject(new AbandonedTransactionError());
+        : Promise.resolve(this.guard(client));
     }
     this.opening ??= this.open(runner);
     return this.opening;
+  }
+
+  /**
+   * The transaction's connection as its runner's statements get it: each
+   * is checked as it is sent (as the driver queues it, with no await
+   * between), so that none follows the module's ROLLBACK or COMMIT on the
+   * connection, outside of any transaction, whatever TypeORM still awaited
+   * between its runner's check and the send (a branch of the handler still
+   * writing beside one that failed). Made once a transaction.
+   */
+  private guard(client: PoolClient): PoolClient {
+    this.guarded ??= Object.assign(Object.create(client) as PoolClient, {
+      query: (...args: unknown[]) => {
+        const refused = this.refuses(args[0]);
+        if (refused) {
+          throw refused;
+        }
+        return (
+          client as unknown as { query(...args: unknown[]): unknown }
+        ).query(...args);
+      },
+    });
+    return this.guarded;
   }
 
   /**
@@ -334,7 +403,7 @@ export class LazyTransaction implements HandlerTransaction, LazyRunnerOwner {
         throw new AbandonedTransactionError();
       }
       this.phase = 'open';
-      return client;
+      return this.guard(client);
     } catch (error) {
       throw ownStatementError(error);
     } finally {

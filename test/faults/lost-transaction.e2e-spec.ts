@@ -212,11 +212,9 @@ describe.each(PLATFORMS)(
         async () => pause.late.has(body.reference),
         'the abandoned run to try its late write',
       );
-      // Its late write failed: it ran neither in the abandoned transaction
-      // nor in one of its own.
-      expect(pause.late.get(body.reference)).toBe(
-        'QueryRunnerAlreadyReleasedError',
-      );
+      // Its late write failed, saying why: it ran neither in the abandoned
+      // transaction nor in one of its own.
+      expect(pause.late.get(body.reference)).toBe('AbandonedTransactionError');
       expect(await orders(body.reference)).toEqual([
         'run-2-first',
         'run-2-second',

@@ -131,6 +131,38 @@ describe.each(PLATFORMS)('the shared transaction (%s)', (platform) => {
     expect(await records('styles-2')).toHaveLength(0);
   });
 
+  it.each([
+    ['fails', true, 400],
+    ['succeeds', false, 201],
+  ] as const)(
+    'refuses every style of write the handler did not await, sent once its transaction ended, when it %s: nothing commits apart from the record, and a retry adds none',
+    async (_what, fail, status) => {
+      const key = `late-${String(fail)}`;
+      const sendLate = () =>
+        send(target, '/late', { key, body: { reference: key, fail } });
+      service.lateGate = new Barrier();
+      const answer = await sendLate();
+      expect(answer.status).toBe(status);
+      // The answer came: the module has committed or rolled back.
+      service.lateGate.open();
+      const refused = Object.fromEntries(
+        Object.keys(await service.late!).map((style) => [
+          style,
+          'TransactionClosedError',
+        ]),
+      );
+      expect(Object.keys(refused)).toHaveLength(7);
+      expect(await service.late).toEqual(refused);
+      const retry = await sendLate();
+      expect(retry.status).toBe(status);
+      if (fail) {
+        await service.late;
+      }
+      expect(await orders(`${key}:late`)).toEqual([]);
+      expect(await orders(key)).toHaveLength(fail ? 0 : 1);
+    },
+  );
+
   it('leaves undecorated routes untouched: their writes autocommit as before', async () => {
     const response = await send(target, '/plain', {
       body: { reference: 'r5', fail: true },

@@ -47,28 +47,65 @@ export class OrdersService {
     return order;
   }
 
-  /** One row and one transaction id per style. */
-  async everyStyle(request: OrderRequest): Promise<Record<string, string>> {
+  /**
+   * Opened by the test once `/late` answered: the writes the handler did
+   * not await then run, after the module ended its transaction.
+   */
+  lateGate = new Barrier();
+  /** What became of each style's late write of `/late`. */
+  late: Promise<Record<string, string>> | undefined;
+
+  /**
+   * A row, then one per style that the handler does not await: sent once
+   * the test opens {@link lateGate}, still in the handler's context.
+   */
+  async lateWrites(request: OrderRequest): Promise<Order> {
     this.runs += 1;
-    const txid = 'SELECT txid_current()::text AS txid';
-    const styles: Record<string, () => Promise<unknown>> = {
+    const order = await this.orders.save(
+      this.orders.create({ reference: request.reference }),
+    );
+    const writes = Object.entries(this.styles(`${request.reference}:late`));
+    this.late = this.lateGate.wait().then(async () =>
+      Object.fromEntries(
+        await Promise.all(
+          writes.map(async ([style, write]) => [
+            style,
+            await Promise.resolve()
+              .then(write)
+              .then(
+                () => 'written',
+                (error: Error) => error.name,
+              ),
+          ]),
+        ),
+      ),
+    );
+    if (request.fail) {
+      throw new BadRequestException('card declined');
+    }
+    return order;
+  }
+
+  /** One insert of `reference` per data access style. */
+  private styles(reference: string): Record<string, () => Promise<unknown>> {
+    return {
       injectRepository: () =>
         this.orders.insert({
-          reference: request.reference,
+          reference,
           source: 'injectRepository',
         }),
       getRepository: () =>
         this.dataSource
           .getRepository(Order)
-          .save({ reference: request.reference, source: 'getRepository' }),
+          .save({ reference, source: 'getRepository' }),
       dataSourceManager: () =>
         this.dataSource.manager.insert(Order, {
-          reference: request.reference,
+          reference,
           source: 'dataSourceManager',
         }),
       injectEntityManager: () =>
         this.manager.save(Order, {
-          reference: request.reference,
+          reference,
           source: 'injectEntityManager',
         }),
       queryBuilder: () =>
@@ -76,19 +113,26 @@ export class OrdersService {
           .createQueryBuilder()
           .insert()
           .into(Order)
-          .values({ reference: request.reference, source: 'queryBuilder' })
+          .values({ reference, source: 'queryBuilder' })
           .execute(),
       rawQuery: () =>
         this.dataSource.query(
           `INSERT INTO orders (reference, source) VALUES ($1, 'rawQuery')`,
-          [request.reference],
+          [reference],
         ),
       idempotencyContext: () =>
         this.idempotency.manager.insert(Order, {
-          reference: request.reference,
+          reference,
           source: 'idempotencyContext',
         }),
     };
+  }
+
+  /** One row and one transaction id per style. */
+  async everyStyle(request: OrderRequest): Promise<Record<string, string>> {
+    this.runs += 1;
+    const txid = 'SELECT txid_current()::text AS txid';
+    const styles = this.styles(request.reference);
     const txids: Record<string, string> = {};
     for (const [style, write] of Object.entries(styles)) {
       await write();
@@ -129,6 +173,12 @@ export class OrdersController {
   @Idempotent()
   everyStyle(@Body() body: OrderRequest) {
     return this.orders.everyStyle(body);
+  }
+
+  @Post('late')
+  @Idempotent()
+  late(@Body() body: OrderRequest) {
+    return this.orders.lateWrites(body);
   }
 
   /** Waits for the test before its first statement. */
