@@ -8,8 +8,12 @@ import {
 
 /** SQLSTATE of a statement cancelled: by the module at the deadline, or by an administrator. */
 const QUERY_CANCELED = '57014';
-/** SQLSTATEs of PostgreSQL ending a statement or a transaction on a timeout. */
-const TIMEOUT_CODES = new Set([QUERY_CANCELED, '25P03', '25P04']);
+/**
+ * SQLSTATEs of PostgreSQL ending a statement or a transaction on a timeout:
+ * a statement cancelled, a lock not had within `lock_timeout` (55P03), a
+ * session idle in its transaction, or a transaction, too long.
+ */
+const TIMEOUT_CODES = new Set([QUERY_CANCELED, '55P03', '25P03', '25P04']);
 /**
  * SQLSTATEs of the server ending a session, or refusing one for now: an
  * administrator's termination, a crash, a shutdown, a start under way.
@@ -36,6 +40,15 @@ const CONCURRENCY_CODES = new Set(['40001', '40P01']);
 export const RETRY_LATER_STATUSES: ReadonlySet<number> = new Set([
   408, 425, 429,
 ]);
+
+/**
+ * @internal Whether a response the handler answered with (not threw) is a
+ * failure of the attempt, rolled back and never stored: a 5xx, or a status
+ * that asks the client to come back later (see {@link RETRY_LATER_STATUSES}).
+ */
+export function failsAttempt(status: number): boolean {
+  return status >= 500 || RETRY_LATER_STATUSES.has(status);
+}
 
 /** Errors of a socket to the server, as Node.js names them. */
 const SOCKET_ERRORS = new Set([

@@ -29,6 +29,7 @@ import {
 } from './response-capture.js';
 import { keySource, requestKey } from './idempotency-key.js';
 import { isThenable } from '../core/is-thenable.js';
+import { failsAttempt } from '../core/failures.js';
 import {
   BODY_OMITTED_HEADER,
   fingerprintParts,
@@ -200,8 +201,9 @@ export class IdempotencyHttp {
           ? outcome.status
           : ((response as { statusCode?: number }).statusCode ??
             raw.statusCode);
-      if (status >= 500) {
-        // As any 5xx: rolled back, nothing stored, the retry runs.
+      if (failsAttempt(status)) {
+        // As any 5xx, or a come back later: rolled back, nothing stored,
+        // the retry runs.
         await execution.fail(new Error(`The response is a ${status}`));
         return;
       }
@@ -224,7 +226,9 @@ export class IdempotencyHttp {
       );
     }
     this.commitWithResponse(response, execution, async (captured) => {
-      if (captured.status >= 500) {
+      if (failsAttempt(captured.status)) {
+        // A 5xx, or a 408, 425 or 429 set on a returned answer
+        // (`@HttpCode()`, `res.status()`): as thrown, never stored.
         await execution.fail(new Error(`The response is a ${captured.status}`));
         return;
       }

@@ -321,7 +321,18 @@ export class ResponsesController {
     return this.returned('responses/returned/http-code-503', body);
   }
 
-  /** Returns the 5xx of its path, set on the platform's response. */
+  /** Returns a 429 its status decorator sets, rather than throwing it. */
+  @Post('returned/http-code-429')
+  @Idempotent()
+  @HttpCode(429)
+  returnedHttpCode429(@Body() body: Payload) {
+    return this.returned('responses/returned/http-code-429', body);
+  }
+
+  /**
+   * Returns the 5xx, or the 408, 425 or 429, of its path, set on the
+   * platform's response.
+   */
   @Post('returned/res-status/:status')
   @Idempotent()
   returnedResStatus(

@@ -142,6 +142,10 @@ describe.each(PLATFORMS)(
       [503, '@HttpCode(503)', 'http-code-503'],
       [500, 'res.status(500)', 'res-status/500'],
       [503, 'res.status(503)', 'res-status/503'],
+      [429, '@HttpCode(429)', 'http-code-429'],
+      [408, 'res.status(408)', 'res-status/408'],
+      [425, 'res.status(425)', 'res-status/425'],
+      [429, 'res.status(429)', 'res-status/429'],
     ] as const)(
       'stores nothing of a %i the handler returns (%s) rather than throws: its writes roll back and the retry runs it',
       async (status, _how, route) => {

@@ -7,7 +7,7 @@ import {
   startTestApp,
   type TestApp,
 } from '../utils/test-app.js';
-import { Hang, TimeoutTestModule } from './timeout.module.js';
+import { Hang, LOCKED, TimeoutTestModule } from './timeout.module.js';
 
 describe.each(PLATFORMS)('a hung handler (%s)', (platform) => {
   let target: TestApp;
@@ -166,41 +166,61 @@ describe.each(PLATFORMS)('a hung handler (%s)', (platform) => {
     expect(await retry.json()).toEqual({ run: 2 });
   });
 
-  it('answers 503 when the server cancels a statement of the handler (its own statement_timeout): nothing stays, not even with a policy that stores every error, and the retry runs', async () => {
-    const cancelled = await send(target, '/slow/cancelled', {
-      key: 'cancelled-1',
-      body: { reference: 'cancelled' },
-    });
-    expect(cancelled.status).toBe(503);
-    expect(cancelled.headers.get('content-type')).toMatch(
-      /^application\/problem\+json/,
-    );
-    expect(cancelled.headers.get('retry-after')).toBe('1');
-    expect(((await cancelled.json()) as { type: string }).type).toBe(
-      'urn:idempotency:unavailable',
-    );
-    expect(
-      events.filter(
-        (event) => event.type === 'timeout' && event.key === 'cancelled-1',
-      ),
-    ).toHaveLength(1);
-    expect(
-      await target.db.query(
-        `SELECT 1 FROM orders WHERE reference = 'cancelled'
-         UNION ALL SELECT 1 FROM ${IDEMPOTENCY_TABLE_NAME} WHERE key = 'cancelled-1'`,
-      ),
-    ).toHaveLength(0);
+  it.each([
+    [
+      'cancels a statement of the handler (its own statement_timeout)',
+      'cancelled',
+    ],
+    [
+      'gives up on a lock of the handler (its own lock_timeout)',
+      'lock-timeout',
+    ],
+  ] as const)(
+    'answers 503 when the server %s: nothing stays, not even with a policy that stores every error, and the retry runs',
+    async (_what, route) => {
+      const key = `${route}-1`;
+      if (route === 'lock-timeout') {
+        await target.db.query('SELECT pg_advisory_lock($1)', [LOCKED]);
+      }
+      const cancelled = await send(target, `/slow/${route}`, {
+        key,
+        body: { reference: route },
+      }).finally(() =>
+        route === 'lock-timeout'
+          ? target.db.query('SELECT pg_advisory_unlock($1)', [LOCKED])
+          : undefined,
+      );
+      expect(cancelled.status).toBe(503);
+      expect(cancelled.headers.get('content-type')).toMatch(
+        /^application\/problem\+json/,
+      );
+      expect(cancelled.headers.get('retry-after')).toBe('1');
+      expect(((await cancelled.json()) as { type: string }).type).toBe(
+        'urn:idempotency:unavailable',
+      );
+      expect(
+        events.filter((event) => event.type === 'timeout' && event.key === key),
+      ).toHaveLength(1);
+      expect(
+        await target.db.query(
+          `SELECT 1 FROM orders WHERE reference = $1
+         UNION ALL SELECT 1 FROM ${IDEMPOTENCY_TABLE_NAME} WHERE key = $2`,
+          [route, key],
+        ),
+      ).toHaveLength(0);
 
-    const retry = await send(target, '/slow/cancelled', {
-      key: 'cancelled-1',
-      body: { reference: 'cancelled' },
-    });
-    expect(retry.status).toBe(201);
-    expect(await retry.json()).toEqual({ run: 2 });
-    expect(
-      await target.db.query(
-        `SELECT source FROM orders WHERE reference = 'cancelled'`,
-      ),
-    ).toEqual([{ source: 'run-2' }]);
-  });
+      const retry = await send(target, `/slow/${route}`, {
+        key,
+        body: { reference: route },
+      });
+      expect(retry.status).toBe(201);
+      expect(await retry.json()).toEqual({ run: 2 });
+      expect(
+        await target.db.query(
+          `SELECT source FROM orders WHERE reference = $1`,
+          [route],
+        ),
+      ).toEqual([{ source: 'run-2' }]);
+    },
+  );
 });

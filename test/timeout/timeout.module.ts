@@ -31,6 +31,8 @@ export class Hang {
   abandonedRuns = 0;
   /** For the statement the server cancels. */
   cancelledRuns = 0;
+  /** Runs of `/slow/lock-timeout`. */
+  lockRuns = 0;
 }
 
 @Controller('slow')
@@ -105,6 +107,19 @@ export class SlowController {
     return { run };
   }
 
+  @Post('lock-timeout')
+  @Idempotent({ storeErrors: () => true })
+  async lockTimeout(@Body() body: { reference: string }) {
+    const run = await this.order(body, ++this.hang.lockRuns);
+    if (run === 1) {
+      // The test holds the lock: the server gives up on the handler's own
+      // lock_timeout (55P03).
+      await this.orders.query(`SET LOCAL lock_timeout = '50ms'`);
+      await this.orders.query('SELECT pg_advisory_xact_lock($1)', [LOCKED]);
+    }
+    return { run };
+  }
+
   /** Writes the order of run `run`, and returns `run`. */
   private async order(body: { reference: string }, run: number) {
     await this.orders.insert({
@@ -114,6 +129,9 @@ export class SlowController {
     return run;
   }
 }
+
+/** The advisory lock the test holds while `/slow/lock-timeout` first runs. */
+export const LOCKED = 4_343;
 
 @Module({
   imports: [TypeOrmModule.forFeature([Order])],
