@@ -206,6 +206,11 @@ describe.each(PLATFORMS)('module registration (%s)', (platform) => {
       'BindIdempotencySteps1764000000004',
       /The columns of migration BindIdempotencySteps1764000000004 do not exist.*idempotencyMigrations/s,
     ],
+    [
+      'counting failed attempts',
+      'CountIdempotencyFailures1764000000006',
+      /The table "idempotency_failures" of migration CountIdempotencyFailures1764000000006 does not exist.*idempotencyMigrations/s,
+    ],
   ])(
     'fails at bootstrap, saying what to do, when the migration %s did not run',
     async (_what, name, message) => {

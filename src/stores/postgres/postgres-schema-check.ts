@@ -18,12 +18,15 @@ export interface PostgresSchema {
   readonly functions: boolean;
   /** Whether every column of `columns` exists. */
   readonly columns: boolean;
+  /** Whether every table of `tables` exists. */
+  readonly tables: boolean;
 }
 
 /**
  * @internal Reads, at start-up, whether the database has the
  * record table `table`, the functions `functions` (signatures, as
- * `to_regprocedure` takes them) and the columns `columns` (table, column).
+ * `to_regprocedure` takes them), the columns `columns` (table, column)
+ * and the tables `tables`.
  *
  * A connection lost meanwhile (a terminated backend, a server restarting or
  * out of reach: see {@link isConnectionFailure}) must not stop the
@@ -40,6 +43,7 @@ export async function readPostgresSchema(
   table: string,
   functions: readonly string[],
   columns: ReadonlyArray<readonly [table: string, column: string]>,
+  tables: readonly string[] = [],
   logger = new Logger('Idempotency'),
 ): Promise<PostgresSchema> {
   const { attempts, maxDelayMs } = connection.startupRetry ?? {
@@ -54,13 +58,16 @@ export async function readPostgresSchema(
                 (SELECT count(*) FROM unnest($3::text[], $4::text[]) AS c(t, name)
                   JOIN pg_attribute a ON a.attrelid = to_regclass(c.t)
                    AND a.attname = c.name AND NOT a.attisdropped)
-                  = cardinality($3::text[]) AS columns
+                  = cardinality($3::text[]) AS columns,
+                (SELECT coalesce(bool_and(to_regclass(t) IS NOT NULL), true)
+                  FROM unnest($5::text[]) AS t) AS tables
          FROM unnest($2::text[]) AS f`,
         values: [
           table,
           functions,
           columns.map(([name]) => name),
           columns.map(([, column]) => column),
+          tables,
         ],
       });
       return rows[0];

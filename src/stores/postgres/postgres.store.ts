@@ -87,6 +87,8 @@ const POSTGRES_COLUMNS = [
   [TABLE, 'has_steps'],
   [STEPS, 'fingerprint'],
 ] as const;
+/** The table of migration CountIdempotencyFailures1764000000006. */
+const FAILURES = '"idempotency_failures"';
 /** SQLSTATE of a table that does not exist. */
 const UNDEFINED_TABLE = '42P01';
 /** Longest NOTIFY payload PostgreSQL takes is 8000 bytes. */
@@ -132,11 +134,12 @@ export class PostgresIdempotencyStore
    * A connection lost during the check is retried (see {@link readPostgresSchema}).
    */
   async onModuleInit(): Promise<void> {
-    const { ready, functions, columns } = await readPostgresSchema(
+    const { ready, functions, columns, tables } = await readPostgresSchema(
       this.pool,
       TABLE,
       POSTGRES_FUNCTIONS,
       POSTGRES_COLUMNS,
+      [FAILURES],
     );
     const missing = !ready
       ? `The table ${TABLE} does not exist`
@@ -144,7 +147,9 @@ export class PostgresIdempotencyStore
         ? `The functions of migrations LeaseIdempotencyClaims1764000000003 and KeepIdempotencyGenerations1764000000005 do not exist`
         : !columns
           ? `The columns of migration BindIdempotencySteps1764000000004 do not exist`
-          : undefined;
+          : !tables
+            ? `The table ${FAILURES} of migration CountIdempotencyFailures1764000000006 does not exist`
+            : undefined;
     if (missing) {
       const { where, how } = this.transactions.schemaHelp;
       throw new IdempotencyConfigurationError(`${missing} in ${where}.`, how);
@@ -363,7 +368,7 @@ export class PostgresIdempotencyStore
       if (sqlState(error) === UNDEFINED_TABLE) {
         const { where, how } = this.transactions.schemaHelp;
         throw new IdempotencyConfigurationError(
-          `The table "idempotency_failures" of migration CountIdempotencyFailures1764000000006, which \`maxAttempts\` counts in, does not exist in ${where}.`,
+          `The table ${FAILURES} of migration CountIdempotencyFailures1764000000006, which \`maxAttempts\` counts in, does not exist in ${where}.`,
           how,
         );
       }
