@@ -11,6 +11,7 @@ import { IDEMPOTENCY_RESOLVED_OPTIONS } from './idempotency.tokens.js';
 import type { ResolvedIdempotencyOptions } from './idempotency.options.js';
 import { IdempotencyExecutor } from './core/idempotency.executor.js';
 import { IdempotencyEvents } from './idempotency.events.js';
+import { IdempotencyConfigurationError } from './exceptions/idempotency-configuration.error.js';
 
 /** Name of the module's job in the `SchedulerRegistry`. */
 const JOB_NAME = 'idempotency-gc';
@@ -95,12 +96,19 @@ export class IdempotencyCollector
    * requests that never finished) in batches until none is left or the time
    * budget (`gc.maxDuration`) is spent.
    *
-   * @param batchSize rows per statement; defaults to `gc.batchSize` (1000).
+   * @param batchSize rows per statement, a whole number from 1; defaults
+   * to `gc.batchSize` (1000).
    * @returns how many records it deleted.
+   * @throws IdempotencyConfigurationError for another `batchSize`.
    */
   async collect(
     batchSize = this.options.gc?.batchSize ?? 1000,
   ): Promise<number> {
+    if (!Number.isInteger(batchSize) || batchSize < 1) {
+      throw new IdempotencyConfigurationError(
+        `IdempotencyCollector.collect() takes a batch size of at least 1 row, not ${String(batchSize)}.`,
+      );
+    }
     const started = Date.now();
     const budget = this.options.gc?.maxDurationMs ?? 10_000;
     let removed = 0;

@@ -25,6 +25,7 @@ export type {
 } from './admin/sealed-records.js';
 export {
   IdempotencyAdminError,
+  IdempotencyAdminInputError,
   IdempotencyAdminUnsupportedError,
   IdempotencyLeaseHeldError,
   IdempotencyRecordNotFoundError,

@@ -1,7 +1,7 @@
 import { Inject, Injectable, Optional } from '@nestjs/common';
 import { DEFAULT_SCOPE } from '../idempotency.constants.js';
 import {
-  IdempotencyAdminError,
+  IdempotencyAdminInputError,
   IdempotencyAdminUnsupportedError,
   IdempotencyLeaseHeldError,
   IdempotencyRecordNotFoundError,
@@ -159,7 +159,7 @@ export class IdempotencyAdmin {
           : query.status;
     for (const status of statuses) {
       if (!STATES.includes(status)) {
-        throw new IdempotencyAdminError(
+        throw new IdempotencyAdminInputError(
           `Status "${String(status)}" is none of ${STATES.join(', ')}.`,
         );
       }
@@ -170,7 +170,7 @@ export class IdempotencyAdmin {
       checkName('scope', query.scope);
     }
     if (query.olderThan && Number.isNaN(query.olderThan.getTime())) {
-      throw new IdempotencyAdminError('`olderThan` is an invalid date.');
+      throw new IdempotencyAdminInputError('`olderThan` is an invalid date.');
     }
     return this.operation('listRecords')({
       statuses,
@@ -310,13 +310,15 @@ export class IdempotencyAdmin {
 
 function checkName(what: string, value: unknown): void {
   if (typeof value !== 'string' || value.length === 0) {
-    throw new IdempotencyAdminError(`The ${what} must be a non-empty string.`);
+    throw new IdempotencyAdminInputError(
+      `The ${what} must be a non-empty string.`,
+    );
   }
 }
 
 function checkCount(what: string, value: number, max: number): void {
   if (!Number.isInteger(value) || value < 1 || value > max) {
-    throw new IdempotencyAdminError(
+    throw new IdempotencyAdminInputError(
       `\`${what}\` must be an integer from 1 to ${max}, not ${value}.`,
     );
   }

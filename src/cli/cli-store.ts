@@ -1,6 +1,7 @@
 import type { Pool } from 'pg';
 import type { Redis } from 'ioredis';
 import { loadRequiredPeer } from '../core/optional-peer.js';
+import { CliUsageError } from './cli-usage-error.js';
 import type { IdempotencyStore } from '../interfaces/idempotency-store.interface.js';
 import { beginStatement, inTransaction } from '../pg/pg-pool-connection.js';
 import { PoolDataAccess } from '../pg/pool-data-access.js';
@@ -21,7 +22,7 @@ const REDIS = /^rediss?:\/\//i;
  * through the pg adapter's machinery (TypeORM is not needed), with no
  * presence session, its schema checked first; or Redis on an ioredis
  * client, with `prefix` when given.
- * @throws Error naming the URLs it takes, for any other URL.
+ * @throws CliUsageError naming the URLs it takes, for any other URL.
  */
 export async function openCliStore(
   url: string,
@@ -85,12 +86,24 @@ export async function openCliStore(
       },
     };
   }
-  throw new Error(
+  throw new CliUsageError(
     `The URL "${redact(url)}" is neither a PostgreSQL URL (postgres://…) nor a Redis one (redis://…).`,
   );
 }
 
-/** `url` without its password, to be printed. */
+/**
+ * `url` without its password, to be printed: as the URL parser reads it
+ * (a password may hold an `@`), or, for what it cannot read, all of what
+ * comes before the host's `@`.
+ */
 export function redact(url: string): string {
-  return url.replace(/\/\/([^:/@]*):[^@/]*@/, '//$1:***@');
+  try {
+    const parsed = new URL(url);
+    if (parsed.password !== '') {
+      parsed.password = '***';
+    }
+    return parsed.href;
+  } catch {
+    return url.replace(/\/\/([^:/@]*):.*@/, '//$1:***@');
+  }
 }

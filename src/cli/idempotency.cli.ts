@@ -1,5 +1,6 @@
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { IdempotencyAdmin } from '../admin/idempotency.admin.js';
+import { IdempotencyAdminInputError } from '../exceptions/idempotency-admin.errors.js';
 import type { IdempotencyResponseView } from '../admin/sealed-records.js';
 import { DEFAULT_SCOPE } from '../idempotency.constants.js';
 import { toMilliseconds } from '../idempotency.duration.js';
@@ -9,6 +10,7 @@ import type {
 } from '../interfaces/idempotency-store.interface.js';
 import { cliPrivacy } from './cli-keys.js';
 import { openCliStore } from './cli-store.js';
+import { CliUsageError } from './cli-usage-error.js';
 import { schemaFiles } from './schema-files.js';
 
 /** Where the command line writes, and what it reads of its environment. */
@@ -82,9 +84,6 @@ type Values = ReturnType<
   typeof parseArgs<{ options: typeof OPTIONS; allowPositionals: true }>
 >['values'];
 
-/** A mistake in the command line itself: the help follows the message. */
-class UsageError extends Error {}
-
 /**
  * @internal Runs the command line on `args` (without `node` and the
  * script), writing to `io`.
@@ -117,12 +116,12 @@ export async function runCli(
     }
     const run = COMMANDS[command];
     if (!run) {
-      throw new UsageError(`Unknown command "${command}".`);
+      throw new CliUsageError(`Unknown command "${command}".`);
     }
     const url =
       values.url ?? io.env.DATABASE_URL ?? io.env.REDIS_URL ?? undefined;
     if (!url) {
-      throw new UsageError(
+      throw new CliUsageError(
         'No store to reach: pass --url, or set DATABASE_URL (or REDIS_URL).',
       );
     }
@@ -144,7 +143,8 @@ export async function runCli(
     }
   } catch (error) {
     const usage =
-      error instanceof UsageError ||
+      error instanceof CliUsageError ||
+      error instanceof IdempotencyAdminInputError ||
       (error as { code?: string }).code?.startsWith('ERR_PARSE_ARGS');
     io.err(`nestjs-idempotency: ${(error as Error).message}\n`);
     if (usage) {
@@ -215,7 +215,7 @@ const COMMANDS: Record<string, Command | undefined> = {
   },
   async forget(admin, values) {
     if (values.scope === undefined) {
-      throw new UsageError('forget needs --scope (and --key for one key).');
+      throw new CliUsageError('forget needs --scope (and --key for one key).');
     }
     const forgotten = await admin.forget(values.scope, {
       key: values.key,
@@ -228,6 +228,11 @@ const COMMANDS: Record<string, Command | undefined> = {
   },
   async gc(_admin, values, _positionals, store) {
     const batchSize = countOf(values['batch-size'], '--batch-size') ?? 1000;
+    if (batchSize < 1 || batchSize > 10_000) {
+      throw new CliUsageError(
+        `--batch-size must be from 1 to 10000, not ${batchSize}.`,
+      );
+    }
     const abandoned: AbandonedKey[] = [];
     let removed = 0;
     for (;;) {
@@ -269,7 +274,7 @@ const COMMANDS: Record<string, Command | undefined> = {
 
 function keyOf(positionals: readonly string[], command: string): string {
   if (positionals.length !== 1 || !positionals[0]) {
-    throw new UsageError(`${command} takes one key: ${command} <key>.`);
+    throw new CliUsageError(`${command} takes one key: ${command} <key>.`);
   }
   return positionals[0];
 }
@@ -282,7 +287,9 @@ function countOf(
     return undefined;
   }
   if (!/^\d+$/.test(value)) {
-    throw new UsageError(`${option} must be a whole number, not "${value}".`);
+    throw new CliUsageError(
+      `${option} must be a whole number, not "${value}".`,
+    );
   }
   return Number(value);
 }
@@ -291,7 +298,7 @@ function durationOf(value: string): number {
   try {
     return toMilliseconds(value, '--older-than');
   } catch {
-    throw new UsageError(
+    throw new CliUsageError(
       `--older-than must be a duration such as 30s, 15m, 24h or 7d, not "${value}".`,
     );
   }

@@ -10,6 +10,14 @@ export class IdempotencyAdminError extends Error {
   }
 }
 
+/**
+ * Bad input, refused before the store is asked anything: an empty scope or
+ * key, a limit or batch size out of range, an unknown status, an invalid
+ * date, a cursor of no page. The command line exits 2 on it, as on any
+ * other usage error.
+ */
+export class IdempotencyAdminInputError extends IdempotencyAdminError {}
+
 /** The store lacks the operation asked for (a custom store's optional one). */
 export class IdempotencyAdminUnsupportedError extends IdempotencyAdminError {
   constructor(

@@ -1,4 +1,4 @@
-import { IdempotencyAdminError } from '../exceptions/idempotency-admin.errors.js';
+import { IdempotencyAdminInputError } from '../exceptions/idempotency-admin.errors.js';
 
 /**
  * @internal The opaque cursor of a page of records: where it ended (the
@@ -10,7 +10,7 @@ export function encodeCursor(position: readonly string[]): string {
 
 /**
  * @internal The position a cursor of {@link encodeCursor} holds.
- * @throws IdempotencyAdminError when it is not one.
+ * @throws IdempotencyAdminInputError when it is not one.
  */
 export function decodeCursor(cursor: string): string[] {
   try {
@@ -26,7 +26,7 @@ export function decodeCursor(cursor: string): string[] {
   } catch {
     // Not JSON: refused below.
   }
-  throw new IdempotencyAdminError(
+  throw new IdempotencyAdminInputError(
     `The cursor "${cursor}" is not one that a page of records returned.`,
   );
 }

@@ -226,7 +226,29 @@ describe('the command line, on the sample app’s database', () => {
     expect((await cli('list', '--limit', 'many')).err).toBe(
       `nestjs-idempotency: --limit must be a whole number, not "many".\n${usage}`,
     );
-    expect((await cli('list', '--status', 'stuck')).code).toBe(1);
+    // Bad values of options are usage errors too, refused before the store
+    // is asked anything: `gc` never loops on a batch of no row.
+    for (const args of [
+      ['list', '--status', 'stuck'],
+      ['list', '--limit', '0'],
+      ['list', '--limit', '5000'],
+      ['list', '--cursor', 'garbage'],
+      ['forget', '--scope', ''],
+      ['forget', '--scope', 'x', '--batch-size', '0'],
+      ['gc', '--batch-size', '0'],
+      ['gc', '--batch-size', '20000'],
+    ]) {
+      const refused = await cli(...args);
+      expect({
+        args,
+        code: refused.code,
+        usage: refused.err.endsWith(usage),
+      }).toEqual({
+        args,
+        code: 2,
+        usage: true,
+      });
+    }
     expect((await cli('forget')).code).toBe(2);
     expect((await cli('inspect')).code).toBe(2);
     expect((await cli('list', '--nope')).code).toBe(2);
@@ -236,8 +258,13 @@ describe('the command line, on the sample app’s database', () => {
       env: {},
     });
     expect(noUrl).toBe(2);
-    expect((await cli('list', '--url', 'mysql://root@127.0.0.1/x')).err).toBe(
-      'nestjs-idempotency: The URL "mysql://root@127.0.0.1/x" is neither a PostgreSQL URL (postgres://…) nor a Redis one (redis://…).\n',
+    expect(await cli('list', '--url', 'mysql://root:p@ss@127.0.0.1/x')).toEqual(
+      {
+        code: 2,
+        out: '',
+        // The password, `@` and all, is never printed.
+        err: `nestjs-idempotency: The URL "mysql://root:***@127.0.0.1/x" is neither a PostgreSQL URL (postgres://…) nor a Redis one (redis://…).\n${usage}`,
+      },
     );
     const help = await cli('--help');
     expect(help.code).toBe(0);
