@@ -97,6 +97,22 @@ describe('requestFingerprint', () => {
     expect(query('/x?n%FF=1')).not.toBe(query('/x?n%EF%BF%BD=1'));
   });
 
+  it('tells apart the values a handler reads apart: a stray `%` beside an escape (Fastify and qs keep it all as sent), a fragment (Fastify reads it as query), the order of parameters qs merges into one array', () => {
+    const query = (url: string) =>
+      requestFingerprint({ ...refund, query: queryParameters(url) });
+    expect(query('/x?note=100%%20off')).not.toBe(query('/x?note=100%25%20off'));
+    expect(query('/x?a=%zz%41')).not.toBe(query('/x?a=%zzA'));
+    expect(query('/x?note=100%%20off')).toBe(query('/x?note=100%%20off'));
+    expect(query('/x?to=a#b')).not.toBe(query('/x?to=a%23b'));
+    expect(query('/x#?to=a')).not.toBe(query('/x?to=a'));
+    expect(query('/x?to=a#b')).not.toBe(query('/x?to=a#c'));
+    // qs: `a`, `a[]` and `a[0]` are one array, in the order sent.
+    expect(query('/x?a[]=x&a[0]=y')).not.toBe(query('/x?a[0]=y&a[]=x'));
+    expect(query('/x?ids=1&ids[]=2')).not.toBe(query('/x?ids[]=2&ids=1'));
+    // Parameters of other names still in any order.
+    expect(query('/x?b[c]=1&a=2')).toBe(query('/x?a=2&b[c]=1'));
+  });
+
   it('tells a string body from the JSON of the same text, and no body from an empty one', () => {
     expect(of('POST', '/x', '1')).not.toBe(of('POST', '/x', 1));
     expect(of('POST', '/x', undefined)).not.toBe(of('POST', '/x', ''));
@@ -271,8 +287,22 @@ describe('queryParameters', () => {
     ]);
     expect(queryParameters('/a/b')).toEqual([]);
     expect(queryParameters(undefined)).toEqual([]);
-    // Malformed escapes are kept as they are, never thrown.
-    expect(queryParameters('/a?bad=%zz%')).toEqual([['bad', '%zz%']]);
+    // Malformed escapes are kept as they are, never thrown: all of the
+    // component, as Fastify and qs give it to the handler.
+    expect(queryParameters('/a?bad=%zz%')).toEqual([
+      ['bad', { undecoded: '%zz%' }],
+    ]);
+    expect(queryParameters('/a?note=100%%20off')).toEqual([
+      ['note', { undecoded: '100%%20off' }],
+    ]);
+    // A fragment, which Node.js lets through, counts as sent.
+    expect(queryParameters('/a?x=1#y=2')).toEqual([
+      [{ undecoded: '#' }, { undecoded: 'y=2' }],
+      ['x', '1'],
+    ]);
+    expect(queryParameters('/a#?x=1')).toEqual([
+      [{ undecoded: '#' }, { undecoded: '?x=1' }],
+    ]);
     // As WHATWG's parser reads them: `+` a space, empty pairs skipped.
     expect(queryParameters('/a?&x+y=1+2&&z==3&')).toEqual([
       ['x y', '1 2'],
@@ -289,6 +319,19 @@ describe('queryParameters', () => {
 describe('selectFields and selectQuery', () => {
   const body = { amount: 1, sentAt: 2, _: 3 };
   const query = queryParameters('/x?_=9&amount=1&page=2');
+
+  it('keep a `__proto__` field of a parsed JSON body as a field', () => {
+    const parsed: unknown = JSON.parse('{"amount":1,"__proto__":{"x":1}}');
+    const fingerprint = (fields: unknown) =>
+      requestFingerprint({
+        method: 'POST',
+        route: '/r',
+        params: {},
+        query: [],
+        body: selectFields(fields, { exclude: ['body.sentAt'] }),
+      });
+    expect(fingerprint(parsed)).not.toBe(fingerprint({ amount: 1 }));
+  });
 
   it('apply a plain name to the body and the query alike', () => {
     const selection = { exclude: ['_'] };

@@ -144,20 +144,26 @@ export type QueryParameter = readonly [
   value: string | UndecodedComponent,
 ];
 
-/** A `%` that does not begin an escape (two hex digits): itself, as WHATWG's parser reads it. */
-const STRAY_PERCENT = /%(?![0-9a-fA-F]{2})/g;
+/** A `%` that does not begin an escape (two hex digits). */
+const STRAY_PERCENT = /%(?![0-9a-fA-F]{2})/;
 
 /**
- * `component` of a query string, decoded as a form's (`+` a space, a stray
- * `%` itself), or as sent when its escapes are not UTF-8.
+ * `component` of a query string, decoded as a form's (`+` a space), or as
+ * sent when it does not decode: its escapes are not UTF-8, or it has a `%`
+ * that begins none. Platforms read such a component apart: Fastify's
+ * parser and `qs` keep all of it as sent (`100%%20off`), where WHATWG's
+ * would decode the rest (`100% off`, as `100%25%20off` reads).
  */
 function decodeComponent(component: string): string | UndecodedComponent {
   const spaced = component.replaceAll('+', ' ');
   if (!spaced.includes('%')) {
     return spaced;
   }
+  if (STRAY_PERCENT.test(spaced)) {
+    return { undecoded: component };
+  }
   try {
-    return decodeURIComponent(spaced.replace(STRAY_PERCENT, '%25'));
+    return decodeURIComponent(spaced);
   } catch {
     return { undecoded: component };
   }
@@ -171,12 +177,21 @@ function decodeComponent(component: string): string | UndecodedComponent {
  * escapes do not decode is kept as sent ({@link UndecodedComponent}).
  */
 export function queryParameters(url: string | undefined): QueryParameter[] {
-  const start = url?.indexOf('?') ?? -1;
-  if (url === undefined || start < 0) {
+  if (url === undefined) {
     return [];
   }
-  const query = url.slice(start + 1);
-  const parameters: QueryParameter[] = [];
+  // A fragment no client should send, which Node.js lets through: Express
+  // drops it, Fastify reads it as part of the query. It counts as sent.
+  const hash = url.indexOf('#');
+  const target = hash < 0 ? url : url.slice(0, hash);
+  const fragment: QueryParameter[] =
+    hash < 0 ? [] : [[{ undecoded: '#' }, { undecoded: url.slice(hash + 1) }]];
+  const start = target.indexOf('?');
+  if (start < 0) {
+    return fragment;
+  }
+  const query = target.slice(start + 1);
+  const parameters: QueryParameter[] = fragment;
   for (const pair of query.split('&')) {
     if (pair === '') {
       continue;
@@ -312,7 +327,9 @@ export function selectFields(
     return body;
   }
   const fields = body as Record<string, unknown>;
-  const selected: Record<string, unknown> = {};
+  // Without a prototype: a `__proto__` field of a parsed JSON body is a
+  // field as any other, never the object's prototype.
+  const selected = Object.create(null) as Record<string, unknown>;
   for (const name of include ?? Object.keys(fields)) {
     if (Object.hasOwn(fields, name) && !exclude?.includes(name)) {
       selected[name] = fields[name];
@@ -365,9 +382,16 @@ function withBody(head: string, body: unknown): string | Buffer {
  */
 const FINGERPRINT_VERSION = 'v2:';
 
-/** The name `parameter` sorts by: as decoded, or as sent. */
+/**
+ * The name `parameter` sorts by: as decoded, or as sent, up to its first
+ * `[`. Parameters of one such root keep their order (the sort is stable):
+ * `qs` (Express's `extended` parser, Fastify's `querystringParser`) merges
+ * `a`, `a[]` and `a[0]` into one array in the order they are sent.
+ */
 function sortName([name]: QueryParameter): string {
-  return typeof name === 'string' ? name : name.undecoded;
+  const sent = typeof name === 'string' ? name : name.undecoded;
+  const bracket = sent.indexOf('[');
+  return bracket > 0 ? sent.slice(0, bracket) : sent;
 }
 
 /**

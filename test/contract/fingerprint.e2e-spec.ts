@@ -47,6 +47,19 @@ describe.each(PLATFORMS)('request fingerprints (%s)', (platform) => {
     expect(changed.status).toBe(422);
   });
 
+  it('tells a body with a `__proto__` field from one without on a route that excludes fields (Fastify refuses the first itself)', async () => {
+    const withProto = await send(target, '/fingerprint/exclude', {
+      key: 'exc-proto',
+      body: JSON.parse('{"amount":1,"sentAt":1,"__proto__":{"role":"admin"}}'),
+    });
+    expect(withProto.status).toBe(platform === 'fastify' ? 400 : 201);
+    const without = await send(target, '/fingerprint/exclude', {
+      key: 'exc-proto',
+      body: { amount: 1, sentAt: 1 },
+    });
+    expect(without.status).toBe(platform === 'fastify' ? 201 : 422);
+  });
+
   it('uses a custom fingerprint function', async () => {
     await send(target, '/fingerprint/custom', {
       key: 'cus-1',
@@ -294,6 +307,15 @@ describe.each(PLATFORMS)('request fingerprints (%s)', (platform) => {
         first: '/accounts/I/refund?to=acct%FF1',
         same: '/accounts/I/refund?to=acct%FF1',
         other: '/accounts/I/refund?to=acct%FE1',
+      });
+    });
+
+    it('refuses with 422 a query value with a stray `%` beside an escape under the key of its decoded spelling, which Fastify and qs read apart', async () => {
+      runs.barrier.open();
+      await replaysOnly('query-stray', 'accounts/refund', {
+        first: '/accounts/J/refund?note=100%%20off',
+        same: '/accounts/J/refund?note=100%%20off',
+        other: '/accounts/J/refund?note=100%25%20off',
       });
     });
 
