@@ -69,33 +69,35 @@ export function openedResponse(
 ): IdempotencyResponseView {
   const body = stored.body ?? Buffer.alloc(0);
   const keyId = sealedKeyId(body);
-  if (keyId === undefined) {
-    return {
-      status: stored.status,
-      headers: stored.headers,
-      ...(withBody ? { body } : {}),
-    };
-  }
   if (!privacy?.encrypted) {
-    return {
-      status: stored.status,
-      keyId,
-      unreadable: `it is sealed with key "${keyId}", and no key ring was given to open it`,
-    };
+    return keyId === undefined
+      ? {
+          status: stored.status,
+          headers: stored.headers,
+          ...(withBody ? { body } : {}),
+        }
+      : {
+          status: stored.status,
+          keyId,
+          unreadable: `it is sealed with key "${keyId}", and no key ring was given to open it`,
+        };
   }
+  // With a key ring, as a duplicate reads it: a response stored before
+  // `encryption` was turned on is read only with `readPlaintext`.
+  const sealed = keyId === undefined ? {} : { keyId };
   try {
     const response = privacy.open(scope, key, { ...stored, body });
     return {
       status: response.status,
       headers: response.headers,
       ...(withBody ? { body: response.body } : {}),
-      keyId,
+      ...sealed,
     };
   } catch (error) {
     if (!(error instanceof UnreadableRecordError)) {
       throw error;
     }
-    return { status: stored.status, keyId, unreadable: error.message };
+    return { status: stored.status, ...sealed, unreadable: error.message };
   }
 }
 

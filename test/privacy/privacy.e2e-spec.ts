@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import {
+  IdempotencyAdmin,
   IdempotencyPrivacy,
   type IdempotencyModuleOptions,
 } from '../../src/index.js';
@@ -154,6 +155,25 @@ describe('encryption turned on over records stored in plaintext', () => {
     expect(
       (await send(migrating, '/privacy/card', { key: 'plaintext-old' })).status,
     ).toBe(503);
+  });
+
+  it("shows a plaintext record as each instance's duplicates read it: unreadable by default, whole with readPlaintext", async () => {
+    const first = await send(plain, '/privacy/card', { key: 'plaintext-seen' });
+    expect(first.status).toBe(201);
+    const body = Buffer.from(await first.arrayBuffer());
+    const inspect = (target: TestApp) =>
+      target.app
+        .get(IdempotencyAdmin)
+        .inspect('plaintext-seen', 'global', { body: true });
+    expect((await inspect(strict)).response).toEqual({
+      status: 201,
+      unreadable: expect.stringMatching(/not sealed/) as unknown,
+    });
+    expect((await inspect(migrating)).response).toEqual({
+      status: 201,
+      headers: expect.any(Object) as unknown,
+      body,
+    });
   });
 });
 
