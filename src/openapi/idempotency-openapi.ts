@@ -199,14 +199,34 @@ function keyHeader(
   names: Names,
 ): Record<string, unknown> {
   const { minLength, maxLength, pattern } = options.keyValidation;
+  // A schema's `pattern` has no flags: a pattern whose flags change what it
+  // matches (`i`, `m`, `s`) is said in the description instead.
+  const plain = !/[ims]/.test(pattern.flags);
+  const matches = new RegExp(
+    pattern.source,
+    pattern.flags.replace(/[gy]/g, ''),
+  );
   return {
     name: names.header,
     required: options.required,
-    description: `Unique key of this operation, such as a UUID, as a token or a quoted string (RFC 8941). A retry with the same key and the same request gets the first response again, with \`${names.replayed}: true\`, and never runs twice (a response that was streamed or too large to store comes back with its status, an empty body and \`${IDEMPOTENT_BODY_OMITTED_HEADER}: true\`). ${expiryPolicy(options, names)}${options.required ? '' : ' Without it, the request runs without idempotency.'}`,
-    schema: { type: 'string', minLength, maxLength, pattern: pattern.source },
-    example: '8e03978e-40d5-43e8-bc93-6894a57f9324',
+    description: `Unique key of this operation, such as a UUID, as a token or a quoted string (RFC 8941)${plain ? '' : `, matching \`${String(pattern)}\``}. A retry with the same key and the same request gets the first response again, with \`${names.replayed}: true\`, and never runs twice (a response that was streamed or too large to store comes back with its status, an empty body and \`${IDEMPOTENT_BODY_OMITTED_HEADER}: true\`). ${expiryPolicy(options, names)}${options.required ? '' : ' Without it, the request runs without idempotency.'}`,
+    schema: {
+      type: 'string',
+      minLength,
+      maxLength,
+      ...(plain ? { pattern: pattern.source } : {}),
+    },
+    // Only a key the route takes.
+    ...(EXAMPLE_KEY.length >= minLength &&
+    EXAMPLE_KEY.length <= maxLength &&
+    matches.test(EXAMPLE_KEY)
+      ? { example: EXAMPLE_KEY }
+      : {}),
   };
 }
+
+/** The key the header's documentation shows, where the route takes it. */
+const EXAMPLE_KEY = '8e03978e-40d5-43e8-bc93-6894a57f9324';
 
 /** The status Nest answers a handler with, as `@nestjs/swagger` infers it. */
 function defaultStatus(handler: object): number {

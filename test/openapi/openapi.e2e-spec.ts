@@ -232,6 +232,20 @@ describe.each(PLATFORMS)(
       ]);
     });
 
+    it('says a key pattern with flags in the description rather than as a schema pattern it would not match, and shows no example the route refuses', () => {
+      const [header] = keyHeader(document.paths['/codes'].post);
+      expect(header.schema).toEqual({
+        type: 'string',
+        minLength: 1,
+        maxLength: 64,
+      });
+      expect(header.description).toContain(', matching `/^[a-z]+$/i`.');
+      const [transfers] = keyHeader(document.paths['/transfers'].post);
+      expect(transfers.schema?.example).toBe(
+        '8e03978e-40d5-43e8-bc93-6894a57f9324',
+      );
+    });
+
     it('keeps the response the CLI plugin inferred', () => {
       const operation = document.paths['/invoices'].post;
       expect(operation.responses['201']).toEqual({

@@ -95,6 +95,16 @@ export class TransfersController {
   }
 }
 
+/** Keys of letters, of either case: a pattern with a flag. */
+@Controller('codes')
+@Idempotent({ keyValidation: { maxLength: 64, pattern: /^[a-z]+$/i } })
+export class CodesController {
+  @Post()
+  create() {
+    return { id: 'c-1' };
+  }
+}
+
 /**
  * A controller as the `@nestjs/swagger` CLI plugin compiles it: a static
  * factory with the response type it inferred from the return type.
@@ -113,6 +123,11 @@ export class InvoicesController {
 }
 
 @Module({
-  controllers: [PaymentsController, TransfersController, InvoicesController],
+  controllers: [
+    PaymentsController,
+    TransfersController,
+    CodesController,
+    InvoicesController,
+  ],
 })
 export class OpenApiTestModule {}
