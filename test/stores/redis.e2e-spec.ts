@@ -5,7 +5,10 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { Cluster, Redis, type RedisOptions } from 'ioredis';
 import { IdempotencyConfigurationError } from '../../src/index.js';
 import { RedisIdempotencyStore } from '../../src/stores/redis/index.js';
-import type { ClaimRequest } from '../../src/interfaces/idempotency-store.interface.js';
+import type {
+  AbandonedKey,
+  ClaimRequest,
+} from '../../src/interfaces/idempotency-store.interface.js';
 import { RedisKeys } from '../../src/stores/redis/redis-keys.js';
 import { startRedisCluster } from '../utils/redis-cluster.js';
 import {
@@ -18,7 +21,7 @@ import {
 } from '../utils/redis-server.js';
 import { CLAIM, COMPLETE } from '../../src/stores/redis/redis.scripts.js';
 import { describeIf, describeWithServer } from '../utils/server.js';
-import { until } from '../utils/barrier.js';
+import { Barrier, until } from '../utils/barrier.js';
 import { describeStoreConformance } from './conformance.js';
 import { asTheModuleCallsIt, generationOf } from '../utils/store-handles.js';
 
@@ -723,6 +726,60 @@ function storeTests(server: () => Address): void {
       waiting: false,
     });
     expect(await client.exists(stepsOf('bound-record'))).toBe(0);
+  });
+
+  it('reports the expired steps of each abandoned key once when two instances collect at once', async () => {
+    const keys = ['twice-a', 'twice-b', 'twice-c'];
+    for (const key of keys) {
+      const claim = attempt(key);
+      await store.claim(claim);
+      // Due at once: as if its request had never come back.
+      expect(await store.saveStep(claim, 'charge', `charged ${key}`, 0)).toBe(
+        true,
+      );
+    }
+    // The other instance's collection stops once it has read the steps,
+    // until this one has collected.
+    const other = client.duplicate();
+    const read = new Barrier();
+    const hgetall = other.hgetall.bind(other);
+    Object.assign(other, {
+      hgetall: async (...args: Parameters<Redis['hgetall']>) => {
+        const hash = await hgetall(...args);
+        await read.wait();
+        return hash;
+      },
+    });
+    const instance = asTheModuleCallsIt(
+      new RedisIdempotencyStore(other, { prefix: PREFIX }),
+    );
+    const reported: string[] = [];
+    const report = (key: AbandonedKey) => {
+      if (key.scope === scope) {
+        reported.push(`${key.key}: ${JSON.stringify(key.steps)}`);
+      }
+    };
+    try {
+      const first = instance.collect(1000, report);
+      await Promise.race([read.reached(1), first]);
+      await store.collect(1000, report);
+      read.open();
+      await first;
+      // Whichever collected a key, it was reported once.
+      expect(reported.sort()).toEqual(
+        keys.map(
+          (key) =>
+            `${key}: ${JSON.stringify([{ step: 'charge', result: `charged ${key}` }])}`,
+        ),
+      );
+      expect(
+        await Promise.all(keys.map((key) => client.exists(stepsOf(key)))),
+      ).toEqual([0, 0, 0]);
+    } finally {
+      read.open();
+      await instance.close();
+      await quit(other);
+    }
   });
 
   it('grants a bound claim sent again by its owner through the script, which renews a lease that ended: never by the SET NX that found its value', async () => {

@@ -42,6 +42,15 @@ export class RedisKeys {
   }
 
   /**
+   * Held by the collector that reports the key's expired steps (a string,
+   * its token, with a lease): another one collecting at once skips them,
+   * so that each is reported once.
+   */
+  collecting(id: string): string {
+    return `${this.prefix}{${id}}:collecting`;
+  }
+
+  /**
    * The key's generation (a string): kept beside the record, so that it
    * outlives the leases of the key's claims (see redis.scripts.ts).
    */

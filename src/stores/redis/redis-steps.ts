@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import type {
   AbandonedKey,
   StepLease,
@@ -6,8 +7,21 @@ import { recordIdOf } from './redis-claim.js';
 import { RECORD_ID_LENGTH, RedisKeys } from './redis-keys.js';
 import { fingerprintLine } from './redis-record.js';
 import { parseStep, stepValue } from './redis-step-value.js';
-import { DROP_STEPS, READ_STEP, SAVE_STEP, UNINDEX } from './redis.scripts.js';
+import {
+  DROP_STEPS,
+  READ_STEP,
+  RELEASE_COLLECTING,
+  SAVE_STEP,
+  UNINDEX,
+} from './redis.scripts.js';
 import { runScript, type RedisClient } from './redis-client.js';
+
+/**
+ * How long a collector holds the keys whose steps it reports (ms): far
+ * longer than a batch takes; one that stopped meanwhile leaves them to
+ * the next collection after it.
+ */
+const COLLECTING_LEASE_MS = 60_000;
 
 /**
  * @internal The recovery points (steps) of the Redis store: each key's in
@@ -122,13 +136,34 @@ export class RedisSteps {
     if (due.length === 0) {
       return { removed: 0, more: false };
     }
-    const ids = [
+    const dueIds = [
       ...new Set(
         due
           .filter((_, i) => i % 2 === 0)
           .map((member) => member.slice(0, RECORD_ID_LENGTH)),
       ),
     ];
+    // Each key's steps are read, reported and deleted by one collector at a
+    // time: the one that holds the key's `collecting` lease, taken before
+    // it reads them. Another collecting at once skips the key (what it read
+    // of the index may be gone by the time it reads the steps, or not yet).
+    const token = randomUUID();
+    const held = await Promise.all(
+      dueIds.map((id) =>
+        this.client.set(
+          this.keys.collecting(id),
+          token,
+          'PX',
+          COLLECTING_LEASE_MS,
+          'NX',
+        ),
+      ),
+    );
+    const ids = dueIds.filter((_, i) => held[i] === 'OK');
+    if (ids.length === 0) {
+      // All held by other collectors, which go on with them.
+      return { removed: 0, more: false };
+    }
     const hashes = await Promise.all(
       ids.map((id) => this.client.hgetall(this.keys.steps(id))),
     );
@@ -157,10 +192,26 @@ export class RedisSteps {
         drops.push({ id, pairs });
       }
     });
+    const release = () =>
+      Promise.all(
+        ids.map((id) =>
+          runScript(
+            this.client,
+            RELEASE_COLLECTING,
+            [this.keys.collecting(id)],
+            [token],
+          ),
+        ),
+      );
     // Reported before anything is deleted: a report that throws leaves
     // every step to the next collection.
-    for (const report of reports) {
-      abandoned(report);
+    try {
+      for (const report of reports) {
+        abandoned(report);
+      }
+    } catch (error) {
+      await release().catch(() => undefined);
+      throw error;
     }
     const dropped = await Promise.all(
       drops.map(({ id, pairs }) =>
@@ -172,7 +223,19 @@ export class RedisSteps {
         ),
       ),
     );
-    await runScript(this.client, UNINDEX, [this.keys.stepsIndex], due);
+    // Only the entries of the keys this collection held: another's stay
+    // indexed until it has deleted their steps (or, if it stopped, for
+    // the next collection).
+    const mine = new Set(ids);
+    await runScript(
+      this.client,
+      UNINDEX,
+      [this.keys.stepsIndex],
+      due.filter((_, i) =>
+        mine.has(due[i - (i % 2)].slice(0, RECORD_ID_LENGTH)),
+      ),
+    );
+    await release();
     return {
       removed: dropped.reduce((sum, n) => sum + n, 0),
       more: due.length / 2 >= batchSize,

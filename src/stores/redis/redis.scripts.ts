@@ -326,6 +326,19 @@ return n`,
 );
 
 /**
+ * @internal Lets a key's steps go to other collectors (KEYS[1]: the key's
+ * `collecting` lease), if this collection (ARGV[1], its token) still holds
+ * them.
+ */
+export const RELEASE_COLLECTING = script(
+  'releaseCollecting',
+  `if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+end
+return 0`,
+);
+
+/**
  * @internal Removes entries of the index of steps (KEYS[1]) whose score is
  * still the one collected (a step saved again since has another).
  * ARGV: member, score, member, score...
