@@ -10,6 +10,7 @@ import {
 import { IdempotencyConfigurationError } from '../../src/index.js';
 import { DynamoDbIdempotencyStore } from '../../src/stores/dynamodb/index.js';
 import type {
+  AbandonedKey,
   ClaimRequest,
   StepLease,
 } from '../../src/interfaces/idempotency-store.interface.js';
@@ -881,6 +882,44 @@ describe('the DynamoDB store', () => {
       steps: { M: { charge: expect.any(Object) } },
     });
     expect(removed).toBe(0);
+  });
+
+  it('reports the expired steps of an abandoned key once when two instances collect at once', async () => {
+    const scope = `twice-${randomUUID()}`;
+    const abandoned = { ...attempt('abandoned', scope), leaseMs: 0, ttlMs: 0 };
+    await store.claim(abandoned);
+    expect(await store.saveStep(abandoned, 'charge', 'ch_2', 0)).toBe(true);
+    const reported: string[] = [];
+    const report = (key: AbandonedKey) => {
+      if (key.scope === scope) {
+        reported.push(`${key.key}: ${JSON.stringify(key.steps)}`);
+      }
+    };
+    /** Collects the whole table, from its start. */
+    const collectAll = async (collector: DynamoDbIdempotencyStore) => {
+      for (let more = true; more;) {
+        more = (await collector.collect(100, report)).more;
+      }
+    };
+    // One instance's Scan has read the key when the other collects it all.
+    const first = dynamo.client();
+    let interleaved = false;
+    first.middlewareStack.add(
+      (next, context) => async (args) => {
+        const output = await next(args);
+        if (context.commandName === 'ScanCommand' && !interleaved) {
+          interleaved = true;
+          await collectAll(new DynamoDbIdempotencyStore(client, { tableName }));
+        }
+        return output;
+      },
+      { step: 'initialize', name: 'collectAfterScan' },
+    );
+    await collectAll(new DynamoDbIdempotencyStore(first, { tableName }));
+    expect(interleaved).toBe(true);
+    expect(reported).toEqual([
+      `abandoned: ${JSON.stringify([{ step: 'charge', result: 'ch_2' }])}`,
+    ]);
   });
 
   it('scans the whole table across collections, a page per call, deleting at most a batch per call', async () => {

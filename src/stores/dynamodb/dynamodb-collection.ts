@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import type { AbandonedKey } from '../../interfaces/idempotency-store.interface.js';
 import {
   CLAIMABLE_CONDITION,
@@ -8,6 +9,13 @@ import {
 import { type Item, num, stepsOf, stringOf } from './dynamodb-item.js';
 import type { DynamoDbRecords } from './dynamodb-records.js';
 import { type DynamoDbSdk, loadDynamoDbSdk } from './dynamodb-sdk.js';
+
+/**
+ * How long a collector holds an item whose steps it reports (ms): far
+ * longer than it takes; one that stopped meanwhile leaves the item to the
+ * next collection after it.
+ */
+const COLLECTING_LEASE_MS = 60_000;
 
 /**
  * @internal The collection of expired records and steps: a Scan of the
@@ -73,16 +81,6 @@ export class DynamoDbCollection {
     if (expired.length === 0 && !deleteRecord) {
       return 0;
     }
-    if (expired.length > 0 && inProgress(item)) {
-      abandoned({
-        scope: stringOf(item.scope) ?? '',
-        key: stringOf(item.key) ?? '',
-        steps: expired.map(([step, { result }]) => ({
-          step,
-          result: JSON.parse(result) as unknown,
-        })),
-      });
-    }
     // Deleted only as read: no step saved, no claim taken meanwhile.
     const names: Record<string, string> = {};
     const values: Item = { ':steps': num(steps.length) };
@@ -95,6 +93,61 @@ export class DynamoDbCollection {
       }),
     ];
     const key = { pk: item.pk };
+    if (expired.length > 0 && inProgress(item)) {
+      // Reported by one collector: the one that holds the item's
+      // `collecting` lease, taken as the steps were read. Another one
+      // collecting at once (its Scan read the item too) skips it.
+      const token = randomUUID();
+      const held = await this.records.fenced(
+        new sdk.UpdateItemCommand({
+          TableName: this.records.tableName,
+          Key: key,
+          UpdateExpression:
+            'SET collecting = :token, collecting_until = :until',
+          ConditionExpression: [
+            'attribute_exists(pk)',
+            '(attribute_not_exists(collecting_until) OR collecting_until < :now)',
+            ...unchanged,
+          ].join(' AND '),
+          ExpressionAttributeNames: names,
+          ExpressionAttributeValues: {
+            ...values,
+            ':token': { S: token },
+            ':until': num(now + COLLECTING_LEASE_MS),
+            ':now': num(now),
+          },
+        }),
+      );
+      if (!held) {
+        return 0;
+      }
+      unchanged.push('collecting = :token');
+      values[':token'] = { S: token };
+      try {
+        abandoned({
+          scope: stringOf(item.scope) ?? '',
+          key: stringOf(item.key) ?? '',
+          steps: expired.map(([step, { result }]) => ({
+            step,
+            result: JSON.parse(result) as unknown,
+          })),
+        });
+      } catch (error) {
+        // Left to the next collection at once.
+        await this.records
+          .fenced(
+            new sdk.UpdateItemCommand({
+              TableName: this.records.tableName,
+              Key: key,
+              UpdateExpression: 'REMOVE collecting, collecting_until',
+              ConditionExpression: 'collecting = :token',
+              ExpressionAttributeValues: { ':token': { S: token } },
+            }),
+          )
+          .catch(() => undefined);
+        throw error;
+      }
+    }
     if (deleteRecord) {
       names['#status'] = 'status';
       values[':now'] = num(now);
@@ -122,7 +175,10 @@ export class DynamoDbCollection {
       new sdk.UpdateItemCommand({
         TableName: this.records.tableName,
         Key: key,
-        UpdateExpression: `REMOVE ${expired.map((_, index) => `steps.#s${index}`).join(', ')}`,
+        UpdateExpression: `REMOVE ${[
+          ...expired.map((_, index) => `steps.#s${index}`),
+          ...(values[':token'] ? ['collecting', 'collecting_until'] : []),
+        ].join(', ')}`,
         ConditionExpression: unchanged.join(' AND '),
         ExpressionAttributeNames: names,
         ExpressionAttributeValues: values,
