@@ -47,6 +47,16 @@ const PRISMA_LEVELS: Record<IdempotencyIsolationLevel, PrismaIsolationLevel> = {
   SERIALIZABLE: 'Serializable',
 };
 
+/** @internal Prisma's `level` as PostgreSQL names it. */
+export function sqlLevel(level: PrismaIsolationLevel): string {
+  for (const [sql, prisma] of Object.entries(PRISMA_LEVELS)) {
+    if (prisma === level) {
+      return sql;
+    }
+  }
+  return String(level);
+}
+
 /** @internal `level` as Prisma names it. */
 export function prismaLevel(
   level: IdempotencyIsolationLevel,

@@ -8,7 +8,13 @@ import type { PostgresTransaction } from '../interfaces/postgres-adapter.interfa
 import type { PoolTransaction } from '../pg/pool-transaction.js';
 import { DriverConnection } from './driver-connection.js';
 import { routeTo } from '../pg/routed-pool.js';
-import type { PrismaClientLike } from './prisma-client.js';
+import {
+  sqlLevel,
+  type PrismaClientLike,
+  type PrismaIsolationLevel,
+  type PrismaTransactionOptions,
+} from './prisma-client.js';
+import { ownStatement } from '../core/own-statement.js';
 
 /**
  * How much longer than the module's deadline Prisma's own timeout of the
@@ -188,6 +194,63 @@ export class PrismaHandlerTransaction<Tx>
         'Give PrismaPg the application’s pg.Pool (`new PrismaPg(pool)`), and PrismaIdempotencyAdapter that same pool (its `poolToken`) or none.',
       );
     }
-    this.handle = tx;
+    this.handle = this.withNestedChecked(tx);
+  }
+
+  /**
+   * Prisma's `tx`, whose `$transaction()` (a savepoint of the handler's
+   * transaction) refuses an isolation level other than the transaction's,
+   * which a savepoint cannot change: Prisma would run it at the handler's
+   * level without a word.
+   */
+  private withNestedChecked(tx: Tx): Tx {
+    const nested = (tx as { $transaction?: unknown }).$transaction;
+    if (typeof nested !== 'function') {
+      return tx;
+    }
+    const $transaction = async (
+      work: unknown,
+      options?: PrismaTransactionOptions,
+    ): Promise<unknown> => {
+      if (options?.isolationLevel !== undefined) {
+        await this.joinAt(options.isolationLevel);
+      }
+      return (nested as (...args: unknown[]) => Promise<unknown>).call(
+        tx,
+        work,
+        options,
+      );
+    };
+    return new Proxy(tx as object, {
+      get: (target, property) =>
+        property === '$transaction'
+          ? $transaction
+          : (Reflect.get(target, property) as unknown),
+    }) as Tx;
+  }
+
+  /**
+   * Checks that a nested transaction at Prisma's `level` runs at it: the
+   * transaction's own level, or, when the server's default applies, the
+   * one the server reports.
+   * @throws IdempotencyConfigurationError for another level.
+   */
+  private async joinAt(level: PrismaIsolationLevel): Promise<void> {
+    let current: string | undefined = this.transaction.isolationLevel;
+    if (current === undefined) {
+      const { rows } = await ownStatement(() =>
+        this.transaction.lazyClient.query('SHOW transaction_isolation'),
+      );
+      current = String(
+        (rows[0] as { transaction_isolation: string }).transaction_isolation,
+      ).toUpperCase();
+    }
+    if (current !== sqlLevel(level)) {
+      throw new IdempotencyConfigurationError(
+        `A $transaction() inside an @Idempotent() handler asked for isolation level ${level}, but it joins the handler's transaction (as a savepoint), which runs at ${current}: a savepoint cannot change it.`,
+        `Set the level of the handler's transaction: @Idempotent({ isolationLevel: '${sqlLevel(level)}' }) on the route, or in the module's options.`,
+        `Or run the work in a transaction of its own: IdempotencyContext.newTransaction('${sqlLevel(level)}', fn).`,
+      );
+    }
   }
 }

@@ -50,7 +50,14 @@ export const gates = {
 export const seen: { lateWrite?: unknown; nested?: unknown } = {};
 
 /** How the nesting handler nests. */
-export type Nesting = 'savepoint' | 'failed-savepoint' | 'client';
+export type Nesting =
+  | 'savepoint'
+  | 'failed-savepoint'
+  | 'client'
+  /** A nested `$transaction()` at the handler's level, said. */
+  | 'same-level'
+  /** A nested `$transaction()` at another level than the handler's. */
+  | 'other-level';
 
 @Controller('prisma')
 class PrismaController {
@@ -140,12 +147,21 @@ class PrismaController {
       throw new InternalServerErrorException('the handler failed');
     }
     try {
-      await tx.$transaction(async (inner) => {
-        await inner.ledgerEntry.create({ data: { paymentId: id, amount: 4 } });
-        if (how === 'failed-savepoint') {
-          throw new Error('the nested transaction failed');
-        }
-      });
+      await tx.$transaction(
+        async (inner) => {
+          await inner.ledgerEntry.create({
+            data: { paymentId: id, amount: 4 },
+          });
+          if (how === 'failed-savepoint') {
+            throw new Error('the nested transaction failed');
+          }
+        },
+        how === 'same-level'
+          ? { isolationLevel: 'RepeatableRead' }
+          : how === 'other-level'
+            ? { isolationLevel: 'Serializable' }
+            : undefined,
+      );
     } catch (error) {
       seen.nested = error;
     }

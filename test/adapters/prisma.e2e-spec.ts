@@ -11,7 +11,10 @@
  * refused. The application is in prisma-app.ts.
  */
 import { randomUUID } from 'node:crypto';
-import { IdempotencyService } from '../../src/index.js';
+import {
+  IdempotencyConfigurationError,
+  IdempotencyService,
+} from '../../src/index.js';
 import { Barrier, until } from '../utils/barrier.js';
 import {
   idleInTransaction,
@@ -181,6 +184,7 @@ describe('the Prisma adapter', () => {
   it.each([
     ['commits with the handler', 'savepoint', [4]],
     ['rolls back to its savepoint alone', 'failed-savepoint', []],
+    ["commits with the handler, at the handler's level", 'same-level', [4]],
   ] as const)(
     "runs a nested $transaction as a savepoint of the handler's transaction, which %s",
     async (_what, how, ledger) => {
@@ -190,10 +194,24 @@ describe('the Prisma adapter', () => {
       expect(response.status).toBe(201);
       expect(await rowsOf(target, key)).toEqual(committed([4], ledger));
       expect((seen.nested as Error | undefined)?.message).toBe(
-        how === 'savepoint' ? undefined : 'the nested transaction failed',
+        how === 'failed-savepoint'
+          ? 'the nested transaction failed'
+          : undefined,
       );
     },
   );
+
+  it("refuses a nested $transaction at another isolation level than the handler's, which a savepoint cannot change, before it runs", async () => {
+    const key = randomUUID();
+    seen.nested = undefined;
+    const response = await post(target, 'nested', { key, how: 'other-level' });
+    expect(response.status).toBe(201);
+    expect(await rowsOf(target, key)).toEqual(committed([4], []));
+    expect(seen.nested).toBeInstanceOf(IdempotencyConfigurationError);
+    expect((seen.nested as Error).message).toMatch(
+      /asked for isolation level Serializable, but it joins the handler's transaction \(as a savepoint\), which runs at REPEATABLE READ/,
+    );
+  });
 
   it("commits the PrismaClient's own transactions on their own, whatever becomes of the handler's", async () => {
     const key = randomUUID();
