@@ -7,6 +7,7 @@ import type { DataSource, EntityManager } from 'typeorm';
 import {
   inHandlerTransaction,
   outsideHandlerTransaction,
+  untransactedManager,
 } from '../typeorm/transaction-participants.js';
 import { HandlerTransactionJoin } from './handler-transaction-join.js';
 
@@ -82,7 +83,7 @@ export class IdempotencyTransactionalAdapter extends TransactionalAdapterTypeOrm
         }),
         getFallbackInstance: () =>
           inHandlerTransaction(dataSource)
-            ? (untransacted ??= dataSource.createEntityManager())
+            ? (untransacted ??= untransactedManager(dataSource))
             : adapter.getFallbackInstance(),
       };
     };

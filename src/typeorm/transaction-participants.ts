@@ -1,4 +1,4 @@
-import type { DataSource } from 'typeorm';
+import type { DataSource, EntityManager } from 'typeorm';
 import { handlerContexts } from '../core/handler-context.js';
 import {
   addTransactionParticipant as addParticipant,
@@ -44,4 +44,37 @@ export function inHandlerTransaction(dataSource: DataSource): boolean {
  */
 export function outsideHandlerTransaction<T>(fn: () => T): T {
   return handlerContexts.exit(fn);
+}
+
+/**
+ * @internal A manager of `dataSource` whose statements run outside of the
+ * handler's transaction, in autocommit, wherever they are made: each of
+ * its methods runs out of the handler's context (see
+ * {@link outsideHandlerTransaction}), and the repositories and query
+ * builders it makes are bound to it, or to no runner of the handler's.
+ */
+export function untransactedManager(dataSource: DataSource): EntityManager {
+  const manager = dataSource.createEntityManager();
+  const methods = new Map<PropertyKey, unknown>();
+  return new Proxy(manager, {
+    get(target, property, receiver) {
+      const value = Reflect.get(target, property, receiver) as unknown;
+      if (typeof value !== 'function' || property === 'constructor') {
+        return value;
+      }
+      let method = methods.get(property);
+      if (method === undefined) {
+        const original = value as (...args: unknown[]) => unknown;
+        // Called on the proxy: what the method makes (a repository) holds
+        // the proxy as its manager.
+        method = function (this: unknown, ...args: unknown[]) {
+          return outsideHandlerTransaction(() =>
+            Reflect.apply(original, this, args),
+          );
+        };
+        methods.set(property, method);
+      }
+      return method;
+    },
+  });
 }

@@ -80,7 +80,14 @@ describeCls.each(PLATFORMS)('@nestjs-cls/transactional (%s)', (platform) => {
     // The failed Nested rolled back to its savepoint only.
     expect(await hook).toEqual({
       reference: 'c1',
-      orders: ['required', 'mandatory', 'audit', 'api'],
+      orders: [
+        'required',
+        'mandatory',
+        'audit',
+        'unsupported',
+        'unsupported-repository',
+        'api',
+      ],
       record: 'completed',
     });
     expect(accounts.log).toEqual(['c1: handler returns', 'c1: after commit']);
@@ -100,18 +107,24 @@ describeCls.each(PLATFORMS)('@nestjs-cls/transactional (%s)', (platform) => {
       'required',
       'mandatory',
       'audit',
+      'unsupported',
+      'unsupported-repository',
       'nested',
       'api',
     ]);
   });
 
-  it('rolls everything back but RequiresNew when the handler throws after @Transactional() returned; afterCommit never runs', async () => {
+  it('rolls everything back but RequiresNew and NotSupported when the handler throws after @Transactional() returned; afterCommit never runs', async () => {
     const failed = await send(target, '/accounts', {
       key: 'c3',
       body: { reference: 'c3', fail: true },
     });
     expect(failed.status).toBe(400);
-    expect(await sources('c3')).toEqual(['audit']);
+    expect(await sources('c3')).toEqual([
+      'audit',
+      'unsupported',
+      'unsupported-repository',
+    ]);
     expect(
       await target.db.query(
         `SELECT 1 FROM ${IDEMPOTENCY_TABLE_NAME} WHERE key = 'c3'`,

@@ -75,6 +75,15 @@ export class AccountsService {
     return this.txid();
   }
 
+  /** Outside of any transaction: through the manager and a repository. */
+  @Transactional(Propagation.NotSupported)
+  async unsupported(reference: string): Promise<void> {
+    await this.txHost.tx.insert(Order, { reference, source: 'unsupported' });
+    await this.txHost.tx
+      .getRepository(Order)
+      .insert({ reference, source: 'unsupported-repository' });
+  }
+
   @Transactional(Propagation.Nested)
   async nested(reference: string, fail?: boolean): Promise<void> {
     await this.txHost.tx.insert(Order, { reference, source: 'nested' });
@@ -89,6 +98,7 @@ export class AccountsService {
     const required = await this.required(reference);
     const mandatory = await this.mandatory(reference);
     const audit = await this.audit(reference);
+    await this.unsupported(reference);
     await this.nested(reference, request.failNested).catch(() => undefined);
     await this.txHost.tx.insert(Order, { reference });
     const handler = await this.txid();
