@@ -240,14 +240,28 @@ export class IdempotencyExecutor
     let json: string | undefined;
     try {
       result = await execution.run(() => fn(execution.transaction));
-      // A result JSON cannot hold (a BigInt, a cycle) is the handler's
-      // error: nothing commits, and the key is free for the retry.
-      json = result === undefined ? undefined : JSON.stringify(result);
     } catch (error) {
       const kind = await execution.fail(error);
       throw kind === 'handler'
         ? error
         : new IdempotencyUnavailableException(options.retryAfter);
+    }
+    try {
+      json = result === undefined ? undefined : JSON.stringify(result);
+    } catch (error) {
+      // A result JSON cannot hold (a BigInt, a cycle) is the handler's
+      // error. Where the store completes in the handler's transaction,
+      // nothing of it commits, and the key is free for the retry; on any
+      // other store its effects stay, and a retry must not run it again:
+      // the key's duplicates are refused as not replayable.
+      if (this.store.completesInTransaction) {
+        const kind = await execution.fail(error);
+        throw kind === 'handler'
+          ? error
+          : new IdempotencyUnavailableException(options.retryAfter);
+      }
+      await execution.completeUnreplayable(jsonResponse(undefined).status);
+      throw error;
     }
     await execution.completeWith(jsonResponse(json));
     return { result, replayed: false };

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import {
   IdempotencyConfigurationError,
+  IdempotencyNotReplayableException,
   IdempotencyService,
   type IdempotencyStore,
 } from '../../src/index.js';
@@ -372,6 +373,21 @@ function moduleOnStore(platform: Platform, subjectOf: () => Promise<Subject>) {
       service.run({ key: failedKey }, (manager) => manager.query('x')),
     ).rejects.toThrow(/needs the PostgreSQL store/);
     expect(await service.run({ key: failedKey }, work)).toEqual({ runs: 2 });
+  });
+
+  it('runs the work of IdempotencyService.run() once when its result is not JSON: the caller gets the error, its duplicates are refused as not replayable (the effect stays, outside of any transaction)', async () => {
+    const service = target.app.get(IdempotencyService);
+    const key = randomUUID();
+    let runs = 0;
+    const work = () => {
+      runs += 1;
+      return { total: 1n };
+    };
+    await expect(service.run({ key }, work)).rejects.toThrow(TypeError);
+    await expect(service.run({ key }, work)).rejects.toBeInstanceOf(
+      IdempotencyNotReplayableException,
+    );
+    expect(runs).toBe(1);
   });
 
   describe('with a 1 s lease', () => {
