@@ -33,6 +33,8 @@ export interface LazyRunnerOwner {
    * or was committed, rolled back or abandoned.
    */
   refuses(sql: unknown): Error | undefined;
+  /** Told once a COMMIT it let through went through. */
+  commitSent(): void;
 }
 
 /**
@@ -97,7 +99,16 @@ export function lazyQueryRunners(dataSource: DataSource): LazyQueryRunners {
     // after (TypeORM would only say that the runner was released).
     override query(...args: unknown[]): Promise<unknown> {
       const refused = this.owner.refuses(args[0]);
-      return refused ? Promise.reject(refused) : super.query(...args);
+      if (refused) {
+        return Promise.reject(refused);
+      }
+      const sent = super.query(...args);
+      return args[0] === 'COMMIT'
+        ? sent.then((result) => {
+            this.owner.commitSent();
+            return result;
+          })
+        : sent;
     }
 
     connectToPool(): Promise<PoolClient> {

@@ -15,6 +15,7 @@ import {
   TransactionLostError,
 } from '../core/transaction.errors.js';
 import { TransactionHooks } from '../core/transaction-hooks.js';
+import { handlerContexts } from '../core/handler-context.js';
 import { EndedUnderneath } from '../pg/ended-underneath.js';
 import type { TransactionGate } from '../pg/transaction-gate.js';
 import {
@@ -30,6 +31,30 @@ import type {
 } from './lazy-query-runner.js';
 
 type State = 'idle' | 'open' | 'ended' | 'abandoned';
+
+/**
+ * The connection of a handler's transaction as its TypeORM runner sends
+ * statements on it (`query()`, all the runner uses of it), each checked
+ * by the transaction as it is sent. An object of its own, not one made
+ * from the connection: a connection made a prototype would change shape
+ * for the driver.
+ */
+class GuardedClient {
+  constructor(
+    private readonly transaction: LazyTransaction,
+    private readonly client: PoolClient,
+  ) {}
+
+  query(...args: unknown[]): unknown {
+    const refused = this.transaction.refuses(args[0]);
+    if (refused) {
+      throw refused;
+    }
+    return (
+      this.client as unknown as { query(...args: unknown[]): unknown }
+    ).query(...args);
+  }
+}
 
 const logger = new Logger('Idempotency');
 
@@ -55,8 +80,10 @@ export class LazyTransaction implements HandlerTransaction, LazyRunnerOwner {
   private closing = false;
   /** Set while TypeORM commits for the module: its COMMIT is the module's. */
   private committing = false;
+  /** Set once the module's COMMIT went through. */
+  private committed = false;
   /** The connection as the runner's statements get it (see {@link guard}). */
-  private guarded: PoolClient | undefined;
+  private guarded: GuardedClient | undefined;
   private opening: Promise<PoolClient> | undefined;
   private holdsPlace = false;
   private readonly hooks = new TransactionHooks();
@@ -123,11 +150,26 @@ export class LazyTransaction implements HandlerTransaction, LazyRunnerOwner {
    * statement after it.
    */
   refuses(sql: unknown): Error | undefined {
-    if (this.committing && sql === 'COMMIT') {
-      this.closing = true;
-      return undefined;
+    // The module's commit runs out of the handler's context: its COMMIT,
+    // and TypeORM's subscribers around it (after it, in autocommit, as
+    // ever); the handler's own work still running is refused.
+    if (this.committing) {
+      if (sql === 'COMMIT') {
+        this.closing = true;
+        return undefined;
+      }
+      if (handlerContexts.getStore()?.transaction !== this) {
+        return undefined;
+      }
     }
     return this.closed;
+  }
+
+  /** @internal Told by its runner once a COMMIT it sent went through. */
+  commitSent(): void {
+    if (this.committing) {
+      this.committed = true;
+    }
   }
 
   /**
@@ -191,12 +233,27 @@ export class LazyTransaction implements HandlerTransaction, LazyRunnerOwner {
         throw this.underneath.error ?? new TransactionLostError();
       }
       if (this.client && this.runner?.isTransactionActive) {
+        if (this.runner.transactionDepth > 1) {
+          // A transaction the handler opened (`manager.transaction()`) has
+          // not ended: TypeORM would only release its savepoint, and hand
+          // the connection back to the pool inside the transaction.
+          throw new TransactionLostError();
+        }
         this.underneath.committing = true;
-        // Statements of TypeORM's subscribers before the commit still go.
         this.committing = true;
         await this.runner.commitTransaction();
       }
     } catch (error) {
+      if (this.committed) {
+        // A subscriber of TypeORM's failed after the COMMIT: the
+        // transaction committed all the same.
+        logger.warn(
+          `A TypeORM subscriber failed after the commit of an idempotent request (its outcome stands): ${(error as Error)?.message ?? String(error)}`,
+        );
+        await this.end('ended');
+        this.hooks.end({ committed: true });
+        return;
+      }
       // The server may have ended the session in answer to the COMMIT (an
       // administrator's termination, a shutdown), before the driver has
       // seen its socket close: taken back, the connection would be the
@@ -339,18 +396,8 @@ export class LazyTransaction implements HandlerTransaction, LazyRunnerOwner {
    * writing beside one that failed). Made once a transaction.
    */
   private guard(client: PoolClient): PoolClient {
-    this.guarded ??= Object.assign(Object.create(client) as PoolClient, {
-      query: (...args: unknown[]) => {
-        const refused = this.refuses(args[0]);
-        if (refused) {
-          throw refused;
-        }
-        return (
-          client as unknown as { query(...args: unknown[]): unknown }
-        ).query(...args);
-      },
-    });
-    return this.guarded;
+    this.guarded ??= new GuardedClient(this, client);
+    return this.guarded as unknown as PoolClient;
   }
 
   /**

@@ -1,4 +1,8 @@
-import { EntityManager } from 'typeorm';
+import {
+  EntityManager,
+  type EntitySubscriberInterface,
+  type TransactionCommitEvent,
+} from 'typeorm';
 import { IDEMPOTENCY_TABLE_NAME } from '../../migrations/index.js';
 import {
   PLATFORMS,
@@ -162,6 +166,66 @@ describe.each(PLATFORMS)('the shared transaction (%s)', (platform) => {
       expect(await orders(key)).toHaveLength(fail ? 0 : 1);
     },
   );
+
+  it('answers 503 and commits nothing when the handler returns with a transaction of its own still open, and never hands the pool a connection inside it', async () => {
+    service.nestedStarted = new Barrier();
+    service.nestedHeld = new Barrier();
+    const answer = await send(target, '/unfinished', {
+      key: 'unfinished-1',
+      body: { reference: 'unfinished' },
+    });
+    expect(answer.status).toBe(503);
+    service.nestedHeld.open();
+    // Its end fails: the handler's transaction is gone.
+    expect(await service.nested).not.toBe('committed');
+    expect(await orders('unfinished')).toEqual([]);
+    expect(await records('unfinished-1')).toEqual([]);
+    // Every connection of the pool is outside of any transaction.
+    const fresh = await Promise.all(
+      Array.from({ length: 10 }, () =>
+        target.dataSource.query(
+          'SELECT now() = statement_timestamp() AS fresh, pg_sleep(0.01)',
+        ),
+      ),
+    );
+    expect(fresh.map(([row]) => (row as { fresh: boolean }).fresh)).toEqual(
+      Array.from({ length: 10 }, () => true),
+    );
+  });
+
+  it("lets TypeORM's subscribers write after the commit, as ever: the request succeeds and its record is completed", async () => {
+    let audit = true;
+    const subscriber: EntitySubscriberInterface = {
+      async afterTransactionCommit(event: TransactionCommitEvent) {
+        if (audit) {
+          audit = false;
+          await event.queryRunner.query(
+            `INSERT INTO orders (reference, source) VALUES ('subscribed', 'after-commit')`,
+          );
+        }
+      },
+    };
+    target.dataSource.subscribers.push(subscriber);
+    try {
+      const answer = await send(target, '/orders', {
+        key: 'subscribed-1',
+        body: { reference: 'subscribed' },
+      });
+      expect(answer.status).toBe(201);
+      expect((await orders('subscribed')).map((o) => o.source)).toEqual([
+        'api',
+        'after-commit',
+      ]);
+      expect(await records('subscribed-1')).toEqual([
+        { status: 'completed', response_status: 201 },
+      ]);
+    } finally {
+      target.dataSource.subscribers.splice(
+        target.dataSource.subscribers.indexOf(subscriber),
+        1,
+      );
+    }
+  });
 
   it('leaves undecorated routes untouched: their writes autocommit as before', async () => {
     const response = await send(target, '/plain', {

@@ -86,6 +86,36 @@ export class OrdersService {
     return order;
   }
 
+  /** Opened once `/unfinished`'s own transaction has written. */
+  nestedStarted = new Barrier();
+  /** Where `/unfinished`'s own transaction waits, not awaited by it. */
+  nestedHeld = new Barrier();
+  /** What became of `/unfinished`'s own transaction. */
+  nested: Promise<string> | undefined;
+
+  /**
+   * A row, then a transaction of its own (a savepoint of the handler's)
+   * that it does not await: the handler returns while it is open.
+   */
+  async unfinished(request: OrderRequest): Promise<{ ok: true }> {
+    await this.orders.insert({ reference: request.reference });
+    this.nested = this.dataSource.manager
+      .transaction(async (manager) => {
+        await manager.insert(Order, {
+          reference: request.reference,
+          source: 'nested',
+        });
+        this.nestedStarted.open();
+        await this.nestedHeld.wait();
+      })
+      .then(
+        () => 'committed',
+        (error: Error) => error.name,
+      );
+    await this.nestedStarted.whenOpen();
+    return { ok: true };
+  }
+
   /** One insert of `reference` per data access style. */
   private styles(reference: string): Record<string, () => Promise<unknown>> {
     return {
@@ -173,6 +203,12 @@ export class OrdersController {
   @Idempotent()
   everyStyle(@Body() body: OrderRequest) {
     return this.orders.everyStyle(body);
+  }
+
+  @Post('unfinished')
+  @Idempotent()
+  unfinished(@Body() body: OrderRequest) {
+    return this.orders.unfinished(body);
   }
 
   @Post('late')
