@@ -109,8 +109,14 @@ describe('requestFingerprint', () => {
     // qs: `a`, `a[]` and `a[0]` are one array, in the order sent.
     expect(query('/x?a[]=x&a[0]=y')).not.toBe(query('/x?a[0]=y&a[]=x'));
     expect(query('/x?ids=1&ids[]=2')).not.toBe(query('/x?ids[]=2&ids=1'));
-    // Parameters of other names still in any order.
+    // Parameters of other names still in any order, object names too.
     expect(query('/x?b[c]=1&a=2')).toBe(query('/x?a=2&b[c]=1'));
+    expect(query('/x?page[size]=10&page[number]=2')).toBe(
+      query('/x?page[number]=2&page[size]=10'),
+    );
+    expect(query('/x?page[size]=10&page-token=x')).toBe(
+      query('/x?page-token=x&page[size]=10'),
+    );
   });
 
   it('tells a string body from the JSON of the same text, and no body from an empty one', () => {

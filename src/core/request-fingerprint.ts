@@ -382,16 +382,20 @@ function withBody(head: string, body: unknown): string | Buffer {
  */
 const FINGERPRINT_VERSION = 'v2:';
 
+/** A name `qs` may merge into an array: `a`, `a[]`, `a[0]` (its root `a`). */
+const ARRAY_NAME = /^([^[]+)(?:\[\d*\])+$/;
+
 /**
- * The name `parameter` sorts by: as decoded, or as sent, up to its first
- * `[`. Parameters of one such root keep their order (the sort is stable):
- * `qs` (Express's `extended` parser, Fastify's `querystringParser`) merges
- * `a`, `a[]` and `a[0]` into one array in the order they are sent.
+ * The name `parameter` sorts by: as decoded, or as sent; for an array
+ * name (`a[]`, `a[0]`), its root. Parameters of one root keep their order
+ * (the sort is stable): `qs` (Express's `extended` parser, Fastify's
+ * `querystringParser`) merges `a`, `a[]` and `a[0]` into one array in the
+ * order they are sent. Object names (`page[size]`) sort whole: their order
+ * does not count.
  */
 function sortName([name]: QueryParameter): string {
   const sent = typeof name === 'string' ? name : name.undecoded;
-  const bracket = sent.indexOf('[');
-  return bracket > 0 ? sent.slice(0, bracket) : sent;
+  return ARRAY_NAME.exec(sent)?.[1] ?? sent;
 }
 
 /**
