@@ -200,8 +200,9 @@ function keyHeader(
 ): Record<string, unknown> {
   const { minLength, maxLength, pattern } = options.keyValidation;
   // A schema's `pattern` has no flags: a pattern whose flags change what it
-  // matches (`i`, `m`, `s`) is said in the description instead.
-  const plain = !/[ims]/.test(pattern.flags);
+  // matches (`i`, `m`, `s`) or how it reads (`v`) is said in the
+  // description instead.
+  const plain = !/[imsv]/.test(pattern.flags);
   const matches = new RegExp(
     pattern.source,
     pattern.flags.replace(/[gy]/g, ''),

@@ -4,6 +4,7 @@ import { Redis } from 'ioredis';
 import { runCli } from '../../src/cli/idempotency.cli.js';
 import { IdempotencyContext, Idempotent } from '../../src/index.js';
 import { RedisIdempotencyStore } from '../../src/stores/redis/index.js';
+import { encodeCursor } from '../../src/stores/record-cursor.js';
 import { Barrier } from '../utils/barrier.js';
 import { keysOf } from '../utils/redis-server.js';
 import { describeWithServer } from '../utils/server.js';
@@ -191,5 +192,15 @@ describeRedis('the command line, on a Redis store of a running app', () => {
     expect(await keysOf(client, prefix)).toEqual([
       expect.stringMatching(/steps-due$/),
     ]);
+  });
+
+  it('refuses a cursor of no node of the deployment as a usage error, as on PostgreSQL', async () => {
+    const refused = await cli(
+      'list',
+      '--cursor',
+      encodeCursor(['nowhere:1', '0', '']),
+    );
+    expect(refused.code).toBe(2);
+    expect(refused.err).toMatch(/names no node of this Redis deployment/);
   });
 });

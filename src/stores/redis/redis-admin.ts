@@ -7,7 +7,7 @@ import type {
   RecordSummary,
   ResetOutcome,
 } from '../../interfaces/idempotency-store.interface.js';
-import { IdempotencyAdminError } from '../../exceptions/idempotency-admin.errors.js';
+import { IdempotencyAdminInputError } from '../../exceptions/idempotency-admin.errors.js';
 import { ForgetPasses } from '../forget-passes.js';
 import { decodeCursor, encodeCursor } from '../record-cursor.js';
 import {
@@ -259,7 +259,7 @@ export class RedisAdmin {
         ? 0
         : nodes.findIndex((client) => address(client) === position[0]);
     if (node < 0 || (position.length > 0 && position.length !== 3)) {
-      throw new IdempotencyAdminError(
+      throw new IdempotencyAdminInputError(
         `The cursor "${query.cursor}" names no node of this Redis deployment: list again from the first page.`,
       );
     }
