@@ -47,6 +47,8 @@ export class PrismaHandlerTransaction<Tx>
   implements HandlerTransaction, PostgresTransaction
 {
   private handle: Tx | undefined;
+  /** The server's level of the transaction, once read (see `joinAt`). */
+  private serverLevel: string | undefined;
   private opening: Promise<void> | undefined;
   /**
    * Ends Prisma's side, committed (`true`) or rolled back: Prisma's own
@@ -238,12 +240,15 @@ export class PrismaHandlerTransaction<Tx>
   private async joinAt(level: PrismaIsolationLevel): Promise<void> {
     let current: string | undefined = this.transaction.isolationLevel;
     if (current === undefined) {
-      const { rows } = await ownStatement(() =>
-        this.transaction.lazyClient.query('SHOW transaction_isolation'),
-      );
-      current = String(
-        (rows[0] as { transaction_isolation: string }).transaction_isolation,
-      ).toUpperCase();
+      this.serverLevel ??= await ownStatement(async () => {
+        const { rows } = await this.transaction.lazyClient.query(
+          'SHOW transaction_isolation',
+        );
+        return String(
+          (rows[0] as { transaction_isolation: string }).transaction_isolation,
+        ).toUpperCase();
+      });
+      current = this.serverLevel;
     }
     if (current !== sqlLevel(level)) {
       throw new IdempotencyConfigurationError(
