@@ -144,7 +144,12 @@ export class PoolTransaction<Handle>
       if (client) {
         this.underneath.committing = true;
         this.closing = true;
-        await client.query('COMMIT');
+        // After a failed statement the server answers `ROLLBACK`, with no
+        // error: nothing committed.
+        const { command } = await client.query('COMMIT');
+        if (command !== 'COMMIT') {
+          throw new TransactionLostError();
+        }
       }
     } catch (error) {
       // The session may be gone, or the transaction still open on it: the

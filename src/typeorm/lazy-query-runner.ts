@@ -33,8 +33,6 @@ export interface LazyRunnerOwner {
    * or was committed, rolled back or abandoned.
    */
   refuses(sql: unknown): Error | undefined;
-  /** Told once a COMMIT it let through went through. */
-  commitSent(): void;
 }
 
 /**
@@ -102,13 +100,7 @@ export function lazyQueryRunners(dataSource: DataSource): LazyQueryRunners {
       if (refused) {
         return Promise.reject(refused);
       }
-      const sent = super.query(...args);
-      return args[0] === 'COMMIT'
-        ? sent.then((result) => {
-            this.owner.commitSent();
-            return result;
-          })
-        : sent;
+      return super.query(...args);
     }
 
     connectToPool(): Promise<PoolClient> {

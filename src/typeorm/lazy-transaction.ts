@@ -50,9 +50,19 @@ class GuardedClient {
     if (refused) {
       throw refused;
     }
-    return (
+    const sent = (
       this.client as unknown as { query(...args: unknown[]): unknown }
     ).query(...args);
+    // A COMMIT the server answered as such: after a failed statement, it
+    // answers `ROLLBACK`, with no error.
+    return args[0] === 'COMMIT'
+      ? (sent as Promise<{ command?: string }>).then((result) => {
+          if (result.command === 'COMMIT') {
+            this.transaction.commitSent();
+          }
+          return result;
+        })
+      : sent;
   }
 }
 
@@ -154,18 +164,20 @@ export class LazyTransaction implements HandlerTransaction, LazyRunnerOwner {
     // and TypeORM's subscribers around it (after it, in autocommit, as
     // ever); the handler's own work still running is refused.
     if (this.committing) {
-      if (sql === 'COMMIT') {
+      // Nothing of the handler's own once the module commits: a statement
+      // sent then (a savepoint) could change what TypeORM's commit sends.
+      if (handlerContexts.getStore()?.transaction === this) {
+        return this.closed ?? new TransactionClosedError();
+      }
+      if (sql === 'COMMIT' && this.phase === 'open') {
         this.closing = true;
-        return undefined;
       }
-      if (handlerContexts.getStore()?.transaction !== this) {
-        return undefined;
-      }
+      return undefined;
     }
     return this.closed;
   }
 
-  /** @internal Told by its runner once a COMMIT it sent went through. */
+  /** @internal Told once a COMMIT sent for it went through. */
   commitSent(): void {
     if (this.committing) {
       this.committed = true;
@@ -242,6 +254,11 @@ export class LazyTransaction implements HandlerTransaction, LazyRunnerOwner {
         this.underneath.committing = true;
         this.committing = true;
         await this.runner.commitTransaction();
+        if (!this.committed) {
+          // No COMMIT went through: TypeORM sent none (a savepoint's
+          // release instead), or the server answered it with a ROLLBACK.
+          throw new TransactionLostError();
+        }
       }
     } catch (error) {
       if (this.committed) {
@@ -250,7 +267,12 @@ export class LazyTransaction implements HandlerTransaction, LazyRunnerOwner {
         logger.warn(
           `A TypeORM subscriber failed after the commit of an idempotent request (its outcome stands): ${(error as Error)?.message ?? String(error)}`,
         );
-        await this.end('ended');
+        // Closed rather than pooled: the subscriber may have left a
+        // transaction of its own open on it.
+        await this.end(
+          'ended',
+          error instanceof Error ? error : new Error(String(error)),
+        );
         this.hooks.end({ committed: true });
         return;
       }
