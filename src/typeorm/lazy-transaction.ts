@@ -245,18 +245,14 @@ export class LazyTransaction implements HandlerTransaction, LazyRunnerOwner {
         throw this.underneath.error ?? new TransactionLostError();
       }
       if (this.client && this.runner?.isTransactionActive) {
-        if (this.runner.transactionDepth > 1) {
-          // A transaction the handler opened (`manager.transaction()`) has
-          // not ended: TypeORM would only release its savepoint, and hand
-          // the connection back to the pool inside the transaction.
-          throw new TransactionLostError();
-        }
         this.underneath.committing = true;
         this.committing = true;
         await this.runner.commitTransaction();
         if (!this.committed) {
-          // No COMMIT went through: TypeORM sent none (a savepoint's
-          // release instead), or the server answered it with a ROLLBACK.
+          // No COMMIT went through: TypeORM sent none (only the release of
+          // the savepoint of a transaction the handler left open), or the
+          // server answered it with a ROLLBACK. The connection is closed,
+          // never pooled inside the transaction.
           throw new TransactionLostError();
         }
       }

@@ -18,6 +18,7 @@ import { PoolTransaction } from '../../src/pg/pool-transaction.js';
 import { LazyTransaction } from '../../src/typeorm/lazy-transaction.js';
 import { lazyQueryRunners } from '../../src/typeorm/lazy-query-runner.js';
 import { Barrier } from '../utils/barrier.js';
+import { pooledOutsideTransactions } from '../utils/sessions.js';
 import {
   createTestDatabase,
   type TestDatabase,
@@ -169,17 +170,9 @@ describe('the end of a handler transaction on TypeORM', () => {
     expect(outcomes).toEqual([{ committed: true }]);
     expect(await written('savepoint')).toEqual(['savepoint:in']);
     // Every pooled connection is outside of any transaction.
-    const fresh = await Promise.all(
-      [1, 2].map(() =>
-        dataSource.query(
-          'SELECT now() = statement_timestamp() AS fresh, pg_sleep(0.01)',
-        ),
-      ),
-    );
-    expect(fresh.map(([row]) => (row as { fresh: boolean }).fresh)).toEqual([
-      true,
-      true,
-    ]);
+    expect(
+      await pooledOutsideTransactions((sql) => dataSource.query(sql), 2),
+    ).toEqual([true, true]);
   });
 
   it('fails the commit that the server answered with a ROLLBACK (a statement of the transaction failed): nothing committed, and not told as committed', async () => {

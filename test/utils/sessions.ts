@@ -196,3 +196,27 @@ export async function untilPresenceRestored(
   );
   return pid;
 }
+
+/**
+ * Whether each of `count` statements sent at once through `query` (an
+ * application's pool, outside of any handler) runs outside of any
+ * transaction: none lands on a pooled connection left inside one. Each
+ * holds its connection for 10 ms on the server, so that the statements
+ * overlap and take every idle connection; one that did not overlap could
+ * only miss a connection, never fail.
+ */
+export async function pooledOutsideTransactions(
+  query: (sql: string) => Promise<unknown>,
+  count: number,
+): Promise<boolean[]> {
+  const rows = await Promise.all(
+    Array.from(
+      { length: count },
+      () =>
+        query(
+          'SELECT now() = statement_timestamp() AS fresh, pg_sleep(0.01)',
+        ) as Promise<Array<{ fresh: boolean }>>,
+    ),
+  );
+  return rows.map(([row]) => row.fresh);
+}
