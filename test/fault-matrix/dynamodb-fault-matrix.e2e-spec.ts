@@ -85,8 +85,18 @@ function requestOf(
           sent.input.ProjectionExpression === 'steps.#step'
         );
       };
-    case 'step save':
-      return update((expression) => expression.includes('steps.#step = :step'));
+    // The write that stores the step: the store's first write is refused
+    // when an earlier write bound the key longer (its hold was read a
+    // moment later), and its second stores the step; a fault after the
+    // first would be one before the step's save.
+    case 'step save': {
+      const saving = update((expression) =>
+        expression.includes('steps.#step = :step'),
+      );
+      return (request) =>
+        saving(request) &&
+        (request.answered === undefined || request.answered === 200);
+    }
     case 'completion':
       return finishing('completed');
     case 'stored error':

@@ -75,11 +75,15 @@ export class ArmedFaults<Call, Timing extends string> {
   }
 
   /**
-   * The first armed fault that `call` matches, now hit and no longer armed
-   * (later calls pass), or `undefined` if none does.
+   * The first armed fault that `call` matches (of `timing`, if given), now
+   * hit and no longer armed (later calls pass), or `undefined` if none does.
    */
-  take(call: Call): HitFault<Call, Timing> | undefined {
-    const armed = this.waiting.find((candidate) => candidate.matches(call));
+  take(call: Call, timing?: Timing): HitFault<Call, Timing> | undefined {
+    const armed = this.waiting.find(
+      (candidate) =>
+        (timing === undefined || candidate.timing === timing) &&
+        candidate.matches(call),
+    );
     if (!armed) {
       return undefined;
     }

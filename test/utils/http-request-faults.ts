@@ -15,6 +15,13 @@ export interface HttpRequestView {
   readonly url: string;
   readonly headers: IncomingHttpHeaders;
   readonly body: Buffer;
+  /**
+   * The status of the server's answer, for a fault `after` (matched once
+   * the server answered): a request refused by the server (a failed
+   * condition) took no effect, and a fault meant for one that took effect
+   * can pass it by.
+   */
+  readonly answered?: number;
 }
 
 /**
@@ -66,10 +73,10 @@ export class HttpRequestFaults {
           headers: request.headers,
           body: await bodyOf(request),
         };
-        const fault = this.armed.take(view);
-        if (fault?.timing === 'before') {
+        const early = this.armed.take(view, 'before');
+        if (early) {
           request.socket.destroy();
-          fault.injected();
+          early.injected();
           return;
         }
         const forwarded = httpRequest({
@@ -92,6 +99,10 @@ export class HttpRequestFaults {
           return;
         }
         const body = await bodyOf(answer);
+        const fault = this.armed.take(
+          { ...view, answered: answer.statusCode },
+          'after',
+        );
         if (fault) {
           request.socket.destroy();
           fault.injected();
