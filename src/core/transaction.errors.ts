@@ -46,6 +46,21 @@ export class TransactionClosedError extends TransactionLostError {
 }
 
 /**
+ * @internal Raised at the module's commit when the handler returned with a
+ * transaction of its own still open inside its transaction (a savepoint: a
+ * nested transaction it did not await, or a `SAVEPOINT` sent by hand and
+ * never released): nothing of the attempt commits, neither the nested
+ * transaction's work so far nor the rest.
+ */
+export class TransactionUnfinishedError extends TransactionLostError {
+  constructor(savepoint: string) {
+    super();
+    this.message = `The @Idempotent() handler returned while a transaction it opened inside its own (savepoint "${savepoint}": a nested transaction it did not await, or a SAVEPOINT never released) was still open: nothing of the attempt commits. Await nested transactions before the handler returns, and release or roll back the savepoints it sends`;
+    this.name = 'TransactionUnfinishedError';
+  }
+}
+
+/**
  * @internal Raised by a statement of a handler that the module abandoned (its
  * deadline passed): nothing it does commits any more.
  */

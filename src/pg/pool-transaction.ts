@@ -20,6 +20,7 @@ import {
   type DriverClient,
 } from './cancel-statement.js';
 import { EndedUnderneath } from './ended-underneath.js';
+import { OpenSavepoints } from './open-savepoints.js';
 import type { TransactionGate } from './transaction-gate.js';
 
 const logger = new Logger('Idempotency');
@@ -69,6 +70,7 @@ export class PoolTransaction<Handle>
    */
   private closing = false;
   private readonly underneath = new EndedUnderneath();
+  private readonly savepoints = new OpenSavepoints();
   private handle: Handle | undefined;
   private readonly hooks = new TransactionHooks();
   private readonly onError = () => {
@@ -142,8 +144,9 @@ export class PoolTransaction<Handle>
         throw this.underneath.error ?? new TransactionLostError();
       }
       if (client) {
-        this.underneath.committing = true;
         this.closing = true;
+        this.savepoints.refuseCommit();
+        this.underneath.committing = true;
         // After a failed statement the server answers `ROLLBACK`, with no
         // error: nothing committed.
         const { command } = await client.query('COMMIT');
@@ -236,6 +239,7 @@ export class PoolTransaction<Handle>
     if (this.closing) {
       throw this.closedError();
     }
+    this.savepoints.see(args[0]);
     return client.query(...args);
   }
 

@@ -17,6 +17,7 @@ import {
 import { TransactionHooks } from '../core/transaction-hooks.js';
 import { handlerContexts } from '../core/handler-context.js';
 import { EndedUnderneath } from '../pg/ended-underneath.js';
+import { OpenSavepoints } from '../pg/open-savepoints.js';
 import type { TransactionGate } from '../pg/transaction-gate.js';
 import {
   cancelStatement,
@@ -50,6 +51,7 @@ class GuardedClient {
     if (refused) {
       throw refused;
     }
+    this.transaction.savepoints.see(args[0]);
     const sent = (
       this.client as unknown as { query(...args: unknown[]): unknown }
     ).query(...args);
@@ -100,6 +102,8 @@ export class LazyTransaction implements HandlerTransaction, LazyRunnerOwner {
   /** The level the transaction runs at, once read from the server. */
   private serverLevel: string | undefined;
   private readonly underneath = new EndedUnderneath();
+  /** @internal The savepoints its statements left open. */
+  readonly savepoints = new OpenSavepoints();
 
   constructor(
     /** The DataSource whose connection it holds. */
@@ -245,6 +249,8 @@ export class LazyTransaction implements HandlerTransaction, LazyRunnerOwner {
         throw this.underneath.error ?? new TransactionLostError();
       }
       if (this.client && this.runner?.isTransactionActive) {
+        this.closing = true;
+        this.savepoints.refuseCommit();
         this.underneath.committing = true;
         this.committing = true;
         await this.runner.commitTransaction();

@@ -30,7 +30,16 @@ export type PaymentFault =
    */
   | 'rollback-chain'
   /** The same with `COMMIT; BEGIN`, in one simple query. */
-  | 'commit-begin';
+  | 'commit-begin'
+  /**
+   * Writes its ledger entries in a savepoint (`SAVEPOINT nested`) that it
+   * never releases, as a nested transaction it did not await would.
+   */
+  | 'savepoint-open'
+  /** The same, released (`"Nested"`, quoted): the entries commit. */
+  | 'savepoint-released'
+  /** The same, rolled back to (`ROLLBACK TO`): the entries are undone. */
+  | 'savepoint-rolled-back';
 
 /** What each fault sends by hand between the payment and the ledger. */
 const ENDS: Partial<Record<PaymentFault, string>> = {
@@ -38,6 +47,13 @@ const ENDS: Partial<Record<PaymentFault, string>> = {
   'commit-chain': 'COMMIT AND CHAIN',
   'rollback-chain': 'ROLLBACK AND CHAIN',
   'commit-begin': 'COMMIT; BEGIN',
+};
+
+/** What each savepoint fault sends around the ledger entries. */
+const AROUND: Partial<Record<PaymentFault, readonly string[]>> = {
+  'savepoint-open': ['SAVEPOINT nested'],
+  'savepoint-released': ['SAVEPOINT "Nested"', 'RELEASE SAVEPOINT "Nested"'],
+  'savepoint-rolled-back': ['savepoint nested', 'ROLLBACK TO nested'],
 };
 
 /**
@@ -67,11 +83,18 @@ export class PaymentsController {
     if (body.fault === 'rollback-chain') {
       return { id, amount: body.amount, note: `paid ${body.amount}` };
     }
+    const [open, close] = (body.fault && AROUND[body.fault]) || [];
+    if (open) {
+      await this.writer.raw(open);
+    }
     await this.writer.insertLedger(id, body.amount);
     await this.writer.insertLedger(
       body.fault === 'deferred' ? -id : id,
       -body.amount,
     );
+    if (close) {
+      await this.writer.raw(close);
+    }
     if (body.fault === 'terminate') {
       await this.terminate(await this.writer.backendPid());
     }

@@ -1,0 +1,66 @@
+import { TransactionUnfinishedError } from '../core/transaction.errors.js';
+import { OpenSavepoints } from './open-savepoints.js';
+
+/** The savepoints left open once `statements` were sent, innermost last. */
+function openAfter(...statements: unknown[]): string | undefined {
+  const savepoints = new OpenSavepoints();
+  for (const statement of statements) {
+    savepoints.see(statement);
+  }
+  try {
+    savepoints.refuseCommit();
+    return undefined;
+  } catch (error) {
+    expect(error).toBeInstanceOf(TransactionUnfinishedError);
+    return /savepoint "(.*)"/.exec((error as Error).message)?.[1];
+  }
+}
+
+describe('OpenSavepoints', () => {
+  it('lets a transaction with no savepoint commit', () => {
+    expect(openAfter('INSERT INTO t VALUES (1)', 'SELECT 1')).toBeUndefined();
+  });
+
+  it('refuses the commit while a savepoint is open, naming the innermost', () => {
+    expect(openAfter('SAVEPOINT a', 'savepoint B')).toBe('b');
+    expect(openAfter({ text: 'savepoint sp1', values: [] })).toBe('sp1');
+  });
+
+  it('ends a savepoint by release or rollback to it, in any spelling', () => {
+    expect(openAfter('SAVEPOINT a', 'RELEASE SAVEPOINT a')).toBeUndefined();
+    expect(openAfter('SAVEPOINT a', 'release a;')).toBeUndefined();
+    expect(openAfter('SAVEPOINT a', 'ROLLBACK TO SAVEPOINT A')).toBeUndefined();
+    expect(openAfter('SAVEPOINT a', ' rollback work to a ')).toBeUndefined();
+    expect(
+      openAfter('SAVEPOINT a', 'ROLLBACK TRANSACTION TO SAVEPOINT a'),
+    ).toBeUndefined();
+  });
+
+  it('ends the savepoints begun after the one released', () => {
+    expect(
+      openAfter('SAVEPOINT a', 'SAVEPOINT b', 'RELEASE SAVEPOINT a'),
+    ).toBeUndefined();
+    expect(openAfter('SAVEPOINT a', 'SAVEPOINT b', 'RELEASE SAVEPOINT b')).toBe(
+      'a',
+    );
+    // The newest of two of one name is the one a release ends.
+    expect(openAfter('SAVEPOINT a', 'SAVEPOINT a', 'RELEASE a')).toBe('a');
+  });
+
+  it('reads quoted names as the server does', () => {
+    expect(openAfter('SAVEPOINT "Nested"', 'RELEASE "Nested"')).toBeUndefined();
+    expect(openAfter('SAVEPOINT "Nested"', 'RELEASE nested')).toBe('Nested');
+    expect(openAfter('SAVEPOINT "a ""b"""', 'RELEASE "a ""b"""')).toBe(
+      undefined,
+    );
+  });
+
+  it('ignores what is not a savepoint statement of its own', () => {
+    expect(openAfter('ROLLBACK', 'SELECT 1', undefined, { name: 'q' })).toBe(
+      undefined,
+    );
+    expect(openAfter("INSERT INTO t VALUES ('SAVEPOINT a')")).toBeUndefined();
+    // An end of no savepoint known changes nothing.
+    expect(openAfter('SAVEPOINT a', 'RELEASE b')).toBe('a');
+  });
+});
