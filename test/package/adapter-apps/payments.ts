@@ -47,6 +47,13 @@ const ENDS: Record<string, string> = {
   'commit-begin': 'COMMIT; BEGIN',
 };
 
+/** What each savepoint fault sends around the ledger entries. */
+const AROUND: Record<string, readonly string[]> = {
+  'savepoint-open': ['SAVEPOINT nested'],
+  'savepoint-released': ['SAVEPOINT "Nested"', 'RELEASE SAVEPOINT "Nested"'],
+  'savepoint-rolled-back': ['savepoint nested', 'ROLLBACK TO nested'],
+};
+
 /** Ends the connection of `pid`, from a connection of its own. */
 async function terminate(pid: number): Promise<void> {
   const client = new pg.Client({ connectionString: process.env.DATABASE_URL });
@@ -78,11 +85,18 @@ export class PaymentsController {
     if (body.fault === 'rollback-chain') {
       return { id, amount: body.amount, note: `paid ${body.amount}` };
     }
+    const [open, close] = (body.fault && AROUND[body.fault]) || [];
+    if (open) {
+      await this.writer.raw(open);
+    }
     await this.writer.insertLedger(id, body.amount);
     await this.writer.insertLedger(
       body.fault === 'deferred' ? -id : id,
       -body.amount,
     );
+    if (close) {
+      await this.writer.raw(close);
+    }
     if (body.fault === 'terminate') {
       await terminate(await this.writer.backendPid());
     }
