@@ -21,7 +21,7 @@ import {
   type KafkaMessageLike,
   type KafkaOffsetCommitter,
 } from './kafka.transport.js';
-import { afterFailure } from './message-failures.js';
+import { afterFailure, logDropped } from './message-failures.js';
 import { messageHeaderNames } from './idempotency.messages.js';
 
 /**
@@ -173,9 +173,12 @@ export class IdempotencyKafka {
           { pattern: topic, data: message.value, context: payload },
         );
         // Dead-lettered, or processed already (a duplicate whose result
-        // was not stored): done. Else kafkajs delivers the message again:
-        // its offset stays.
-        if (outcome !== 'dead-lettered' && outcome !== 'ack') {
+        // was not stored): done. Refused for good: dropped, not to hold up
+        // the partition. Else kafkajs delivers the message again: its
+        // offset stays.
+        if (outcome === 'reject') {
+          logDropped(topic, error);
+        } else if (outcome !== 'dead-lettered' && outcome !== 'ack') {
           throw error;
         }
       }

@@ -15,7 +15,11 @@ import {
   IdempotencyRoutes,
   type DecoratedRoute,
 } from '../idempotency.routes.js';
-import { afterFailure, toRpcException } from './message-failures.js';
+import {
+  afterFailure,
+  logDropped,
+  toRpcException,
+} from './message-failures.js';
 import { messageTransport } from './message-transports.js';
 import type { MessageTransport } from './message-transport.js';
 
@@ -149,12 +153,14 @@ export class IdempotencyMessages {
         error,
         { pattern, data, context: rpc.getContext() },
       );
-      if (outcome === 'dead-lettered') {
-        await transport.settle('ack', options);
-        return undefined;
+      if (outcome === 'reject' && transport.dropsRefused) {
+        logDropped(pattern, error);
+      } else if (outcome !== 'dead-lettered') {
+        await transport.settle(outcome, options);
+        throw await toRpcException(error);
       }
-      await transport.settle(outcome, options);
-      throw await toRpcException(error);
+      await transport.settle('ack', options);
+      return undefined;
     }
     // After the commit (or the replay): a broker told earlier could lose
     // the message with nothing committed.

@@ -19,6 +19,19 @@ export interface KafkaOffsetCommitter {
   ): Promise<void>;
 }
 
+/**
+ * Whether a message of Nest's Kafka transport awaits a reply (a
+ * `@MessagePattern` request: its correlation id and reply topic headers),
+ * which carries a refusal back to its sender; else it is an event.
+ */
+function awaitsReply(message: KafkaMessageLike): boolean {
+  const headers = message.headers ?? {};
+  return (
+    headers['kafka_correlationId'] !== undefined &&
+    headers['kafka_replyTopic'] !== undefined
+  );
+}
+
 /** What the adapter reads of Nest's `KafkaContext`. */
 interface KafkaContextLike {
   getTopic(): string;
@@ -75,7 +88,9 @@ export function commitOffset(
  * header, else the message's place in the log (qualified by the handler:
  * see `MessageTransport.position`); a route that acknowledges commits the offset after the
  * record, and leaves a failed message's offset alone (the error goes back
- * to kafkajs, which delivers it again).
+ * to kafkajs, which delivers it again). An event refused for good is
+ * dropped (see `MessageTransport.dropsRefused`): delivered again, it would
+ * hold up its partition for ever.
  */
 export function kafkaTransport(context: unknown): MessageTransport | undefined {
   if (typeof (context as KafkaContextLike).getConsumer !== 'function') {
@@ -89,6 +104,7 @@ export function kafkaTransport(context: unknown): MessageTransport | undefined {
     channel: topic,
     key: (names) => headerValue(message.headers, names),
     position: kafkaPosition(topic, partition, message),
+    dropsRefused: !awaitsReply(message),
     settle: async (outcome, options) => {
       const consumer = kafka.getConsumer();
       if (outcome === 'ack' && options.acknowledge && consumer) {

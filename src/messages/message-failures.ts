@@ -113,6 +113,17 @@ export async function afterFailure(
 }
 
 /**
+ * @internal Logs a message refused for good that its broker cannot set
+ * aside, and so is dropped (see `MessageTransport.dropsRefused`).
+ */
+export function logDropped(pattern: string, error: unknown): void {
+  const status = error instanceof HttpException ? `${error.getStatus()}: ` : '';
+  logger.error(
+    `A message of ${pattern} was refused for good and dropped, its offset committed, not to hold up the rest of its partition (${status}${(error as Error)?.message ?? String(error)}). Give the route a deadLetter to keep such messages.`,
+  );
+}
+
+/**
  * @internal The module's refusals as an `RpcException` (what microservice
  * transports send back), with the problem details as its error.
  */

@@ -36,6 +36,15 @@ export interface MessageTransport {
    * resolves once the broker was told.
    */
   settle(outcome: MessageOutcome, options: ResolvedRouteOptions): Promise<void>;
+  /**
+   * Whether a message refused for good (`reject`: a redelivery can only be
+   * refused again) is settled as done rather than failed: the broker has
+   * no way to set it aside, and would deliver it again and again ahead of
+   * the rest (Kafka, where it holds up its partition). It is dropped, as a
+   * queue without a dead-letter exchange drops a rejected message, and
+   * logged.
+   */
+  readonly dropsRefused?: boolean;
 }
 
 /** The key header's value among `headers` (names compared case aside). */

@@ -1,3 +1,5 @@
+import { jest } from '@jest/globals';
+import { Logger } from '@nestjs/common';
 import { KafkaContext } from '@nestjs/microservices';
 import { startTestApp, type TestApp } from '../utils/test-app.js';
 import {
@@ -9,6 +11,7 @@ import {
   AUTO_TOPIC,
   KafkaHandlers,
   KafkaTestModule,
+  REFUNDS_TOPIC,
   TOPIC,
   deadLetters,
 } from './kafka.module.js';
@@ -79,7 +82,9 @@ describe('@Idempotent() on a Kafka consumer of the Nest transport (recorded kafk
     target.db.query('SELECT key, status FROM idempotency_records ORDER BY key');
 
   it('runs the Nest transport on the recorded consumer: subscribed to the topics of the handlers, run without auto-commit', () => {
-    expect(recorded.subscriptions).toEqual([{ topics: [TOPIC, AUTO_TOPIC] }]);
+    expect(recorded.subscriptions).toEqual([
+      { topics: [TOPIC, REFUNDS_TOPIC, AUTO_TOPIC] },
+    ]);
     expect(recorded.runConfig).toMatchObject({ autoCommit: false });
   });
 
@@ -247,6 +252,57 @@ describe('@Idempotent() on a Kafka consumer of the Nest transport (recorded kafk
     expect(await target.db.query('SELECT 1 FROM idempotency_failures')).toEqual(
       [],
     );
+  });
+
+  it('drops an event refused for good on a route with no deadLetter (the key of another message): its offset committed, the partition moving on', async () => {
+    const logged = jest.spyOn(Logger.prototype, 'error');
+    try {
+      const headers = { 'Idempotency-Key': 'refund-1' };
+      const first = next();
+      const other = next();
+      const after = next();
+      await recorded.deliver(REFUNDS_TOPIC, 0, {
+        offset: first,
+        value: { reference: 'refund-1' },
+        headers,
+      });
+      // Another event under that key: refused again at every delivery,
+      // which kafkajs would make for ever, ahead of the partition's rest.
+      const done = await recorded.deliver(
+        REFUNDS_TOPIC,
+        0,
+        { offset: other, value: { reference: 'refund-2' }, headers },
+        3,
+      );
+      expect(done).toBe(true);
+      await recorded.deliver(REFUNDS_TOPIC, 0, {
+        offset: after,
+        value: { reference: 'refund-3' },
+      });
+      expect(handlers.runs).toBe(2);
+      expect(await orders()).toEqual(['refund-1', 'refund-3']);
+      expect(
+        recorded.calls.map((call) =>
+          call.call === 'commitOffsets' ? call.offsets[0].offset : call.call,
+        ),
+      ).toEqual([
+        'eachMessage',
+        String(Number(first) + 1),
+        'eachMessage',
+        String(Number(other) + 1),
+        'eachMessage',
+        String(Number(after) + 1),
+      ]);
+      expect(
+        logged.mock.calls.filter(([text]) =>
+          String(text).startsWith(
+            `A message of ${REFUNDS_TOPIC} was refused for good and dropped`,
+          ),
+        ),
+      ).toEqual([[expect.stringContaining('(422: ')]]);
+    } finally {
+      logged.mockRestore();
+    }
   });
 
   it('counts failures across the consumer restarts that redeliver the message: the count is in the store, not the process', async () => {

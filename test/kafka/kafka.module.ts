@@ -8,6 +8,8 @@ import { Order } from '../fixtures/order.entity.js';
 export const TOPIC = 'payments';
 /** A topic whose handler leaves the offsets to kafkajs's auto-commit. */
 export const AUTO_TOPIC = 'ledger';
+/** A topic whose handler acknowledges, with no dead-letter path. */
+export const REFUNDS_TOPIC = 'refunds';
 
 /** What the route's dead-letter path was handed, in order. */
 export const deadLetters: IdempotencyDeadLetter[] = [];
@@ -60,6 +62,24 @@ export class PaymentsKafkaConsumer {
   }
 }
 
+/** A consumer that acknowledges, with no dead-letter path. */
+@Controller()
+export class RefundsKafkaConsumer {
+  constructor(
+    @InjectRepository(Order) private readonly orders: Repository<Order>,
+    private readonly handlers: KafkaHandlers,
+  ) {}
+
+  @EventPattern(REFUNDS_TOPIC)
+  @Idempotent({ acknowledge: true })
+  async refunded(@Payload() event: PaymentEvent): Promise<void> {
+    this.handlers.runs += 1;
+    await this.orders.save(
+      this.orders.create({ reference: event.reference, source: 'kafka' }),
+    );
+  }
+}
+
 /** A consumer that does not acknowledge: kafkajs commits its offsets. */
 @Controller()
 export class LedgerKafkaConsumer {
@@ -101,7 +121,12 @@ export class AuditKafkaConsumer {
 
 @Module({
   imports: [TypeOrmModule.forFeature([Order])],
-  controllers: [PaymentsKafkaConsumer, LedgerKafkaConsumer, AuditKafkaConsumer],
+  controllers: [
+    PaymentsKafkaConsumer,
+    RefundsKafkaConsumer,
+    LedgerKafkaConsumer,
+    AuditKafkaConsumer,
+  ],
   providers: [KafkaHandlers],
 })
 export class KafkaTestModule {}

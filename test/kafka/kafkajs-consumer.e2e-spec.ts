@@ -1,3 +1,5 @@
+import { jest } from '@jest/globals';
+import { Logger } from '@nestjs/common';
 import type { EachMessagePayload } from 'kafkajs';
 import type { EntityManager } from 'typeorm';
 import {
@@ -214,6 +216,59 @@ describe('IdempotencyKafka.eachMessage() in a kafkajs consumer (recorded, no bro
       'commitOffsets',
     ]);
   });
+
+  it.each([
+    ['the key of another message', 'invoice-9', 422],
+    ['a malformed key header', 'not a key', 400],
+  ])(
+    'drops a message with %s when the consumer has no deadLetter: its offset committed, the refusal logged, the partition moving on',
+    async (_what, key, status) => {
+      const logged = jest.spyOn(Logger.prototype, 'error');
+      try {
+        const recorded = await consumerOf({ scope: 'billing' });
+        const headers = { 'Idempotency-Key': 'invoice-9' };
+        await recorded.deliver(TOPIC, 8, {
+          offset: '20',
+          value: { reference: 'i-9' },
+          headers,
+        });
+        // Another message under that key, or a key refused as such: it can
+        // only be refused again. kafkajs would deliver it for ever.
+        const done = await recorded.deliver(
+          TOPIC,
+          8,
+          {
+            offset: '21',
+            value: { reference: 'i-10' },
+            headers: { 'Idempotency-Key': key },
+          },
+          3,
+        );
+        expect(done).toBe(true);
+        expect(runs).toBe(1);
+        expect(
+          recorded.calls.map((call) =>
+            call.call === 'commitOffsets' ? call.offsets : call.call,
+          ),
+        ).toEqual([
+          'eachMessage',
+          [{ topic: TOPIC, partition: 8, offset: '21' }],
+          'eachMessage',
+          [{ topic: TOPIC, partition: 8, offset: '22' }],
+        ]);
+        expect(await orders()).toEqual(['i-9']);
+        expect(
+          logged.mock.calls.filter(([text]) =>
+            String(text).includes(
+              `A message of ${TOPIC} was refused for good and dropped`,
+            ),
+          ),
+        ).toEqual([[expect.stringContaining(`(${status}: `)]]);
+      } finally {
+        logged.mockRestore();
+      }
+    },
+  );
 
   it('delivers a poison message again, offset uncommitted, when deadLetter fails; hands it over at the next delivery', async () => {
     let refuse = true;
