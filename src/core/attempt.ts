@@ -58,7 +58,7 @@ export function isSameRequest(attempt: Attempt, fingerprint: string): boolean {
 export function validScope(scope: unknown): string {
   if (typeof scope !== 'string' || scope.length === 0) {
     throw new IdempotencyConfigurationError(
-      `The idempotency scope is ${JSON.stringify(scope)} (as the scope resolver returned it, or run() was given it).`,
+      `The idempotency scope is ${JSON.stringify(scope)} (as the scope resolver returned it, or run() or IdempotencyKafka.eachMessage() was given it).`,
       'Return a non-empty string, such as the id of the authenticated user or tenant.',
     );
   }

@@ -1,7 +1,7 @@
 import { Inject, Injectable } from '@nestjs/common';
 import { hash } from 'node:crypto';
 import type { EntityManager } from 'typeorm';
-import type { Attempt } from '../core/attempt.js';
+import { validScope, type Attempt } from '../core/attempt.js';
 import { validKey } from '../core/idempotency-key.js';
 import { IdempotencyExecutor } from '../core/idempotency.executor.js';
 import { IDEMPOTENCY_RESOLVED_OPTIONS } from '../idempotency.tokens.js';
@@ -129,7 +129,8 @@ export class IdempotencyKafka {
     handler: (payload: Payload, manager: Transaction) => Promise<void>,
     options: IdempotentKafkaOptions,
   ): (payload: Payload) => Promise<void> {
-    const { scope, headerName, consumer, ...own } = options;
+    const { scope: given, headerName, consumer, ...own } = options;
+    const scope = validScope(given);
     const route = resolveRouteOptions(this.options, own);
     const headerNames = messageHeaderNames(
       headerName ?? this.options.headerName,

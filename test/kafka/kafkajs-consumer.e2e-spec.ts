@@ -3,6 +3,7 @@ import { Logger } from '@nestjs/common';
 import type { EachMessagePayload } from 'kafkajs';
 import type { EntityManager } from 'typeorm';
 import {
+  IdempotencyConfigurationError,
   IdempotencyKafka,
   MemoryIdempotencyStore,
   type IdempotencyDeadLetter,
@@ -83,6 +84,12 @@ describe('IdempotencyKafka.eachMessage() in a kafkajs consumer (recorded, no bro
         'SELECT reference FROM orders ORDER BY id',
       )
     ).map((row) => row.reference);
+
+  it('refuses an empty scope when it wraps the handler, before any message', () => {
+    expect(() => idempotency.eachMessage(pay, { scope: '' })).toThrow(
+      IdempotencyConfigurationError,
+    );
+  });
 
   it('runs a message once per key: topic/partition/offset, or the key header', async () => {
     const recorded = await consumerOf({ scope: 'billing' });
