@@ -30,6 +30,8 @@ const BULLMQ_CONTEXT_TYPE = 'bullmq';
  */
 export interface QueueJob {
   readonly id?: string;
+  /** When the job was added (epoch ms): kept by every retry of it. */
+  readonly timestamp?: number;
   readonly name: string;
   readonly queueName: string;
   readonly data: unknown;
@@ -47,6 +49,22 @@ export interface DecoratedProcessor {
   readonly type: abstract new (...args: never[]) => unknown;
   /** The method as it carries the metadata (the module's wrapper). */
   readonly handler: ProcessMethod;
+}
+
+/**
+ * The key of a job by default, `<queueName>:<jobId>`: a job id the
+ * producer set names its logical job. An id of BullMQ's own, a number from
+ * the queue's counter, is given again once that counter starts over (the
+ * queue obliterated, its Redis flushed or failed over without
+ * persistence), to another job: its key also has the job's creation time,
+ * `<queueName>:<jobId>@<timestamp>`, which every retry of the job keeps.
+ * (BullMQ refuses a `jobId` that is an integer.)
+ */
+function defaultJobKey(job: QueueJob): string {
+  const key = `${job.queueName}:${job.id}`;
+  return job.timestamp !== undefined && /^\d+$/.test(job.id ?? '')
+    ? `${key}@${job.timestamp}`
+    : key;
 }
 
 /** The scope of a job by default: one per queue. */
@@ -120,7 +138,7 @@ export class IdempotencyJobs {
     try {
       const key: unknown = options.key
         ? await options.key(context)
-        : `${job.queueName}:${job.id}`;
+        : defaultJobKey(job);
       attempt = await newAttempt(context, options, {
         key,
         keyField: 'key',

@@ -3,6 +3,7 @@ import { once } from 'node:events';
 import { createRequire } from 'node:module';
 import { BullModule, type WorkerHost } from '@nestjs/bullmq';
 import { TypeOrmModule } from '@nestjs/typeorm';
+import { Redis } from 'ioredis';
 import {
   Queue,
   QueueEvents,
@@ -199,17 +200,40 @@ describeRedis('@Idempotent() on BullMQ processors', () => {
     expect(await orders('large-1')).toHaveLength(1);
   });
 
-  it("keys a job without a jobId by BullMQ's own id", async () => {
+  it("keys a job without a jobId by BullMQ's own id and its creation time: a new job given that id again once the queue's counter started over runs", async () => {
+    const { queue } = queues.get(QUEUES.orders)!;
     const { job, result } = await processed(QUEUES.orders, {
       reference: 'auto-id-1',
     });
     expect(job.id).toMatch(/^\d+$/);
-    expect(await records(`${QUEUES.orders}:${job.id}`)).toEqual([
+    expect(
+      await records(`${QUEUES.orders}:${job.id}@${job.timestamp}`),
+    ).toEqual([
       expect.objectContaining({
         scope: `bullmq:${QUEUES.orders}`,
         body: JSON.stringify(result),
       }),
     ]);
+
+    // The queue's id counter starts over (the queue obliterated, its Redis
+    // flushed or failed over without persistence): the next job, the same
+    // work asked again, gets the same id.
+    await (await reread(QUEUES.orders, job.id!)).remove();
+    const redis = new Redis(REDIS);
+    try {
+      await redis.set(queue.keys.id, Number(job.id) - 1);
+    } finally {
+      redis.disconnect();
+    }
+    const again = await processed(QUEUES.orders, { reference: 'auto-id-1' });
+    expect(again.job.id).toBe(job.id);
+    const rows = await orders('auto-id-1');
+    expect(rows).toHaveLength(2);
+    expect(again.result).toEqual({
+      id: rows[1].id,
+      reference: 'auto-id-1',
+      attempt: 1,
+    });
   });
 
   it('scopes keys per queue: the same job id on two queues runs on each, and each replays its own result', async () => {
