@@ -44,12 +44,12 @@ export interface IdempotentKafkaOptions {
   /**
    * Scope of the messages' keys. Give each consumer group that writes to
    * the same database a scope of its own: their keys
-   * (`<topic>/<partition>/<offset>`) are the same for the same message.
+   * (`<topic>/<partition>/<offset>@<timestamp>`) are the same for the same message.
    */
   scope: string;
   /**
    * The header that carries a message's key; without it, a message's key
-   * is its place in the log, `<topic>/<partition>/<offset>`.
+   * is its place in the log, `<topic>/<partition>/<offset>@<timestamp>`.
    * @default the module's `headerName` (`'Idempotency-Key'`), then
    * `Idempotency-Key`
    */
@@ -91,7 +91,7 @@ export interface IdempotentKafkaOptions {
  * A kafkajs `eachMessage` handler made idempotent, for a consumer run with
  * kafkajs directly (the Nest Kafka transport needs only `@Idempotent()`).
  * Inject it and wrap the handler: each message runs at most once per key
- * (a key header, else `<topic>/<partition>/<offset>`), its writes and its
+ * (a key header, else `<topic>/<partition>/<offset>@<timestamp>`), its writes and its
  * record commit together, then its offset is committed (by `consumer`, or
  * by kafkajs afterwards); a duplicate is skipped; a message that fails
  * `maxAttempts` times goes to `deadLetter` instead of blocking its

@@ -41,7 +41,7 @@ export function messageHeaderNames(headerName: string): readonly string[] {
  * The key of a message by default: its data's `idempotencyKey` field, else
  * what the broker carries (RabbitMQ's `messageId`, a key header), else its
  * place in a log (a Kafka message's) after the handler's name,
- * `<Class>.<method>@<topic>/<partition>/<offset>`: every handler of a topic
+ * `<Class>.<method>@<topic>/<partition>/<offset>@<timestamp>`: every handler of a topic
  * processes the message once, where the position alone would let the
  * first one's record stand for the others'.
  * @returns the key, and whether it is the handler's own (the position's).

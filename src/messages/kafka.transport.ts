@@ -4,6 +4,8 @@ import { headerValue, type MessageTransport } from './message-transport.js';
 export interface KafkaMessageLike {
   /** Its offset in its partition, as kafkajs gives it (a decimal string). */
   readonly offset: string;
+  /** Its timestamp (epoch ms, a decimal string), as kafkajs gives it. */
+  readonly timestamp?: string;
   /** Its headers: a key header's value is a string or a Buffer. */
   readonly headers?: Readonly<Record<string, unknown>>;
 }
@@ -41,15 +43,18 @@ interface KafkaContextLike {
 }
 
 /**
- * @internal A Kafka message's place in its log, `<topic>/<partition>/<offset>`,
- * which every redelivery of it shares.
+ * @internal A Kafka message's place in its log and its timestamp,
+ * `<topic>/<partition>/<offset>@<timestamp>`, which every redelivery of it
+ * shares: the timestamp tells it from a message at the same place of a
+ * topic deleted and created again (offsets start over).
  */
 export function kafkaPosition(
   topic: string,
   partition: number,
   message: KafkaMessageLike,
 ): string {
-  return `${topic}/${partition}/${message.offset}`;
+  const place = `${topic}/${partition}/${message.offset}`;
+  return message.timestamp ? `${place}@${message.timestamp}` : place;
 }
 
 /**

@@ -25,7 +25,7 @@ export interface MessageTransport {
    */
   key(headerNames: readonly string[]): unknown;
   /**
-   * The message's place in a log (Kafka's `<topic>/<partition>/<offset>`),
+   * The message's place in a log (Kafka's `<topic>/<partition>/<offset>@<timestamp>`),
    * which every redelivery of it shares: its key when it carries none,
    * qualified by the handler (several handlers of one topic each process
    * it once).

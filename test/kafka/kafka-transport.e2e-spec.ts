@@ -5,6 +5,7 @@ import { startTestApp, type TestApp } from '../utils/test-app.js';
 import {
   RecordedKafkaServer,
   recordedKafka,
+  SENT_AT,
   type RecordedConsumer,
 } from './recorded-kafka.js';
 import {
@@ -132,10 +133,25 @@ describe('@Idempotent() on a Kafka consumer of the Nest transport (recorded kafk
     expect(await orders()).toEqual(['p-2']);
     expect(await records()).toEqual([
       {
-        key: `PaymentsKafkaConsumer.paid@${TOPIC}/3/${at}`,
+        key: `PaymentsKafkaConsumer.paid@${TOPIC}/3/${at}@${SENT_AT}`,
         status: 'completed',
       },
     ]);
+  });
+
+  it('tells a message from an older one at the same place of a topic deleted and created again (offsets start over) by its timestamp: it runs', async () => {
+    const at = next();
+    await recorded.deliver(TOPIC, 6, {
+      offset: at,
+      value: { reference: 'p-old' },
+    });
+    await recorded.deliver(TOPIC, 6, {
+      offset: at,
+      value: { reference: 'p-new' },
+      timestamp: String(Number(SENT_AT) + 86_400_000),
+    });
+    expect(handlers.runs).toBe(2);
+    expect(await orders()).toEqual(['p-old', 'p-new']);
   });
 
   it('commits the offset only after the record and the writes committed together, and not at all for a failed delivery', async () => {
@@ -165,7 +181,7 @@ describe('@Idempotent() on a Kafka consumer of the Nest transport (recorded kafk
         seen: {
           records: [
             {
-              key: `PaymentsKafkaConsumer.paid@${TOPIC}/1/${at}`,
+              key: `PaymentsKafkaConsumer.paid@${TOPIC}/1/${at}@${SENT_AT}`,
               status: 'completed',
             },
           ],
@@ -200,7 +216,7 @@ describe('@Idempotent() on a Kafka consumer of the Nest transport (recorded kafk
     expect(deadLetters).toEqual([
       {
         scope: 'global',
-        key: `PaymentsKafkaConsumer.paid@${TOPIC}/2/${poison}`,
+        key: `PaymentsKafkaConsumer.paid@${TOPIC}/2/${poison}@${SENT_AT}`,
         pattern: TOPIC,
         data: { reference: 'poison', failures: 'always' },
         error: new Error('delivery 3 of poison failed'),
@@ -216,7 +232,10 @@ describe('@Idempotent() on a Kafka consumer of the Nest transport (recorded kafk
     expect(
       await target.db.query('SELECT key, failures FROM idempotency_failures'),
     ).toEqual([
-      { key: `PaymentsKafkaConsumer.paid@${TOPIC}/2/${poison}`, failures: 3 },
+      {
+        key: `PaymentsKafkaConsumer.paid@${TOPIC}/2/${poison}@${SENT_AT}`,
+        failures: 3,
+      },
     ]);
     expect(await records()).toEqual([]);
 
@@ -340,11 +359,11 @@ describe("a Kafka consumer of the Nest transport left to kafkajs's auto-commit (
     const seen = {
       records: [
         {
-          key: `AuditKafkaConsumer.audited@${AUTO_TOPIC}/0/5`,
+          key: `AuditKafkaConsumer.audited@${AUTO_TOPIC}/0/5@${SENT_AT}`,
           status: 'completed',
         },
         {
-          key: `LedgerKafkaConsumer.booked@${AUTO_TOPIC}/0/5`,
+          key: `LedgerKafkaConsumer.booked@${AUTO_TOPIC}/0/5@${SENT_AT}`,
           status: 'completed',
         },
       ],

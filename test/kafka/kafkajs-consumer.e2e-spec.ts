@@ -12,7 +12,11 @@ import {
 import { Order } from '../fixtures/order.entity.js';
 import { startTestApp, type TestApp } from '../utils/test-app.js';
 import { startStoreApp, type StoreApp } from '../utils/store-app.js';
-import { recordedKafka, type RecordedConsumer } from './recorded-kafka.js';
+import {
+  recordedKafka,
+  SENT_AT,
+  type RecordedConsumer,
+} from './recorded-kafka.js';
 
 const TOPIC = 'invoices';
 
@@ -120,7 +124,7 @@ describe('IdempotencyKafka.eachMessage() in a kafkajs consumer (recorded, no bro
       ),
     ).toEqual([
       { scope: 'billing', key: 'invoice-2', status: 'completed' },
-      { scope: 'billing', key: `${TOPIC}/0/7`, status: 'completed' },
+      { scope: 'billing', key: `${TOPIC}/0/7@${SENT_AT}`, status: 'completed' },
     ]);
   });
 
@@ -190,7 +194,7 @@ describe('IdempotencyKafka.eachMessage() in a kafkajs consumer (recorded, no bro
     expect(deadLetters).toEqual([
       {
         scope: 'billing',
-        key: `${TOPIC}/5/12`,
+        key: `${TOPIC}/5/12@${SENT_AT}`,
         pattern: TOPIC,
         data: Buffer.from(JSON.stringify({ reference: 'poison-1' })),
         error: new Error('cannot pay poison-1'),

@@ -10,6 +10,9 @@ import {
   type TopicPartitionOffsetAndMetadata,
 } from 'kafkajs';
 
+/** The timestamp of a delivered message, unless it gives its own. */
+export const SENT_AT = '1764000000000';
+
 /** What the recorded consumer saw, in order. */
 export type KafkaCall =
   | { readonly call: 'eachMessage'; readonly offset: string }
@@ -84,13 +87,18 @@ export class RecordedConsumer {
   async deliver(
     topic: string,
     partition: number,
-    message: { offset: string; value: unknown; headers?: IHeaders },
+    message: {
+      offset: string;
+      value: unknown;
+      headers?: IHeaders;
+      timestamp?: string;
+    },
     deliveries = 1,
   ): Promise<boolean> {
     const kafkaMessage: KafkaMessage = {
       key: null,
       value: Buffer.from(JSON.stringify(message.value)),
-      timestamp: '1764000000000',
+      timestamp: message.timestamp ?? SENT_AT,
       attributes: 0,
       offset: message.offset,
       headers: message.headers ?? {},
