@@ -295,6 +295,18 @@ export class IdempotencyExecutor
   }
 
   /**
+   * Forgets the failed attempts of `attempt`'s key that the store counted,
+   * if it can (see `IdempotencyStore.forgetFailures`).
+   * @throws the store's error when it is unreachable.
+   */
+  async forgetFailures(attempt: Attempt): Promise<void> {
+    const { key } = attempt;
+    if (key !== undefined) {
+      await this.store.forgetFailures?.({ scope: attempt.scope, key });
+    }
+  }
+
+  /**
    * The one answer to a duplicate of a finished request, on every
    * transport: its stored response, when the record was written for the
    * same request (fingerprint) and holds one.

@@ -331,6 +331,15 @@ export interface IdempotencyStore<Transaction = unknown> {
    */
   countFailure?(key: FailureKey, ttlMs: number): Promise<number>;
   /**
+   * Forgets the failed attempts {@link countFailure} counted of a key. The
+   * module calls it once the route's `deadLetter` took the message, so that
+   * the message, published again once the cause of its failures is fixed,
+   * has `maxAttempts` attempts anew.
+   * @default absent: the count lasts `ttlMs` after the last failure, and a
+   * message published again within it is handed over at its first failure
+   */
+  forgetFailures?(key: FailureKey): Promise<void>;
+  /**
    * Deletes at most `batchSize` expired records, or else expired steps, each
    * group of steps of one key handed to `abandoned` before its deletion
    * commits.

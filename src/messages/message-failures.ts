@@ -109,6 +109,16 @@ export async function afterFailure(
   logger.warn(
     `A message of ${message.pattern} was handed to deadLetter after ${attempts} failed attempt(s): ${(error as Error)?.message ?? String(error)}`,
   );
+  if (counted) {
+    // Published again once its cause is fixed, the message gets
+    // `maxAttempts` attempts anew. Handed over already: a count left
+    // behind only makes that message's next failure its last.
+    await executor.forgetFailures(attempt).catch((failure: unknown) => {
+      logger.warn(
+        `The count of failed attempts of a dead-lettered message of ${message.pattern} could not be forgotten: ${(failure as Error).message}`,
+      );
+    });
+  }
   return 'dead-lettered';
 }
 

@@ -631,6 +631,17 @@ export function describeStoreConformance(
           expect(await count('expiring')).toBe(2);
         });
 
+        it('are forgotten on demand (a dead-lettered message), for that key alone: counted from one again', async () => {
+          await count('forgotten');
+          await count('forgotten');
+          await count('kept');
+          await store.forgetFailures!({ scope, key: 'forgotten' });
+          // A key never counted: nothing to forget.
+          await store.forgetFailures!({ scope, key: 'never-counted' });
+          expect(await count('forgotten')).toBe(1);
+          expect(await count('kept')).toBe(2);
+        });
+
         it('are each counted under concurrent counts of the key', async () => {
           const counts = await Promise.all(
             Array.from({ length: 8 }, () => count('raced')),

@@ -7,6 +7,25 @@ import { DYNAMODB_TTL_ATTRIBUTE } from './dynamodb-table.js';
 /** How many times a count is tried again when another one raced it. */
 const RACES = 5;
 
+/** The partition key of the item that counts a key's failed attempts. */
+function failuresKey(key: FailureKey) {
+  return str(`${partitionKey(key.scope, key.key)}#failures`);
+}
+
+/** @internal Deletes the item that counts a key's failed attempts. */
+export async function forgetFailures(
+  records: DynamoDbRecords,
+  key: FailureKey,
+): Promise<void> {
+  const sdk = await loadDynamoDbSdk();
+  await records.client.send(
+    new sdk.DeleteItemCommand({
+      TableName: records.tableName,
+      Key: { pk: failuresKey(key) },
+    }),
+  );
+}
+
 /**
  * @internal Counts a failed attempt of a key in an item of its own (the
  * record's partition key and `#failures`, which no record's can be: a
@@ -24,7 +43,7 @@ export async function countFailure(
   ttlMs: number,
 ): Promise<number> {
   const sdk = await loadDynamoDbSdk();
-  const pk = str(`${partitionKey(key.scope, key.key)}#failures`);
+  const pk = failuresKey(key);
   for (let race = 0; race < RACES; race += 1) {
     const now = Date.now();
     const expiresAt = now + ttlMs;

@@ -24,7 +24,7 @@ import {
 } from './dynamodb-admin.js';
 import { claimKey, renewLeases } from './dynamodb-claim.js';
 import { DynamoDbCollection } from './dynamodb-collection.js';
-import { countFailure } from './dynamodb-failures.js';
+import { countFailure, forgetFailures } from './dynamodb-failures.js';
 import { completeClaim, releaseClaim } from './dynamodb-completion.js';
 import { DynamoDbRecords } from './dynamodb-records.js';
 import { bindClaim, readStepResult, saveStepResult } from './dynamodb-steps.js';
@@ -233,6 +233,10 @@ export class DynamoDbIdempotencyStore implements IdempotencyStore {
    */
   countFailure(key: FailureKey, ttlMs: number): Promise<number> {
     return countFailure(this.records, key, ttlMs);
+  }
+
+  forgetFailures(key: FailureKey): Promise<void> {
+    return forgetFailures(this.records, key);
   }
 
   collect(

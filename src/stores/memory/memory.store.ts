@@ -340,6 +340,10 @@ export class MemoryIdempotencyStore implements IdempotencyStore<unknown> {
     return count;
   }
 
+  async forgetFailures(key: FailureKey): Promise<void> {
+    this.failures.delete(idOf(key.scope, key.key));
+  }
+
   async collect(
     batchSize: number,
     abandoned: (key: AbandonedKey) => void,

@@ -310,6 +310,11 @@ export const SAVE_STEP = postgresStatement(
  * claim and the record (migration CountIdempotencyFailures1764000000006);
  * a count whose row expired starts again.
  */
+/** Forgets a key's count of failed attempts. */
+export const FORGET_FAILURES = postgresStatement(
+  `DELETE FROM "idempotency_failures" WHERE scope = $1 AND key = $2`,
+);
+
 export const COUNT_FAILURE = postgresStatement(
   `INSERT INTO "idempotency_failures" AS f (scope, key, failures, expires_at)
    VALUES ($1, $2, 1, now() + $3 * interval '1 millisecond')

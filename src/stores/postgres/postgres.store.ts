@@ -60,6 +60,7 @@ import {
   COMPLETE,
   COMPLETE_ALONE,
   COUNT_FAILURE,
+  FORGET_FAILURES,
   DELETE_STEPS,
   PostgresStatements,
   READ_MARK,
@@ -374,6 +375,14 @@ export class PostgresIdempotencyStore
       }
       throw error;
     }
+  }
+
+  /** Deletes the key's count, in a statement of its own. */
+  async forgetFailures(key: FailureKey): Promise<void> {
+    await this.statements.query(this.pool, FORGET_FAILURES, [
+      key.scope,
+      key.key,
+    ]);
   }
 
   collect(

@@ -325,6 +325,11 @@ export class RedisIdempotencyStore
     return Number(count);
   }
 
+  /** Deletes the key's count (its identity expires with it). */
+  async forgetFailures(key: FailureKey): Promise<void> {
+    await this.client.del(this.keys.failures(RedisKeys.id(key.scope, key.key)));
+  }
+
   /** Publishes each key's completion on the store's channel. */
   async notify(leases: readonly Lease[]): Promise<void> {
     await Promise.all(
