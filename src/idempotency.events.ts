@@ -84,7 +84,11 @@ function logfmt(event: IdempotencyEvent, keys: LogKeys): string {
     event.status !== undefined && `status=${event.status}`,
     ...keys.fields(event.scope, event.key),
     event.removed !== undefined && `removed=${event.removed}`,
-    event.steps !== undefined && `steps=${JSON.stringify(event.steps)}`,
+    // Their names only: a step's result (a charge, a customer) is what
+    // encryption keeps unread at rest, and no log's business; `onEvent`
+    // gets it.
+    event.steps !== undefined &&
+      `steps=${JSON.stringify(event.steps.map(({ step }) => step))}`,
     event.durationMs !== undefined && `duration_ms=${event.durationMs}`,
     event.error !== undefined &&
       `error=${JSON.stringify((event.error as Error)?.message ?? String(event.error))}`,
