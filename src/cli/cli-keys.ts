@@ -1,6 +1,7 @@
 import { readFile } from 'node:fs/promises';
 import type { IdempotencyEncryptionOptions } from '../interfaces/idempotency-privacy.interface.js';
 import { IdempotencyPrivacy } from '../privacy/idempotency-privacy.service.js';
+import { CliUsageError } from './cli-usage-error.js';
 
 /** The environment variable that may hold the key ring, as JSON. */
 export const KEYS_VARIABLE = 'IDEMPOTENCY_KEYS';
@@ -11,7 +12,7 @@ export const KEYS_VARIABLE = 'IDEMPOTENCY_KEYS';
  * JSON file `file` names (`--keys`), else the JSON of `IDEMPOTENCY_KEYS`;
  * `{ "keys": { "<id>": "<base64 of 32 bytes>" }, "current": "<id>" }`, as
  * the module's `encryption` option. `undefined` when neither is given.
- * @throws Error saying what is wrong, without a key's value.
+ * @throws CliUsageError saying what is wrong, without a key's value.
  */
 export async function cliPrivacy(
   file: string | undefined,
@@ -20,7 +21,7 @@ export async function cliPrivacy(
   const [text, source] =
     file === undefined
       ? [env[KEYS_VARIABLE], KEYS_VARIABLE]
-      : [await readFile(file, 'utf8'), file];
+      : [await readRing(file), file];
   if (text === undefined || text === '') {
     return undefined;
   }
@@ -29,9 +30,27 @@ export async function cliPrivacy(
     ring = JSON.parse(text) as IdempotencyEncryptionOptions;
   } catch {
     // The parser's message may quote the text, keys included.
-    throw new Error(
+    throw new CliUsageError(
       `The key ring in ${source} is not JSON: give { "keys": { "<id>": "<base64>" }, "current": "<id>" }.`,
     );
   }
-  return IdempotencyPrivacy.withKeys(ring);
+  try {
+    return IdempotencyPrivacy.withKeys(ring);
+  } catch (error) {
+    // Its message says the shape expected, never a key's value.
+    throw new CliUsageError(
+      `The key ring in ${source} is refused: ${(error as Error).message}`,
+    );
+  }
+}
+
+/** The text of the key ring file `file`. */
+async function readRing(file: string): Promise<string> {
+  try {
+    return await readFile(file, 'utf8');
+  } catch (error) {
+    throw new CliUsageError(
+      `The key ring file ${file} cannot be read (${(error as NodeJS.ErrnoException).code ?? (error as Error).message}).`,
+    );
+  }
 }

@@ -1,5 +1,4 @@
 import type { Pool } from 'pg';
-import type { Redis } from 'ioredis';
 import { loadRequiredPeer } from '../core/optional-peer.js';
 import { CliUsageError } from './cli-usage-error.js';
 import type { IdempotencyStore } from '../interfaces/idempotency-store.interface.js';
@@ -61,23 +60,23 @@ export async function openCliStore(
     return { store, close: () => pool.end() };
   }
   if (REDIS.test(url)) {
-    const ioredis = await loadRequiredPeer(
-      'ioredis',
-      () => import('ioredis'),
-      'The command line reaches Redis through ioredis, which is not installed.',
-    );
-    const client: Redis = new ioredis.Redis(url, {
-      lazyConnect: true,
-      maxRetriesPerRequest: 1,
-    });
-    await client.connect();
-    // Loaded here: an installation without ioredis never loads the Redis store.
+    // Loaded here: an installation without ioredis never loads the Redis
+    // store. A client that fails to connect, or to select its database, is
+    // closed: the command ends, saying why.
+    const { connectRedis } = await import('../stores/redis/redis-client.js');
     const { RedisIdempotencyStore } =
       await import('../stores/redis/redis.store.js');
-    const store = new RedisIdempotencyStore(
-      client,
-      prefix === undefined ? {} : { prefix },
-    );
+    const client = await connectRedis(url);
+    let store: InstanceType<typeof RedisIdempotencyStore>;
+    try {
+      store = new RedisIdempotencyStore(
+        client,
+        prefix === undefined ? {} : { prefix },
+      );
+    } catch (error) {
+      client.disconnect();
+      throw error;
+    }
     return {
       store,
       close: async () => {

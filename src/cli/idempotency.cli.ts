@@ -8,7 +8,9 @@ import type {
   AbandonedKey,
   RecordState,
 } from '../interfaces/idempotency-store.interface.js';
-import { cliPrivacy } from './cli-keys.js';
+import { isSealedStep as isSealed } from '../privacy/idempotency-key-ring.js';
+import type { IdempotencyPrivacy } from '../privacy/idempotency-privacy.service.js';
+import { cliPrivacy, KEYS_VARIABLE } from './cli-keys.js';
 import { openCliStore } from './cli-store.js';
 import { CliUsageError } from './cli-usage-error.js';
 import { schemaFiles } from './schema-files.js';
@@ -126,6 +128,11 @@ export async function runCli(
       );
     }
     const privacy = await cliPrivacy(values.keys, io.env);
+    if (command === 'reencrypt' && !privacy) {
+      throw new CliUsageError(
+        `reencrypt needs the key ring: pass --keys <file>, or set ${KEYS_VARIABLE}.`,
+      );
+    }
     const opened = await openCliStore(url, values.prefix);
     try {
       const result = await run(
@@ -133,6 +140,7 @@ export async function runCli(
         values,
         rest,
         opened.store,
+        privacy,
       );
       io.out(
         values.json ? JSON.stringify(result.json, jsonValue, 2) : result.text,
@@ -167,6 +175,7 @@ type Command = (
   values: Values,
   positionals: readonly string[],
   store: import('../interfaces/idempotency-store.interface.js').IdempotencyStore,
+  privacy: IdempotencyPrivacy | undefined,
 ) => Promise<Output>;
 
 const COMMANDS: Record<string, Command | undefined> = {
@@ -226,7 +235,7 @@ const COMMANDS: Record<string, Command | undefined> = {
       json: { scope: values.scope, key: values.key, ...forgotten },
     };
   },
-  async gc(_admin, values, _positionals, store) {
+  async gc(_admin, values, _positionals, store, privacy) {
     const batchSize = countOf(values['batch-size'], '--batch-size') ?? 1000;
     if (batchSize < 1 || batchSize > 10_000) {
       throw new CliUsageError(
@@ -244,12 +253,33 @@ const COMMANDS: Record<string, Command | undefined> = {
         break;
       }
     }
-    const lines = abandoned.map(
+    // Reported as an application's collector reports them, opened with
+    // the key ring: this run deletes them, and no other will report them.
+    const reported = abandoned.map((key) => ({
+      ...key,
+      steps: key.steps.map(({ step, result }) => ({
+        step,
+        result: openedStep(privacy, key, step, result),
+      })),
+    }));
+    const lines = reported.map(
       (key) =>
         `abandoned: ${key.scope}\t${key.key}\t${JSON.stringify(key.steps)}`,
     );
+    if (
+      reported.some((key) => key.steps.some(({ result }) => isSealed(result)))
+    ) {
+      lines.push(
+        privacy
+          ? 'Some abandoned steps could not be opened with the key ring given: they are shown sealed.'
+          : `Some abandoned steps are sealed: run gc with the key ring (--keys <file>, or ${KEYS_VARIABLE}) to read them.`,
+      );
+    }
     lines.push(`Removed ${removed} expired rows.`);
-    return { text: `${lines.join('\n')}\n`, json: { removed, abandoned } };
+    return {
+      text: `${lines.join('\n')}\n`,
+      json: { removed, abandoned: reported },
+    };
   },
   async reencrypt(admin, values) {
     const done = await admin.reencrypt({
@@ -271,6 +301,26 @@ const COMMANDS: Record<string, Command | undefined> = {
     };
   },
 };
+
+/**
+ * A step's result as the collector found it, opened with the key ring
+ * when it is sealed and the ring opens it; else as it is.
+ */
+function openedStep(
+  privacy: IdempotencyPrivacy | undefined,
+  key: { readonly scope: string; readonly key: string },
+  step: string,
+  result: unknown,
+): unknown {
+  if (!privacy || !isSealed(result)) {
+    return result;
+  }
+  try {
+    return privacy.openStep(key.scope, key.key, step, result);
+  } catch {
+    return result;
+  }
+}
 
 function keyOf(positionals: readonly string[], command: string): string {
   if (positionals.length !== 1 || !positionals[0]) {

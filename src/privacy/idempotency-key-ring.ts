@@ -271,6 +271,11 @@ export class IdempotencyKeyRing implements RecordSealing {
   }
 }
 
+/** @internal Whether a step's stored result is sealed (by any key). */
+export function isSealedStep(result: unknown): boolean {
+  return typeof result === 'string' && result.startsWith(STEP_PREFIX);
+}
+
 function responseContext(scope: string, key: string): string {
   return JSON.stringify(['response', scope, key]);
 }

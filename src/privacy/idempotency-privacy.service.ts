@@ -47,6 +47,14 @@ export class IdempotencyPrivacy {
   }
 
   /**
+   * A step's stored result, opened: what `step()` returns to a retry.
+   * @throws UnreadableRecordError when it cannot be opened.
+   */
+  openStep(scope: string, key: string, step: string, result: unknown): unknown {
+    return this.ring().openStep(scope, key, step, result);
+  }
+
+  /**
    * For key rotation: the stored response of the record (`scope`, `key`)
    * sealed again with the current key, or `undefined` when it already is
    * (nothing to write). It opens with any key of the ring; a response stored

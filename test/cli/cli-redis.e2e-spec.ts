@@ -1,4 +1,7 @@
+import { execFile } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
+import { createServer } from 'node:net';
+import { fileURLToPath } from 'node:url';
 import { Controller, Injectable, Post } from '@nestjs/common';
 import { Redis } from 'ioredis';
 import { runCli } from '../../src/cli/idempotency.cli.js';
@@ -6,6 +9,7 @@ import { IdempotencyContext, Idempotent } from '../../src/index.js';
 import { RedisIdempotencyStore } from '../../src/stores/redis/index.js';
 import { encodeCursor } from '../../src/stores/record-cursor.js';
 import { Barrier } from '../utils/barrier.js';
+import { assertBuilt } from '../utils/library-build.js';
 import { keysOf } from '../utils/redis-server.js';
 import { describeWithServer } from '../utils/server.js';
 import { startStoreApp, type StoreApp } from '../utils/store-app.js';
@@ -41,6 +45,43 @@ class OrdersController {
 }
 
 const describeRedis = await describeWithServer('Redis', REDIS.host, REDIS.port);
+
+/** The compiled command line, as `npx nestjs-idempotency` runs it. */
+const MAIN = fileURLToPath(
+  new URL('../../dist/src/cli/main.js', import.meta.url),
+);
+
+/** A local port nothing listens on. */
+async function closedPort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as { port: number };
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}
+
+/**
+ * Runs the compiled command line as a process of its own: its exit code,
+ * what it wrote to stderr, and whether it had to be killed (it had not
+ * ended within `timeout`: a client left reconnecting keeps it alive).
+ */
+function runMain(
+  args: readonly string[],
+): Promise<{ code: number; killed: boolean; stderr: string }> {
+  return new Promise((resolve) => {
+    execFile(
+      process.execPath,
+      [MAIN, ...args],
+      { timeout: 60_000 },
+      (error, _stdout, stderr) =>
+        resolve({
+          code: error ? Number(error.code ?? -1) : 0,
+          killed: error?.killed ?? false,
+          stderr,
+        }),
+    );
+  });
+}
 
 /**
  * The command line on the Redis store (`--url redis://…`, `--prefix`) of a
@@ -202,5 +243,51 @@ describeRedis('the command line, on a Redis store of a running app', () => {
     );
     expect(refused.code).toBe(2);
     expect(refused.err).toMatch(/names no node of this Redis deployment/);
+  });
+
+  it('refuses a database the server does not have, touching none: exit 1, saying where (ioredis would go on in database 0)', async () => {
+    charges.gate = new Barrier();
+    charges.gate.open();
+    expect((await order('db-kept')).status).toBe(201);
+    const refused = await cli(
+      'forget',
+      '--scope',
+      'global',
+      '--key',
+      'db-kept',
+      '--url',
+      `${url}/99`,
+    );
+    expect(refused.code).toBe(1);
+    expect(refused.err).toMatch(
+      /could not connect to redis:\/\/[^ ]+\/99: ERR DB index is out of range/,
+    );
+    expect(await json('inspect', 'db-kept')).toMatchObject({
+      key: 'db-kept',
+      status: 'completed',
+    });
+  });
+
+  it('ends, saying why, when Redis cannot be reached or the prefix is refused: no client is left reconnecting', async () => {
+    await assertBuilt();
+    const port = await closedPort();
+    const unreachable = await runMain([
+      'list',
+      '--url',
+      `redis://127.0.0.1:${port}`,
+    ]);
+    expect(unreachable).toEqual({
+      code: 1,
+      killed: false,
+      stderr: expect.stringContaining(
+        `could not connect to redis://127.0.0.1:${port}`,
+      ),
+    });
+    const badPrefix = await runMain(['list', '--url', url, '--prefix', 'a{b']);
+    expect(badPrefix).toEqual({
+      code: 1,
+      killed: false,
+      stderr: expect.stringContaining('Invalid "prefix" of the Redis store'),
+    });
   });
 });

@@ -1,4 +1,7 @@
-import { readdir, readFile } from 'node:fs/promises';
+import { mkdtemp, readdir, readFile, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { IdempotencyKeyRing } from '../../src/privacy/idempotency-key-ring.js';
 import { runCli } from '../../src/cli/idempotency.cli.js';
 import { FakeGateway } from '../utils/fake-gateway.js';
 import { until } from '../utils/barrier.js';
@@ -226,9 +229,27 @@ describe('the command line, on the sample app’s database', () => {
     expect((await cli('list', '--limit', 'many')).err).toBe(
       `nestjs-idempotency: --limit must be a whole number, not "many".\n${usage}`,
     );
+    // A key ring that cannot be read, or is wrongly shaped, is the
+    // operator's input too; and reencrypt has nothing to do without one.
+    const keys = await mkdtemp(join(tmpdir(), 'cli-keys-'));
+    const notJson = join(keys, 'not-json.json');
+    await writeFile(notJson, '{', { mode: 0o600 });
+    const shortKey = join(keys, 'short.json');
+    await writeFile(
+      shortKey,
+      JSON.stringify({
+        keys: { k1: Buffer.alloc(16).toString('base64') },
+        current: 'k1',
+      }),
+      { mode: 0o600 },
+    );
     // Bad values of options are usage errors too, refused before the store
     // is asked anything: `gc` never loops on a batch of no row.
     for (const args of [
+      ['list', '--keys', join(keys, 'missing.json')],
+      ['list', '--keys', notJson],
+      ['list', '--keys', shortKey],
+      ['reencrypt'],
       ['list', '--status', 'stuck'],
       ['list', '--limit', '0'],
       ['list', '--limit', '5000'],
@@ -269,5 +290,49 @@ describe('the command line, on the sample app’s database', () => {
     const help = await cli('--help');
     expect(help.code).toBe(0);
     expect(help.out).toMatch(/^Usage: nestjs-idempotency <command>/);
+  });
+
+  it('gc reports the abandoned steps it deletes opened with the key ring, as the application would: this run is the last to see them', async () => {
+    const ring = {
+      keys: { k1: Buffer.alloc(32, 7).toString('base64') },
+      current: 'k1',
+    };
+    const sealing = new IdempotencyKeyRing(ring);
+    const abandon = (key: string) =>
+      db.query(
+        `INSERT INTO idempotency_steps (scope, key, step, result, expires_at)
+         VALUES ('global', $1, 'charge', $2::jsonb, now() - interval '1 minute')`,
+        [
+          key,
+          JSON.stringify(
+            sealing.sealStep('global', key, 'charge', { chargeId: 'ch_1' }),
+          ),
+        ],
+      );
+    const file = join(await mkdtemp(join(tmpdir(), 'cli-ring-')), 'ring.json');
+    await writeFile(file, JSON.stringify(ring), { mode: 0o600 });
+
+    await abandon('cli-sealed-1');
+    expect(await json('gc', '--keys', file)).toEqual({
+      removed: 1,
+      abandoned: [
+        {
+          scope: 'global',
+          key: 'cli-sealed-1',
+          steps: [{ step: 'charge', result: { chargeId: 'ch_1' } }],
+        },
+      ],
+    });
+
+    // Without the ring: shown sealed, and the operator told how to read them.
+    await abandon('cli-sealed-2');
+    const blind = await cli('gc');
+    expect(blind.code).toBe(0);
+    expect(blind.out).toMatch(
+      /^abandoned: global\tcli-sealed-2\t\[\{"step":"charge","result":"idempotency-sealed:/,
+    );
+    expect(blind.out).toContain(
+      'Some abandoned steps are sealed: run gc with the key ring (--keys <file>, or IDEMPOTENCY_KEYS) to read them.',
+    );
   });
 });

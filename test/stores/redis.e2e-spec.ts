@@ -1182,6 +1182,20 @@ function storeTests(server: () => Address): void {
     }
     expect(closed.status).toBe('end');
   });
+
+  it('refuses to connect to a database the server does not have, instead of working in database 0', async () => {
+    const { host, port } = server();
+    await expect(
+      RedisIdempotencyStore.connect(`redis://${host}:${port}/99`),
+    ).rejects.toThrow(
+      new RegExp(
+        `^The Redis store could not connect to redis://${host}:${port}/99: ERR `,
+      ),
+    );
+    await expect(
+      RedisIdempotencyStore.connect({ ...server(), db: 99 }),
+    ).rejects.toBeInstanceOf(IdempotencyConfigurationError);
+  });
 }
 
 /**

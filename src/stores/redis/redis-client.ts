@@ -1,16 +1,42 @@
+import { Logger } from '@nestjs/common';
 import type { Cluster, Redis, RedisOptions } from 'ioredis';
 import { loadOptionalPeer } from '../../core/optional-peer.js';
 import { IdempotencyConfigurationError } from '../../exceptions/idempotency-configuration.error.js';
 import type { RedisScript } from './redis.scripts.js';
 
+const logger = new Logger('Idempotency');
+
 /** A client of the store: a single server (or Sentinel) or a Cluster. */
 export type RedisClient = Redis | Cluster;
+
+/** Where a client connects, to be printed: no password. */
+function describeConnection(connection: string | RedisOptions): string {
+  if (typeof connection !== 'string') {
+    const { host = '127.0.0.1', port = 6379, db = 0 } = connection;
+    return `${host}:${port}, database ${db}`;
+  }
+  try {
+    const parsed = new URL(connection);
+    if (parsed.password !== '') {
+      parsed.password = '***';
+    }
+    return parsed.href;
+  } catch {
+    return connection.replace(/\/\/([^:/@]*):.*@/, '//$1:***@');
+  }
+}
 
 /**
  * @internal A client of the store's own, from ioredis options or a URL
  * (loads ioredis only now), with `maxRetriesPerRequest: 1` unless the
- * options say otherwise (see `RedisIdempotencyStore.connect`).
- * @throws IdempotencyConfigurationError when ioredis is not installed.
+ * options say otherwise (see `RedisIdempotencyStore.connect`), connected:
+ * its database selected (ioredis goes on in database 0 when the server
+ * refuses the one asked for, and reports it only as an `error` event). An
+ * outage is logged once, not once per reconnection attempt, and its end
+ * said.
+ * @throws IdempotencyConfigurationError when ioredis is not installed, or
+ *   the server cannot be reached or refuses the database; the client is
+ *   closed then.
  */
 export async function connectRedis(
   connection: string | RedisOptions,
@@ -24,9 +50,41 @@ export async function connectRedis(
   }
   const { Redis } = ioredis;
   const defaults = { maxRetriesPerRequest: 1 };
-  return typeof connection === 'string'
-    ? new Redis(connection, defaults)
-    : new Redis({ ...defaults, ...connection });
+  const client =
+    typeof connection === 'string'
+      ? new Redis(connection, { ...defaults, lazyConnect: true })
+      : new Redis({ ...defaults, ...connection, lazyConnect: true });
+  let down = false;
+  client.on('error', (error: Error) => {
+    if (!down) {
+      down = true;
+      logger.warn(
+        `Redis (${describeConnection(connection)}): ${error.message}; reconnecting, and requests get 503 meanwhile`,
+      );
+    }
+  });
+  client.on('ready', () => {
+    if (down) {
+      down = false;
+      logger.log(`Redis (${describeConnection(connection)}): connected again`);
+    }
+  });
+  try {
+    await client.connect();
+    const { db } = client.options;
+    if (db) {
+      // Refused, it leaves the client in database 0: checked here, where a
+      // refusal fails the start instead of reaching another database.
+      await client.select(db);
+    }
+  } catch (error) {
+    client.disconnect();
+    throw new IdempotencyConfigurationError(
+      `The Redis store could not connect to ${describeConnection(connection)}: ${(error as Error).message}.`,
+      'Check the URL or options, and that the server is up and has that database.',
+    );
+  }
+  return client;
 }
 
 type Argument = string | Buffer | number;
