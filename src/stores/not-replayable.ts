@@ -2,8 +2,10 @@ import type { Completion } from '../interfaces/idempotency-store.interface.js';
 
 /**
  * @internal A completion whose response is larger than a store keeps: its
- * status only, recorded as not replayable (a duplicate gets `422`, as for a
- * response over the module's `maxResponseSize`).
+ * status only, recorded as not replayable, as a response over the module's
+ * `maxResponseSize` is (a duplicate HTTP request gets the original status
+ * with an empty body and `Idempotent-Body-Omitted: true`; see that
+ * option).
  */
 export function notReplayable(completion: Completion): Completion {
   return {
