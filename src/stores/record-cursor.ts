@@ -9,16 +9,18 @@ export function encodeCursor(position: readonly string[]): string {
 }
 
 /**
- * @internal The position a cursor of {@link encodeCursor} holds.
+ * @internal The position a cursor of {@link encodeCursor} holds: `parts`
+ * strings, as the store that made it writes its positions.
  * @throws IdempotencyAdminInputError when it is not one.
  */
-export function decodeCursor(cursor: string): string[] {
+export function decodeCursor(cursor: string, parts: number): string[] {
   try {
     const position: unknown = JSON.parse(
       Buffer.from(cursor, 'base64url').toString('utf8'),
     );
     if (
       Array.isArray(position) &&
+      position.length === parts &&
       position.every((part) => typeof part === 'string')
     ) {
       return position as string[];

@@ -1,6 +1,7 @@
 import {
   IdempotencyAdmin,
   IdempotencyAdminError,
+  IdempotencyAdminInputError,
   IdempotencyAdminUnsupportedError,
   IdempotencyLeaseHeldError,
   IdempotencyRecordNotFoundError,
@@ -12,6 +13,7 @@ import type {
   Lease,
   StepLease,
 } from '../../src/interfaces/idempotency-store.interface.js';
+import { encodeCursor } from '../../src/stores/record-cursor.js';
 import { generationOf } from '../utils/store-handles.js';
 
 /** What the conformance suite hands its admin part: the store and its helpers. */
@@ -154,9 +156,20 @@ export function describeAdminConformance(
         .records,
     ).toEqual([]);
     await expect(admin().list({ limit: 0 })).rejects.toThrow(/limit/);
-    await expect(admin().list({ cursor: 'not a cursor' })).rejects.toThrow(
-      IdempotencyAdminError,
-    );
+    // Refused alike on every store: not a cursor at all, an empty one, and
+    // cursors of the right encoding but of no page (no position, too many
+    // parts), which a store would otherwise read as the first page, or
+    // send on to its server.
+    for (const cursor of [
+      'not a cursor',
+      '',
+      encodeCursor([]),
+      encodeCursor(['a', 'b', 'c', 'd']),
+    ]) {
+      await expect(admin().list({ cursor })).rejects.toThrow(
+        IdempotencyAdminInputError,
+      );
+    }
   });
 
   it('admin: a reset refused while the owner holds a live lease; forced, the owner is fenced out and the next request runs once', async () => {

@@ -120,7 +120,7 @@ export async function listDynamoDbRecords(
   let start: Item | undefined =
     query.cursor === undefined
       ? undefined
-      : { pk: str(decodeCursor(query.cursor)[0] ?? '') };
+      : { pk: str(decodeCursor(query.cursor, 1)[0]) };
   const found: RecordSummary[] = [];
   const now = Date.now();
   do {

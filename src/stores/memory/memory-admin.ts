@@ -96,7 +96,7 @@ export function listMemoryRecords(
   query: RecordQuery,
 ): RecordPage {
   const after =
-    query.cursor === undefined ? undefined : decodeCursor(query.cursor)[0];
+    query.cursor === undefined ? undefined : decodeCursor(query.cursor, 1)[0];
   const ids = [...maps.records]
     .filter(([id, record]) => {
       return (

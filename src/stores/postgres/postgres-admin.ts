@@ -121,7 +121,7 @@ export async function listPostgresRecords(
   connection: PostgresClient,
   query: RecordQuery,
 ): Promise<RecordPage> {
-  const after = query.cursor === undefined ? [] : decodeCursor(query.cursor);
+  const after = query.cursor === undefined ? [] : decodeCursor(query.cursor, 2);
   const { rows } = await connection.query<SummaryRow>({
     text: `SELECT ${SUMMARY_COLUMNS} FROM ${TABLE}
            WHERE status = ANY($1::text[])

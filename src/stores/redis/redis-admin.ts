@@ -253,12 +253,13 @@ export class RedisAdmin {
    */
   async list(query: RecordQuery): Promise<RecordPage> {
     const nodes = this.nodes();
-    const position = query.cursor ? decodeCursor(query.cursor) : [];
+    const position =
+      query.cursor === undefined ? [] : decodeCursor(query.cursor, 3);
     let node =
       position.length === 0
         ? 0
         : nodes.findIndex((client) => address(client) === position[0]);
-    if (node < 0 || (position.length > 0 && position.length !== 3)) {
+    if (node < 0) {
       throw new IdempotencyAdminInputError(
         `The cursor "${query.cursor}" names no node of this Redis deployment: list again from the first page.`,
       );
