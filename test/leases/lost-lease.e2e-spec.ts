@@ -420,6 +420,42 @@ describe.each(PLATFORMS)(
       ]);
     });
 
+    it("when its instance's presence session ends, a duplicate sent to that same instance is refused (409), never run beside the live claim: the instance asking is alive", async () => {
+      const gateA = a.app.get(Gate);
+      gateA.hold = true;
+      gateA.barrier = new Barrier();
+      const body = { reference: 'ref-presence-own' };
+      const held = inFlight(
+        answer(send(a, '/lost-lease', { key: 'presence-own', body })),
+      );
+      try {
+        await gateA.barrier.reached(1);
+        const instance = (await record('presence-own')).owner_instance!;
+        const presence = await presenceBackend(db, instance);
+        // A's reconnection waits at the gate while the duplicate comes.
+        gate.close();
+        await terminateBackend(db, presence!.pid);
+        await gate.reached(1);
+        expect(await presenceBackend(db, instance)).toBeUndefined();
+        const duplicate = await answer(
+          send(a, '/lost-lease', { key: 'presence-own', body }),
+        );
+        expect(duplicate.status).toBe(409);
+        gate.open();
+        gateA.barrier.open();
+        expect((await held).status).toBe(201);
+        expect(await orders('ref-presence-own')).toEqual([
+          { id: expect.any(Number), source: 'A' },
+        ]);
+        await untilPresenceRestored(db, instance, presence!.pid);
+      } finally {
+        gate.open();
+        gateA.hold = false;
+        gateA.barrier.open();
+        await held.catch(() => undefined);
+      }
+    });
+
     it('takes every key of a gone instance over, even while another takeover of its keys is under way', async () => {
       const gateA = a.app.get(Gate);
       gateA.wrote.length = 0;

@@ -51,6 +51,12 @@ export async function claimPostgresKey(
   pool: PostgresConnection,
   instance: string | null,
   request: ClaimRequest,
+  /**
+   * The claiming instance's id, its presence lock held or not: a claim of
+   * its own is never taken for one whose instance is gone (its presence
+   * session dropped, it lives, and its handler may still run).
+   */
+  self: string | null = instance,
 ): Promise<ClaimOutcome> {
   const values: unknown[] = [
     request.scope,
@@ -65,7 +71,7 @@ export async function claimPostgresKey(
   ];
   const {
     rows: [fast],
-  } = await statements.query<ClaimRow>(pool, CLAIM, values);
+  } = await statements.query<ClaimRow>(pool, CLAIM, [...values, self]);
   if (fast?.generation) {
     return { state: 'claimed', generation: fast.generation };
   }

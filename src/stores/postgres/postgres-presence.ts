@@ -100,6 +100,13 @@ export class PostgresPresence {
     this.client = client;
     try {
       await client.connect();
+      // Idle between notifications by design: a server's (or a role's)
+      // idle session timeout would end it, and with it the instance's
+      // presence, again and again.
+      await client.query({
+        text: `SELECT set_config(name, '0', false) FROM pg_settings
+                WHERE name IN ('idle_session_timeout', 'idle_in_transaction_session_timeout')`,
+      });
       const { rows } = await client.query<{ locked: boolean }>({
         text: `SELECT pg_try_advisory_lock(hashtextextended('idempotency:' || $1, 0)) AS locked`,
         values: [this.instance],

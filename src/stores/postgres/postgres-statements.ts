@@ -132,6 +132,7 @@ export const CLAIM = postgresStatement(
        greatest(0, extract(epoch FROM r.lease_expires_at - now()) * 1000)::float8,
        r.waiting, r.owner, r.has_steps,
        r.status = 'in_progress' AND r.owner_instance IS NOT NULL
+         AND r.owner_instance IS DISTINCT FROM $10::uuid
          AND r.lease_expires_at > now()
          AND pg_try_advisory_xact_lock_shared(
            hashtextextended('idempotency:' || r.owner_instance::text, 0)))::text,
@@ -145,7 +146,8 @@ export const CLAIM = postgresStatement(
  * expired, the lease's milliseconds left, whether a duplicate waits, the
  * owner, whether the key is bound to its request by steps, and whether the
  * owner's instance may be gone (its presence lock was free: a hint, which
- * {@link ACQUIRE} checks again).
+ * {@link ACQUIRE} checks again; never for a claim of the claiming instance,
+ * `$10`, which is alive, asking, while its presence session is away).
  */
 export type ClaimHolder = [
   status: string,

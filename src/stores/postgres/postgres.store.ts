@@ -199,6 +199,7 @@ export class PostgresIdempotencyStore
       this.pool,
       this.presence?.heldInstance ?? null,
       request,
+      this.presence?.instance ?? null,
     );
   }
 

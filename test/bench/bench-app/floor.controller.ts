@@ -57,6 +57,8 @@ export class FloorController extends FloorRoutes {
       null,
       LEASE_MS,
       TTL_MS,
+      // The claiming instance (none: the floor has no presence session).
+      null,
     ];
     const {
       rows: [fast],
@@ -82,7 +84,7 @@ export class FloorController extends FloorRoutes {
     const {
       rows: [claim],
     } = await this.pool.query<AcquireRow>(
-      statement(ACQUIRE.name, ACQUIRE.text, [...values, false]),
+      statement(ACQUIRE.name, ACQUIRE.text, [...values.slice(0, 9), false]),
     );
     return claim.acquired ? undefined : claim;
   }
