@@ -1,6 +1,7 @@
 import {
   Inject,
   Injectable,
+  Logger,
   Optional,
   type CallHandler,
   type ExecutionContext,
@@ -12,7 +13,6 @@ import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
 import type { ResolvedRouteOptions } from '../core/executor.options.js';
 import { IdempotencyHttpException } from '../exceptions/idempotency-http.exception.js';
 import { IdempotencyUnavailableException } from '../exceptions/idempotency-unavailable.exception.js';
-import { IdempotencyConfigurationError } from '../exceptions/idempotency-configuration.error.js';
 import { IdempotencyBodyUnreadableException } from '../exceptions/idempotency-body-unreadable.exception.js';
 import type { DecoratedRoute } from '../idempotency.routes.js';
 import { newAttempt, type Attempt } from '../core/attempt.js';
@@ -52,6 +52,9 @@ export class IdempotencyHttp {
   private readonly replayedField: string;
   /** The key header: its name, and its field (lower-cased). */
   private readonly keyHeader: { readonly name: string; readonly field: string };
+  private readonly logger = new Logger('Idempotency');
+  /** The routes whose handler sent its response itself, told once each. */
+  private readonly sentItself = new Set<string>();
 
   constructor(
     private readonly adapterHost: HttpAdapterHost,
@@ -174,6 +177,18 @@ export class IdempotencyHttp {
     return outcome;
   }
 
+  /** Says once per route that its handler sends its response itself. */
+  private warnSentItself(execution: Execution): void {
+    const { method, path } = execution.attempt;
+    const route = `${method} ${path}`;
+    if (!this.sentItself.has(route)) {
+      this.sentItself.add(route);
+      this.logger.warn(
+        `The @Idempotent() handler of ${route} sends its response itself (@Res({ passthrough: true })): it was sent before the commit, and a duplicate gets its status without its body. Return the body (or use @Redirect()) instead, for a response sent once the request is committed and replayed as it was.`,
+      );
+    }
+  }
+
   /** Completes the execution of a handler that returned `outcome`. */
   private async finish(
     response: HttpResponse,
@@ -183,13 +198,20 @@ export class IdempotencyHttp {
     const raw = rawResponse(response);
     const { options } = execution;
     if (raw.headersSent) {
-      // Sent by the handler itself (@Res()): nothing can be stored to replay.
-      const error = new IdempotencyConfigurationError(
-        'An @Idempotent() handler sent its response itself, so it cannot be replayed; its writes were rolled back.',
-        'Return the body from the handler instead of using @Res(), or use @Res({ passthrough: true }).',
-      );
-      await execution.fail(error);
-      throw error;
+      // Sent by the handler itself, under @Res({ passthrough: true }) (a
+      // redirect, `res.json()`): the client has its answer already, which
+      // says the request was done. Its writes commit, as that answer says
+      // (rolled back, every retry would be answered so again, for writes
+      // that never are); what was sent cannot be stored, so the key is
+      // marked as a stream's is. A 5xx or a come back later rolls back.
+      const status = raw.statusCode;
+      if (failsAttempt(status)) {
+        await execution.fail(new Error(`The response is a ${status}`));
+        return;
+      }
+      this.warnSentItself(execution);
+      await execution.completeUnreplayable(status);
+      return;
     }
     if (isStream(outcome)) {
       // A stream is sent as it is read: commit first, and mark the key so

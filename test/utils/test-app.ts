@@ -175,6 +175,8 @@ export function send(
     headers?: Record<string, string>;
     body?: unknown;
     signal?: AbortSignal;
+    /** How a redirect is taken (`'manual'`: the 3xx itself is the answer). */
+    redirect?: 'follow' | 'manual' | 'error';
   } = {},
 ): Promise<Response> {
   const headers: Record<string, string> = { ...init.headers };
@@ -189,5 +191,6 @@ export function send(
     headers,
     body: init.body === undefined ? undefined : JSON.stringify(init.body),
     signal: init.signal,
+    redirect: init.redirect,
   });
 }
