@@ -1,6 +1,7 @@
 import type { Pool } from 'pg';
 import { loadRequiredPeer } from '../core/optional-peer.js';
 import { CliUsageError } from './cli-usage-error.js';
+import { redactUrl } from '../core/redact-url.js';
 import type { IdempotencyStore } from '../interfaces/idempotency-store.interface.js';
 import { beginStatement, inTransaction } from '../pg/pg-pool-connection.js';
 import { PoolDataAccess } from '../pg/pool-data-access.js';
@@ -45,7 +46,7 @@ export async function openCliStore(
           inTransaction(pool, beginStatement(isolationLevel), fn),
       }),
       {
-        where: `the database of ${redact(url)}`,
+        where: `the database of ${redactUrl(url)}`,
         how: 'Apply the SQL files that `npx nestjs-idempotency sql` prints (or the TypeORM migrations), as the migrations guide shows.',
       },
       { presence: false },
@@ -86,23 +87,6 @@ export async function openCliStore(
     };
   }
   throw new CliUsageError(
-    `The URL "${redact(url)}" is neither a PostgreSQL URL (postgres://…) nor a Redis one (redis://…).`,
+    `The URL "${redactUrl(url)}" is neither a PostgreSQL URL (postgres://…) nor a Redis one (redis://…).`,
   );
-}
-
-/**
- * `url` without its password, to be printed: as the URL parser reads it
- * (a password may hold an `@`), or, for what it cannot read, all of what
- * comes before the host's `@`.
- */
-export function redact(url: string): string {
-  try {
-    const parsed = new URL(url);
-    if (parsed.password !== '') {
-      parsed.password = '***';
-    }
-    return parsed.href;
-  } catch {
-    return url.replace(/\/\/([^:/@]*):.*@/, '//$1:***@');
-  }
 }

@@ -1,6 +1,7 @@
 import { Logger } from '@nestjs/common';
 import type { Cluster, Redis, RedisOptions } from 'ioredis';
 import { loadOptionalPeer } from '../../core/optional-peer.js';
+import { redactUrl } from '../../core/redact-url.js';
 import { IdempotencyConfigurationError } from '../../exceptions/idempotency-configuration.error.js';
 import type { RedisScript } from './redis.scripts.js';
 
@@ -15,15 +16,7 @@ function describeConnection(connection: string | RedisOptions): string {
     const { host = '127.0.0.1', port = 6379, db = 0 } = connection;
     return `${host}:${port}, database ${db}`;
   }
-  try {
-    const parsed = new URL(connection);
-    if (parsed.password !== '') {
-      parsed.password = '***';
-    }
-    return parsed.href;
-  } catch {
-    return connection.replace(/\/\/([^:/@]*):.*@/, '//$1:***@');
-  }
+  return redactUrl(connection);
 }
 
 /**
