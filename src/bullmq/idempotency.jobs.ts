@@ -62,7 +62,9 @@ export interface DecoratedProcessor {
  */
 function defaultJobKey(job: QueueJob): string {
   const key = `${job.queueName}:${job.id}`;
-  return job.timestamp !== undefined && /^\d+$/.test(job.id ?? '')
+  const id = job.id ?? '';
+  // BullMQ's own test of an integer id (a custom one may be zero-padded).
+  return job.timestamp !== undefined && String(Number.parseInt(id, 10)) === id
     ? `${key}@${job.timestamp}`
     : key;
 }

@@ -203,9 +203,10 @@ export class IdempotencyHttp {
       // says the request was done. Its writes commit, as that answer says
       // (rolled back, every retry would be answered so again, for writes
       // that never are); what was sent cannot be stored, so the key is
-      // marked as a stream's is. A 5xx or a come back later rolls back.
+      // marked as a stream's is. An error it sent (a 4xx or 5xx) said the
+      // request was not done: rolled back, the key free, as when thrown.
       const status = raw.statusCode;
-      if (failsAttempt(status)) {
+      if (status >= 400) {
         await execution.fail(new Error(`The response is a ${status}`));
         return;
       }

@@ -55,6 +55,13 @@ describe('OpenSavepoints', () => {
     );
   });
 
+  it('reads a statement with comments around it, and folds A to Z only, as the server does', () => {
+    expect(openAfter('SAVEPOINT a', 'RELEASE a /* done */')).toBeUndefined();
+    expect(openAfter('SAVEPOINT a', 'RELEASE a -- done\n')).toBeUndefined();
+    expect(openAfter('/* nested */ SAVEPOINT a')).toBe('a');
+    expect(openAfter('SAVEPOINT Ä', 'RELEASE ä')).toBe('Ä');
+  });
+
   it('ignores what is not a savepoint statement of its own', () => {
     expect(openAfter('ROLLBACK', 'SELECT 1', undefined, { name: 'q' })).toBe(
       undefined,

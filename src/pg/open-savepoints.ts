@@ -2,16 +2,17 @@ import { TransactionUnfinishedError } from '../core/transaction.errors.js';
 
 /**
  * A statement that begins or ends a savepoint, whole (one statement, as a
- * data library sends it): its verb, then its name, quoted or not.
+ * data library sends it, comments around it aside): its verb, then its
+ * name, quoted or not.
  */
 const SAVEPOINT_STATEMENT =
-  /^\s*(savepoint|release(?:\s+savepoint)?|rollback(?:\s+(?:work|transaction))?\s+to(?:\s+savepoint)?)\s+("(?:[^"]|"")+"|[^\s;"]+)\s*;?\s*$/i;
+  /^\s*(?:\/\*.*?\*\/\s*)*(savepoint|release(?:\s+savepoint)?|rollback(?:\s+(?:work|transaction))?\s+to(?:\s+savepoint)?)\s+("(?:[^"]|"")+"|[^\s;"/-]+)\s*;?\s*(?:--[^\n]*\s*|\/\*.*?\*\/\s*)*$/is;
 
-/** A savepoint's name as the server knows it: folded unless quoted. */
+/** A savepoint's name as the server knows it: A to Z folded unless quoted. */
 function nameOf(written: string): string {
   return written.startsWith('"')
     ? written.slice(1, -1).replaceAll('""', '"')
-    : written.toLowerCase();
+    : written.replace(/[A-Z]+/g, (letters) => letters.toLowerCase());
 }
 
 /**

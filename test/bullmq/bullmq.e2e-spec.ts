@@ -234,6 +234,14 @@ describeRedis('@Idempotent() on BullMQ processors', () => {
       reference: 'auto-id-1',
       attempt: 1,
     });
+    // A producer's id that only looks like a number (BullMQ refuses
+    // integer ones) is the producer's: keyed as it is.
+    await processed(
+      QUEUES.orders,
+      { reference: 'padded-id' },
+      { jobId: '0042' },
+    );
+    expect(await records(`${QUEUES.orders}:0042`)).toHaveLength(1);
   });
 
   it('scopes keys per queue: the same job id on two queues runs on each, and each replays its own result', async () => {

@@ -44,6 +44,16 @@ class SentItselfController {
     this.adapterHost.httpAdapter.reply(res, { id }, 201);
   }
 
+  @Post('refused')
+  @Idempotent()
+  async refused(
+    @Body() body: { reference: string },
+    @Res({ passthrough: true }) res: unknown,
+  ): Promise<void> {
+    await this.order(body.reference);
+    this.adapterHost.httpAdapter.reply(res, { error: 'not yet' }, 409);
+  }
+
   @Post('redirect')
   @Idempotent()
   async redirect(
@@ -134,5 +144,32 @@ describe.each(PLATFORMS)(
         expect(await orders(reference)).toEqual(ids);
       },
     );
+
+    it('rolls back the writes of a handler that sent an error itself, and frees the key: the answer said not done', async () => {
+      const reference = `sent-refused-${platform}`;
+      const runs = controller.runs;
+      const refused = await send(target, '/sent/refused', {
+        key: reference,
+        body: { reference },
+      });
+      expect(refused.status).toBe(409);
+      await until(
+        async () =>
+          (
+            await target.db.query(
+              'SELECT 1 FROM idempotency_records WHERE key = $1',
+              [reference],
+            )
+          ).length === 0,
+        'the claim of the refused request to be released',
+      );
+      expect(await orders(reference)).toEqual([]);
+      const again = await send(target, '/sent/refused', {
+        key: reference,
+        body: { reference },
+      });
+      expect(again.status).toBe(409);
+      expect(controller.runs).toBe(runs + 2);
+    });
   },
 );

@@ -235,6 +235,7 @@ export class DynamoDbIdempotencyStore implements IdempotencyStore {
     return countFailure(this.records, key, ttlMs);
   }
 
+  /** Deletes the item that counts the key's failed attempts. */
   forgetFailures(key: FailureKey): Promise<void> {
     return forgetFailures(this.records, key);
   }

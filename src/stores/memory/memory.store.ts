@@ -340,6 +340,7 @@ export class MemoryIdempotencyStore implements IdempotencyStore<unknown> {
     return count;
   }
 
+  /** Deletes the key's count. */
   async forgetFailures(key: FailureKey): Promise<void> {
     this.failures.delete(idOf(key.scope, key.key));
   }

@@ -307,16 +307,15 @@ export const READ_STEP = postgresStatement(
 export const SAVE_STEP = postgresStatement(
   `SELECT idempotency_save_step($1, $2, $3, $4, $5, $6) AS saved`,
 );
+/** @internal Forgets a key's count of failed attempts. */
+export const FORGET_FAILURES = postgresStatement(
+  `DELETE FROM "idempotency_failures" WHERE scope = $1 AND key = $2`,
+);
 /**
  * @internal Counts a failed attempt of a key, in a row that outlives the
  * claim and the record (migration CountIdempotencyFailures1764000000006);
  * a count whose row expired starts again.
  */
-/** Forgets a key's count of failed attempts. */
-export const FORGET_FAILURES = postgresStatement(
-  `DELETE FROM "idempotency_failures" WHERE scope = $1 AND key = $2`,
-);
-
 export const COUNT_FAILURE = postgresStatement(
   `INSERT INTO "idempotency_failures" AS f (scope, key, failures, expires_at)
    VALUES ($1, $2, 1, now() + $3 * interval '1 millisecond')
