@@ -222,7 +222,7 @@ describe('key rotation from the command line: nestjs-idempotency reencrypt (Post
     }
   });
 
-  it('fails closed: a record it cannot open is named and the exit code is 1; no ring is a refusal', async () => {
+  it('fails closed: a record it cannot open is named and the exit code is 1; no ring is a usage error (2)', async () => {
     const foreign = await cli(['reencrypt'], {
       IDEMPOTENCY_KEYS: ringJson({ other: randomBytes(32) }, 'other'),
     });
@@ -236,12 +236,16 @@ describe('key rotation from the command line: nestjs-idempotency reencrypt (Post
       'rot-3': 'new',
     });
 
+    // No ring, or one that cannot be read: the operator's input, refused
+    // as a usage error before the store is asked anything.
     const none = await cli(['reencrypt']);
-    expect(none.code).toBe(1);
-    expect(none.err).toContain('no key ring to reseal the records with');
+    expect(none.code).toBe(2);
+    expect(none.err).toContain(
+      'reencrypt needs the key ring: pass --keys <file>, or set IDEMPOTENCY_KEYS.',
+    );
 
     const notJson = await cli(['reencrypt'], { IDEMPOTENCY_KEYS: 'not json' });
-    expect(notJson.code).toBe(1);
+    expect(notJson.code).toBe(2);
     expect(notJson.err).toContain(
       'The key ring in IDEMPOTENCY_KEYS is not JSON',
     );
