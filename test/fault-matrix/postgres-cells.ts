@@ -196,16 +196,16 @@ function renewalCell(when: 'before' | 'after'): Cell {
 /**
  * The presence session ends: before the claim (it is written without the
  * instance, and only its lease protects it), or while the request runs
- * (its instance looks gone: a duplicate takes the key over at once, and
- * the fence refuses the first attempt's completion). The session's return
- * is held meanwhile.
+ * (its instance looks gone to other instances, but the instance itself
+ * lives and knows its request runs: a duplicate it gets is refused, never
+ * run beside the first, which completes). The session's return is held
+ * meanwhile.
  */
 function presenceCell(when: 'before' | 'after'): Cell {
   return {
     point: 'presence',
     when,
-    expected:
-      when === 'before' ? [['201']] : [['503', '201 replayed'], ['201']],
+    expected: when === 'before' ? [['201']] : [['201'], ['201 replayed']],
     async run(run) {
       const { db } = run.target;
       const [presence] = await presenceSessions(db);
@@ -242,9 +242,12 @@ function presenceCell(when: 'before' | 'after'): Cell {
         await held.reached();
         expect(await owner()).not.toBeNull();
         await terminateBackend(db, presence);
-        const duplicate = await run.settle(run.send());
+        await restoring.reached();
+        // The instance's own request runs: its duplicate is refused.
+        expect(label(await read(run.send()))).toBe('409');
         held.open();
-        return [await run.settle(first), duplicate];
+        const answers = await run.settle(first);
+        return [answers, await run.settle(run.send())];
       } finally {
         held.open();
         restoring.release();
