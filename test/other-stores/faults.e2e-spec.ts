@@ -777,8 +777,13 @@ async function recordAt(
 const isWaitedFor = (record: RedisRecord | undefined): boolean =>
   record?.state === 'in_progress' && record.waiting;
 
-/** The lease of the killed instance. */
-const LEASE_MS = 3_000;
+/**
+ * The lease of the killed instance: renewed every 2 s, so at least 4 s of
+ * it are left at the kill, time enough for the first retries to be sent
+ * within it on a busy machine (with 3 s, and 2 s left, a CI run's retries
+ * on DynamoDB came after it and none was refused).
+ */
+const LEASE_MS = 6_000;
 /** Requests inside the killed instance's handler. */
 const IN_FLIGHT = 10;
 
