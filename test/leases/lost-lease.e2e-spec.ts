@@ -453,6 +453,13 @@ describe.each(PLATFORMS)(
         gateA.hold = false;
         gateA.barrier.open();
         await held.catch(() => undefined);
+        // A holds its presence again, on the session it keeps, before the
+        // next test ends it.
+        const storeA = a.app.get<IdempotencyStore>(IdempotencyStore);
+        await until(
+          () => Promise.resolve(storeA.watching),
+          'instance A to know its presence is back',
+        );
       }
     });
 
