@@ -18,7 +18,7 @@ const logger = new Logger('Idempotency');
  * `ROLLBACK AND CHAIN`, `COMMIT; BEGIN` in one query) leaves the session in
  * a transaction block: the transaction's {@link mark}, set with its BEGIN
  * for that transaction alone, is then what tells, to the completion (see
- * the PostgreSQL store's `COMPLETE`).
+ * the PostgreSQL store's completion).
  */
 export class EndedUnderneath {
   /** Set while the module's own COMMIT runs. */

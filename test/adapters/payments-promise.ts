@@ -175,4 +175,20 @@ export function describePaymentsPromise(target: () => PaymentsTarget): void {
       });
     },
   );
+
+  it("completes in the handler's transaction after the handler set its search_path to a schema without the module's tables", async () => {
+    const key = randomUUID();
+    const answer = await pay(key, 800, 'search-path');
+    expect(answer.status).toBe(201);
+    expect(await rowsOf(key)).toEqual({
+      record: 'completed',
+      payments: 1,
+      ledger: 2,
+    });
+    const again = await pay(key, 800, 'search-path');
+    expect([again.status, again.headers.get('idempotent-replayed')]).toEqual([
+      201,
+      'true',
+    ]);
+  });
 }

@@ -39,7 +39,12 @@ export type PaymentFault =
   /** The same, released (`"Nested"`, quoted): the entries commit. */
   | 'savepoint-released'
   /** The same, rolled back to (`ROLLBACK TO`): the entries are undone. */
-  | 'savepoint-rolled-back';
+  | 'savepoint-rolled-back'
+  /**
+   * Sets its transaction's `search_path` to a tenant's schema, which has
+   * none of the module's tables (`SET LOCAL`), once its rows are written.
+   */
+  | 'search-path';
 
 /** What each fault sends by hand between the payment and the ledger. */
 const ENDS: Partial<Record<PaymentFault, string>> = {
@@ -94,6 +99,9 @@ export class PaymentsController {
     );
     if (close) {
       await this.writer.raw(close);
+    }
+    if (body.fault === 'search-path') {
+      await this.writer.raw('SET LOCAL search_path TO payments_tenant');
     }
     if (body.fault === 'terminate') {
       await this.terminate(await this.writer.backendPid());

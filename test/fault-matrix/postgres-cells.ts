@@ -2,7 +2,7 @@ import type { INestApplication } from '@nestjs/common';
 import { IdempotencyStore } from '../../src/index.js';
 import {
   CLAIM,
-  COMPLETE,
+  completeStatements,
   COMPLETE_ALONE,
   READ_STEP,
 } from '../../src/stores/postgres/postgres-statements.js';
@@ -22,6 +22,9 @@ import type { CellClient } from './client.js';
 import type { Control } from './control.js';
 import { renewalLost } from './renewal-lost.js';
 import { label, LEASE_OVER, read, type Reply } from './replies.js';
+
+/** The module's completion, on the test database's `public` tables. */
+const { complete: COMPLETE } = completeStatements('public');
 
 /** A running payments application of the matrix, on any data library. */
 export interface MatrixTarget {

@@ -1,4 +1,4 @@
-import { COMPLETE } from '../../src/stores/postgres/postgres-statements.js';
+import { completeStatements } from '../../src/stores/postgres/postgres-statements.js';
 import { answer, UNAVAILABLE_ANSWER, type Answer } from '../utils/problems.js';
 import { terminateBackend, untilIdleInTransaction } from '../utils/sessions.js';
 import {
@@ -14,6 +14,9 @@ import {
   type TestApp,
 } from '../utils/test-app.js';
 import { LostTransactionTestModule, Pause } from './lost-transaction.module.js';
+
+/** The module's completion, on the test database's `public` tables. */
+const { complete: COMPLETE } = completeStatements('public');
 
 /**
  * The claims' lease: long, so that a claim left behind by a lost

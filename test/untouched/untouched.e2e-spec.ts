@@ -8,10 +8,13 @@ import type { Pool } from 'pg';
 import { IdempotencyStore } from '../../src/index.js';
 import {
   CLAIM,
-  COMPLETE,
+  completeStatements,
 } from '../../src/stores/postgres/postgres-statements.js';
 import { oneLine, QueryCounter } from './query-counter.js';
 import { UntouchedTestModule } from './untouched.module.js';
+
+/** The module's completion, on the test database's `public` tables. */
+const { complete: COMPLETE } = completeStatements('public');
 
 describe.each(PLATFORMS)(
   'routes without @Idempotent() and the statement budget (%s)',

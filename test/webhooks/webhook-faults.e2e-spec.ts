@@ -1,7 +1,7 @@
 import { IDEMPOTENCY_TABLE_NAME } from '../../migrations/index.js';
 import type { WebhookPresetName } from '../../src/index.js';
 import {
-  COMPLETE,
+  completeStatements,
   COMPLETE_ALONE,
 } from '../../src/stores/postgres/postgres-statements.js';
 import { answer, type Answer } from '../utils/problems.js';
@@ -19,6 +19,9 @@ import {
   signedDelivery,
 } from './signed-deliveries.js';
 import { ROUTES, WebhooksTestModule } from './webhooks.module.js';
+
+/** The module's completion, on the test database's `public` tables. */
+const { complete: COMPLETE } = completeStatements('public');
 
 /** Where a delivery's connection is lost: the statement, by the event id. */
 type At = (id: string) => (statement: Statement) => boolean;

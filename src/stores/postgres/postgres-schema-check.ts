@@ -14,6 +14,11 @@ const FIRST_DELAY_MS = 100;
 export interface PostgresSchema {
   /** Whether the record table exists. */
   readonly ready: boolean;
+  /**
+   * The schema the record table was found in, by the connection's
+   * `search_path` (none: no such table).
+   */
+  readonly schema: string | null;
   /** Whether every function of `functions` exists. */
   readonly functions: boolean;
   /** Whether every column of `columns` exists. */
@@ -54,6 +59,9 @@ export async function readPostgresSchema(
     try {
       const { rows } = await connection.query<PostgresSchema>({
         text: `SELECT to_regclass($1) IS NOT NULL AS ready,
+                (SELECT n.nspname FROM pg_class c
+                  JOIN pg_namespace n ON n.oid = c.relnamespace
+                  WHERE c.oid = to_regclass($1)) AS schema,
                 coalesce(bool_and(to_regprocedure(f) IS NOT NULL), false) AS functions,
                 (SELECT count(*) FROM unnest($3::text[], $4::text[]) AS c(t, name)
                   JOIN pg_attribute a ON a.attrelid = to_regclass(c.t)

@@ -7,6 +7,7 @@ import type {
 import { sqlState } from '../../core/failures.js';
 import {
   IDEMPOTENCY_STEPS_TABLE_NAME,
+  IDEMPOTENCY_TABLE_NAME,
   TRANSACTION_MARK_SETTING,
 } from '../../idempotency.constants.js';
 
@@ -182,13 +183,14 @@ export const MARK_WAITING = postgresStatement(
    RETURNING true AS marked`,
 );
 /**
- * The record's completion, fenced by its owner (see {@link COMPLETE}). Its
+ * The record's completion in `table`, fenced by its owner (see
+ * {@link completeStatements}). Its
  * times are the statement's, not `now()`: in the handler's transaction,
  * `now()` is when the transaction began, and a record completed `ttl` after
  * that would be born expired (its duplicate run again) once the
  * transaction lasted longer than its `ttl`.
  */
-const UPDATE_RECORD = `UPDATE "idempotency_records" t SET status = $4,
+const updateRecord = (table: string) => `UPDATE ${table} t SET status = $4,
      response_status = $5, response_headers = $6, response_body = $7,
      lease_expires_at = NULL, completed_at = statement_timestamp(),
      expires_at = CASE WHEN t.expires_at <= statement_timestamp()
@@ -198,53 +200,78 @@ const UPDATE_RECORD = `UPDATE "idempotency_records" t SET status = $4,
    WHERE t.scope = $1 AND t.key = $2 AND t.owner = $3
      AND t.status = 'in_progress'`;
 
+/** @internal `name` quoted as an SQL identifier. */
+function identifier(name: string): string {
+  return `"${name.replaceAll('"', '""')}"`;
+}
+
+/** @internal The statements a completion sends in the handler's transaction. */
+export interface CompleteStatements {
+  /**
+   * Completes a claim, fenced by its owner: a plain `UPDATE` (no function)
+   * that rewrites no indexed column in the usual case, so that PostgreSQL
+   * can make it a heap-only update (no index touched). The record keeps the
+   * expiry its claim gave it, `ttl` after the claim, unless that is already
+   * past (a handler that outlived its `ttl`) or further than `ttl` from now
+   * (a lease longer than the `ttl`, or a key bound by its steps): it then
+   * expires `ttl` from now. No row: the claim is no longer this owner's, or
+   * (`$9`, the transaction's mark: see `PostgresTransaction.mark`) the
+   * session is no longer in the transaction the module began, which an end
+   * sent by hand chained another one to. Its answer says whether the record
+   * has steps (`has_steps`, which a binding sets before a step runs, and
+   * {@link READ_STEP} on a step saved before 0.5.0), which `deleteSteps`
+   * then deletes in the same transaction.
+   *
+   * Migration LeaseIdempotencyClaims1764000000003's `idempotency_finish` did
+   * it all in plpgsql, deleting steps that were seldom there and moving the
+   * indexed expiry each time; it stays, for instances of the previous
+   * versions during a rolling upgrade.
+   */
+  readonly complete: PostgresStatement;
+  /** Deletes the steps of a key completed in this transaction. */
+  readonly deleteSteps: PostgresStatement;
+}
+
 /**
- * @internal Completes a claim, fenced by its owner, in the handler's
- * transaction: a plain `UPDATE` (no function) that rewrites no indexed column
- * in the usual case, so that PostgreSQL can make it a heap-only update (no
- * index touched). The record keeps the expiry its claim gave it, `ttl` after
- * the claim, unless that is already past (a handler that outlived its `ttl`)
- * or further than `ttl` from now (a lease longer than the `ttl`, or a key
- * bound by its steps): it then expires `ttl` from now. No row: the claim is
- * no longer this owner's, or (`$9`, the transaction's mark: see
- * `PostgresTransaction.mark`) the session is no longer in the transaction
- * the module began, which an end sent by hand chained another one to.
- * Its answer says whether the record has steps
- * (`has_steps`, which a binding sets before a step runs, and
- * {@link READ_STEP} on a step saved before 0.5.0), which
- * {@link DELETE_STEPS} then deletes in the same transaction.
- *
- * Migration LeaseIdempotencyClaims1764000000003's `idempotency_finish` did
- * it all in plpgsql, deleting steps that were seldom there and moving the
- * indexed expiry each time; it stays, for instances of the previous versions
- * during a rolling upgrade.
+ * @internal The statements a completion sends in the handler's transaction,
+ * their tables named in `schema`, the one the claims found them in (none:
+ * by the session's `search_path`). The handler may have set its
+ * transaction's `search_path` (`SET LOCAL`, a tenant's schema): the record
+ * must complete in the table its claim is in, not in one of the tenant's or
+ * none.
  */
-export const COMPLETE = postgresStatement(
-  `${UPDATE_RECORD}
+export function completeStatements(schema?: string | null): CompleteStatements {
+  const prefix = schema ? `${identifier(schema)}.` : '';
+  return {
+    complete: postgresStatement(
+      `${updateRecord(`${prefix}"${IDEMPOTENCY_TABLE_NAME}"`)}
      AND ($9::text IS NULL
        OR current_setting('${TRANSACTION_MARK_SETTING}', true) = $9)
    RETURNING t.waiting, t.has_steps`,
-);
+    ),
+    deleteSteps: postgresStatement(
+      `DELETE FROM ${prefix}${STEPS} WHERE scope = $1 AND key = $2`,
+    ),
+  };
+}
+
 /**
  * @internal The mark of the transaction the session is in (see
- * {@link COMPLETE}): read when a marked completion found no row.
+ * {@link CompleteStatements.complete}): read when a marked completion found
+ * no row.
  */
 export const READ_MARK = postgresStatement(
   `SELECT current_setting('${TRANSACTION_MARK_SETTING}', true) AS mark`,
 );
-/** @internal Deletes the steps of a key completed in this transaction. */
-export const DELETE_STEPS = postgresStatement(
-  `DELETE FROM ${STEPS} WHERE scope = $1 AND key = $2`,
-);
 /**
- * @internal {@link COMPLETE} and {@link DELETE_STEPS} in one statement, for a
+ * @internal {@link CompleteStatements}' two in one statement, for a
  * completion without a transaction of the handler's: the steps never outlive
  * the record's completion, nor go without it. (A data-modifying `WITH` costs
  * PostgreSQL more than the plain `UPDATE`: test/bench/README.md.)
  */
 export const COMPLETE_ALONE = postgresStatement(
   `WITH done AS (
-     ${UPDATE_RECORD}
+     ${updateRecord(`"${IDEMPOTENCY_TABLE_NAME}"`)}
      RETURNING t.scope, t.key, t.waiting, t.has_steps
    ), steps AS (
      DELETE FROM ${STEPS} s USING done
@@ -284,7 +311,7 @@ export const BIND = postgresStatement(
  * mark (nor a record of its own generation): it is read, by any request of
  * its key, until it expires, as it was; found, it marks the record its
  * reader owns, so that the completion
- * deletes it with the key's other steps ({@link COMPLETE}).
+ * deletes it with the key's other steps ({@link CompleteStatements}).
  */
 export const READ_STEP = postgresStatement(
   `WITH found AS (

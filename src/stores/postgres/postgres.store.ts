@@ -57,11 +57,10 @@ import { readPostgresSchema } from './postgres-schema-check.js';
 import { stepJson, stepResult } from './postgres-step-result.js';
 import {
   BIND,
-  COMPLETE,
   COMPLETE_ALONE,
   COUNT_FAILURE,
   FORGET_FAILURES,
-  DELETE_STEPS,
+  completeStatements,
   PostgresStatements,
   READ_MARK,
   READ_STEP,
@@ -119,6 +118,8 @@ export class PostgresIdempotencyStore
   private presence: PostgresPresence | undefined;
   private readonly watchers: Array<(scope?: string, key?: string) => void> = [];
   private readonly statements = new PostgresStatements();
+  /** In the schema of the record table, once {@link onModuleInit} found it. */
+  private inTransaction = completeStatements();
 
   constructor(
     /** The data library it completes in: the handlers' transactions. */
@@ -135,13 +136,14 @@ export class PostgresIdempotencyStore
    * A connection lost during the check is retried (see {@link readPostgresSchema}).
    */
   async onModuleInit(): Promise<void> {
-    const { ready, functions, columns, tables } = await readPostgresSchema(
-      this.pool,
-      TABLE,
-      POSTGRES_FUNCTIONS,
-      POSTGRES_COLUMNS,
-      [FAILURES],
-    );
+    const { ready, schema, functions, columns, tables } =
+      await readPostgresSchema(
+        this.pool,
+        TABLE,
+        POSTGRES_FUNCTIONS,
+        POSTGRES_COLUMNS,
+        [FAILURES],
+      );
     const missing = !ready
       ? `The table ${TABLE} does not exist`
       : !functions
@@ -155,6 +157,7 @@ export class PostgresIdempotencyStore
       const { where, how } = this.transactions.schemaHelp;
       throw new IdempotencyConfigurationError(`${missing} in ${where}.`, how);
     }
+    this.inTransaction = completeStatements(schema);
     const presence = this.transactions.presence ?? this.options.presence;
     if (presence && !this.presence) {
       const pool = this.pool;
@@ -251,7 +254,7 @@ export class PostgresIdempotencyStore
       has_steps: boolean;
     }>(
       connection,
-      inTransaction ? COMPLETE : COMPLETE_ALONE,
+      inTransaction ? this.inTransaction.complete : COMPLETE_ALONE,
       inTransaction ? [...values, mark] : values,
       inTransaction,
     );
@@ -261,7 +264,7 @@ export class PostgresIdempotencyStore
     if (rows[0]?.has_steps) {
       await this.statements.query(
         connection,
-        DELETE_STEPS,
+        this.inTransaction.deleteSteps,
         [lease.scope, lease.key],
         inTransaction,
       );

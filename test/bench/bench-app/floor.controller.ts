@@ -4,14 +4,17 @@ import type { CreatePaymentDto } from '../../../sample-app/payments/create-payme
 import {
   ACQUIRE,
   CLAIM,
-  COMPLETE,
-  DELETE_STEPS,
+  completeStatements,
   RELEASE,
   type ClaimHolder,
   type ClaimRow,
 } from '../../../src/stores/postgres/postgres-statements.js';
 import { CONTENT_TYPE, FloorRoutes, statement } from './floor-routes.js';
 import type { Attempt, Completion, Holder } from './floor-routes.js';
+
+/** The module's completion, on the test database's `public` tables. */
+const { complete: COMPLETE, deleteSteps: DELETE_STEPS } =
+  completeStatements('public');
 
 /** The module's defaults: its scope, lease and the sample's ttl. */
 const SCOPE = 'global';

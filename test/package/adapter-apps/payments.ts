@@ -97,6 +97,9 @@ export class PaymentsController {
     if (close) {
       await this.writer.raw(close);
     }
+    if (body.fault === 'search-path') {
+      await this.writer.raw('SET LOCAL search_path TO payments_tenant');
+    }
     if (body.fault === 'terminate') {
       await terminate(await this.writer.backendPid());
     }
