@@ -13,10 +13,12 @@ import type {
 } from './attempt-telemetry.js';
 import {
   classifyFailure,
+  isAbortedTransaction,
   LeaseLostError,
   RETRY_LATER_STATUSES,
   type FailureKind,
 } from './failures.js';
+import { TransactionAbortedError } from './transaction.errors.js';
 import type { ResolvedRouteOptions } from './executor.options.js';
 import { handlerContexts, type HandlerContext } from './handler-context.js';
 import type { LogKeys } from './log-key.js';
@@ -359,6 +361,12 @@ export class Execution implements RunningLink, RecoveryOwner, HandlerContext {
     } catch (error) {
       await transaction.rollback(error);
       await this.release();
+      if (isAbortedTransaction(error)) {
+        // The handler's own doing, which its retry repeats: its error, not
+        // a 503 that asks for that retry.
+        host.telemetry.failed(attempt, 'handler');
+        throw new TransactionAbortedError();
+      }
       const lost = error instanceof LeaseLostError;
       host.emit(lost ? 'lease-lost' : 'failed', attempt, { error });
       throw new IdempotencyUnavailableException(options.retryAfter);

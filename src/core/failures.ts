@@ -127,6 +127,22 @@ export function isConnectionFailure(error: unknown): boolean {
   );
 }
 
+/**
+ * SQLSTATE of a statement refused because an earlier one of its transaction
+ * failed: PostgreSQL takes nothing but a rollback any more.
+ */
+const IN_FAILED_SQL_TRANSACTION = '25P02';
+
+/**
+ * @internal Whether a statement of the module's in the handler's transaction
+ * (its completion) failed because that transaction was already aborted: a
+ * statement of the handler failed, and the handler caught its error and
+ * returned (see `TransactionAbortedError`).
+ */
+export function isAbortedTransaction(error: unknown): boolean {
+  return sqlState(error) === IN_FAILED_SQL_TRANSACTION;
+}
+
 /** @internal How the module answers a failed attempt. */
 export type FailureKind =
   /** The handler's own error: sent as it is. */

@@ -61,6 +61,23 @@ export class TransactionUnfinishedError extends TransactionLostError {
 }
 
 /**
+ * @internal Raised at the completion when the handler returned while its
+ * transaction was aborted: a statement of its own failed, and it caught the
+ * error and went on (PostgreSQL then refuses every statement but a
+ * rollback, SQLSTATE 25P02). Nothing of the attempt commits. It is the
+ * handler's error, answered as one (500; a message's failed attempt): a
+ * retry that does the same meets it again.
+ */
+export class TransactionAbortedError extends Error {
+  constructor() {
+    super(
+      'The @Idempotent() handler returned while its transaction was aborted: a statement it sent failed, and the handler caught the error and went on. Nothing of the attempt commits. Let the error propagate, or send the statement that may fail in a savepoint (a nested transaction) and roll back to it',
+    );
+    this.name = 'TransactionAbortedError';
+  }
+}
+
+/**
  * @internal Raised by a statement of a handler that the module abandoned (its
  * deadline passed): nothing it does commits any more.
  */

@@ -1,4 +1,5 @@
 import {
+  HttpStatus,
   Inject,
   Injectable,
   Logger,
@@ -11,7 +12,11 @@ import { lastValueFrom } from 'rxjs';
 import { IDEMPOTENCY_RESOLVED_OPTIONS } from '../idempotency.tokens.js';
 import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
 import type { ResolvedRouteOptions } from '../core/executor.options.js';
-import { IdempotencyHttpException } from '../exceptions/idempotency-http.exception.js';
+import {
+  IdempotencyHttpException,
+  type IdempotencyProblem,
+} from '../exceptions/idempotency-http.exception.js';
+import { TransactionAbortedError } from '../core/transaction.errors.js';
 import { IdempotencyUnavailableException } from '../exceptions/idempotency-unavailable.exception.js';
 import { IdempotencyBodyUnreadableException } from '../exceptions/idempotency-body-unreadable.exception.js';
 import type { DecoratedRoute } from '../idempotency.routes.js';
@@ -334,20 +339,27 @@ export class IdempotencyHttp {
         raw.removeListener('close', abandon);
         await settle(captured);
       },
-      () => {
+      (error) => {
+        if (error instanceof TransactionAbortedError) {
+          // The handler's error, past the exception filters: logged and
+          // answered as an error of the handler's would be, its detail kept
+          // from the client.
+          this.logger.error(
+            `${execution.attempt.method} ${execution.attempt.path}: ${error.message}`,
+          );
+          return problemResponse({
+            type: 'about:blank',
+            title: 'Internal Server Error',
+            status: HttpStatus.INTERNAL_SERVER_ERROR,
+            detail: 'The request failed, and nothing of it was committed.',
+          });
+        }
         const failure = new IdempotencyUnavailableException(
           options.retryAfter,
         ).withTypeBase(this.options.problemTypeBaseUrl);
-        const body = Buffer.from(JSON.stringify(failure.getProblem()));
-        return {
-          status: failure.getStatus(),
-          headers: {
-            'content-type': 'application/problem+json',
-            'content-length': String(body.length),
-            'retry-after': String(options.retryAfter),
-          },
-          body,
-        };
+        return problemResponse(failure.getProblem(), {
+          'retry-after': String(options.retryAfter),
+        });
       },
     );
   }
@@ -401,4 +413,21 @@ export class IdempotencyHttp {
     });
     return undefined;
   }
+}
+
+/** The module's own answer of `problem`, with `headers` beside its own. */
+function problemResponse(
+  problem: IdempotencyProblem,
+  headers: Record<string, string> = {},
+): CapturedResponse {
+  const body = Buffer.from(JSON.stringify(problem));
+  return {
+    status: problem.status,
+    headers: {
+      'content-type': 'application/problem+json',
+      'content-length': String(body.length),
+      ...headers,
+    },
+    body,
+  };
 }

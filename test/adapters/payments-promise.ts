@@ -84,6 +84,12 @@ export function describePaymentsPromise(target: () => PaymentsTarget): void {
 
   it.each([
     ['the handler throws', 'throw', 500],
+    // The handler's own error, which its retry would meet again: not a 503.
+    [
+      'the handler caught the failure of its own statement and returned',
+      'swallowed',
+      500,
+    ],
     ['a deferred constraint fails at COMMIT', 'deferred', 503],
     ['its connection is terminated as the handler returns', 'terminate', 503],
   ] as const)(

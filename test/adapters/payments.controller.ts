@@ -44,7 +44,12 @@ export type PaymentFault =
    * Sets its transaction's `search_path` to a tenant's schema, which has
    * none of the module's tables (`SET LOCAL`), once its rows are written.
    */
-  | 'search-path';
+  | 'search-path'
+  /**
+   * Sends a statement that fails once its rows are written, catches its
+   * error and returns: its transaction is aborted.
+   */
+  | 'swallowed';
 
 /** What each fault sends by hand between the payment and the ledger. */
 const ENDS: Partial<Record<PaymentFault, string>> = {
@@ -99,6 +104,9 @@ export class PaymentsController {
     );
     if (close) {
       await this.writer.raw(close);
+    }
+    if (body.fault === 'swallowed') {
+      await this.writer.raw('SELECT 1 / 0').catch(() => undefined);
     }
     if (body.fault === 'search-path') {
       await this.writer.raw('SET LOCAL search_path TO payments_tenant');

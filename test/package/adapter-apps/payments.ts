@@ -97,6 +97,9 @@ export class PaymentsController {
     if (close) {
       await this.writer.raw(close);
     }
+    if (body.fault === 'swallowed') {
+      await this.writer.raw('SELECT 1 / 0').catch(() => undefined);
+    }
     if (body.fault === 'search-path') {
       await this.writer.raw('SET LOCAL search_path TO payments_tenant');
     }
