@@ -112,6 +112,37 @@ describe('IdempotencyService.run()', () => {
     expect(await rows('job-bigint')).toBe(1);
   });
 
+  it("fails with the work's own error when the work caught the failure of its statement and returned: nothing commits, the key is free at once", async () => {
+    let runs = 0;
+    const job = () =>
+      idempotency.run({ key: 'job-aborted' }, async (manager) => {
+        runs += 1;
+        await orders.insert({ reference: 'job-aborted' });
+        if (runs === 1) {
+          // Its transaction is aborted from here on.
+          await manager.query('SELECT 1 / 0').catch(() => undefined);
+        }
+        return 'done';
+      });
+    const failure = await job().then(
+      () => undefined,
+      (error: unknown) => error,
+    );
+    // The work's error, not the 503 of an unavailable database, which
+    // would ask for a retry that meets the same.
+    expect(failure).toBeInstanceOf(Error);
+    expect(failure).not.toBeInstanceOf(IdempotencyUnavailableException);
+    expect((failure as Error).name).toBe('TransactionAbortedError');
+    expect(await rows('job-aborted')).toBe(0);
+    expect(
+      await target.db.query(
+        `SELECT 1 FROM ${IDEMPOTENCY_TABLE_NAME} WHERE key = 'job-aborted'`,
+      ),
+    ).toEqual([]);
+    expect(await job()).toBe('done');
+    expect(await rows('job-aborted')).toBe(1);
+  });
+
   it('refuses a concurrent duplicate (reject) and waits for it (wait)', async () => {
     const barrier = new Barrier();
     let runs = 0;
