@@ -65,18 +65,22 @@ async function closedPort(): Promise<number> {
  * what it wrote to stderr, and whether it had to be killed (it had not
  * ended within `timeout`: a client left reconnecting keeps it alive).
  */
-function runMain(
-  args: readonly string[],
-): Promise<{ code: number; killed: boolean; stderr: string }> {
+function runMain(args: readonly string[]): Promise<{
+  code: number;
+  killed: boolean;
+  stdout: string;
+  stderr: string;
+}> {
   return new Promise((resolve) => {
     execFile(
       process.execPath,
       [MAIN, ...args],
       { timeout: 60_000 },
-      (error, _stdout, stderr) =>
+      (error, stdout, stderr) =>
         resolve({
           code: error ? Number(error.code ?? -1) : 0,
           killed: error?.killed ?? false,
+          stdout,
           stderr,
         }),
     );
@@ -279,14 +283,21 @@ describeRedis('the command line, on a Redis store of a running app', () => {
     expect(unreachable).toEqual({
       code: 1,
       killed: false,
+      // stdout is the command's answer alone: the store's log lines (the
+      // outage) go to stderr with the error.
+      stdout: '',
       stderr: expect.stringContaining(
         `could not connect to redis://127.0.0.1:${port}`,
       ),
     });
+    expect(unreachable.stderr).toContain(
+      `nestjs-idempotency: warning: Redis (redis://127.0.0.1:${port}): connect ECONNREFUSED`,
+    );
     const badPrefix = await runMain(['list', '--url', url, '--prefix', 'a{b']);
     expect(badPrefix).toEqual({
       code: 1,
       killed: false,
+      stdout: '',
       stderr: expect.stringContaining('Invalid "prefix" of the Redis store'),
     });
   });

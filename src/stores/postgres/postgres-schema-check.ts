@@ -88,7 +88,7 @@ export async function readPostgresSchema(
         .join(' ');
       if (attempt >= attempts) {
         logger.error(
-          `The start-up check of the database lost its connection (${failure}) ${attempts} times: giving up (TypeORM module option retryAttempts)`,
+          `The start-up check of the database lost its connection (${failure}) ${attempts} times: giving up (the connection's startupRetry; on TypeORM, the module's retryAttempts)`,
         );
         throw error;
       }
