@@ -12,6 +12,7 @@ import type { ResolvedIdempotencyOptions } from './idempotency.options.js';
 import { IdempotencyExecutor } from './core/idempotency.executor.js';
 import { IdempotencyEvents } from './idempotency.events.js';
 import { IdempotencyConfigurationError } from './exceptions/idempotency-configuration.error.js';
+import { messageOf } from './core/error-message.js';
 
 /** Name of the module's job in the `SchedulerRegistry`. */
 const JOB_NAME = 'idempotency-gc';
@@ -143,7 +144,7 @@ export class IdempotencyCollector
       await this.running;
     } catch (error) {
       this.logger.warn(
-        `GC failed, retrying at the next run: ${(error as Error).message}`,
+        `GC failed, retrying at the next run: ${messageOf(error)}`,
       );
     } finally {
       this.running = undefined;

@@ -7,6 +7,7 @@ import type {
   IdempotencyEvent,
   IdempotencyEventType,
 } from './interfaces/idempotency-event.interface.js';
+import { messageOf } from './core/error-message.js';
 
 /**
  * Log level of each event. Per-request outcomes are debug-level, the
@@ -69,7 +70,7 @@ export class IdempotencyEvents implements ExecutorEvents {
       try {
         this.options.onEvent(event);
       } catch (error) {
-        this.logger.warn(`onEvent threw: ${(error as Error).message}`);
+        this.logger.warn(`onEvent threw: ${messageOf(error)}`);
       }
     }
   }
@@ -91,7 +92,7 @@ function logfmt(event: IdempotencyEvent, keys: LogKeys): string {
       `steps=${JSON.stringify(event.steps.map(({ step }) => step))}`,
     event.durationMs !== undefined && `duration_ms=${event.durationMs}`,
     event.error !== undefined &&
-      `error=${JSON.stringify((event.error as Error)?.message ?? String(event.error))}`,
+      `error=${JSON.stringify(messageOf(event.error))}`,
   ]
     .filter(Boolean)
     .join(' ');

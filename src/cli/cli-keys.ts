@@ -2,6 +2,7 @@ import { readFile } from 'node:fs/promises';
 import type { IdempotencyEncryptionOptions } from '../interfaces/idempotency-privacy.interface.js';
 import { IdempotencyPrivacy } from '../privacy/idempotency-privacy.service.js';
 import { CliUsageError } from './cli-usage-error.js';
+import { messageOf } from '../core/error-message.js';
 
 /** The environment variable that may hold the key ring, as JSON. */
 export const KEYS_VARIABLE = 'IDEMPOTENCY_KEYS';
@@ -39,7 +40,7 @@ export async function cliPrivacy(
   } catch (error) {
     // Its message says the shape expected, never a key's value.
     throw new CliUsageError(
-      `The key ring in ${source} is refused: ${(error as Error).message}`,
+      `The key ring in ${source} is refused: ${messageOf(error)}`,
     );
   }
 }
@@ -50,7 +51,7 @@ async function readRing(file: string): Promise<string> {
     return await readFile(file, 'utf8');
   } catch (error) {
     throw new CliUsageError(
-      `The key ring file ${file} cannot be read (${(error as NodeJS.ErrnoException).code ?? (error as Error).message}).`,
+      `The key ring file ${file} cannot be read (${(error as NodeJS.ErrnoException).code ?? messageOf(error)}).`,
     );
   }
 }

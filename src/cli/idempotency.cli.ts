@@ -14,6 +14,7 @@ import { cliPrivacy, KEYS_VARIABLE } from './cli-keys.js';
 import { openCliStore } from './cli-store.js';
 import { CliUsageError } from './cli-usage-error.js';
 import { schemaFiles } from './schema-files.js';
+import { messageOf } from '../core/error-message.js';
 
 /** Where the command line writes, and what it reads of its environment. */
 export interface CliIo {
@@ -154,7 +155,7 @@ export async function runCli(
       error instanceof CliUsageError ||
       error instanceof IdempotencyAdminInputError ||
       (error as { code?: string }).code?.startsWith('ERR_PARSE_ARGS');
-    io.err(`nestjs-idempotency: ${(error as Error).message}\n`);
+    io.err(`nestjs-idempotency: ${messageOf(error)}\n`);
     if (usage) {
       io.err('Run `nestjs-idempotency --help` for the commands and options.\n');
     }

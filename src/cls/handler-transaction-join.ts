@@ -6,6 +6,7 @@ import {
 import { addTransactionParticipant } from '../core/transaction-participants.js';
 import { IdempotencyConfigurationError } from '../exceptions/idempotency-configuration.error.js';
 import type { HandlerTransaction } from '../interfaces/handler-transaction.interface.js';
+import { messageOf } from '../core/error-message.js';
 
 /**
  * What an adapter of the plugin gives it, whatever its library: its
@@ -105,7 +106,7 @@ export class HandlerTransactionJoin {
     try {
       return TransactionHost.getInstance<Adapter>(this.connectionName);
     } catch (error) {
-      throw this.misconfigured((error as Error).message);
+      throw this.misconfigured(messageOf(error));
     }
   }
 

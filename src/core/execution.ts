@@ -12,10 +12,10 @@ import type {
   OutgoingCallRecord,
 } from './attempt-telemetry.js';
 import {
+  asksRetryLater,
   classifyFailure,
   isAbortedTransaction,
   LeaseLostError,
-  RETRY_LATER_STATUSES,
   type FailureKind,
 } from './failures.js';
 import { TransactionAbortedError } from './transaction.errors.js';
@@ -32,6 +32,7 @@ import {
   type RecoveryOwner,
 } from './recovery-points.js';
 import type { RunningLink } from './running-executions.js';
+import { messageOf } from './error-message.js';
 
 /**
  * How long an answer waits for its claim's release. A release is one round
@@ -417,16 +418,18 @@ export class Execution implements RunningLink, RecoveryOwner, HandlerContext {
   /**
    * Stores an error response in the record (the error policy), fenced by the
    * owner, in a statement of its own. One that asks the client to come back
-   * later (408, 425, 429) releases the claim instead, whatever the policy
-   * said: the retry runs the handler.
+   * later (a 408, 425 or 429, a `Retry-After`, the module's own 409 or 503:
+   * see {@link asksRetryLater}) releases the claim instead, whatever the
+   * policy said: the retry runs the handler. Never rejects.
+   * @param error what the handler threw.
    */
-  async storeError(response: StoredResponse): Promise<void> {
+  async storeError(response: StoredResponse, error?: unknown): Promise<void> {
     const { host, lease, attempt, options } = this;
     this.stopTimer();
     if (!lease) {
       return;
     }
-    if (RETRY_LATER_STATUSES.has(response.status)) {
+    if (asksRetryLater(response.status, response.headers, error)) {
       await this.release();
       return;
     }
@@ -447,9 +450,7 @@ export class Execution implements RunningLink, RecoveryOwner, HandlerContext {
       }
     } catch (error) {
       // The client still gets its error; a retry runs again.
-      host.warn(
-        `Could not store an error response: ${(error as Error).message}`,
-      );
+      host.warn(`Could not store an error response: ${messageOf(error)}`);
     }
     await this.release();
   }
@@ -477,7 +478,7 @@ export class Execution implements RunningLink, RecoveryOwner, HandlerContext {
         ));
       } catch (error) {
         host.warn(
-          `Releasing ${host.logKeys.phrase(lease.key)} failed: the next attempt claims it when its lease runs out (${(error as Error).message})`,
+          `Releasing ${host.logKeys.phrase(lease.key)} failed: the next attempt claims it when its lease runs out (${messageOf(error)})`,
         );
       }
       host.ended(this, waiting);

@@ -1,4 +1,5 @@
 import { HttpException } from '@nestjs/common';
+import { IdempotencyHttpException } from '../exceptions/idempotency-http.exception.js';
 import { isOwnStatementError } from './own-statement.js';
 import {
   AbandonedTransactionError,
@@ -40,6 +41,34 @@ const CONCURRENCY_CODES = new Set(['40001', '40P01']);
 export const RETRY_LATER_STATUSES: ReadonlySet<number> = new Set([
   408, 425, 429,
 ]);
+
+/**
+ * @internal Whether an error answer asks the client to come back later, and
+ * so is never stored, whatever the error policy says: a 408, 425 or 429
+ * (see {@link RETRY_LATER_STATUSES}), an answer with a `Retry-After` header,
+ * or one of the module's own that carries one (a 409 of a key in progress
+ * that a nested `run()` or step met, a 503). Stored, it would answer every
+ * retry of the key until it expires, for a request that a retry completes.
+ */
+export function asksRetryLater(
+  status: number,
+  headers: Readonly<Record<string, string | string[]>>,
+  error?: unknown,
+): boolean {
+  return (
+    RETRY_LATER_STATUSES.has(status) ||
+    hasRetryAfter(headers) ||
+    (error instanceof IdempotencyHttpException && hasRetryAfter(error.headers))
+  );
+}
+
+function hasRetryAfter(
+  headers: Readonly<Record<string, string | string[]>>,
+): boolean {
+  return Object.keys(headers).some(
+    (name) => name.toLowerCase() === 'retry-after',
+  );
+}
 
 /**
  * @internal Whether a response the handler answered with (not threw) is a

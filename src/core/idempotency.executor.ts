@@ -36,6 +36,7 @@ import { LogKeys } from './log-key.js';
 import { LeaseRenewals } from './lease-renewals.js';
 import { Waiters } from './waiters.js';
 import { sealedStore } from './record-sealing.js';
+import { messageOf } from './error-message.js';
 
 /**
  * How often a waiter looks at the key again when notifications cannot reach
@@ -408,7 +409,7 @@ export class IdempotencyExecutor
     if (waiting) {
       this.store.notify([lease]).catch((error: unknown) => {
         this.logger.warn(
-          `Notifying the waiters of a key failed (they poll): ${(error as Error).message}`,
+          `Notifying the waiters of a key failed (they poll): ${messageOf(error)}`,
         );
       });
     }

@@ -2,6 +2,7 @@ import type { Logger } from '@nestjs/common';
 import type { IdempotencyStore } from '../interfaces/idempotency-store.interface.js';
 import type { Execution } from './execution.js';
 import { RunningExecutions } from './running-executions.js';
+import { messageOf } from './error-message.js';
 
 /**
  * @internal The claims that the attempts of this instance hold, renewed
@@ -80,7 +81,7 @@ export class LeaseRenewals {
       }
     } catch (error) {
       this.logger.warn(
-        `Renewing ${executions.length} lease(s) failed, retrying in ${this.intervalMs} ms: ${(error as Error).message}`,
+        `Renewing ${executions.length} lease(s) failed, retrying in ${this.intervalMs} ms: ${messageOf(error)}`,
       );
     } finally {
       this.renewing = false;

@@ -5,6 +5,7 @@ import type {
   TransactionListener,
   TransactionOutcome,
 } from '../interfaces/handler-transaction.interface.js';
+import { messageOf } from './error-message.js';
 
 const logger = new Logger('Idempotency');
 
@@ -62,7 +63,7 @@ async function run(
       await listener(outcome);
     } catch (error) {
       logger.error(
-        `A hook after the ${outcome.committed ? 'commit' : 'rollback'} of an idempotent request failed (the request's outcome stands): ${(error as Error)?.message ?? String(error)}`,
+        `A hook after the ${outcome.committed ? 'commit' : 'rollback'} of an idempotent request failed (the request's outcome stands): ${messageOf(error)}`,
         (error as Error)?.stack,
       );
     }

@@ -191,7 +191,7 @@ export class IdempotencyGraphql {
       const status = errorStatus(error);
       const stored = policy(status, error) ? storeError(error, status) : null;
       if (stored && stored.body.length <= options.maxResponseSize) {
-        await execution.storeError(stored);
+        await execution.storeError(stored, error);
       } else {
         await execution.release();
       }

@@ -34,7 +34,7 @@ import {
 } from './response-capture.js';
 import { keySource, requestKey } from './idempotency-key.js';
 import { isThenable } from '../core/is-thenable.js';
-import { failsAttempt } from '../core/failures.js';
+import { asksRetryLater, failsAttempt } from '../core/failures.js';
 import {
   BODY_OMITTED_HEADER,
   fingerprintParts,
@@ -287,9 +287,11 @@ export class IdempotencyHttp {
       async (captured) => {
         if (
           policy(captured.status, error) &&
-          captured.body.length <= options.maxResponseSize
+          captured.body.length <= options.maxResponseSize &&
+          // Read before `replayHeaders` keeps what it keeps of them.
+          !asksRetryLater(captured.status, captured.headers, error)
         ) {
-          await execution.storeError(toStored(captured, options));
+          await execution.storeError(toStored(captured, options), error);
         } else {
           await execution.release();
         }

@@ -7,6 +7,7 @@ import { loadRequiredPeer } from '../core/optional-peer.js';
 import { IdempotencyHttpException } from '../exceptions/idempotency-http.exception.js';
 import { IdempotencyNotReplayableException } from '../exceptions/idempotency-not-replayable.exception.js';
 import type { MessageOutcome } from './message-transport.js';
+import { messageOf } from '../core/error-message.js';
 
 const logger = new Logger('Idempotency');
 
@@ -102,12 +103,12 @@ export async function afterFailure(
     });
   } catch (failure) {
     logger.warn(
-      `A failed message of ${message.pattern} could not be ${stage}; it comes back: ${(failure as Error).message}`,
+      `A failed message of ${message.pattern} could not be ${stage}; it comes back: ${messageOf(failure)}`,
     );
     return 'requeue';
   }
   logger.warn(
-    `A message of ${message.pattern} was handed to deadLetter after ${attempts} failed attempt(s): ${(error as Error)?.message ?? String(error)}`,
+    `A message of ${message.pattern} was handed to deadLetter after ${attempts} failed attempt(s): ${messageOf(error)}`,
   );
   if (counted) {
     // Published again once its cause is fixed, the message gets
@@ -115,7 +116,7 @@ export async function afterFailure(
     // behind only makes that message's next failure its last.
     await executor.forgetFailures(attempt).catch((failure: unknown) => {
       logger.warn(
-        `The count of failed attempts of a dead-lettered message of ${message.pattern} could not be forgotten: ${(failure as Error).message}`,
+        `The count of failed attempts of a dead-lettered message of ${message.pattern} could not be forgotten: ${messageOf(failure)}`,
       );
     });
   }
@@ -129,7 +130,7 @@ export async function afterFailure(
 export function logDropped(pattern: string, error: unknown): void {
   const status = error instanceof HttpException ? `${error.getStatus()}: ` : '';
   logger.error(
-    `A message of ${pattern} was refused for good and dropped, its offset committed, not to hold up the rest of its partition (${status}${(error as Error)?.message ?? String(error)}). Give the route a deadLetter to keep such messages.`,
+    `A message of ${pattern} was refused for good and dropped, its offset committed, not to hold up the rest of its partition (${status}${messageOf(error)}). Give the route a deadLetter to keep such messages.`,
   );
 }
 

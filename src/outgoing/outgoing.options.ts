@@ -7,6 +7,7 @@ import type {
   IdempotentFetchFunction,
   IdempotentFetchOptions,
 } from '../interfaces/idempotent-fetch.interface.js';
+import { messageOf } from '../core/error-message.js';
 
 /** @internal {@link IdempotentFetchOptions} with every default applied. */
 export interface ResolvedFetchOptions {
@@ -79,7 +80,7 @@ export function resolveFetchOptions(
       retry = resolveRetryOptions(options.retry);
     } catch (error) {
       throw new IdempotencyConfigurationError(
-        `Invalid "${where}.retry": ${(error as Error).message}`,
+        `Invalid "${where}.retry": ${messageOf(error)}`,
       );
     }
   }

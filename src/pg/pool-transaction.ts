@@ -22,6 +22,7 @@ import {
 import { EndedUnderneath } from './ended-underneath.js';
 import { OpenSavepoints } from './open-savepoints.js';
 import type { TransactionGate } from './transaction-gate.js';
+import { messageOf } from '../core/error-message.js';
 
 const logger = new Logger('Idempotency');
 
@@ -177,7 +178,7 @@ export class PoolTransaction<Handle>
         cancelStatement(client);
       } catch (error) {
         logger.warn(
-          `Cancelling the statement of an abandoned request failed: ${(error as Error).message}`,
+          `Cancelling the statement of an abandoned request failed: ${messageOf(error)}`,
         );
       }
     }

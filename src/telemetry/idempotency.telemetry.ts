@@ -13,6 +13,7 @@ import type {
   OpenTelemetryApi,
   TelemetryRecorder,
 } from './telemetry-recorder.js';
+import { messageOf } from '../core/error-message.js';
 
 /** The optional peer the module records through. */
 const OPENTELEMETRY_API = '@opentelemetry/api';
@@ -51,7 +52,7 @@ export class IdempotencyTelemetry implements AttemptTelemetry {
       );
     } catch (error) {
       new Logger('Idempotency').warn(
-        `${OPENTELEMETRY_API} could not be loaded, no spans nor metrics are recorded: ${(error as Error).message}`,
+        `${OPENTELEMETRY_API} could not be loaded, no spans nor metrics are recorded: ${messageOf(error)}`,
       );
       return new IdempotencyTelemetry();
     }

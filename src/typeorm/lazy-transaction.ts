@@ -30,6 +30,7 @@ import type {
   LazyQueryRunners,
   LazyRunnerOwner,
 } from './lazy-query-runner.js';
+import { messageOf } from '../core/error-message.js';
 
 type State = 'idle' | 'open' | 'ended' | 'abandoned';
 
@@ -267,7 +268,7 @@ export class LazyTransaction implements HandlerTransaction, LazyRunnerOwner {
         // A subscriber of TypeORM's failed after the COMMIT: the
         // transaction committed all the same.
         logger.warn(
-          `A TypeORM subscriber failed after the commit of an idempotent request (its outcome stands): ${(error as Error)?.message ?? String(error)}`,
+          `A TypeORM subscriber failed after the commit of an idempotent request (its outcome stands): ${messageOf(error)}`,
         );
         // Closed rather than pooled: the subscriber may have left a
         // transaction of its own open on it.
@@ -352,7 +353,7 @@ export class LazyTransaction implements HandlerTransaction, LazyRunnerOwner {
         cancelStatement(client);
       } catch (error) {
         logger.warn(
-          `Cancelling the statement of an abandoned request failed: ${(error as Error).message}`,
+          `Cancelling the statement of an abandoned request failed: ${messageOf(error)}`,
         );
       }
     }
@@ -375,9 +376,7 @@ export class LazyTransaction implements HandlerTransaction, LazyRunnerOwner {
       try {
         await this.runner.releasePostgresConnection(failure);
       } catch (error) {
-        logger.warn(
-          `Releasing a connection failed: ${(error as Error).message}`,
-        );
+        logger.warn(`Releasing a connection failed: ${messageOf(error)}`);
       }
     }
     if (this.holdsPlace) {

@@ -9,6 +9,7 @@ import {
   outsideHandlerTransaction,
   type TransactionParticipant,
 } from './transaction-participants.js';
+import { messageOf } from '../core/error-message.js';
 
 /**
  * Where `addTransactionalDataSource()` of typeorm-transactional 0.5 writes
@@ -64,7 +65,7 @@ async function loadContext(): Promise<TransactionalContext> {
     )) as typeof loaded;
   } catch (error) {
     throw new IdempotencyConfigurationError(
-      `The DataSource was added to typeorm-transactional, whose context module could not be loaded: ${(error as Error).message}`,
+      `The DataSource was added to typeorm-transactional, whose context module could not be loaded: ${messageOf(error)}`,
       'Install typeorm-transactional 0.5 (npm install typeorm-transactional@^0.5).',
     );
   }

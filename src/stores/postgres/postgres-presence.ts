@@ -1,6 +1,7 @@
 import { Logger } from '@nestjs/common';
 import { randomUUID } from 'node:crypto';
 import type { PostgresSession } from '../../interfaces/postgres-adapter.interface.js';
+import { messageOf } from '../../core/error-message.js';
 
 /** Channel of the NOTIFY a completion sends to the waiters of its key. */
 export const COMPLETION_CHANNEL = 'idempotency_records';
@@ -127,7 +128,7 @@ export class PostgresPresence {
         this.client = undefined;
         this.held = false;
         this.logger.warn(
-          `Presence session could not start (${(error as Error).message}): retrying`,
+          `Presence session could not start (${messageOf(error)}): retrying`,
         );
         this.schedule();
       }

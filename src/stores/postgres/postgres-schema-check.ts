@@ -2,6 +2,7 @@ import { Logger } from '@nestjs/common';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { PostgresConnection } from '../../interfaces/postgres-adapter.interface.js';
 import { isConnectionFailure, sqlState } from '../../core/failures.js';
+import { messageOf } from '../../core/error-message.js';
 
 /** Attempts in all, unless the connection says otherwise. */
 const DEFAULT_ATTEMPTS = 10;
@@ -83,7 +84,7 @@ export async function readPostgresSchema(
       if (!isConnectionFailure(error)) {
         throw error;
       }
-      const failure = [sqlState(error), (error as Error).message]
+      const failure = [sqlState(error), messageOf(error)]
         .filter(Boolean)
         .join(' ');
       if (attempt >= attempts) {

@@ -10,6 +10,7 @@ import {
   IDEMPOTENCY_TABLE_NAME,
   TRANSACTION_MARK_SETTING,
 } from '../../idempotency.constants.js';
+import { messageOf } from '../../core/error-message.js';
 
 /**
  * SQLSTATEs of a named statement that the server session does not have
@@ -75,7 +76,7 @@ export class PostgresStatements {
       if (this.named) {
         this.named = false;
         this.logger.warn(
-          `The database session did not keep a prepared statement (${(error as Error).message}): a transaction pooler without prepared-statement support stands between the application and PostgreSQL. The idempotency store sends unnamed statements from now on. (PgBouncer 1.21 and later keep them with max_prepared_statements > 0.)`,
+          `The database session did not keep a prepared statement (${messageOf(error)}): a transaction pooler without prepared-statement support stands between the application and PostgreSQL. The idempotency store sends unnamed statements from now on. (PgBouncer 1.21 and later keep them with max_prepared_statements > 0.)`,
         );
       }
       if (inTransaction) {

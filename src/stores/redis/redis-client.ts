@@ -4,6 +4,7 @@ import { loadOptionalPeer } from '../../core/optional-peer.js';
 import { redactUrl } from '../../core/redact-url.js';
 import { IdempotencyConfigurationError } from '../../exceptions/idempotency-configuration.error.js';
 import type { RedisScript } from './redis.scripts.js';
+import { messageOf } from '../../core/error-message.js';
 
 const logger = new Logger('Idempotency');
 
@@ -73,7 +74,7 @@ export async function connectRedis(
   } catch (error) {
     client.disconnect();
     throw new IdempotencyConfigurationError(
-      `The Redis store could not connect to ${describeConnection(connection)}: ${(error as Error).message}.`,
+      `The Redis store could not connect to ${describeConnection(connection)}: ${messageOf(error)}.`,
       'Check the URL or options, and that the server is up and has that database.',
     );
   }

@@ -1,5 +1,6 @@
 import { Logger } from '@nestjs/common';
 import type { RedisClient } from './redis-client.js';
+import { messageOf } from '../../core/error-message.js';
 
 /**
  * @internal Called with the key another instance completed, or without
@@ -106,7 +107,7 @@ export class RedisSubscription {
       await subscriber.subscribe(this.channel);
     } catch (error) {
       this.logger.warn(
-        `Subscribing to the completions failed (waiters poll): ${(error as Error).message}`,
+        `Subscribing to the completions failed (waiters poll): ${messageOf(error)}`,
       );
       return;
     }
