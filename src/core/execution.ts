@@ -416,6 +416,26 @@ export class Execution implements RunningLink, RecoveryOwner, HandlerContext {
   }
 
   /**
+   * Whether the error policy (`storeErrors`) stores the error answer of
+   * `status`; a policy that throws stores nothing (warned): the key is
+   * released, and the client still gets its answer.
+   */
+  storesError(status: number, error: unknown): boolean {
+    const policy = this.options.storeErrors;
+    if (!policy) {
+      return false;
+    }
+    try {
+      return Boolean(policy(status, error));
+    } catch (failure) {
+      this.host.warn(
+        `The storeErrors policy of ${this.attempt.method} ${this.attempt.path} threw (${messageOf(failure)}): the error answer is not stored`,
+      );
+      return false;
+    }
+  }
+
+  /**
    * Stores an error response in the record (the error policy), fenced by the
    * owner, in a statement of its own. One that asks the client to come back
    * later (a 408, 425 or 429, a `Retry-After`, the module's own 409 or 503:

@@ -189,7 +189,9 @@ export class IdempotencyGraphql {
     }
     if (storing) {
       const status = errorStatus(error);
-      const stored = policy(status, error) ? storeError(error, status) : null;
+      const stored = execution.storesError(status, error)
+        ? storeError(error, status)
+        : null;
       if (stored && stored.body.length <= options.maxResponseSize) {
         await execution.storeError(stored, error);
       } else {

@@ -286,7 +286,7 @@ export class IdempotencyHttp {
       raw,
       async (captured) => {
         if (
-          policy(captured.status, error) &&
+          execution.storesError(captured.status, error) &&
           captured.body.length <= options.maxResponseSize &&
           // Read before `replayHeaders` keeps what it keeps of them.
           !asksRetryLater(captured.status, captured.headers, error)

@@ -94,6 +94,17 @@ class RetryLaterController {
     throw new BadRequestException(`busy ${body.reference}`);
   }
 
+  /** A 400 under an error policy that throws. */
+  @Post('policy-throws')
+  @Idempotent({
+    storeErrors: () => {
+      throw new Error('the policy failed');
+    },
+  })
+  policyThrows(@Body() body: { reference: string }): never {
+    throw new BadRequestException(`declined ${body.reference}`);
+  }
+
   /** A 400 stored through a `redact` hook that throws `undefined`. */
   @Post('redact-throws')
   @Idempotent({
@@ -215,21 +226,24 @@ describe.each(PLATFORMS)(
       expect(busyRuns - runs).toBe(2);
     });
 
-    it('answers and frees the key when the redact hook throws undefined while an error is stored', async () => {
-      const key = randomUUID();
-      for (let attempt = 1; attempt <= 2; attempt += 1) {
-        const answer = await send(target, '/later/redact-throws', {
-          key,
-          body: { reference: key },
-          signal: AbortSignal.timeout(20_000),
-        });
-        expect([
-          answer.status,
-          answer.headers.get('idempotent-replayed'),
-        ]).toEqual([400, null]);
-        // Nothing unredacted is stored: the key is free at once.
-        expect(await record(key)).toEqual([]);
-      }
-    });
+    it.each(['redact-throws', 'policy-throws'])(
+      'answers and frees the key when a hook of the error policy throws (/later/%s)',
+      async (route) => {
+        const key = randomUUID();
+        for (let attempt = 1; attempt <= 2; attempt += 1) {
+          const answer = await send(target, `/later/${route}`, {
+            key,
+            body: { reference: key },
+            signal: AbortSignal.timeout(20_000),
+          });
+          expect([
+            answer.status,
+            answer.headers.get('idempotent-replayed'),
+          ]).toEqual([400, null]);
+          // Nothing is stored: the key is free at once.
+          expect(await record(key)).toEqual([]);
+        }
+      },
+    );
   },
 );
