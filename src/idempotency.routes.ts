@@ -76,6 +76,9 @@ function routePath(controller: object, handler: object): string {
   );
 }
 
+/** A controller or resolver class. */
+type Controller = abstract new (...args: never[]) => unknown;
+
 /**
  * @internal A handler as messages name it: `<Class>.<method>`, and the
  * route template of an HTTP route (two classes may share a name).
@@ -105,7 +108,7 @@ export class IdempotencyRoutes {
    */
   private readonly patternHandlers = new Map<
     string,
-    Map<(...args: never[]) => unknown, Set<{ readonly name: string }>>
+    Map<(...args: never[]) => unknown, Set<Controller>>
   >();
 
   constructor(
@@ -182,7 +185,7 @@ export class IdempotencyRoutes {
   private listens(
     pattern: string,
     handler: (...args: never[]) => unknown,
-    controller: { readonly name: string },
+    controller: Controller,
   ): void {
     let handlers = this.patternHandlers.get(pattern);
     if (!handlers) {
@@ -208,6 +211,35 @@ export class IdempotencyRoutes {
       handlers.set(handler, controllers);
     }
     controllers.add(controller);
+    this.refuseSharedSettling(pattern, handlers);
+  }
+
+  /**
+   * @throws IdempotencyConfigurationError when a pattern with two or more
+   * decorated handlers has one that acknowledges (`acknowledge`): each
+   * would settle the one delivery Nest hands to all of them. On RabbitMQ
+   * the first one's ack takes the message from the others (one that failed
+   * never sees it again), and the second ack of the delivery closes the
+   * channel; on Kafka the first one's commit moves the offset past the
+   * others' failures.
+   */
+  private refuseSharedSettling(
+    pattern: string,
+    handlers: ReadonlyMap<(...args: never[]) => unknown, Set<Controller>>,
+  ): void {
+    const named = [...handlers].flatMap(([handler, controllers]) =>
+      [...controllers].map((controller) => ({
+        name: routeName(controller, handler),
+        acknowledges: this.get(controller, handler)?.options.acknowledge,
+      })),
+    );
+    const settling = named.find((route) => route.acknowledges);
+    if (named.length > 1 && settling) {
+      throw new IdempotencyConfigurationError(
+        `The message pattern ${pattern} has ${named.length} @Idempotent() handlers (${named.map((route) => route.name).join(', ')}), and ${settling.name} acknowledges: Nest hands each delivery to all of them, and the broker settles it once. The first handler's acknowledgement would take the message from the others, so one that failed would never see it again (RabbitMQ also closes the channel on the second acknowledgement of a delivery).`,
+        'Give each handler a queue or topic of its own (a fan-out exchange with a queue for each, a consumer group for each), or keep one @Idempotent() handler on the pattern.',
+      );
+    }
   }
 
   /**

@@ -286,4 +286,46 @@ describe('message handlers of one pattern', () => {
       'Two handlers of the message pattern orders.created are both named Consumer.handle',
     );
   });
+
+  /** Two consumers of `orders.paid`, the ledger's acknowledging or not. */
+  const consumers = (acknowledge: boolean) => {
+    @Controller()
+    class AuditConsumer {
+      @EventPattern('orders.paid')
+      @Idempotent()
+      audit(_data: unknown): void {}
+    }
+    @Controller()
+    class LedgerConsumer {
+      @EventPattern('orders.paid')
+      @Idempotent({ acknowledge })
+      book(_data: unknown): void {}
+    }
+    return [AuditConsumer, LedgerConsumer];
+  };
+
+  it('fails at bootstrap when one of two acknowledges: the broker settles the delivery they share once', async () => {
+    const failure: unknown = await startStoreApp({
+      store: new MemoryIdempotencyStore(),
+      controllers: consumers(true),
+    }).then(
+      async (started) => {
+        await started.close();
+        return undefined;
+      },
+      (error: unknown) => error,
+    );
+    expect(failure).toBeInstanceOf(IdempotencyConfigurationError);
+    expect((failure as Error).message).toContain(
+      'The message pattern orders.paid has 2 @Idempotent() handlers (AuditConsumer.audit, LedgerConsumer.book), and LedgerConsumer.book acknowledges',
+    );
+  });
+
+  it('starts with two that do not acknowledge', async () => {
+    const started = await startStoreApp({
+      store: new MemoryIdempotencyStore(),
+      controllers: consumers(false),
+    });
+    await started.close();
+  });
 });
