@@ -91,7 +91,11 @@ export class IdempotencyContext<Transaction = unknown> {
    * a key are deleted then (or when they expire, after `ttl`).
    *
    * The result must be a JSON value (objects, arrays, strings, numbers,
-   * booleans, `null`); `undefined` is stored as `null`. Call the downstream
+   * booleans, `null`); `undefined`, and any value JSON has no text for (a
+   * function, a symbol), is stored and returned as `null`. One that JSON
+   * cannot hold (a `BigInt`, a cycle) fails the request with a
+   * `StepResultError`, the handler's error (500): its effect ran, and runs
+   * again when the request is retried. Call the downstream
    * service with `deriveKey(name)` as its own idempotency key, so that the
    * call itself is idempotent if the process dies between the call and the
    * commit of its result.

@@ -4,6 +4,7 @@ import type {
 } from '../interfaces/idempotency-store.interface.js';
 import type { HandlerTransaction } from '../interfaces/handler-transaction.interface.js';
 import { IdempotencyConfigurationError } from '../exceptions/idempotency-configuration.error.js';
+import { messageOf } from './error-message.js';
 import { IdempotencyUnavailableException } from '../exceptions/idempotency-unavailable.exception.js';
 import type { Attempt } from './attempt.js';
 import { derivedKey } from './derived-key.js';
@@ -93,7 +94,7 @@ export class RecoveryPoints {
       throw new LeaseLostError();
     }
     this.refuseEnded();
-    const result = await fn();
+    const result = jsonResult(name, await fn());
     if (this.owner.isAbandoned) {
       throw new IdempotencyUnavailableException(options.retryAfter);
     }
@@ -103,7 +104,7 @@ export class RecoveryPoints {
     if (!saved) {
       throw new LeaseLostError();
     }
-    return (result ?? null) as T;
+    return result as T;
   }
 
   /**
@@ -179,4 +180,41 @@ export class RecoveryPoints {
     }
     return lease;
   }
+}
+
+/**
+ * @internal Raised when a step's result cannot be stored as JSON (a
+ * `BigInt`, a cycle, a `toJSON` that throws): the step's effect ran, and
+ * runs again when the request is retried. The handler's error (500; a
+ * message's failed attempt), never the database's: a 503 would ask for
+ * that retry again and again.
+ */
+export class StepResultError extends Error {
+  constructor(name: string, cause: unknown) {
+    super(
+      `The result of step ${JSON.stringify(name)} cannot be stored as JSON (${messageOf(cause)}): its effect ran, and runs again when the request is retried. Return a JSON value from the step (a BigInt as a string)`,
+    );
+    this.name = 'StepResultError';
+  }
+}
+
+/**
+ * A step's result as the stores keep it and a resumed request reads it
+ * back: `null` for a value that JSON has no text for (`undefined`, a
+ * function, a symbol, a `toJSON` that returns nothing), which a store
+ * would otherwise keep as no JSON at all (read back, it fails every retry
+ * of the key), else the value itself.
+ * @throws StepResultError for a value that JSON cannot hold.
+ */
+function jsonResult(name: string, result: unknown): unknown {
+  if (result === undefined || result === null) {
+    return null;
+  }
+  let json: string | undefined;
+  try {
+    json = JSON.stringify(result);
+  } catch (error) {
+    throw new StepResultError(name, error);
+  }
+  return json === undefined ? null : result;
 }

@@ -1,0 +1,157 @@
+/**
+ * A step's result that JSON has no text for (a function, a symbol, a
+ * `toJSON` that returns nothing) is kept as `null`, as `undefined` is: a
+ * retry after a failure resumes after the step, its effect not run again.
+ * One that JSON cannot hold at all (a BigInt) fails the request as the
+ * handler's error (500), never as the database's (503, which asks for the
+ * retry again and again). On every store.
+ */
+import {
+  Body,
+  Controller,
+  Inject,
+  Injectable,
+  Param,
+  Post,
+} from '@nestjs/common';
+import { randomUUID } from 'node:crypto';
+import { IdempotencyContext, Idempotent } from '../../src/index.js';
+import { startStoreApp } from '../utils/store-app.js';
+import {
+  dynamoSubject,
+  memorySubject,
+  redisSubject,
+  type Subject,
+} from '../utils/store-subjects.js';
+import { startTestApp } from '../utils/test-app.js';
+
+/** What each kind of step returns. */
+const RESULTS: Record<string, () => unknown> = {
+  function: () => () => 'not JSON',
+  symbol: () => Symbol('not JSON'),
+  'to-json-undefined': () => ({ toJSON: () => undefined }),
+  bigint: () => 1n,
+};
+
+@Injectable()
+class Effects {
+  /** The step's effects, by request. */
+  readonly counts = new Map<string, number>();
+  /** Requests whose handler fails once, after its step. */
+  readonly failOnce = new Set<string>();
+}
+
+@Controller('odd-step')
+class OddStepController {
+  constructor(
+    @Inject(Effects) private readonly effects: Effects,
+    @Inject(IdempotencyContext) private readonly context: IdempotencyContext,
+  ) {}
+
+  @Post(':kind')
+  @Idempotent()
+  async run(@Param('kind') kind: string, @Body() body: { ref: string }) {
+    const result = await this.context.step('effect', () => {
+      this.effects.counts.set(
+        body.ref,
+        (this.effects.counts.get(body.ref) ?? 0) + 1,
+      );
+      return RESULTS[kind]();
+    });
+    if (this.effects.failOnce.delete(body.ref)) {
+      throw new Error('the handler failed after its step');
+    }
+    return { step: result === null ? 'null' : typeof result };
+  }
+}
+
+/** A running application on one store, and how to end it. */
+interface Target {
+  readonly url: string;
+  readonly effects: Effects;
+  close(): Promise<void>;
+}
+
+const STORES: Array<[string, () => Promise<Target>]> = [
+  [
+    'postgres',
+    async () => {
+      const app = await startTestApp({
+        controllers: [OddStepController],
+        providers: [Effects],
+      });
+      return {
+        url: app.url,
+        effects: app.app.get(Effects),
+        close: () => app.close(),
+      };
+    },
+  ],
+  ...(
+    [
+      ['memory', memorySubject],
+      ['redis', redisSubject],
+      ['dynamodb', dynamoSubject],
+    ] as Array<[string, () => Promise<Subject>]>
+  ).map(([name, subjectOf]): [string, () => Promise<Target>] => [
+    name,
+    async () => {
+      const subject = await subjectOf();
+      const app = await startStoreApp({
+        store: subject.store,
+        controllers: [OddStepController],
+        providers: [Effects],
+      });
+      return {
+        url: app.url,
+        effects: app.app.get(Effects),
+        close: async () => {
+          await app.close();
+          await subject.close();
+        },
+      };
+    },
+  ]),
+];
+
+describe.each(STORES)(
+  'step results JSON cannot keep, on %s',
+  (_store, start) => {
+    let target: Target;
+
+    beforeAll(async () => {
+      target = await start();
+    });
+    afterAll(() => target?.close());
+
+    const post = async (kind: string, key: string, ref: string) => {
+      const answer = await fetch(`${target.url}/odd-step/${kind}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'idempotency-key': key },
+        body: JSON.stringify({ ref }),
+      });
+      return { status: answer.status, body: await answer.text() };
+    };
+
+    it.each(['function', 'symbol', 'to-json-undefined'])(
+      'keeps a %s as null: the retry after a failure resumes after the step',
+      async (kind) => {
+        const key = randomUUID();
+        target.effects.failOnce.add(key);
+        expect((await post(kind, key, key)).status).toBe(500);
+        expect(await post(kind, key, key)).toEqual({
+          status: 201,
+          body: JSON.stringify({ step: 'null' }),
+        });
+        // Resumed: the effect ran once.
+        expect(target.effects.counts.get(key)).toBe(1);
+      },
+    );
+
+    it('fails a BigInt as the handler’s error (500), not as the database’s (503)', async () => {
+      const key = randomUUID();
+      expect((await post('bigint', key, key)).status).toBe(500);
+      expect((await post('bigint', key, key)).status).toBe(500);
+    });
+  },
+);
