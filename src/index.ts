@@ -89,6 +89,8 @@ export { IdempotencyUnavailableException } from './exceptions/idempotency-unavai
 export { IdempotencyNotReplayableException } from './exceptions/idempotency-not-replayable.exception.js';
 export { IdempotencyBodyUnreadableException } from './exceptions/idempotency-body-unreadable.exception.js';
 export { IdempotencyConfigurationError } from './exceptions/idempotency-configuration.error.js';
+export { TransactionAbortedError } from './core/transaction.errors.js';
+export { StepResultError } from './core/recovery-points.js';
 export {
   IdempotencyDownstreamRefusedException,
   type IdempotencyDownstreamAnswer,

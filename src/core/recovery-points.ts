@@ -183,7 +183,7 @@ export class RecoveryPoints {
 }
 
 /**
- * @internal Raised when a step's result cannot be stored as JSON (a
+ * Raised by `IdempotencyContext.step()` when the step's result cannot be stored as JSON (a
  * `BigInt`, a cycle, a `toJSON` that throws): the step's effect ran, and
  * runs again when the request is retried. The handler's error (500; a
  * message's failed attempt), never the database's: a 503 would ask for

@@ -61,7 +61,7 @@ export class TransactionUnfinishedError extends TransactionLostError {
 }
 
 /**
- * @internal Raised at the completion when the handler returned while its
+ * Raised at the completion when the handler returned while its
  * transaction was aborted: a statement of its own failed, and it caught the
  * error and went on (PostgreSQL then refuses every statement but a
  * rollback, SQLSTATE 25P02). Nothing of the attempt commits. It is the
