@@ -249,6 +249,19 @@ describeRedis('the command line, on a Redis store of a running app', () => {
     expect(refused.err).toMatch(/names no node of this Redis deployment/);
   });
 
+  it.each(['abc', '-1', '99999999999999999999999'])(
+    'refuses a cursor whose scan position is %s as a usage error (Redis would fail it, or read -1 as the end)',
+    async (position) => {
+      const node = `${REDIS.host}:${REDIS.port}`;
+      const cursor = encodeCursor([node, position, '']);
+      const refused = await cli('list', '--cursor', cursor);
+      expect(refused).toMatchObject({ code: 2, out: '' });
+      expect(refused.err).toContain(
+        `The cursor "${cursor}" is not one that a page of records returned.`,
+      );
+    },
+  );
+
   it('refuses a database the server does not have, touching none: exit 1, saying where (ioredis would go on in database 0)', async () => {
     charges.gate = new Barrier();
     charges.gate.open();

@@ -265,6 +265,13 @@ export class RedisAdmin {
       );
     }
     let cursor = position[1] ?? '0';
+    // A SCAN position is an unsigned 64-bit number: Redis refuses any other
+    // (or, for a negative one, starts the scan over as if done).
+    if (!/^\d{1,20}$/.test(cursor) || BigInt(cursor) >= 2n ** 64n) {
+      throw new IdempotencyAdminInputError(
+        `The cursor "${query.cursor}" is not one that a page of records returned.`,
+      );
+    }
     let after = position[2] ?? '';
     const records: RecordSummary[] = [];
     for (; node < nodes.length; node += 1) {
