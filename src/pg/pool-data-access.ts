@@ -15,7 +15,7 @@ import type {
 } from '../interfaces/postgres-adapter.interface.js';
 import { poolConnection } from './pg-pool-connection.js';
 import { PoolTransaction, type LazyPoolClient } from './pool-transaction.js';
-import { TransactionGate } from './transaction-gate.js';
+import { poolTransactionGate, TransactionGate } from './transaction-gate.js';
 
 /**
  * @internal A data library on a node-postgres pool, as its adapter finds it
@@ -132,10 +132,9 @@ export class PoolDataAccess<Handle>
         'Give it a `pg.Pool` (node-postgres 8): the module runs the handlers’ transactions and its own statements on that pool.',
       );
     }
-    const size = (pool as { options?: { max?: unknown } }).options?.max ?? 10;
-    if (typeof size === 'number' && size > 1) {
-      this.gate = new TransactionGate(size - 1);
-    }
+    this.gate = poolTransactionGate(
+      (pool as { options?: { max?: unknown } }).options?.max ?? 10,
+    );
     this.poolConnection = poolConnection(pool);
     this.library = library;
     return library;

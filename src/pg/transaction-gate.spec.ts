@@ -1,5 +1,6 @@
 import { TransactionSlotTimeoutError } from '../core/transaction.errors.js';
-import { TransactionGate } from './transaction-gate.js';
+import { Logger } from '@nestjs/common';
+import { poolTransactionGate, TransactionGate } from './transaction-gate.js';
 
 describe('TransactionGate', () => {
   it('lets capacity transactions in at once', async () => {
@@ -47,5 +48,40 @@ describe('TransactionGate', () => {
     expect(gate.size).toBe(0);
     await gate.acquire(0);
     expect(gate.size).toBe(1);
+  });
+});
+
+describe('poolTransactionGate', () => {
+  /** A logger that keeps its warnings. */
+  const logger = () => {
+    const warnings: string[] = [];
+    const kept = new Logger('test');
+    kept.warn = (message: unknown) => {
+      warnings.push(String(message));
+    };
+    return { kept, warnings };
+  };
+
+  it.each([
+    [10, 9],
+    [2, 1],
+    [undefined, Infinity],
+  ])(
+    'gives a pool of %s connections a gate of %s transactions, silently',
+    (size, capacity) => {
+      const { kept, warnings } = logger();
+      expect(poolTransactionGate(size, kept).capacity).toBe(capacity);
+      expect(warnings).toEqual([]);
+    },
+  );
+
+  it('warns of a pool of one connection, which no lease renewal can use while a handler holds it', () => {
+    const { kept, warnings } = logger();
+    expect(poolTransactionGate(1, kept).capacity).toBe(Infinity);
+    expect(warnings).toEqual([
+      expect.stringContaining(
+        "has 1 connection: while a handler's transaction holds it, the module cannot renew the request's lease",
+      ),
+    ]);
   });
 });

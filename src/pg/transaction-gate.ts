@@ -1,3 +1,4 @@
+import { Logger } from '@nestjs/common';
 import { TransactionSlotTimeoutError } from '../core/transaction.errors.js';
 
 /**
@@ -65,4 +66,29 @@ export class TransactionGate {
       this.open -= 1;
     }
   }
+}
+
+/**
+ * @internal The gate of a pool of `poolSize` connections (its `max`, as
+ * node-postgres keeps it): one fewer transaction than connections; no gate
+ * when the size is unknown. A pool of one connection gets no gate (no
+ * handler transaction could open), and a warning: while a handler's
+ * transaction holds that connection, the module can neither renew the
+ * request's lease (a handler that outlives it can be taken over by a
+ * duplicate, which then runs beside it) nor save a step.
+ */
+export function poolTransactionGate(
+  poolSize: unknown,
+  logger = new Logger('Idempotency'),
+): TransactionGate {
+  if (typeof poolSize !== 'number') {
+    return new TransactionGate(Infinity);
+  }
+  if (poolSize < 2) {
+    logger.warn(
+      `The pool the idempotency module writes through has ${poolSize} connection: while a handler's transaction holds it, the module cannot renew the request's lease (a handler that outlives its lease can be taken over by a duplicate, which runs beside it), nor save a step of the handler's (it waits until transactionTimeout). Give the pool at least 2 connections (max).`,
+    );
+    return new TransactionGate(Infinity);
+  }
+  return new TransactionGate(poolSize - 1);
 }

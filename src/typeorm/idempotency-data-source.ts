@@ -25,7 +25,10 @@ import {
   lazyQueryRunners,
   type LazyQueryRunners,
 } from './lazy-query-runner.js';
-import { TransactionGate } from '../pg/transaction-gate.js';
+import {
+  poolTransactionGate,
+  TransactionGate,
+} from '../pg/transaction-gate.js';
 import {
   outsideHandlerTransaction,
   transactionParticipants,
@@ -267,9 +270,7 @@ export class IdempotencyDataSource
       );
     }
     this.defaultLevel = this.level ?? level;
-    if (typeof poolSize === 'number' && poolSize > 1) {
-      this.transactionGate = new TransactionGate(poolSize - 1);
-    }
+    this.transactionGate = poolTransactionGate(poolSize);
     this.driverPool = pool;
     this.poolConnection = poolConnection(pool, startupRetry(dataSource));
     this.runners = lazyQueryRunners(dataSource);
