@@ -77,6 +77,13 @@ export interface WebhookProvider {
     secrets: readonly string[],
   ): boolean | Promise<boolean>;
   /**
+   * Whether `secret` is one this provider can sign with (a Standard Webhooks
+   * secret must be base64 of a key of at least one byte after `whsec_`).
+   * One that is not is left out, as an empty one is; a receiver left with
+   * none answers `500 webhook-misconfigured`. @default every non-empty string
+   */
+  usesSecret?(secret: string): boolean;
+  /**
    * The verified delivery's id, timestamp, account and compared part.
    * `event` is the body parsed as JSON (`undefined` when it is not JSON).
    */

@@ -27,6 +27,9 @@ function field(event: unknown, name: string): string | undefined {
  */
 const stripe: WebhookProvider = {
   name: 'stripe',
+  // `whsec_` alone (an empty environment variable after it) is a key
+  // anyone knows.
+  usesSecret: (secret) => secret !== 'whsec_',
   verify(request, secrets) {
     const fields = headerFields(request.header('stripe-signature'));
     const t = fields.get('t')?.[0];
@@ -77,12 +80,18 @@ const github: WebhookProvider = {
   },
 };
 
+/** Base64 with its padding, as Standard Webhooks secrets are written. */
+const BASE64 =
+  /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
+
+/** The base64 of a Standard Webhooks secret: after `whsec_`, if it has it. */
+function standardBase64(secret: string): string {
+  return secret.startsWith('whsec_') ? secret.slice('whsec_'.length) : secret;
+}
+
 /** The signing key of a Standard Webhooks secret: `whsec_` and base64. */
 function standardKey(secret: string): Buffer {
-  return Buffer.from(
-    secret.startsWith('whsec_') ? secret.slice('whsec_'.length) : secret,
-    'base64',
-  );
+  return Buffer.from(standardBase64(secret), 'base64');
 }
 
 /**
@@ -93,6 +102,12 @@ function standardKey(secret: string): Buffer {
  */
 const standardWebhooks: WebhookProvider = {
   name: 'standard-webhooks',
+  // Decoded leniently, `whsec_` alone or text that is not base64 would be a
+  // key of no bytes (or of some stray ones): a signature anyone can make.
+  usesSecret(secret) {
+    const base64 = standardBase64(secret);
+    return base64.length > 0 && BASE64.test(base64);
+  },
   verify(request: WebhookRequest, secrets) {
     const id = request.header('webhook-id');
     const timestamp = request.header('webhook-timestamp');

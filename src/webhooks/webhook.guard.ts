@@ -127,10 +127,16 @@ export class IdempotentWebhookGuard implements CanActivate {
       );
       throw this.refuse(context, 'misconfigured');
     }
-    const secrets = await this.secrets(receiver.secret, context);
+    const given = await this.secrets(receiver.secret, context);
+    const { provider } = receiver;
+    const secrets = provider.usesSecret
+      ? given.filter((secret) => provider.usesSecret!(secret))
+      : given;
     if (secrets.length === 0) {
       this.logger.error(
-        `The webhook receiver ${name} has no secret: give @IdempotentWebhook() a non-empty "secret" (a string, several, or a function returning them).`,
+        given.length === 0
+          ? `The webhook receiver ${name} has no secret: give @IdempotentWebhook() a non-empty "secret" (a string, several, or a function returning them).`
+          : `The webhook receiver ${name} has no secret that ${provider.name} can sign with (${given.length} given, none of its form: a Standard Webhooks secret is whsec_ and the base64 of its key).`,
       );
       throw this.refuse(context, 'misconfigured');
     }
@@ -142,7 +148,6 @@ export class IdempotentWebhookGuard implements CanActivate {
         return typeof value === 'string' ? value : undefined;
       },
     };
-    const { provider } = receiver;
     if (!(await provider.verify(delivery, secrets))) {
       throw this.refuse(context, 'unverified');
     }

@@ -1,0 +1,160 @@
+/**
+ * A Standard Webhooks secret is `whsec_` and the base64 of its key. One that
+ * decodes to no key (`whsec_` alone, left by an empty environment variable)
+ * or is not base64 at all would, decoded leniently, be a key of no bytes:
+ * a signature anyone can make. Such a secret is left out, as an empty one
+ * is: a receiver left with none answers 500 webhook-misconfigured, and one
+ * with a usable secret beside it verifies with that one alone. So is a
+ * Stripe secret of `whsec_` alone, a key anyone knows.
+ */
+import { Controller, HttpCode, Post } from '@nestjs/common';
+import { createHmac, randomUUID } from 'node:crypto';
+import Stripe from 'stripe';
+import { IDEMPOTENCY_TABLE_NAME } from '../../migrations/index.js';
+import {
+  IdempotentWebhook,
+  WebhookDelivery,
+  type VerifiedWebhook,
+} from '../../src/index.js';
+import { answer } from '../utils/problems.js';
+import { PLATFORMS, startTestApp, type TestApp } from '../utils/test-app.js';
+import { SECRETS } from './signed-deliveries.js';
+
+/** A usable Standard Webhooks secret. */
+const USABLE = SECRETS['standard-webhooks'][0];
+/** The deliveries the receivers ran, by event id. */
+const ran: string[] = [];
+
+@Controller('secrets')
+class SecretsController {
+  @Post('prefix-only')
+  @HttpCode(200)
+  @IdempotentWebhook('standard-webhooks', { secret: 'whsec_' })
+  prefixOnly(@WebhookDelivery() delivery: VerifiedWebhook) {
+    ran.push(delivery.id);
+    return { ran: true };
+  }
+
+  @Post('not-base64')
+  @HttpCode(200)
+  @IdempotentWebhook('standard-webhooks', { secret: 'whsec_***' })
+  notBase64(@WebhookDelivery() delivery: VerifiedWebhook) {
+    ran.push(delivery.id);
+    return { ran: true };
+  }
+
+  @Post('stripe-prefix-only')
+  @HttpCode(200)
+  @IdempotentWebhook('stripe', { secret: 'whsec_' })
+  stripePrefixOnly(@WebhookDelivery() delivery: VerifiedWebhook) {
+    ran.push(delivery.id);
+    return { ran: true };
+  }
+
+  @Post('rotating')
+  @HttpCode(200)
+  @IdempotentWebhook('standard-webhooks', { secret: ['whsec_', USABLE] })
+  rotating(@WebhookDelivery() delivery: VerifiedWebhook) {
+    ran.push(delivery.id);
+    return { ran: true };
+  }
+}
+
+/** The base64 HMAC-SHA256 of a Standard Webhooks delivery under `key`. */
+function signature(key: Buffer, id: string, timestamp: string, body: string) {
+  return createHmac('sha256', key)
+    .update(`${id}.${timestamp}.${body}`)
+    .digest('base64');
+}
+
+describe.each(PLATFORMS)(
+  'webhook secrets no key can come of (%s)',
+  (platform) => {
+    let target: TestApp;
+
+    beforeAll(async () => {
+      target = await startTestApp({
+        controllers: [SecretsController],
+        platform,
+        rawBody: true,
+      });
+    });
+    afterAll(() => target.close());
+
+    /** Delivers event `id` to `route`, signed under `key`. */
+    const deliver = (route: string, id: string, key: Buffer) => {
+      const body = JSON.stringify({ type: 'invoice.paid', data: {} });
+      const timestamp = String(Math.floor(Date.now() / 1000));
+      return answer(
+        fetch(`${target.url}/secrets/${route}`, {
+          method: 'POST',
+          headers: {
+            'content-type': 'application/json',
+            'webhook-id': id,
+            'webhook-timestamp': timestamp,
+            'webhook-signature': `v1,${signature(key, id, timestamp, body)}`,
+          },
+          body,
+        }),
+      );
+    };
+    const stored = (id: string) =>
+      target.db.query(
+        `SELECT key FROM ${IDEMPOTENCY_TABLE_NAME} WHERE key LIKE '%' || $1`,
+        [id],
+      );
+
+    it.each(['prefix-only', 'not-base64'])(
+      'answers 500 webhook-misconfigured to a delivery forged with an empty key (/secrets/%s): nothing runs, nothing is stored',
+      async (route) => {
+        const id = `msg_${randomUUID()}`;
+        expect(await deliver(route, id, Buffer.alloc(0))).toMatchObject({
+          status: 500,
+          contentType: expect.stringMatching(/^application\/problem\+json/),
+          body: { type: 'urn:idempotency:webhook-misconfigured', status: 500 },
+        });
+        expect(ran).not.toContain(id);
+        expect(await stored(id)).toEqual([]);
+      },
+    );
+
+    it('answers 500 webhook-misconfigured to a Stripe delivery signed with "whsec_", the key of a receiver whose secret is only that', async () => {
+      const id = `evt_${randomUUID()}`;
+      const body = JSON.stringify({ id, type: 'invoice.paid', data: {} });
+      const forged = await answer(
+        fetch(`${target.url}/secrets/stripe-prefix-only`, {
+          method: 'POST',
+          headers: {
+            'content-type': 'application/json',
+            'stripe-signature': Stripe.webhooks.generateTestHeaderString({
+              payload: body,
+              secret: 'whsec_',
+            }),
+          },
+          body,
+        }),
+      );
+      expect(forged).toMatchObject({
+        status: 500,
+        body: { type: 'urn:idempotency:webhook-misconfigured' },
+      });
+      expect(ran).not.toContain(id);
+      expect(await stored(id)).toEqual([]);
+    });
+
+    it('verifies with the usable secret alone when an unusable one stands beside it', async () => {
+      const forged = `msg_${randomUUID()}`;
+      expect(await deliver('rotating', forged, Buffer.alloc(0))).toMatchObject({
+        status: 401,
+        body: { type: 'urn:idempotency:webhook-unverified' },
+      });
+      expect(ran).not.toContain(forged);
+      const signed = `msg_${randomUUID()}`;
+      const key = Buffer.from(USABLE.slice('whsec_'.length), 'base64');
+      expect(await deliver('rotating', signed, key)).toMatchObject({
+        status: 200,
+      });
+      expect(ran).toContain(signed);
+    });
+  },
+);
