@@ -1,5 +1,10 @@
 import { Inject, Injectable } from '@nestjs/common';
-import { METHOD_METADATA, PATH_METADATA } from '@nestjs/common/constants.js';
+import {
+  HOST_METADATA,
+  METHOD_METADATA,
+  PATH_METADATA,
+  VERSION_METADATA,
+} from '@nestjs/common/constants.js';
 import { RequestMethod } from '@nestjs/common/enums/request-method.enum.js';
 import { Reflector } from '@nestjs/core';
 import { IDEMPOTENT_METADATA } from './idempotency.constants.js';
@@ -25,6 +30,44 @@ export interface DecoratedRoute {
   readonly pattern: string;
   /** Every message pattern of a microservice handler (as strings); none for a route. */
   readonly patterns: readonly string[];
+  /**
+   * What tells an HTTP route apart from another of the same path beside
+   * its path: its version(s) (`@Version()`, a controller's `version`: under
+   * header, media-type or custom versioning, every version of a path is
+   * one pattern) and its controller's `host`, as text; none for a route
+   * without them.
+   */
+  readonly variant?: Readonly<Record<string, string>>;
+}
+
+/** A version or host of a route's metadata, as text. */
+function metadataText(value: unknown): string {
+  const values: unknown[] = Array.isArray(value) ? value : [value];
+  return values
+    .map((entry) =>
+      typeof entry === 'symbol'
+        ? (entry.description ?? 'symbol')
+        : String(entry),
+    )
+    .join(',');
+}
+
+/** The {@link DecoratedRoute.variant} of `handler` of `controller`. */
+function routeVariant(
+  controller: abstract new (...args: never[]) => unknown,
+  handler: (...args: never[]) => unknown,
+): Readonly<Record<string, string>> | undefined {
+  const version: unknown =
+    Reflect.getMetadata(VERSION_METADATA, handler) ??
+    Reflect.getMetadata(VERSION_METADATA, controller);
+  const host: unknown = Reflect.getMetadata(HOST_METADATA, controller);
+  if (version === undefined && host === undefined) {
+    return undefined;
+  }
+  return {
+    ...(version === undefined ? {} : { '@version': metadataText(version) }),
+    ...(host === undefined ? {} : { '@host': metadataText(host) }),
+  };
 }
 
 /** A message pattern as a string: itself, or its JSON. */
@@ -154,6 +197,7 @@ export class IdempotencyRoutes {
             path: routePath(controller, handler),
             pattern: texts[0] ?? `${controller.name}.${handler.name}`,
             patterns: texts,
+            variant: routeVariant(controller, handler),
           }
         : null;
       this.routes.set(handler, route);

@@ -37,9 +37,13 @@ export function fingerprintParts(
   request: HttpRequest,
   route: string,
   globalPrefix = '',
+  variant?: Readonly<Record<string, string>>,
 ): FingerprintParts {
   const { hosts } = request;
-  const params = { ...request.params };
+  // The route's version and host (see `DecoratedRoute.variant`), apart
+  // from the parameters by their `@`: two handlers of one path under
+  // header versioning, or of two hosts, are two routes.
+  const params: Record<string, unknown> = { ...variant, ...request.params };
   // A controller's `host` parameters (`:tenant.example.com`), apart from
   // the path's; a request without them fingerprints as before.
   if (hosts) {

@@ -115,6 +115,7 @@ export class IdempotencyHttp {
           request,
           route.path,
           this.appConfig?.getGlobalPrefix(),
+          route.variant,
         ),
         legacy: true,
       });
