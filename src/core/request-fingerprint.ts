@@ -224,6 +224,11 @@ export class UnreadableBody {
   constructor(
     /** The request's `Content-Type`, if any. */
     readonly contentType: string | undefined,
+    /**
+     * Whether its files were read apart from it (Multer as a middleware
+     * sets `req.file`, `req.files`, and only the text fields as the body).
+     */
+    readonly files = false,
   ) {}
 }
 
@@ -365,7 +370,7 @@ export function selectQuery(
  */
 function withBody(head: string, body: unknown): string | Buffer {
   if (body instanceof UnreadableBody) {
-    throw new IdempotencyBodyUnreadableException(body.contentType);
+    throw new IdempotencyBodyUnreadableException(body.contentType, body.files);
   }
   if (Buffer.isBuffer(body)) {
     return Buffer.concat([Buffer.from(`${head}b:`), body]);

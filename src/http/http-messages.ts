@@ -109,6 +109,11 @@ function requestBody(request: HttpRequest): unknown {
   const carriesBody =
     headers['transfer-encoding'] !== undefined ||
     !(Number.isFinite(length) && length === 0);
+  // Multer, as a middleware, keeps the files apart from the text fields it
+  // sets as the body: the handler reads them, the fingerprint cannot.
+  if (carriesFiles(request)) {
+    return new UnreadableBody(headers['content-type'], true);
+  }
   // A parser reads the stream to its end before the handler runs.
   if (!carriesBody || (request.body !== undefined && raw.readableEnded)) {
     return request.body;
@@ -118,6 +123,19 @@ function requestBody(request: HttpRequest): unknown {
     return bytes;
   }
   return new UnreadableBody(headers['content-type']);
+}
+
+/** Whether a middleware (Multer's) set files of the request apart from its body. */
+function carriesFiles(request: HttpRequest): boolean {
+  const { file, files } = request as { file?: unknown; files?: unknown };
+  return (
+    (file !== undefined && file !== null) ||
+    (Array.isArray(files)
+      ? files.length > 0
+      : typeof files === 'object' &&
+        files !== null &&
+        Object.keys(files).length > 0)
+  );
 }
 
 /** @internal A response as the HTTP platforms give it. */

@@ -122,7 +122,9 @@ export class IdempotencyHttp {
     } catch (error) {
       if (error instanceof IdempotencyBodyUnreadableException) {
         this.executor.warn(
-          `A request to ${route.path} was refused (415): its body has no parser in the application, so it cannot be fingerprinted. Register a body parser for its content type (on Express, app.useBodyParser('text') or 'raw'; Fastify refuses unknown content types itself), or give the route a fingerprint function.`,
+          error.files
+            ? `A request to ${route.path} was refused (415): its files were read apart from its body (by a middleware such as Multer's), so they cannot be fingerprinted. Give the route a fingerprint function (of a digest of the files the client sends, such as Content-Digest).`
+            : `A request to ${route.path} was refused (415): its body has no parser in the application, so it cannot be fingerprinted. Register a body parser for its content type (on Express, app.useBodyParser('text') or 'raw'; Fastify refuses unknown content types itself), or give the route a fingerprint function.`,
           `unreadable-body ${route.path}`,
         );
       }
