@@ -50,7 +50,11 @@ export interface IdempotencyListQuery {
   readonly status?: RecordState | readonly RecordState[];
   /** Only this scope. @default every scope */
   readonly scope?: string;
-  /** Only records created before this instant. @default any age */
+  /**
+   * Only records created before this instant (one before the year 1 or
+   * after 9999 counts as that year's bound: no store keeps a record outside
+   * them). @default any age
+   */
   readonly olderThan?: Date;
   /** Records per page, 1 to 1000. @default 100 */
   readonly limit?: number;
@@ -175,7 +179,7 @@ export class IdempotencyAdmin {
     return this.operation('listRecords')({
       statuses,
       scope: query.scope,
-      olderThan: query.olderThan,
+      olderThan: query.olderThan && withinStores(query.olderThan),
       limit,
       cursor: query.cursor,
     });
@@ -322,4 +326,21 @@ function checkCount(what: string, value: number, max: number): void {
       `\`${what}\` must be an integer from 1 to ${max}, not ${value}.`,
     );
   }
+}
+
+/** The first instant of the year 1 and the last of 9999 (UTC). */
+const EARLIEST = Date.parse('0001-01-01T00:00:00.000Z');
+const LATEST = Date.parse('9999-12-31T23:59:59.999Z');
+
+/**
+ * `instant` within the years 1 to 9999, which every store's timestamps
+ * take (PostgreSQL refuses one before 4713 BC; JavaScript's reach further).
+ */
+function withinStores(instant: Date): Date {
+  const time = instant.getTime();
+  return time < EARLIEST
+    ? new Date(EARLIEST)
+    : time > LATEST
+      ? new Date(LATEST)
+      : instant;
 }

@@ -155,6 +155,20 @@ export function describeAdminConformance(
       (await admin().list({ scope, olderThan: new Date(Date.now() - HOUR_MS) }))
         .records,
     ).toEqual([]);
+    // Instants no store's timestamps reach (PostgreSQL's end at 4713 BC):
+    // none older than the earliest, all older than the latest.
+    expect(
+      (await admin().list({ scope, olderThan: new Date(-8.64e15) })).records,
+    ).toEqual([]);
+    expect(
+      (
+        await admin().list({
+          scope,
+          status: 'completed',
+          olderThan: new Date(8.64e15),
+        })
+      ).records.map((r) => r.key),
+    ).toEqual(['e']);
     await expect(admin().list({ limit: 0 })).rejects.toThrow(/limit/);
     // Refused alike on every store: not a cursor at all, an empty one, and
     // cursors of the right encoding but of no page (no position, too many
