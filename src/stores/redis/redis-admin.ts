@@ -32,6 +32,8 @@ const STATUSES: Readonly<Record<string, RecordSummary['status']>> = {
 
 /** Keys per SCAN call. */
 const SCAN_COUNT = 1000;
+/** A record's id (see `RedisKeys.id`): base64url of a sha256. */
+const RECORD_ID = new RegExp(`^[A-Za-z0-9_-]{${RECORD_ID_LENGTH}}$`);
 
 /** READ_RECORD's reply. */
 type ReadReply = [Buffer] | [Buffer, number, Buffer, number, number, Buffer[]];
@@ -247,9 +249,16 @@ export class RedisAdmin {
   }
 
   /**
-   * A page of records, in SCAN order, node by node: the cursor names the
-   * node, the SCAN cursor of the chunk the page ended in, and the last key
-   * of that chunk it listed (a chunk is read again in key order from there).
+   * A page of records, in SCAN order, node by node. The cursor names the
+   * node, the SCAN cursor to go on from, and the records of the last chunk
+   * that the page had no room for (their ids), listed first on the next
+   * page: a page never takes a SCAN again from within a chunk, which,
+   * after Redis resized its table meanwhile, would cover other keys (some
+   * listed twice, others never). So, as SCAN promises, a record present
+   * from the first page to the last is listed; one may be listed twice
+   * while Redis shrinks its table. Near the end of a page, SCAN is asked
+   * for about as many keys as the page has room for, which keeps the
+   * cursor short.
    */
   async list(query: RecordQuery): Promise<RecordPage> {
     const nodes = this.nodes();
@@ -265,39 +274,62 @@ export class RedisAdmin {
       );
     }
     let cursor = position[1] ?? '0';
+    let pending = position[2] ? position[2].split('.') : [];
     // A SCAN position is an unsigned 64-bit number: Redis refuses any other
     // (or, for a negative one, starts the scan over as if done).
-    if (!/^\d{1,20}$/.test(cursor) || BigInt(cursor) >= 2n ** 64n) {
+    if (
+      !/^\d{1,20}$/.test(cursor) ||
+      BigInt(cursor) >= 2n ** 64n ||
+      !pending.every((id) => RECORD_ID.test(id))
+    ) {
       throw new IdempotencyAdminInputError(
         `The cursor "${query.cursor}" is not one that a page of records returned.`,
       );
     }
-    let after = position[2] ?? '';
     const records: RecordSummary[] = [];
-    for (; node < nodes.length; node += 1) {
-      do {
-        const [next, names] = await this.scanNames(nodes[node], cursor);
-        const chunk = names
-          .filter((name) => name.endsWith(':record') && name > after)
-          .sort();
-        const read = await Promise.all(
-          chunk.map((name) => this.read(this.idOf(name), 'list')),
+    while (node < nodes.length) {
+      let ids = pending;
+      let next = cursor;
+      pending = [];
+      if (ids.length === 0) {
+        const room = query.limit - records.length;
+        let names: string[];
+        [next, names] = await this.scanNames(
+          nodes[node],
+          cursor,
+          Math.min(SCAN_COUNT, Math.max(room, 10)),
         );
-        for (const [i, reply] of read.entries()) {
-          const summary = readReply(reply)?.summary;
-          if (summary && wanted(summary, query)) {
-            records.push(summary);
-            if (records.length === query.limit) {
-              return {
-                records,
-                cursor: encodeCursor([address(nodes[node]), cursor, chunk[i]]),
-              };
-            }
+        ids = [
+          ...new Set(
+            names
+              .filter((name) => name.endsWith(':record'))
+              .map((name) => this.idOf(name)),
+          ),
+        ].sort();
+      }
+      const read = await Promise.all(ids.map((id) => this.read(id, 'list')));
+      for (const [i, reply] of read.entries()) {
+        const summary = readReply(reply)?.summary;
+        if (summary && wanted(summary, query)) {
+          records.push(summary);
+          if (records.length === query.limit) {
+            const rest = ids.slice(i + 1);
+            const resume: string[] | undefined =
+              rest.length > 0 || next !== '0'
+                ? [address(nodes[node]), next, rest.join('.')]
+                : node + 1 < nodes.length
+                  ? [address(nodes[node + 1]), '0', '']
+                  : undefined;
+            return resume
+              ? { records, cursor: encodeCursor(resume) }
+              : { records };
           }
         }
-        cursor = next;
-        after = '';
-      } while (cursor !== '0');
+      }
+      if (next === '0') {
+        node += 1;
+      }
+      cursor = next;
     }
     return { records };
   }
@@ -344,8 +376,12 @@ export class RedisAdmin {
   }
 
   /** One SCAN step of `node` from `cursor`: the store's key names in it. */
-  private scanNames(node: Redis, cursor: string): Promise<[string, string[]]> {
-    return node.scan(cursor, 'MATCH', this.pattern, 'COUNT', SCAN_COUNT);
+  private scanNames(
+    node: Redis,
+    cursor: string,
+    count = SCAN_COUNT,
+  ): Promise<[string, string[]]> {
+    return node.scan(cursor, 'MATCH', this.pattern, 'COUNT', count);
   }
 
   /** The next chunk of a forget's SCAN: the keys of `scope` in it. */
