@@ -147,7 +147,9 @@ export async function reencryptRecords(
       }
       if (next === undefined) {
         current += 1;
-      } else if (await records.replace(scope, key, body, next)) {
+      } else if (
+        await records.replace(scope, key, body, next, record.generation)
+      ) {
         resealed += 1;
       } else {
         changed += 1;

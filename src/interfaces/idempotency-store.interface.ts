@@ -392,10 +392,13 @@ export interface IdempotencyStore<Transaction = unknown> {
   ): Promise<ForgottenBatch>;
   /**
    * Replaces the stored headers and body of a finished record (completed or
-   * failed), only if its stored body is still `expected` byte for byte (a
-   * compare-and-set: a record completed, reset or taken again since it was
-   * read is left alone); its status, times and expiry are kept. For key
-   * rotation (`IdempotencyAdmin.reencrypt`).
+   * failed), only if its stored body is still `expected` byte for byte and,
+   * when `generation` is given, the record is still of that generation
+   * (`RecordInspection.generation`): a compare-and-set, so that a record
+   * completed, reset or taken again since it was read is left alone, even
+   * with the same body (a plaintext one, whose bytes a new completion may
+   * repeat). Its status, times and expiry are kept. For key rotation
+   * (`IdempotencyAdmin.reencrypt`).
    * @returns whether it was replaced.
    * @default absent: `IdempotencyAdmin.reencrypt` refuses the store
    */
@@ -404,6 +407,7 @@ export interface IdempotencyStore<Transaction = unknown> {
     key: string,
     expected: Buffer,
     response: StoredResponse,
+    generation?: string,
   ): Promise<boolean>;
 }
 

@@ -263,6 +263,17 @@ describe('key rotation from the command line: nestjs-idempotency reencrypt (Post
     expect(await store.replaceResponse!('global', 'absent', stale, next)).toBe(
       false,
     );
+    // The same body in a record of another generation (completed again
+    // since it was read, as a plaintext body may be): left alone.
+    expect(
+      await store.replaceResponse!(
+        'global',
+        'rot-1',
+        read!.response!.body!,
+        next,
+        `${read!.generation}0`,
+      ),
+    ).toBe(false);
     const unchanged = await store.inspectRecord!('global', 'rot-1', true);
     expect(unchanged!.response!.body).toEqual(read!.response!.body);
   });
@@ -308,6 +319,15 @@ describe('IdempotencyAdmin.reencrypt on the memory store', () => {
           'mem-1',
           Buffer.from('stale'),
           read!.response as never,
+        ),
+      ).toBe(false);
+      expect(
+        await store.replaceResponse(
+          'global',
+          'mem-1',
+          read!.response!.body!,
+          read!.response as never,
+          `${read!.generation}0`,
         ),
       ).toBe(false);
     } finally {

@@ -191,12 +191,14 @@ export function replaceMemoryResponse(
   id: string,
   expected: Buffer,
   response: StoredResponse,
+  generation?: string,
 ): boolean {
   const record = maps.records.get(id);
   if (
     !record?.response ||
     (record.status !== 'completed' && record.status !== 'failed') ||
-    !record.response.body.equals(expected)
+    !record.response.body.equals(expected) ||
+    (generation !== undefined && record.generation !== generation)
   ) {
     return false;
   }

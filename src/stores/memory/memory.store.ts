@@ -465,12 +465,14 @@ export class MemoryIdempotencyStore implements IdempotencyStore<unknown> {
     key: string,
     expected: Buffer,
     response: StoredResponse,
+    generation?: string,
   ): Promise<boolean> {
     return replaceMemoryResponse(
       this.maps,
       idOf(scope, key),
       expected,
       response,
+      generation,
     );
   }
 

@@ -317,11 +317,14 @@ export async function replacePostgresResponse(
   key: string,
   expected: Buffer,
   response: StoredResponse,
+  generation?: string,
 ): Promise<boolean> {
   const { rows } = await connection.query<{ key: string }>({
     text: `UPDATE ${TABLE} SET response_headers = $3, response_body = $4
            WHERE scope = $1 AND key = $2 AND status IN ('completed', 'failed')
              AND response_body = $5
+             AND ($6::text IS NULL OR
+               (extract(epoch FROM created_at) * 1000000)::bigint::text = $6)
            RETURNING key`,
     values: [
       scope,
@@ -329,6 +332,7 @@ export async function replacePostgresResponse(
       JSON.stringify(response.headers),
       response.body,
       expected,
+      generation ?? null,
     ],
   });
   return rows.length === 1;

@@ -429,7 +429,15 @@ export class PostgresIdempotencyStore
     key: string,
     expected: Buffer,
     response: StoredResponse,
+    generation?: string,
   ): Promise<boolean> {
-    return replacePostgresResponse(this.pool, scope, key, expected, response);
+    return replacePostgresResponse(
+      this.pool,
+      scope,
+      key,
+      expected,
+      response,
+      generation,
+    );
   }
 }
