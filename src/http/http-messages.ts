@@ -125,11 +125,15 @@ function requestBody(request: HttpRequest): unknown {
   return new UnreadableBody(headers['content-type']);
 }
 
-/** Whether a middleware (Multer's) set files of the request apart from its body. */
+/**
+ * Whether a middleware (Multer's) set files of the request apart from its
+ * body: data, never a method (`@fastify/multipart` gives every request
+ * `file()` and `files()`).
+ */
 function carriesFiles(request: HttpRequest): boolean {
   const { file, files } = request as { file?: unknown; files?: unknown };
   return (
-    (file !== undefined && file !== null) ||
+    (typeof file === 'object' && file !== null) ||
     (Array.isArray(files)
       ? files.length > 0
       : typeof files === 'object' &&

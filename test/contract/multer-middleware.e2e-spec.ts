@@ -31,7 +31,9 @@ class UploadsController {
   create(@Req() request: Upload) {
     return {
       note: request.body?.note,
-      files: (request.files ?? []).map((file) => file.buffer.toString()),
+      files: Array.isArray(request.files)
+        ? request.files.map((file) => file.buffer.toString())
+        : [],
     };
   }
 
@@ -44,7 +46,7 @@ class UploadsController {
       ),
   })
   digested(@Req() request: Upload) {
-    return { files: (request.files ?? []).length };
+    return { files: Array.isArray(request.files) ? request.files.length : 0 };
   }
 }
 
@@ -125,5 +127,47 @@ describe('uploads that Multer read as an Express middleware', () => {
       'b',
     );
     expect(other.status).toBe(422);
+  });
+});
+
+describe('requests on Fastify whose platform gives every request file() and files()', () => {
+  let target: TestApp;
+
+  beforeAll(async () => {
+    target = await startTestApp({
+      platform: 'fastify',
+      controllers: [UploadsController],
+      configure: (app) => {
+        // As @fastify/multipart does, for the routes that take uploads.
+        const fastify = app.getHttpAdapter().getInstance() as {
+          decorateRequest(name: string, value: unknown): void;
+        };
+        fastify.decorateRequest('file', function file() {
+          return undefined;
+        });
+        fastify.decorateRequest('files', function files() {
+          return undefined;
+        });
+      },
+    });
+  });
+  afterAll(() => target.close());
+
+  it('fingerprints a JSON request as any other: the methods are no files', async () => {
+    const post = () =>
+      fetch(`${target.url}/uploads`, {
+        method: 'POST',
+        headers: {
+          'idempotency-key': 'json-1',
+          'content-type': 'application/json',
+        },
+        body: JSON.stringify({ note: 'receipt' }),
+      });
+    const first = await post();
+    expect([first.status, await first.json()]).toEqual([
+      201,
+      { note: 'receipt', files: [] },
+    ]);
+    expect((await post()).headers.get('idempotent-replayed')).toBe('true');
   });
 });
