@@ -257,8 +257,13 @@ export class IdempotencyHttp {
       );
     }
     this.commitWithResponse(response, execution, async (captured) => {
-      if (failsAttempt(captured.status)) {
-        // A 5xx, or a 408, 425 or 429 set on a returned answer
+      if (
+        failsAttempt(captured.status) ||
+        (captured.status >= 400 &&
+          asksRetryLater(captured.status, captured.headers))
+      ) {
+        // A 5xx, or an error answer that asks to come back later (a 408,
+        // 425 or 429, a `Retry-After`) set on a returned answer
         // (`@HttpCode()`, `res.status()`): as thrown, never stored.
         await execution.fail(new Error(`The response is a ${captured.status}`));
         return;

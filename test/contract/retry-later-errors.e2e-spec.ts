@@ -94,6 +94,22 @@ class RetryLaterController {
     throw new BadRequestException(`busy ${body.reference}`);
   }
 
+  /** A returned 409 that asks to come back later. */
+  @Post('returned-busy')
+  @Idempotent()
+  returnedBusy(
+    @Res({ passthrough: true })
+    response: {
+      status(code: number): unknown;
+      header(name: string, value: string): unknown;
+    },
+  ) {
+    busyRuns += 1;
+    response.status(409);
+    response.header('Retry-After', '5');
+    return { busy: true };
+  }
+
   /** A 400 under an error policy that throws. */
   @Post('policy-throws')
   @Idempotent({
@@ -221,6 +237,24 @@ describe.each(PLATFORMS)(
           answer.headers.get('retry-after'),
           answer.headers.get('idempotent-replayed'),
         ]).toEqual([400, '5', null]);
+        expect(await record(key)).toEqual([]);
+      }
+      expect(busyRuns - runs).toBe(2);
+    });
+
+    it('never stores a returned error answer with a Retry-After: the retry runs again', async () => {
+      const key = randomUUID();
+      const runs = busyRuns;
+      for (let attempt = 1; attempt <= 2; attempt += 1) {
+        const answer = await send(target, '/later/returned-busy', {
+          key,
+          body: { reference: key },
+        });
+        expect([
+          answer.status,
+          answer.headers.get('retry-after'),
+          answer.headers.get('idempotent-replayed'),
+        ]).toEqual([409, '5', null]);
         expect(await record(key)).toEqual([]);
       }
       expect(busyRuns - runs).toBe(2);
