@@ -23,6 +23,7 @@ import type { StoredRecord } from '../interfaces/idempotency-store.interface.js'
 import { toGraphqlError } from './graphql-refusals.js';
 import { errorStatus, restoreError, storeError } from './stored-error.js';
 import { reviveResult } from './stored-result.js';
+import { messageOf } from '../core/error-message.js';
 
 /** The method a mutation's record and events carry. */
 const MUTATION_METHOD = 'MUTATION';
@@ -189,9 +190,18 @@ export class IdempotencyGraphql {
     }
     if (storing) {
       const status = errorStatus(error);
-      const stored = execution.storesError(status, error)
-        ? storeError(error, status)
-        : null;
+      let stored: ReturnType<typeof storeError> | null = null;
+      try {
+        stored = execution.storesError(status, error)
+          ? storeError(error, status)
+          : null;
+      } catch (failure) {
+        // An error JSON cannot hold (a BigInt, a cycle in its response):
+        // not stored, and the key is free.
+        this.executor.warn(
+          `The error of a mutation could not be stored (${messageOf(failure)}): its key is released`,
+        );
+      }
       if (stored && stored.body.length <= options.maxResponseSize) {
         await execution.storeError(stored, error);
       } else {
