@@ -51,6 +51,17 @@ class SecretsController {
     return { ran: true };
   }
 
+  @Post('newline')
+  @HttpCode(200)
+  @IdempotentWebhook('standard-webhooks', {
+    // As read from a file: a newline after it, and no padding.
+    secret: `${USABLE.replace(/=+$/, '')}\n`,
+  })
+  newline(@WebhookDelivery() delivery: VerifiedWebhook) {
+    ran.push(delivery.id);
+    return { ran: true };
+  }
+
   @Post('rotating')
   @HttpCode(200)
   @IdempotentWebhook('standard-webhooks', { secret: ['whsec_', USABLE] })
@@ -140,6 +151,13 @@ describe.each(PLATFORMS)(
       });
       expect(ran).not.toContain(id);
       expect(await stored(id)).toEqual([]);
+    });
+
+    it('takes a secret with a newline after it and no padding, as read from a file', async () => {
+      const id = `msg_${randomUUID()}`;
+      const key = Buffer.from(USABLE.slice('whsec_'.length), 'base64');
+      expect(await deliver('newline', id, key)).toMatchObject({ status: 200 });
+      expect(ran).toContain(id);
     });
 
     it('verifies with the usable secret alone when an unusable one stands beside it', async () => {
