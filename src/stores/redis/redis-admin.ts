@@ -256,9 +256,9 @@ export class RedisAdmin {
    * after Redis resized its table meanwhile, would cover other keys (some
    * listed twice, others never). So, as SCAN promises, a record present
    * from the first page to the last is listed; one may be listed twice
-   * while Redis shrinks its table. Near the end of a page, SCAN is asked
-   * for about as many keys as the page has room for, which keeps the
-   * cursor short.
+   * while Redis shrinks its table. SCAN is asked for four times as many
+   * keys as the page has room for (1000 at most), and the cursor carries
+   * only the records of the chunk that the page would have listed.
    */
   async list(query: RecordQuery): Promise<RecordPage> {
     const nodes = this.nodes();
@@ -297,7 +297,7 @@ export class RedisAdmin {
         [next, names] = await this.scanNames(
           nodes[node],
           cursor,
-          Math.min(SCAN_COUNT, Math.max(room, 10)),
+          Math.min(SCAN_COUNT, Math.max(room * 4, 10)),
         );
         ids = [
           ...new Set(
@@ -313,7 +313,12 @@ export class RedisAdmin {
         if (summary && wanted(summary, query)) {
           records.push(summary);
           if (records.length === query.limit) {
-            const rest = ids.slice(i + 1);
+            // Those of the rest the page would have listed, read again
+            // on the next one: the cursor carries no more than that.
+            const rest = ids.filter((_, j) => {
+              const later = j > i ? readReply(read[j])?.summary : undefined;
+              return later !== undefined && wanted(later, query);
+            });
             const resume: string[] | undefined =
               rest.length > 0 || next !== '0'
                 ? [address(nodes[node]), next, rest.join('.')]
