@@ -13,6 +13,10 @@ import { PATH_METADATA } from '@nestjs/common/constants.js';
 export const HANDLER_METADATA = {
   /** `@MessagePattern()` / `@EventPattern()`: the handler's patterns. */
   messagePattern: 'microservices:pattern',
+  /** Theirs: `1` for a message (request-response) handler, `2` for an event's. */
+  messageHandlerType: 'microservices:handler_type',
+  /** Theirs: the transport it listens on, if one is named (else every one). */
+  messageTransport: 'microservices:transport',
   /** `@Query()`, `@Mutation()`, `@Subscription()`: `'Query'`, `'Mutation'`, ... */
   graphqlResolver: 'graphql:resolver_type',
   /** The schema name of a resolver method, when its decorator names it. */

@@ -119,6 +119,9 @@ function routePath(controller: object, handler: object): string {
   );
 }
 
+/** `PatternHandler.EVENT` of @nestjs/microservices: an `@EventPattern()` handler. */
+const EVENT_HANDLER = 2;
+
 /** A controller or resolver class. */
 type Controller = abstract new (...args: never[]) => unknown;
 
@@ -271,14 +274,44 @@ export class IdempotencyRoutes {
     pattern: string,
     handlers: ReadonlyMap<(...args: never[]) => unknown, Set<Controller>>,
   ): void {
-    const named = [...handlers].flatMap(([handler, controllers]) =>
-      [...controllers].map((controller) => ({
-        name: routeName(controller, handler),
-        acknowledges: this.get(controller, handler)?.options.acknowledge,
-      })),
+    // Nest hands a delivery to every event handler of its pattern on the
+    // server of its transport (one that names none is on every server); a
+    // message (request-response) handler has the pattern to itself.
+    const events = [...handlers]
+      .filter(
+        ([handler]) =>
+          Reflect.getMetadata(HANDLER_METADATA.messageHandlerType, handler) ===
+          EVENT_HANDLER,
+      )
+      .flatMap(([handler, controllers]) =>
+        [...controllers].map((controller) => ({
+          name: routeName(controller, handler),
+          acknowledges: this.get(controller, handler)?.options.acknowledge,
+          transport: Reflect.getMetadata(
+            HANDLER_METADATA.messageTransport,
+            handler,
+          ) as unknown,
+        })),
+      );
+    const settling = events.find(
+      (route) =>
+        route.acknowledges &&
+        events.some(
+          (other) =>
+            other !== route &&
+            (other.transport === undefined ||
+              route.transport === undefined ||
+              other.transport === route.transport),
+        ),
     );
-    const settling = named.find((route) => route.acknowledges);
-    if (named.length > 1 && settling) {
+    const named = events.filter(
+      (other) =>
+        settling !== undefined &&
+        (other.transport === undefined ||
+          settling.transport === undefined ||
+          other.transport === settling.transport),
+    );
+    if (settling) {
       throw new IdempotencyConfigurationError(
         `The message pattern ${pattern} has ${named.length} @Idempotent() handlers (${named.map((route) => route.name).join(', ')}), and ${settling.name} acknowledges: Nest hands each delivery to all of them, and the broker settles it once. The first handler's acknowledgement would take the message from the others, so one that failed would never see it again (RabbitMQ also closes the channel on the second acknowledgement of a delivery).`,
         'Give each handler a queue or topic of its own (a fan-out exchange with a queue for each, a consumer group for each), or keep one @Idempotent() handler on the pattern.',

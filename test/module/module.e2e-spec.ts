@@ -1,5 +1,5 @@
 import { Controller } from '@nestjs/common';
-import { EventPattern } from '@nestjs/microservices';
+import { EventPattern, MessagePattern, Transport } from '@nestjs/microservices';
 import { Test } from '@nestjs/testing';
 import {
   IdempotencyConfigurationError,
@@ -319,6 +319,47 @@ describe('message handlers of one pattern', () => {
     expect((failure as Error).message).toContain(
       'The message pattern orders.paid has 2 @Idempotent() handlers (AuditConsumer.audit, LedgerConsumer.book), and LedgerConsumer.book acknowledges',
     );
+  });
+
+  it('starts when they listen on two transports, or answer requests: no delivery is theirs both', async () => {
+    @Controller()
+    class RabbitConsumer {
+      @EventPattern('orders.shipped', Transport.RMQ)
+      @Idempotent({ acknowledge: true })
+      ship(_data: unknown): void {}
+    }
+    @Controller()
+    class KafkaConsumer {
+      @EventPattern('orders.shipped', Transport.KAFKA)
+      @Idempotent({ acknowledge: true })
+      ship(_data: unknown): void {}
+    }
+    @Controller()
+    class QuoteResponder {
+      @MessagePattern('orders.quote')
+      @Idempotent({ acknowledge: true })
+      quote(_data: unknown): number {
+        return 1;
+      }
+    }
+    @Controller()
+    class QuoteAuditor {
+      @MessagePattern('orders.quote')
+      @Idempotent()
+      audit(_data: unknown): number {
+        return 1;
+      }
+    }
+    const started = await startStoreApp({
+      store: new MemoryIdempotencyStore(),
+      controllers: [
+        RabbitConsumer,
+        KafkaConsumer,
+        QuoteResponder,
+        QuoteAuditor,
+      ],
+    });
+    await started.close();
   });
 
   it('starts with two that do not acknowledge', async () => {
