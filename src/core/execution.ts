@@ -362,9 +362,18 @@ export class Execution implements RunningLink, RecoveryOwner, HandlerContext {
     } catch (error) {
       await transaction.rollback(error);
       await this.release();
-      if (isAbortedTransaction(error)) {
+      if (
+        isAbortedTransaction(error) &&
+        (transaction.abortedBy === undefined ||
+          classifyFailure(transaction.abortedBy, {
+            lost: false,
+            rolledBack: true,
+          }) === 'handler')
+      ) {
         // The handler's own doing, which its retry repeats: its error, not
-        // a 503 that asks for that retry.
+        // a 503 that asks for that retry. (One a retry may not meet, a
+        // deadlock, a serialization failure or a timeout the handler
+        // caught, keeps its 503.)
         host.telemetry.failed(attempt, 'handler');
         throw new TransactionAbortedError();
       }

@@ -33,6 +33,13 @@ export interface HandlerTransaction {
    * @throws IdempotencyConfigurationError when there is no transaction.
    */
   readonly manager: unknown;
+  /**
+   * The error of the last statement of the handler's that failed in the
+   * transaction (other than one refused because the transaction was
+   * already aborted, SQLSTATE 25P02): what aborted it, where the handler
+   * caught the error and went on. @default undefined: none, or not known
+   */
+  readonly abortedBy?: unknown;
   /** Adds what runs once the transaction has ended (see TransactionHooks). */
   onEnd(listener: TransactionListener): void;
   /**

@@ -20,6 +20,7 @@ import {
   type DriverClient,
 } from './cancel-statement.js';
 import { EndedUnderneath } from './ended-underneath.js';
+import { StatementFailures } from './statement-failures.js';
 import { OpenSavepoints } from './open-savepoints.js';
 import type { TransactionGate } from './transaction-gate.js';
 import { messageOf } from '../core/error-message.js';
@@ -72,6 +73,7 @@ export class PoolTransaction<Handle>
   private closing = false;
   private readonly underneath = new EndedUnderneath();
   private readonly savepoints = new OpenSavepoints();
+  private readonly failures = new StatementFailures();
   private handle: Handle | undefined;
   private readonly hooks = new TransactionHooks();
   private readonly onError = () => {
@@ -113,6 +115,10 @@ export class PoolTransaction<Handle>
 
   get failure(): Error | undefined {
     return this.underneath.error;
+  }
+
+  get abortedBy(): unknown {
+    return this.failures.last;
   }
 
   get mark(): string | undefined {
@@ -241,7 +247,7 @@ export class PoolTransaction<Handle>
       throw this.closedError();
     }
     this.savepoints.see(args[0]);
-    return client.query(...args);
+    return this.failures.watch(client.query(...args));
   }
 
   /** Why a statement of the handler is refused once the transaction ends. */

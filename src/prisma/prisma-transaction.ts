@@ -107,6 +107,10 @@ export class PrismaHandlerTransaction<Tx>
     return this.transaction.mark;
   }
 
+  get abortedBy(): unknown {
+    return this.transaction.abortedBy;
+  }
+
   onEnd(listener: TransactionListener): void {
     this.transaction.onEnd(listener);
   }

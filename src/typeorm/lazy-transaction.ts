@@ -18,6 +18,7 @@ import { TransactionHooks } from '../core/transaction-hooks.js';
 import { handlerContexts } from '../core/handler-context.js';
 import { EndedUnderneath } from '../pg/ended-underneath.js';
 import { OpenSavepoints } from '../pg/open-savepoints.js';
+import { StatementFailures } from '../pg/statement-failures.js';
 import type { TransactionGate } from '../pg/transaction-gate.js';
 import {
   cancelStatement,
@@ -53,9 +54,11 @@ class GuardedClient {
       throw refused;
     }
     this.transaction.savepoints.see(args[0]);
-    const sent = (
-      this.client as unknown as { query(...args: unknown[]): unknown }
-    ).query(...args);
+    const sent = this.transaction.failures.watch(
+      (this.client as unknown as { query(...args: unknown[]): unknown }).query(
+        ...args,
+      ),
+    );
     // A COMMIT the server answered as such: after a failed statement, it
     // answers `ROLLBACK`, with no error.
     return args[0] === 'COMMIT'
@@ -105,6 +108,8 @@ export class LazyTransaction implements HandlerTransaction, LazyRunnerOwner {
   private readonly underneath = new EndedUnderneath();
   /** @internal The savepoints its statements left open. */
   readonly savepoints = new OpenSavepoints();
+  /** @internal What failed of its statements: what aborted it, if anything. */
+  readonly failures = new StatementFailures();
 
   constructor(
     /** The DataSource whose connection it holds. */
@@ -136,6 +141,10 @@ export class LazyTransaction implements HandlerTransaction, LazyRunnerOwner {
   /** Why it is no longer open, when it was ended underneath the module. */
   get failure(): Error | undefined {
     return this.underneath.error;
+  }
+
+  get abortedBy(): unknown {
+    return this.failures.last;
   }
 
   /** The mark of the transaction the module began (see {@link EndedUnderneath.begin}). */

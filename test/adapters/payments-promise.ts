@@ -90,6 +90,12 @@ export function describePaymentsPromise(target: () => PaymentsTarget): void {
       'swallowed',
       500,
     ],
+    // A failure a retry may not meet: the database's 503, as thrown.
+    [
+      'the handler caught a deadlock of its own statement and returned',
+      'swallowed-deadlock',
+      503,
+    ],
     ['a deferred constraint fails at COMMIT', 'deferred', 503],
     ['its connection is terminated as the handler returns', 'terminate', 503],
   ] as const)(

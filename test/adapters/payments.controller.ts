@@ -49,7 +49,9 @@ export type PaymentFault =
    * Sends a statement that fails once its rows are written, catches its
    * error and returns: its transaction is aborted.
    */
-  | 'swallowed';
+  | 'swallowed'
+  /** The same with a deadlock (SQLSTATE 40P01), which a retry may not meet. */
+  | 'swallowed-deadlock';
 
 /** What each fault sends by hand between the payment and the ledger. */
 const ENDS: Partial<Record<PaymentFault, string>> = {
@@ -107,6 +109,13 @@ export class PaymentsController {
     }
     if (body.fault === 'swallowed') {
       await this.writer.raw('SELECT 1 / 0').catch(() => undefined);
+    }
+    if (body.fault === 'swallowed-deadlock') {
+      await this.writer
+        .raw(
+          "DO $$ BEGIN RAISE EXCEPTION 'a deadlock' USING ERRCODE = '40P01'; END $$",
+        )
+        .catch(() => undefined);
     }
     if (body.fault === 'search-path') {
       await this.writer.raw('SET LOCAL search_path TO payments_tenant');

@@ -100,6 +100,13 @@ export class PaymentsController {
     if (body.fault === 'swallowed') {
       await this.writer.raw('SELECT 1 / 0').catch(() => undefined);
     }
+    if (body.fault === 'swallowed-deadlock') {
+      await this.writer
+        .raw(
+          "DO $$ BEGIN RAISE EXCEPTION 'a deadlock' USING ERRCODE = '40P01'; END $$",
+        )
+        .catch(() => undefined);
+    }
     if (body.fault === 'search-path') {
       await this.writer.raw('SET LOCAL search_path TO payments_tenant');
     }
