@@ -7,7 +7,6 @@ import {
   VersioningType,
 } from '@nestjs/common';
 import { RouterModule } from '@nestjs/core';
-import { request as httpRequest } from 'node:http';
 import { IDEMPOTENCY_TABLE_NAME } from '../../migrations/index.js';
 import { Idempotent } from '../../src/index.js';
 import {
@@ -16,6 +15,7 @@ import {
   startTestApp,
   type TestApp,
 } from '../utils/test-app.js';
+import { postWithHost } from '../utils/http-client.js';
 
 @Controller({ path: 'orders', version: '1' })
 class OrdersV1Controller {
@@ -135,32 +135,7 @@ describe.each(PLATFORMS)('endpoints under one key (%s)', (platform) => {
 
   it("refuses the same route on another host parameter with 422, never the other host's response", async () => {
     const post = (host: string) =>
-      new Promise<{ status: number; body: string }>((resolve, reject) => {
-        const url = new URL(`${target.url}/api/tenants`);
-        const request = httpRequest(
-          {
-            hostname: url.hostname,
-            port: url.port,
-            path: url.pathname,
-            method: 'POST',
-            headers: {
-              host,
-              'content-type': 'application/json',
-              'idempotency-key': `${platform}-tenants`,
-            },
-          },
-          (response) => {
-            let body = '';
-            response.setEncoding('utf8');
-            response.on('data', (chunk: string) => (body += chunk));
-            response.on('end', () =>
-              resolve({ status: response.statusCode ?? 0, body }),
-            );
-          },
-        );
-        request.on('error', reject);
-        request.end('{}');
-      });
+      postWithHost(`${target.url}/api/tenants`, host, `${platform}-tenants`);
     expect(await post('acme.example.test')).toEqual({
       status: 201,
       body: JSON.stringify({ tenant: 'acme' }),

@@ -224,41 +224,29 @@ describe.each(PLATFORMS)(
       expect(await orders(key)).toBe(0);
     });
 
-    it('never stores an error answer with a Retry-After under storeErrors: true: the retry runs again', async () => {
-      const key = randomUUID();
-      const runs = busyRuns;
-      for (let attempt = 1; attempt <= 2; attempt += 1) {
-        const answer = await send(target, '/later/busy', {
-          key,
-          body: { reference: key },
-        });
-        expect([
-          answer.status,
-          answer.headers.get('retry-after'),
-          answer.headers.get('idempotent-replayed'),
-        ]).toEqual([400, '5', null]);
-        expect(await record(key)).toEqual([]);
-      }
-      expect(busyRuns - runs).toBe(2);
-    });
-
-    it('never stores a returned error answer with a Retry-After: the retry runs again', async () => {
-      const key = randomUUID();
-      const runs = busyRuns;
-      for (let attempt = 1; attempt <= 2; attempt += 1) {
-        const answer = await send(target, '/later/returned-busy', {
-          key,
-          body: { reference: key },
-        });
-        expect([
-          answer.status,
-          answer.headers.get('retry-after'),
-          answer.headers.get('idempotent-replayed'),
-        ]).toEqual([409, '5', null]);
-        expect(await record(key)).toEqual([]);
-      }
-      expect(busyRuns - runs).toBe(2);
-    });
+    it.each([
+      ['thrown under storeErrors: true', 'busy', 400],
+      ['returned', 'returned-busy', 409],
+    ])(
+      'never stores an error answer with a Retry-After, %s: the retry runs again',
+      async (_how, route, status) => {
+        const key = randomUUID();
+        const runs = busyRuns;
+        for (let attempt = 1; attempt <= 2; attempt += 1) {
+          const answer = await send(target, `/later/${route}`, {
+            key,
+            body: { reference: key },
+          });
+          expect([
+            answer.status,
+            answer.headers.get('retry-after'),
+            answer.headers.get('idempotent-replayed'),
+          ]).toEqual([status, '5', null]);
+          expect(await record(key)).toEqual([]);
+        }
+        expect(busyRuns - runs).toBe(2);
+      },
+    );
 
     it.each(['redact-throws', 'policy-throws'])(
       'answers and frees the key when a hook of the error policy throws (/later/%s)',

@@ -5,7 +5,6 @@
  * other, gets 422 from the second, never the first one's stored response.
  */
 import { Controller, Post, Version, VersioningType } from '@nestjs/common';
-import { request as httpRequest } from 'node:http';
 import { Idempotent } from '../../src/index.js';
 import {
   PLATFORMS,
@@ -13,6 +12,7 @@ import {
   startTestApp,
   type TestApp,
 } from '../utils/test-app.js';
+import { postWithHost } from '../utils/http-client.js';
 
 @Controller('pay')
 class PaymentsController {
@@ -127,32 +127,7 @@ describe('routes of one path on two literal hosts (express)', () => {
   afterAll(() => target.close());
 
   const post = (host: string) =>
-    new Promise<{ status: number; body: string }>((resolve, reject) => {
-      const url = new URL(`${target.url}/site`);
-      const request = httpRequest(
-        {
-          hostname: url.hostname,
-          port: url.port,
-          path: url.pathname,
-          method: 'POST',
-          headers: {
-            host,
-            'content-type': 'application/json',
-            'idempotency-key': 'literal-hosts',
-          },
-        },
-        (response) => {
-          let body = '';
-          response.setEncoding('utf8');
-          response.on('data', (chunk: string) => (body += chunk));
-          response.on('end', () =>
-            resolve({ status: response.statusCode ?? 0, body }),
-          );
-        },
-      );
-      request.on('error', reject);
-      request.end('{}');
-    });
+    postWithHost(`${target.url}/site`, host, 'literal-hosts');
 
   it("refuses the other host's route with 422, never the first one's response", async () => {
     expect(await post('a.example.test')).toEqual({

@@ -1,3 +1,5 @@
+import { request as httpRequest } from 'node:http';
+
 /**
  * Codes of a connection lost before any response came back: the server
  * closed it (`UND_ERR_SOCKET`, "other side closed") or reset it
@@ -69,4 +71,42 @@ export async function fetchResending(
       await new Promise<void>((resolve) => setImmediate(resolve));
     }
   }
+}
+
+/**
+ * POSTs `{}` with JSON to `url` under idempotency key `key`, with the
+ * `Host` header `host` (which `fetch` does not let a caller set): a request
+ * for a controller's `host`.
+ */
+export function postWithHost(
+  url: string,
+  host: string,
+  key: string,
+): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const target = new URL(url);
+    const request = httpRequest(
+      {
+        hostname: target.hostname,
+        port: target.port,
+        path: target.pathname,
+        method: 'POST',
+        headers: {
+          host,
+          'content-type': 'application/json',
+          'idempotency-key': key,
+        },
+      },
+      (response) => {
+        let body = '';
+        response.setEncoding('utf8');
+        response.on('data', (chunk: string) => (body += chunk));
+        response.on('end', () =>
+          resolve({ status: response.statusCode ?? 0, body }),
+        );
+      },
+    );
+    request.on('error', reject);
+    request.end('{}');
+  });
 }
