@@ -293,25 +293,18 @@ export class IdempotencyRoutes {
           ) as unknown,
         })),
       );
+    // Two handlers meet on a server of a transport both listen on.
+    const meet = (a: (typeof events)[number], b: (typeof events)[number]) =>
+      a.transport === undefined ||
+      b.transport === undefined ||
+      a.transport === b.transport;
     const settling = events.find(
       (route) =>
         route.acknowledges &&
-        events.some(
-          (other) =>
-            other !== route &&
-            (other.transport === undefined ||
-              route.transport === undefined ||
-              other.transport === route.transport),
-        ),
-    );
-    const named = events.filter(
-      (other) =>
-        settling !== undefined &&
-        (other.transport === undefined ||
-          settling.transport === undefined ||
-          other.transport === settling.transport),
+        events.some((other) => other !== route && meet(route, other)),
     );
     if (settling) {
+      const named = events.filter((other) => meet(settling, other));
       throw new IdempotencyConfigurationError(
         `The message pattern ${pattern} has ${named.length} @Idempotent() handlers (${named.map((route) => route.name).join(', ')}), and ${settling.name} acknowledges: Nest hands each delivery to all of them, and the broker settles it once. The first handler's acknowledgement would take the message from the others, so one that failed would never see it again (RabbitMQ also closes the channel on the second acknowledgement of a delivery).`,
         'Give each handler a queue or topic of its own (a fan-out exchange with a queue for each, a consumer group for each), or keep one @Idempotent() handler on the pattern.',

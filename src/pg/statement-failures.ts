@@ -1,7 +1,5 @@
-import { sqlState } from '../core/failures.js';
-
-/** SQLSTATE of a statement refused in a transaction already aborted. */
-const IN_FAILED_SQL_TRANSACTION = '25P02';
+import { isAbortedTransaction } from '../core/failures.js';
+import { isThenable } from '../core/is-thenable.js';
 
 /**
  * @internal The last failure of a statement the handler sent in its
@@ -19,13 +17,11 @@ export class StatementFailures {
    * noted; anything but a promise passes as it is.
    */
   watch<T>(sent: T): T {
-    if (
-      typeof (sent as PromiseLike<unknown> | undefined)?.then !== 'function'
-    ) {
+    if (!isThenable(sent)) {
       return sent;
     }
-    return (sent as Promise<unknown>).then(undefined, (error: unknown) => {
-      if (sqlState(error) !== IN_FAILED_SQL_TRANSACTION) {
+    return sent.then(undefined, (error: unknown) => {
+      if (!isAbortedTransaction(error)) {
         this.last = error;
       }
       throw error;
