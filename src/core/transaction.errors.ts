@@ -61,6 +61,24 @@ export class TransactionUnfinishedError extends TransactionLostError {
 }
 
 /**
+ * @internal Raised at the module's commit when the server answered the
+ * `COMMIT` with a `ROLLBACK`: a statement of the handler had failed and the
+ * handler caught the error and went on (the case of SQLSTATE 25P02, met at
+ * the commit of a request with no record to complete). Nothing committed.
+ */
+export class TransactionRolledBackError extends TransactionLostError {
+  /** SQLSTATE 25P02, in_failed_sql_transaction: what the server meant. */
+  readonly code = '25P02';
+
+  constructor() {
+    super();
+    this.message =
+      "The server answered the COMMIT of the handler's transaction with a ROLLBACK: a statement of the handler had failed, and nothing of the attempt committed";
+    this.name = 'TransactionRolledBackError';
+  }
+}
+
+/**
  * Raised at the completion when the handler returned while its
  * transaction was aborted: a statement of its own failed, and it caught the
  * error and went on (PostgreSQL then refuses every statement but a

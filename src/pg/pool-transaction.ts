@@ -12,6 +12,7 @@ import {
   AbandonedTransactionError,
   TransactionClosedError,
   TransactionLostError,
+  TransactionRolledBackError,
 } from '../core/transaction.errors.js';
 import { TransactionHooks } from '../core/transaction-hooks.js';
 import {
@@ -158,7 +159,7 @@ export class PoolTransaction<Handle>
         // error: nothing committed.
         const { command } = await client.query('COMMIT');
         if (command !== 'COMMIT') {
-          throw new TransactionLostError();
+          throw new TransactionRolledBackError();
         }
       }
     } catch (error) {

@@ -13,6 +13,7 @@ import {
   AbandonedTransactionError,
   TransactionClosedError,
   TransactionLostError,
+  TransactionRolledBackError,
 } from '../core/transaction.errors.js';
 import { TransactionHooks } from '../core/transaction-hooks.js';
 import { handlerContexts } from '../core/handler-context.js';
@@ -63,9 +64,7 @@ class GuardedClient {
     // answers `ROLLBACK`, with no error.
     return args[0] === 'COMMIT'
       ? (sent as Promise<{ command?: string }>).then((result) => {
-          if (result.command === 'COMMIT') {
-            this.transaction.commitSent();
-          }
+          this.transaction.commitAnswered(result.command === 'COMMIT');
           return result;
         })
       : sent;
@@ -98,6 +97,8 @@ export class LazyTransaction implements HandlerTransaction, LazyRunnerOwner {
   private committing = false;
   /** Set once the module's COMMIT went through. */
   private committed = false;
+  /** The server answered the module's COMMIT with a ROLLBACK. */
+  private rolledBack = false;
   /** The connection as the runner's statements get it (see {@link guard}). */
   private guarded: GuardedClient | undefined;
   private opening: Promise<PoolClient> | undefined;
@@ -191,10 +192,15 @@ export class LazyTransaction implements HandlerTransaction, LazyRunnerOwner {
     return this.closed;
   }
 
-  /** @internal Told once a COMMIT sent for it went through. */
-  commitSent(): void {
+  /**
+   * @internal Told how the server answered a COMMIT sent for it: `true` when
+   * it committed, `false` when it answered `ROLLBACK` (a statement had
+   * failed).
+   */
+  commitAnswered(committed: boolean): void {
     if (this.committing) {
-      this.committed = true;
+      this.committed = committed;
+      this.rolledBack = !committed;
     }
   }
 
@@ -269,7 +275,9 @@ export class LazyTransaction implements HandlerTransaction, LazyRunnerOwner {
           // the savepoint of a transaction the handler left open), or the
           // server answered it with a ROLLBACK. The connection is closed,
           // never pooled inside the transaction.
-          throw new TransactionLostError();
+          throw this.rolledBack
+            ? new TransactionRolledBackError()
+            : new TransactionLostError();
         }
       }
     } catch (error) {

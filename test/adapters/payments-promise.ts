@@ -119,6 +119,29 @@ export function describePaymentsPromise(target: () => PaymentsTarget): void {
     },
   );
 
+  // Without a key there is no completion: the aborted transaction shows
+  // first at the COMMIT, which the server answers with a ROLLBACK.
+  it.each([
+    ['swallowed', 500],
+    ['swallowed-deadlock', 503],
+  ] as const)(
+    'answers a request without a key whose handler caught its failed statement (%s) with %i, and writes nothing',
+    async (fault, status) => {
+      const key = randomUUID();
+      const answer = await fetch(`${target().url}/payments/optional`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ key, amount: 310, fault }),
+      });
+      expect(answer.status).toBe(status);
+      expect(await rowsOf(key)).toEqual({
+        record: null,
+        payments: 0,
+        ledger: 0,
+      });
+    },
+  );
+
   it('answers 503 and stores nothing when a COMMIT sent by hand ends the transaction underneath', async () => {
     const key = randomUUID();
     const answer = await pay(key, 400, 'commit');

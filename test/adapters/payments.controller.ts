@@ -128,4 +128,14 @@ export class PaymentsController {
     }
     return { id, amount: body.amount, note: `paid ${body.amount}` };
   }
+
+  /** The same handler on a route where the key is optional. */
+  @Post('optional')
+  @HttpCode(201)
+  @Idempotent({ required: false })
+  createOptional(
+    @Body() body: { key: string; amount: number; fault?: PaymentFault },
+  ): Promise<{ id: number; amount: number; note: string }> {
+    return this.create(body);
+  }
 }

@@ -118,4 +118,13 @@ export class PaymentsController {
     }
     return { id, amount: body.amount, note: `paid ${body.amount}` };
   }
+
+  @Post('optional')
+  @HttpCode(201)
+  @Idempotent({ required: false })
+  createOptional(
+    @Body() body: { key: string; amount: number; fault?: string },
+  ): Promise<{ id: number; amount: number; note: string }> {
+    return this.create(body);
+  }
 }
