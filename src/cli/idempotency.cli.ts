@@ -83,6 +83,53 @@ const OPTIONS = {
   help: { type: 'boolean', short: 'h' },
 } satisfies ParseArgsConfig['options'];
 
+type Option = keyof typeof OPTIONS;
+
+/** Options every command takes. */
+const COMMON: readonly Option[] = ['url', 'json', 'prefix', 'keys', 'help'];
+
+/**
+ * What each command takes beside the common options, and whether it takes
+ * a key argument: anything else is refused, never ignored (`inspect
+ * --force` would otherwise read as done).
+ */
+const TAKES: Record<string, { options: readonly Option[]; key?: true }> = {
+  inspect: { options: ['scope', 'body'], key: true },
+  list: { options: ['status', 'scope', 'older-than', 'limit', 'cursor'] },
+  reset: { options: ['scope', 'force'], key: true },
+  forget: { options: ['scope', 'key', 'batch-size'] },
+  gc: { options: ['batch-size'] },
+  reencrypt: { options: ['scope', 'batch-size'] },
+  sql: { options: [] },
+};
+
+/** @throws CliUsageError when `command` is given what it does not take. */
+function checkUsage(
+  command: string,
+  values: Values,
+  positionals: readonly string[],
+): void {
+  const takes = TAKES[command];
+  if (!takes) {
+    return;
+  }
+  const foreign = Object.keys(values).filter(
+    (name) =>
+      !COMMON.includes(name as Option) &&
+      !takes.options.includes(name as Option),
+  );
+  if (foreign.length > 0) {
+    throw new CliUsageError(
+      `${command} does not take ${foreign.map((name) => `--${name}`).join(', ')}.`,
+    );
+  }
+  if (!takes.key && positionals.length > 0) {
+    throw new CliUsageError(
+      `${command} takes no argument, not "${positionals[0]}"${command === 'forget' ? ' (one key: --key <key>)' : ''}.`,
+    );
+  }
+}
+
 type Values = ReturnType<
   typeof parseArgs<{ options: typeof OPTIONS; allowPositionals: true }>
 >['values'];
@@ -108,6 +155,7 @@ export async function runCli(
       (command === undefined && !values.help ? io.err : io.out)(CLI_HELP);
       return command === undefined && !values.help ? USAGE : OK;
     }
+    checkUsage(command, values, rest);
     if (command === 'sql') {
       const files = await schemaFiles();
       io.out(

@@ -201,6 +201,50 @@ describe('the command line, on the sample app’s database', () => {
     expect(await json('gc')).toEqual({ removed: 0, abandoned: [] });
   });
 
+  it('refuses an option or an argument its command does not take, and changes nothing: `forget <key>` never forgets the whole scope', async () => {
+    await db.query(
+      `INSERT INTO idempotency_records (scope, key, fingerprint, method, path, status, expires_at)
+       VALUES ('tenant-x', 'one', 'fp', 'POST', '/x', 'completed', now() + interval '1 hour'),
+              ('tenant-x', 'two', 'fp', 'POST', '/x', 'completed', now() + interval '1 hour')`,
+    );
+    const usage =
+      'Run `nestjs-idempotency --help` for the commands and options.\n';
+    expect(await cli('forget', 'one', '--scope', 'tenant-x')).toEqual({
+      code: 2,
+      out: '',
+      err: `nestjs-idempotency: forget takes no argument, not "one" (one key: --key <key>).\n${usage}`,
+    });
+    expect(
+      await cli('inspect', 'one', '--scope', 'tenant-x', '--force'),
+    ).toEqual({
+      code: 2,
+      out: '',
+      err: `nestjs-idempotency: inspect does not take --force.\n${usage}`,
+    });
+    for (const args of [
+      ['reset', 'one', '--scope', 'tenant-x', '--key', 'two'],
+      ['gc', '--scope', 'tenant-x'],
+      ['list', 'one'],
+      ['sql', '--scope', 'tenant-x'],
+    ]) {
+      const refused = await cli(...args);
+      expect({ args, code: refused.code, out: refused.out }).toEqual({
+        args,
+        code: 2,
+        out: '',
+      });
+    }
+    expect(
+      await db.query(
+        `SELECT key, status FROM idempotency_records WHERE scope = 'tenant-x' ORDER BY key`,
+      ),
+    ).toEqual([
+      { key: 'one', status: 'completed' },
+      { key: 'two', status: 'completed' },
+    ]);
+    await db.query(`DELETE FROM idempotency_records WHERE scope = 'tenant-x'`);
+  });
+
   it('prints the schema as the migrations’ SQL files, in order', async () => {
     const folder = new URL('../../migrations/sql/', import.meta.url);
     const names = (await readdir(folder)).filter((n) => n.endsWith('.sql'));
