@@ -92,7 +92,8 @@ describe('the end of a handler transaction on a pg pool', () => {
       transaction.lazyClient.query('SELECT 1 / 0'),
     ).rejects.toMatchObject({ code: '22012' });
     await expect(transaction.commit()).rejects.toMatchObject({
-      name: 'TransactionLostError',
+      name: 'TransactionRolledBackError',
+      code: '25P02',
     });
     expect(outcomes).toEqual([]);
     expect(await written('aborted')).toEqual([]);
@@ -182,7 +183,7 @@ describe('the end of a handler transaction on TypeORM', () => {
       inHandler(() => insert(transaction.manager, 'aborted:in')),
     ).rejects.toThrow(/duplicate key/);
     await expect(transaction.commit()).rejects.toMatchObject({
-      name: 'TransactionLostError',
+      name: 'TransactionRolledBackError',
     });
     expect(outcomes).toEqual([]);
     expect(await written('aborted')).toEqual([]);
