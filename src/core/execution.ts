@@ -345,6 +345,10 @@ export class Execution implements RunningLink, RecoveryOwner, HandlerContext {
     host.telemetry.committing(attempt);
     let waiting = false;
     try {
+      // Work the handler did not await may begin its transaction now: the
+      // completion then goes in it, or, when none began, nothing begins it
+      // any more (it would commit apart from the record).
+      await transaction.seal?.();
       if (lease && completion) {
         // A store outside of the database completes on its own, after the
         // handler: a crash before this line lets a retry run it again.

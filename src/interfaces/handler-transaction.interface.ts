@@ -43,6 +43,15 @@ export interface HandlerTransaction {
   /** Adds what runs once the transaction has ended (see TransactionHooks). */
   onEnd(listener: TransactionListener): void;
   /**
+   * Called once the handler returned, before the completion: a statement
+   * still beginning the transaction is awaited (the completion then goes in
+   * it), and a transaction no statement began is closed to every later one
+   * (work the handler did not await fails with `TransactionClosedError`),
+   * so that nothing begins it after the completion went without it.
+   * Never throws. @default none: nothing to seal
+   */
+  seal?(): Promise<void>;
+  /**
    * Commits what the handler wrote, and runs the hooks of a commit.
    * @throws when it cannot commit: nothing of the attempt committed (or,
    * for a failed COMMIT, its outcome is unknown).

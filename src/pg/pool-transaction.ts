@@ -141,6 +141,15 @@ export class PoolTransaction<Handle>
     this.hooks.add(listener);
   }
 
+  async seal(): Promise<void> {
+    while (this.phase === 'idle' && this.opening) {
+      await this.opening.catch(() => undefined);
+    }
+    if (this.phase === 'idle') {
+      this.closing = true;
+    }
+  }
+
   async commit(): Promise<void> {
     let failure: Error | undefined;
     try {

@@ -115,6 +115,10 @@ export class PrismaHandlerTransaction<Tx>
     this.transaction.onEnd(listener);
   }
 
+  seal(): Promise<void> {
+    return this.transaction.seal();
+  }
+
   /**
    * Opens Prisma's interactive transaction, which holds no connection, and
    * resolves once Prisma handed its `tx` over.

@@ -248,6 +248,15 @@ export class LazyTransaction implements HandlerTransaction, LazyRunnerOwner {
     this.hooks.add(listener);
   }
 
+  async seal(): Promise<void> {
+    while (this.phase === 'idle' && this.opening) {
+      await this.opening.catch(() => undefined);
+    }
+    if (this.phase === 'idle') {
+      this.closing = true;
+    }
+  }
+
   /**
    * Commits what the handler wrote, if it wrote anything, and gives the
    * connection back; then runs the hooks of a commit. A commit that failed
