@@ -10,6 +10,8 @@ export interface RunnerInternals {
   connect(): Promise<PoolClient>;
   query(...args: unknown[]): Promise<unknown>;
   startTransaction(isolationLevel?: unknown): Promise<void>;
+  /** TypeORM's: gives the connection back (the module's runner: nothing). */
+  release(): Promise<void>;
   /** Gives the connection back, or, with an error, has the pool close it. */
   releasePostgresConnection(error?: Error): Promise<void>;
 }
@@ -105,6 +107,15 @@ export function lazyQueryRunners(dataSource: DataSource): LazyQueryRunners {
 
     connectToPool(): Promise<PoolClient> {
       return super.connect();
+    }
+
+    // The module gives the connection back once the transaction ended
+    // (`releasePostgresConnection`): the handler's own `release()` would
+    // hand it to the pool with the transaction still open on it, for the
+    // next request to commit. It does nothing, as `release()` of the
+    // other data libraries' clients.
+    override release(): Promise<void> {
+      return Promise.resolve();
     }
 
     // A transaction the handler opens itself (`manager.transaction()`) is a
