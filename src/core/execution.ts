@@ -407,7 +407,15 @@ export class Execution implements RunningLink, RecoveryOwner, HandlerContext {
       this.stopTimer();
     }
     const { host, attempt } = this;
-    const lost = this.transaction.state === 'lost';
+    // An error answer that may be stored is checked against an end sent by
+    // hand that only the server can tell of (chained to another
+    // transaction): what the handler wrote before it may have committed,
+    // and its error must not be stored as the key's outcome (503).
+    const lost =
+      this.transaction.state === 'lost' ||
+      (keepClaim &&
+        (await this.transaction.endedUnderneath?.().catch(() => true)) ===
+          true);
     const rolledBack = await this.transaction.rollback(error);
     const kind = this.abandoned
       ? 'timeout'

@@ -52,6 +52,15 @@ export interface HandlerTransaction {
    */
   seal?(): Promise<void>;
   /**
+   * Whether the transaction was ended underneath the module (a `COMMIT` or
+   * `ROLLBACK` sent by hand, chained to another transaction or not), asking
+   * the server when only it can tell: for a failed attempt whose error
+   * answer may be stored, which must then not be (what the handler wrote
+   * before that end may have committed). Rejects when the server cannot be
+   * asked (its connection broke). @default none: never ended underneath
+   */
+  endedUnderneath?(): Promise<boolean>;
+  /**
    * Commits what the handler wrote, and runs the hooks of a commit.
    * @throws when it cannot commit: nothing of the attempt committed (or,
    * for a failed COMMIT, its outcome is unknown).

@@ -1,5 +1,6 @@
 import { Logger } from '@nestjs/common';
 import { randomUUID } from 'node:crypto';
+import { isAbortedTransaction } from '../core/failures.js';
 import { TransactionEndedError } from '../core/transaction.errors.js';
 import { TRANSACTION_MARK_SETTING } from '../idempotency.constants.js';
 import { beginStatement } from './pg-pool-connection.js';
@@ -44,6 +45,37 @@ export class EndedUnderneath {
   begin(isolationLevel: string | undefined): string {
     this.marked = randomUUID();
     return `${beginStatement(isolationLevel)}; SET LOCAL ${TRANSACTION_MARK_SETTING} = '${this.marked}'`;
+  }
+
+  /**
+   * Whether the transaction on `client` has been ended underneath, asking
+   * the server for the transaction's mark when the session is still in a
+   * transaction block (an end chained to another transaction shows only
+   * there). A transaction aborted by a failed statement cannot be asked
+   * (SQLSTATE 25P02): it is taken as not ended.
+   * @throws what the query met otherwise (its connection broke).
+   */
+  async check(client: {
+    getTransactionStatus?(): string | null;
+    query(text: string): Promise<{ rows: Array<{ mark?: unknown }> }>;
+  }): Promise<boolean> {
+    if (this.on(client) || this.marked === undefined) {
+      return this.seen !== undefined;
+    }
+    try {
+      const { rows } = await client.query(
+        `SELECT current_setting('${TRANSACTION_MARK_SETTING}', true) AS mark`,
+      );
+      if (!this.seen && rows[0]?.mark !== this.marked) {
+        this.seen = new TransactionEndedError();
+        logger.warn(this.seen.message);
+      }
+    } catch (error) {
+      if (!isAbortedTransaction(error)) {
+        throw error;
+      }
+    }
+    return this.seen !== undefined;
   }
 
   /** Whether the transaction on `client` has been ended underneath. */

@@ -131,7 +131,9 @@ export class PoolTransaction<Handle>
       case 'idle':
         return this.opening ? 'open' : 'idle';
       case 'open':
-        return this.broken || this.underneath.error ? 'lost' : 'open';
+        return this.broken || this.underneath.on(this.connection!)
+          ? 'lost'
+          : 'open';
       default:
         return 'ended';
     }
@@ -139,6 +141,13 @@ export class PoolTransaction<Handle>
 
   onEnd(listener: TransactionListener): void {
     this.hooks.add(listener);
+  }
+
+  endedUnderneath(): Promise<boolean> {
+    const client = this.client;
+    return client
+      ? this.underneath.check(client)
+      : Promise.resolve(this.state === 'lost');
   }
 
   async seal(): Promise<void> {

@@ -119,6 +119,10 @@ export class PrismaHandlerTransaction<Tx>
     return this.transaction.seal();
   }
 
+  endedUnderneath(): Promise<boolean> {
+    return this.transaction.endedUnderneath();
+  }
+
   /**
    * Opens Prisma's interactive transaction, which holds no connection, and
    * resolves once Prisma handed its `tx` over.

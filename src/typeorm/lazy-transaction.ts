@@ -220,7 +220,10 @@ export class LazyTransaction implements HandlerTransaction, LazyRunnerOwner {
         return this.opening ? 'open' : 'idle';
       case 'open':
         // TypeORM releases the runner of a connection that broke.
-        return this.runner?.isReleased === true || this.underneath.error
+        return this.runner?.isReleased === true ||
+          this.underneath.error ||
+          (this.runner?.databaseConnection &&
+            this.underneath.on(this.runner.databaseConnection))
           ? 'lost'
           : 'open';
       default:
@@ -246,6 +249,13 @@ export class LazyTransaction implements HandlerTransaction, LazyRunnerOwner {
    */
   onEnd(listener: TransactionListener): void {
     this.hooks.add(listener);
+  }
+
+  endedUnderneath(): Promise<boolean> {
+    const client = this.client;
+    return client
+      ? this.underneath.check(client)
+      : Promise.resolve(this.state === 'lost');
   }
 
   async seal(): Promise<void> {

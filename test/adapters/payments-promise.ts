@@ -142,6 +142,38 @@ export function describePaymentsPromise(target: () => PaymentsTarget): void {
     },
   );
 
+  // An error answer the route stores (storeErrors) is the key's outcome
+  // only when nothing the handler wrote can have committed without it.
+  it.each([
+    ['SELECT 1', 400, 'failed', 0],
+    ['SELECT 1 / 0', 400, 'failed', 0],
+    ['COMMIT', 503, null, 1],
+    ['COMMIT AND CHAIN', 503, null, 1],
+    ['ROLLBACK AND CHAIN', 503, null, 0],
+  ] as const)(
+    'after `%s` sent by hand, answers a rejection the route stores with %i, record %s, payments %i',
+    async (end, status, record, payments) => {
+      const key = randomUUID();
+      const reject = () =>
+        fetch(`${target().url}/payments/rejected`, {
+          method: 'POST',
+          headers: {
+            'content-type': 'application/json',
+            'idempotency-key': key,
+          },
+          body: JSON.stringify({ key, end }),
+        });
+      const answer = await reject();
+      expect(answer.status).toBe(status);
+      expect(await rowsOf(key)).toEqual({ record, payments, ledger: 0 });
+      const retry = await reject();
+      expect({
+        status: retry.status,
+        replayed: retry.headers.get('idempotent-replayed'),
+      }).toEqual({ status, replayed: record ? 'true' : null });
+    },
+  );
+
   it('answers 503 and stores nothing when a COMMIT sent by hand ends the transaction underneath', async () => {
     const key = randomUUID();
     const answer = await pay(key, 400, 'commit');

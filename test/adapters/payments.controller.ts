@@ -1,4 +1,5 @@
 import {
+  BadRequestException,
   Body,
   Controller,
   HttpCode,
@@ -130,6 +131,19 @@ export class PaymentsController {
   }
 
   /** The same handler on a route where the key is optional. */
+  /**
+   * Writes a payment, sends `end` (its failure caught), then rejects the
+   * request: an error answer the route stores, unless the transaction was
+   * ended underneath.
+   */
+  @Post('rejected')
+  @Idempotent({ storeErrors: true })
+  async reject(@Body() body: { key: string; end: string }): Promise<never> {
+    await this.writer.insertPayment(body.key, 1);
+    await this.writer.raw(body.end).catch(() => undefined);
+    throw new BadRequestException('the amount is over the limit');
+  }
+
   @Post('optional')
   @HttpCode(201)
   @Idempotent({ required: false })

@@ -5,6 +5,7 @@
  * which provides its `PaymentsWriter` and starts it.
  */
 import {
+  BadRequestException,
   Body,
   Controller,
   HttpCode,
@@ -117,6 +118,19 @@ export class PaymentsController {
       throw new InternalServerErrorException('the handler failed');
     }
     return { id, amount: body.amount, note: `paid ${body.amount}` };
+  }
+
+  /**
+   * Writes a payment, sends `end` (its failure caught), then rejects the
+   * request: an error answer the route stores, unless the transaction was
+   * ended underneath.
+   */
+  @Post('rejected')
+  @Idempotent({ storeErrors: true })
+  async reject(@Body() body: { key: string; end: string }): Promise<never> {
+    await this.writer.insertPayment(body.key, 1);
+    await this.writer.raw(body.end).catch(() => undefined);
+    throw new BadRequestException('the amount is over the limit');
   }
 
   @Post('optional')
