@@ -40,22 +40,4 @@ export const IDEMPOTENT_METADATA = 'idempotency:route-options';
 /** Scope used when no `scope` resolver is configured. */
 export const DEFAULT_SCOPE = 'global';
 
-/**
- * Response headers that are never stored nor replayed: cookies, the date of
- * the original answer, and hop-by-hop headers that describe one connection.
- */
-export const UNSAFE_REPLAY_HEADERS: readonly string[] = [
-  'set-cookie',
-  'date',
-  'connection',
-  'keep-alive',
-  'proxy-authenticate',
-  'proxy-authorization',
-  'proxy-connection',
-  'te',
-  'trailer',
-  'transfer-encoding',
-  'upgrade',
-  'content-length',
-  'idempotent-replayed',
-];
+export { UNSAFE_REPLAY_HEADERS } from './core/stored-headers.js';

@@ -33,6 +33,7 @@ import {
 } from './recovery-points.js';
 import type { RunningLink } from './running-executions.js';
 import { messageOf } from './error-message.js';
+import { storedRedactedHeaders } from './stored-headers.js';
 
 /**
  * How long an answer waits for its claim's release. A release is one round
@@ -574,13 +575,13 @@ async function redacted(
     headers: { ...response.headers },
     body: Buffer.from(response.body),
   });
-  const kept: Record<string, string | string[]> = {};
-  for (const [name, value] of Object.entries(headers)) {
-    kept[name.toLowerCase()] = value;
-  }
   return {
     status: response.status,
-    headers: kept,
+    headers: storedRedactedHeaders(
+      headers,
+      response.headers,
+      options.expiresHeader,
+    ),
     body: Buffer.isBuffer(body) ? body : Buffer.from(String(body)),
   };
 }

@@ -1,7 +1,7 @@
 import { StreamableFile } from '@nestjs/common';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { Readable } from 'node:stream';
-import { UNSAFE_REPLAY_HEADERS } from '../idempotency.constants.js';
+import { NEVER_STORED_HEADERS } from '../core/stored-headers.js';
 import { IDEMPOTENT_BODY_OMITTED_HEADER } from '../client/client.constants.js';
 import type { ResolvedRouteOptions } from '../core/executor.options.js';
 import type { StoredResponse } from '../interfaces/idempotency-store.interface.js';
@@ -148,9 +148,6 @@ export type HttpResponse = { raw?: ServerResponse } & object;
 /** @internal {@link IDEMPOTENT_BODY_OMITTED_HEADER}, lower-cased as stored headers are. */
 export const BODY_OMITTED_HEADER = IDEMPOTENT_BODY_OMITTED_HEADER.toLowerCase();
 
-/** Headers never stored: those a replay sets itself among them. */
-const UNSAFE_HEADERS = new Set([...UNSAFE_REPLAY_HEADERS, BODY_OMITTED_HEADER]);
-
 /** @internal A body the platform streams: it is sent as it is produced, never whole. */
 export function isStream(value: unknown): boolean {
   return (
@@ -184,7 +181,7 @@ export function toStored(
     const replayed =
       name === 'content-type' ||
       name === options.expiresHeader ||
-      (!UNSAFE_HEADERS.has(name) &&
+      (!NEVER_STORED_HEADERS.has(name) &&
         !options.replayDeny.has(name) &&
         (options.replayAllow === undefined || options.replayAllow.has(name)));
     if (replayed) {

@@ -382,6 +382,42 @@ describe.each(PLATFORMS)(
       expectNoSecret(await dump(target));
     });
 
+    it('never stores nor replays the headers a redaction returns that are never stored, and keeps the Content-Type it dropped', async () => {
+      const first = await send(target, '/privacy/redacted-headers', {
+        key: 'red-headers',
+      });
+      expect(first.status).toBe(201);
+      const replay = await send(target, '/privacy/redacted-headers', {
+        key: 'red-headers',
+      });
+      expect({
+        status: replay.status,
+        replayed: replay.headers.get('idempotent-replayed'),
+        cookie: replay.headers.get('set-cookie'),
+        proxy: replay.headers.get('proxy-authorization'),
+        kept: replay.headers.get('x-kept'),
+        type: replay.headers.get('content-type'),
+        body: await replay.text(),
+      }).toEqual({
+        status: 201,
+        replayed: 'true',
+        cookie: null,
+        proxy: null,
+        kept: 'yes',
+        type: first.headers.get('content-type'),
+        body: await first.text(),
+      });
+      const record = await storedResponse(target, 'red-headers');
+      const stored = target.app
+        .get(IdempotencyPrivacy)
+        .open(record.scope, 'red-headers', record.stored);
+      expect(Object.keys(stored.headers).sort()).toEqual([
+        'content-type',
+        'idempotency-expires',
+        'x-kept',
+      ]);
+    });
+
     it('carries the expiry header on a route without redaction, replayed unchanged', async () => {
       const first = await send(target, '/privacy/card', { key: 'exp-1' });
       const replay = await send(target, '/privacy/card', { key: 'exp-1' });

@@ -67,6 +67,23 @@ export class PrivacyController {
     return { run: this.runs.card, card: SECRETS.card };
   }
 
+  /** A redaction that returns headers the module never stores, and no Content-Type. */
+  @Post('redacted-headers')
+  @Idempotent({
+    redact: ({ body }) => ({
+      headers: {
+        'Set-Cookie': 'session=from-redact',
+        'proxy-authorization': 'Basic c2VjcmV0',
+        'X-Kept': 'yes',
+      },
+      body,
+    }),
+  })
+  redactedHeaders() {
+    this.runs.card += 1;
+    return { run: this.runs.card };
+  }
+
   @Post('steps')
   @Idempotent()
   async steps() {
