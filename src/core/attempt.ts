@@ -1,4 +1,5 @@
 import type { ExecutionContext } from '@nestjs/common';
+import { hash } from 'node:crypto';
 import { IdempotencyConfigurationError } from '../exceptions/idempotency-configuration.error.js';
 import {
   IdempotencyKeyMissingException,
@@ -56,13 +57,37 @@ export function isSameRequest(attempt: Attempt, fingerprint: string): boolean {
  * string.
  */
 export function validScope(scope: unknown): string {
-  if (typeof scope !== 'string' || scope.length === 0) {
+  if (
+    typeof scope !== 'string' ||
+    scope.length === 0 ||
+    scope.length > MAX_SCOPE_LENGTH
+  ) {
     throw new IdempotencyConfigurationError(
-      `The idempotency scope is ${JSON.stringify(scope)} (as the scope resolver returned it, or run() or IdempotencyKafka.eachMessage() was given it).`,
-      'Return a non-empty string, such as the id of the authenticated user or tenant.',
+      `The idempotency scope is ${typeof scope === 'string' && scope.length > MAX_SCOPE_LENGTH ? `${scope.length} characters long` : JSON.stringify(scope)} (as the scope resolver returned it, or run() or IdempotencyKafka.eachMessage() was given it).`,
+      `Return a non-empty string of at most ${MAX_SCOPE_LENGTH} characters, such as the id of the authenticated user or tenant.`,
     );
   }
   return scope;
+}
+
+/**
+ * Longest scope: with the longest key (1024 characters) and suffix, the
+ * record's primary key stays within what PostgreSQL's index takes (2704
+ * bytes), which a longer one would fail at every claim (a 503 for ever).
+ */
+const MAX_SCOPE_LENGTH = 1024;
+/** Longest key suffix kept as it is; a longer one is kept as its digest. */
+const MAX_SUFFIX_LENGTH = 256;
+
+/**
+ * A key's suffix as the record's key carries it: as it is, or, when longer
+ * than {@link MAX_SUFFIX_LENGTH} (a GraphQL alias of kilobytes), `#~` and
+ * its SHA-256, so that the key stays within the record's index.
+ */
+function boundedSuffix(suffix: string | undefined): string {
+  return suffix === undefined || suffix.length <= MAX_SUFFIX_LENGTH
+    ? (suffix ?? '')
+    : `#~${hash('sha256', suffix)}`;
 }
 
 /** The fingerprint the `fingerprint` function returned, checked. */
@@ -139,6 +164,13 @@ export interface AttemptSource {
   readonly keySuffix?: string;
   /** Whether records of 0.1.0 may hold its key (HTTP and messages). */
   readonly legacy?: boolean;
+  /**
+   * Whether the key is the module's own, not a client's: a message's place
+   * in its log. The key rules (`keyValidation`), which are the clients',
+   * do not apply to it: a message is never refused for a key it did not
+   * carry.
+   */
+  readonly made?: boolean;
 }
 
 /**
@@ -165,12 +197,14 @@ export async function newAttempt(
   const key =
     source.key === undefined
       ? undefined
-      : validKey(
-          source.key,
-          options.keyValidation,
-          source.keyField,
-          source.keyLocation,
-        );
+      : source.made
+        ? String(source.key)
+        : validKey(
+            source.key,
+            options.keyValidation,
+            source.keyField,
+            source.keyLocation,
+          );
   // The resolvers in turn (the scope's first), each awaited only when it
   // returns a promise.
   const resolved = options.scope(context);
@@ -180,7 +214,7 @@ export async function newAttempt(
   return {
     started,
     scope,
-    key: key === undefined ? undefined : key + (source.keySuffix ?? ''),
+    key: key === undefined ? undefined : key + boundedSuffix(source.keySuffix),
     method: parts.method,
     path: parts.route,
     fingerprint:

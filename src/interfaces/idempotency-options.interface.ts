@@ -191,7 +191,10 @@ export interface IdempotentOptions {
    */
   key?: IdempotencyKeyResolver;
   /**
-   * Rules a key must follow.
+   * Rules a key must follow: a key a client or producer sent (or the `key`
+   * resolver returned). A message keyed by its place in a log (a Kafka
+   * message without a key header) is keyed by the module, which the rules
+   * do not apply to.
    * @default 1 to 255 visible ASCII characters
    */
   keyValidation?: IdempotencyKeyValidation;

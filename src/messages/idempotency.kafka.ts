@@ -3,6 +3,8 @@ import { hash } from 'node:crypto';
 import type { EntityManager } from 'typeorm';
 import { validScope, type Attempt } from '../core/attempt.js';
 import { validKey } from '../core/idempotency-key.js';
+import type { ResolvedKeyValidation } from '../core/executor.options.js';
+import { headerValue } from './message-transport.js';
 import { IdempotencyExecutor } from '../core/idempotency.executor.js';
 import { IDEMPOTENCY_RESOLVED_OPTIONS } from '../idempotency.tokens.js';
 import {
@@ -17,7 +19,7 @@ import type {
 } from '../interfaces/idempotency-options.interface.js';
 import {
   commitOffset,
-  kafkaKey,
+  kafkaPosition,
   type KafkaMessageLike,
   type KafkaOffsetCommitter,
 } from './kafka.transport.js';
@@ -142,10 +144,12 @@ export class IdempotencyKafka {
         attempt = {
           started: Date.now(),
           scope,
-          key: validKey(
-            kafkaKey(topic, partition, message, headerNames),
+          key: kafkaAttemptKey(
+            topic,
+            partition,
+            message,
+            headerNames,
             route.keyValidation,
-            headerNames[0],
           ),
           method: 'MESSAGE',
           path: topic,
@@ -188,4 +192,23 @@ export class IdempotencyKafka {
       }
     };
   }
+}
+
+/**
+ * The key of a Kafka message: a key header (names compared case aside),
+ * valid by the key rules, else its place in the log ({@link kafkaPosition}),
+ * the module's own, which the clients' key rules do not apply to.
+ * @throws IdempotencyKeyInvalidException for a header that breaks the rules.
+ */
+function kafkaAttemptKey(
+  topic: string,
+  partition: number,
+  message: KafkaMessageLike,
+  headerNames: readonly string[],
+  rules: ResolvedKeyValidation,
+): string {
+  const header = headerValue(message.headers, headerNames);
+  return header === undefined
+    ? kafkaPosition(topic, partition, message)
+    : validKey(header, rules, headerNames[0]);
 }

@@ -52,11 +52,13 @@ function defaultMessageKey(
   headerNames: readonly string[],
   handlerName: string,
 ): { readonly key: unknown; readonly handlers: boolean } {
-  if (data !== null && typeof data === 'object' && MESSAGE_KEY_FIELD in data) {
-    return {
-      key: (data as Record<string, unknown>)[MESSAGE_KEY_FIELD],
-      handlers: false,
-    };
+  const field =
+    data !== null && typeof data === 'object'
+      ? (data as Record<string, unknown>)[MESSAGE_KEY_FIELD]
+      : undefined;
+  // A field of no value (`null`) is no key: the broker's is looked for.
+  if (field !== undefined && field !== null) {
+    return { key: field, handlers: false };
   }
   const key = transport.key(headerNames);
   if (key !== undefined || transport.position === undefined) {
@@ -137,6 +139,7 @@ export class IdempotencyMessages {
           body: data,
         },
         legacy: true,
+        made: handlers,
       });
       ({ result } = await this.executor.execute(attempt, options, () =>
         lastValueFrom(next.handle(), { defaultValue: undefined }),

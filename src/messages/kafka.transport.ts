@@ -58,22 +58,6 @@ export function kafkaPosition(
 }
 
 /**
- * @internal The key of a Kafka message: a key header (names compared case
- * aside), else its place in the log ({@link kafkaPosition}).
- */
-export function kafkaKey(
-  topic: string,
-  partition: number,
-  message: KafkaMessageLike,
-  headerNames: readonly string[],
-): string {
-  return (
-    headerValue(message.headers, headerNames) ??
-    kafkaPosition(topic, partition, message)
-  );
-}
-
-/**
  * @internal Commits a message's offset: the next one, as Kafka records
  * what a group consumes next.
  */

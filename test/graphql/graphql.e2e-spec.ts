@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { Barrier, untilWaiting } from '../utils/barrier.js';
 import { busyConnections } from '../utils/statement-counter.js';
 import { idleInTransaction } from '../utils/sessions.js';
@@ -204,6 +205,28 @@ function graphqlMutations(driver: GraphqlDriver, platform: Platform): void {
         status: 'completed',
         method: 'MUTATION',
         path: 'Mutation.placeOrderByReference',
+      },
+    ]);
+  });
+
+  it('a mutation under an alias of kilobytes runs and replays: its record keys the alias by its digest, within the index', async () => {
+    const reference = `${driver}-${platform}-long-alias`;
+    const alias = `a${'l'.repeat(8999)}`;
+    const document = `mutation { ${alias}: placeOrder(reference: "${reference}") { reference } }`;
+    const first = await graphql(document, { key: 'long-alias-1' });
+    expect(first).toEqual({
+      status: 200,
+      body: { data: { [alias]: { reference } } },
+    });
+    expect(await graphql(document, { key: 'long-alias-1' })).toEqual(first);
+    expect(gate.runs).toEqual({ placeOrder: 1 });
+    expect(await rows(reference)).toBe(1);
+    expect(await records('long-alias-1%')).toEqual([
+      {
+        key: `long-alias-1#~${createHash('sha256').update(`#${alias}`).digest('hex')}`,
+        status: 'completed',
+        method: 'MUTATION',
+        path: 'Mutation.placeOrder',
       },
     ]);
   });

@@ -12,6 +12,7 @@ import {
   AUTO_TOPIC,
   KafkaHandlers,
   KafkaTestModule,
+  RECEIPTS_TOPIC,
   REFUNDS_TOPIC,
   TOPIC,
   deadLetters,
@@ -84,7 +85,7 @@ describe('@Idempotent() on a Kafka consumer of the Nest transport (recorded kafk
 
   it('runs the Nest transport on the recorded consumer: subscribed to the topics of the handlers, run without auto-commit', () => {
     expect(recorded.subscriptions).toEqual([
-      { topics: [TOPIC, REFUNDS_TOPIC, AUTO_TOPIC] },
+      { topics: [TOPIC, REFUNDS_TOPIC, AUTO_TOPIC, RECEIPTS_TOPIC] },
     ]);
     expect(recorded.runConfig).toMatchObject({ autoCommit: false });
   });
@@ -136,6 +137,40 @@ describe('@Idempotent() on a Kafka consumer of the Nest transport (recorded kafk
         key: `PaymentsKafkaConsumer.paid@${TOPIC}/3/${at}@${SENT_AT}`,
         status: 'completed',
       },
+    ]);
+  });
+
+  it("keys a message by its place in the log under key rules the place breaks (they are the producers'): it runs once, never dropped", async () => {
+    const at = next();
+    for (let delivery = 0; delivery < 2; delivery += 1) {
+      await recorded.deliver(RECEIPTS_TOPIC, 0, {
+        offset: at,
+        value: { reference: 'r-1' },
+      });
+    }
+    expect(handlers.runs).toBe(1);
+    expect(await orders()).toEqual(['r-1']);
+    expect(await records()).toEqual([
+      {
+        key: `ReceiptsKafkaConsumer.received@${RECEIPTS_TOPIC}/0/${at}@${SENT_AT}`,
+        status: 'completed',
+      },
+    ]);
+  });
+
+  it("takes the key header when the payload's idempotencyKey field is null", async () => {
+    const headers = { 'Idempotency-Key': Buffer.from('receipt-2') };
+    for (const at of [next(), next()]) {
+      await recorded.deliver(RECEIPTS_TOPIC, 0, {
+        offset: at,
+        value: { idempotencyKey: null, reference: 'r-2' },
+        headers,
+      });
+    }
+    expect(handlers.runs).toBe(1);
+    expect(await orders()).toEqual(['r-2']);
+    expect(await records()).toEqual([
+      { key: 'receipt-2', status: 'completed' },
     ]);
   });
 

@@ -10,6 +10,8 @@ export const TOPIC = 'payments';
 export const AUTO_TOPIC = 'ledger';
 /** A topic whose handler acknowledges, with no dead-letter path. */
 export const REFUNDS_TOPIC = 'refunds';
+/** A topic whose handler takes keys of at most 12 characters. */
+export const RECEIPTS_TOPIC = 'receipts';
 
 /** What the route's dead-letter path was handed, in order. */
 export const deadLetters: IdempotencyDeadLetter[] = [];
@@ -119,6 +121,28 @@ export class AuditKafkaConsumer {
   }
 }
 
+/**
+ * A consumer whose key rules are tight (client keys of at most 12
+ * characters): they are the producers', never applied to a message's place
+ * in the log, which the module makes.
+ */
+@Controller()
+export class ReceiptsKafkaConsumer {
+  constructor(
+    @InjectRepository(Order) private readonly orders: Repository<Order>,
+    private readonly handlers: KafkaHandlers,
+  ) {}
+
+  @EventPattern(RECEIPTS_TOPIC)
+  @Idempotent({ acknowledge: true, keyValidation: { maxLength: 12 } })
+  async received(@Payload() event: PaymentEvent): Promise<void> {
+    this.handlers.runs += 1;
+    await this.orders.save(
+      this.orders.create({ reference: event.reference, source: 'kafka' }),
+    );
+  }
+}
+
 @Module({
   imports: [TypeOrmModule.forFeature([Order])],
   controllers: [
@@ -126,6 +150,7 @@ export class AuditKafkaConsumer {
     RefundsKafkaConsumer,
     LedgerKafkaConsumer,
     AuditKafkaConsumer,
+    ReceiptsKafkaConsumer,
   ],
   providers: [KafkaHandlers],
 })

@@ -128,6 +128,24 @@ describe('IdempotencyKafka.eachMessage() in a kafkajs consumer (recorded, no bro
     ]);
   });
 
+  it("keys a message without a key header by its place in the log, which the clients' key rules do not apply to: it runs once", async () => {
+    // A topic name of 248 characters (Kafka takes 249): its place is
+    // longer than the default rules' 255 characters.
+    const topic = `t${'o'.repeat(247)}`;
+    const recorded = await consumerOf({ scope: 'receipts' });
+    for (let delivery = 0; delivery < 2; delivery += 1) {
+      await recorded.deliver(topic, 0, {
+        offset: '11',
+        value: { reference: 'r-1' },
+      });
+    }
+    expect(runs).toBe(1);
+    expect(await orders()).toEqual(['r-1']);
+    expect(
+      await target.db.query('SELECT key, status FROM idempotency_records'),
+    ).toEqual([{ key: `${topic}/0/11@${SENT_AT}`, status: 'completed' }]);
+  });
+
   it('commits each offset with the consumer only after the record and the writes committed', async () => {
     const recorded = await consumerOf({ scope: 'billing' });
     await recorded.deliver(TOPIC, 0, {

@@ -237,15 +237,23 @@ describe('IdempotencyService.run()', () => {
     ).toBe('a');
   });
 
-  it('refuses an empty scope, as a scope resolver’s, and runs nothing', async () => {
-    let ran = false;
-    await expect(
-      idempotency.run({ key: 'job-7', scope: '' }, () => {
-        ran = true;
-      }),
-    ).rejects.toBeInstanceOf(IdempotencyConfigurationError);
-    expect(ran).toBe(false);
-  });
+  it.each([
+    ['an empty scope', ''],
+    // Longer than the record's index takes with a long key: its claim
+    // would fail at every retry (a 503 for ever).
+    ['a scope of 1,025 characters', 's'.repeat(1025)],
+  ])(
+    'refuses %s, as a scope resolver’s, and runs nothing',
+    async (_what, scope) => {
+      let ran = false;
+      await expect(
+        idempotency.run({ key: 'job-7', scope }, () => {
+          ran = true;
+        }),
+      ).rejects.toBeInstanceOf(IdempotencyConfigurationError);
+      expect(ran).toBe(false);
+    },
+  );
 });
 
 describe('IdempotencyService.run() with maxResponseSize', () => {
