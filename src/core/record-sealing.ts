@@ -111,7 +111,7 @@ export function sealedStore(
     },
     collect(batchSize, abandoned) {
       return store.collect(batchSize, (found: AbandonedKey) => {
-        const steps = [];
+        const steps: Array<AbandonedKey['steps'][number]> = [];
         for (const { step, result } of found.steps) {
           try {
             steps.push({
@@ -119,12 +119,14 @@ export function sealedStore(
               result: sealing.openStep(found.scope, found.key, step, result),
             });
           } catch (error) {
-            // Left out: what the hook gets is what was stored, or nothing.
-            unreadable(
+            // Reported by its name, without its result: the step's effect
+            // happened all the same.
+            const reason = messageOf(error);
+            warn(
+              `The stored result of step ${JSON.stringify(step)} of an abandoned key cannot be opened (${reason}): it is reported without its result`,
               { ...found, owner: '' },
-              `result of step ${JSON.stringify(step)}`,
-              error,
             );
+            steps.push({ step, result: undefined, unreadable: reason });
           }
         }
         abandoned({ ...found, steps });

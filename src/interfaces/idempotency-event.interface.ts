@@ -59,9 +59,14 @@ export interface IdempotencyEvent {
   readonly removed?: number;
   /** The error behind a `timeout`, `failed` or `lease-lost` event. */
   readonly error?: unknown;
-  /** The completed steps of the key and their results (`abandoned` only). */
+  /**
+   * The completed steps of the key and their results (`abandoned` only);
+   * a result that could not be opened is `undefined`, with `unreadable`
+   * saying why.
+   */
   readonly steps?: ReadonlyArray<{
     readonly step: string;
     readonly result: unknown;
+    readonly unreadable?: string;
   }>;
 }

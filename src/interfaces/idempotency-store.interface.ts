@@ -136,6 +136,12 @@ export interface AbandonedKey {
   readonly steps: ReadonlyArray<{
     readonly step: string;
     readonly result: unknown;
+    /**
+     * Why the result could not be opened (a sealed result whose key is not
+     * in the ring, or altered): `result` is then `undefined`.
+     * @default undefined: the result is there
+     */
+    readonly unreadable?: string;
   }>;
 }
 

@@ -57,8 +57,9 @@ export class IdempotencyPrivacy {
   /**
    * For key rotation: the stored response of the record (`scope`, `key`)
    * sealed again with the current key, or `undefined` when it already is
-   * (nothing to write). It opens with any key of the ring; a response stored
-   * before `encryption` was turned on is sealed as it is.
+   * (nothing to write). It opens with any key of the ring, the current one
+   * included (one altered cannot be opened); a response stored before
+   * `encryption` was turned on is sealed as it is.
    * @throws UnreadableRecordError when it cannot be opened.
    */
   reencrypt(
@@ -68,12 +69,13 @@ export class IdempotencyPrivacy {
   ): StoredResponse | undefined {
     const ring = this.ring();
     const id = ring.keyIdOf(stored.body);
-    if (id === ring.current) {
-      return undefined;
-    }
     const plain =
       id === undefined ? stored : ring.openResponse(scope, key, stored);
-    return ring.sealResponse(scope, key, plain);
+    // Opened with the current key too: one altered or moved onto another
+    // record cannot be opened, which its caller must be told of.
+    return id === ring.current
+      ? undefined
+      : ring.sealResponse(scope, key, plain);
   }
 
   /**
@@ -89,12 +91,11 @@ export class IdempotencyPrivacy {
   ): unknown {
     const ring = this.ring();
     const id = ring.stepKeyIdOf(result);
-    if (id === ring.current) {
-      return undefined;
-    }
     const plain =
       id === undefined ? result : ring.openStep(scope, key, step, result);
-    return ring.sealStep(scope, key, step, plain);
+    return id === ring.current
+      ? undefined
+      : ring.sealStep(scope, key, step, plain);
   }
 
   private ring(): IdempotencyKeyRing {

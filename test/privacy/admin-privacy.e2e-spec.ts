@@ -249,6 +249,29 @@ describe('key rotation from the command line: nestjs-idempotency reencrypt (Post
     expect(notJson.err).toContain(
       'The key ring in IDEMPOTENCY_KEYS is not JSON',
     );
+
+    // One sealed with the current key, but altered, is named too.
+    const [{ body }] = await before.db.query<{ body: Buffer }>(
+      `SELECT response_body AS body FROM idempotency_records WHERE key = 'rot-3'`,
+    );
+    const altered = Buffer.from(body);
+    altered[altered.length - 1] ^= 1;
+    const write = (value: Buffer) =>
+      before.db.query(
+        `UPDATE idempotency_records SET response_body = $1 WHERE key = 'rot-3'`,
+        [value],
+      );
+    await write(altered);
+    try {
+      const run = await cli(['reencrypt'], {
+        IDEMPOTENCY_KEYS: ringJson({ new: NEW_KEY }, 'new'),
+      });
+      expect(run.code).toBe(1);
+      expect(run.out).toMatch(/^cannot be opened: global\trot-3\t/m);
+      expect(run.out).toContain('2 already were');
+    } finally {
+      await write(body);
+    }
   });
 
   it('writes back only a record unchanged since it was read (the store compares the stored body)', async () => {

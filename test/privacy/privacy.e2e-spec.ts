@@ -1,7 +1,9 @@
 import { randomBytes } from 'node:crypto';
 import {
   IdempotencyAdmin,
+  IdempotencyCollector,
   IdempotencyPrivacy,
+  type IdempotencyEvent,
   type IdempotencyModuleOptions,
 } from '../../src/index.js';
 import { IDEMPOTENCY_TABLE_NAME } from '../../migrations/index.js';
@@ -185,11 +187,16 @@ describe.each(PLATFORMS)(
     /** Reads `old` and `new`, seals with `new`. */
     let rotated: TestApp;
     let runs: PrivacyRuns;
+    /** What `before` reported. */
+    const events: IdempotencyEvent[] = [];
 
     beforeAll(async () => {
       before = await startTestApp({
         platform,
-        idempotency: encrypted({ old: OLD_KEY }, 'old'),
+        idempotency: {
+          ...encrypted({ old: OLD_KEY }, 'old'),
+          onEvent: (event) => events.push(event),
+        },
         controllers: [PrivacyController],
         providers: [PrivacyRuns],
       });
@@ -303,6 +310,36 @@ describe.each(PLATFORMS)(
       expect(missing.status).toBe(503);
       expect(await missing.text()).not.toContain(SECRETS.holder);
       expect(runs.card + rotated.app.get(PrivacyRuns).card).toBe(ran);
+    });
+
+    it('reports an abandoned step whose result its ring cannot open by its name, without its result', async () => {
+      // A step sealed with `new`, its request failed after it: the key is
+      // bound to it until the collector finds both expired.
+      rotated.app.get(PrivacyRuns).failSteps = true;
+      const failed = await send(rotated, '/privacy/steps', {
+        key: 'abandoned-sealed',
+      });
+      expect(failed.status).toBe(500);
+      for (const table of [IDEMPOTENCY_TABLE_NAME, 'idempotency_steps']) {
+        await before.db.query(
+          `UPDATE ${table} SET expires_at = now() - interval '1 hour' WHERE key = 'abandoned-sealed'`,
+        );
+      }
+      events.length = 0;
+      // `before` has the old key only.
+      await before.app.get(IdempotencyCollector).collect();
+      expect(events.filter((event) => event.type === 'abandoned')).toEqual([
+        expect.objectContaining({
+          key: 'abandoned-sealed',
+          steps: [
+            {
+              step: 'charge',
+              result: undefined,
+              unreadable: expect.stringMatching(/"new"/),
+            },
+          ],
+        }),
+      ]);
     });
 
     it('reseals an old record with the current key (reencrypt), which then needs no old key', async () => {
