@@ -292,6 +292,15 @@ export class IdempotencyAdmin {
           }),
         inspect: this.operation('inspectRecord'),
         replace: this.operation('replaceResponse'),
+        claims: (cursor) =>
+          this.list({
+            status: ['in_progress'],
+            scope: options.scope,
+            limit: batchSize,
+            cursor,
+          }),
+        readSteps: this.store.readStepResults?.bind(this.store),
+        replaceStep: this.store.replaceStepResult?.bind(this.store),
       },
       options.onBatch,
     );

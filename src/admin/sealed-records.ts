@@ -52,8 +52,21 @@ export interface IdempotencyReencryptResult {
   readonly unreadable: ReadonlyArray<{
     readonly scope: string;
     readonly key: string;
+    /** The step whose result it is; absent for a record's response. */
+    readonly step?: string;
     readonly reason: string;
   }>;
+  /**
+   * The stored results of the steps of claims in progress (a request that
+   * failed after a step keeps its key bound to them until they expire), as
+   * the records' responses: resealed, already current, changed meanwhile.
+   * All 0 on a store that cannot reseal steps.
+   */
+  readonly steps: {
+    readonly resealed: number;
+    readonly current: number;
+    readonly changed: number;
+  };
 }
 
 /**
@@ -107,11 +120,17 @@ export interface SealedRecords {
   page(cursor: string | undefined): Promise<RecordPage>;
   inspect: NonNullable<IdempotencyStore['inspectRecord']>;
   replace: NonNullable<IdempotencyStore['replaceResponse']>;
+  /** A page of claims in progress, from `cursor`, whose steps are resealed. */
+  claims(cursor: string | undefined): Promise<RecordPage>;
+  /** The store's step operations; absent: no step is resealed. */
+  readSteps?: NonNullable<IdempotencyStore['readStepResults']>;
+  replaceStep?: NonNullable<IdempotencyStore['replaceStepResult']>;
 }
 
 /**
  * @internal `IdempotencyAdmin.reencrypt`: each finished record read, its
- * response resealed with the current key and written back if unchanged.
+ * response resealed with the current key and written back if unchanged;
+ * then each claim in progress, the results of its steps likewise.
  */
 export async function reencryptRecords(
   privacy: IdempotencyPrivacy,
@@ -123,6 +142,7 @@ export async function reencryptRecords(
   let changed = 0;
   const unreadable: Array<IdempotencyReencryptResult['unreadable'][number]> =
     [];
+  const steps = { resealed: 0, current: 0, changed: 0 };
   let cursor: string | undefined;
   do {
     const page = await records.page(cursor);
@@ -155,8 +175,37 @@ export async function reencryptRecords(
         changed += 1;
       }
     }
-    onBatch?.({ resealed, current, changed, unreadable });
+    onBatch?.({ resealed, current, changed, unreadable, steps });
     cursor = page.cursor;
   } while (cursor !== undefined);
-  return { resealed, current, changed, unreadable };
+  const { readSteps, replaceStep } = records;
+  if (readSteps && replaceStep) {
+    do {
+      const page = await records.claims(cursor);
+      for (const { scope, key } of page.records) {
+        for (const { step, result } of await readSteps(scope, key)) {
+          let next;
+          try {
+            next = privacy.reencryptStep(scope, key, step, result);
+          } catch (error) {
+            if (!(error instanceof UnreadableRecordError)) {
+              throw error;
+            }
+            unreadable.push({ scope, key, step, reason: error.message });
+            continue;
+          }
+          if (next === undefined) {
+            steps.current += 1;
+          } else if (await replaceStep(scope, key, step, result, next)) {
+            steps.resealed += 1;
+          } else {
+            steps.changed += 1;
+          }
+        }
+      }
+      onBatch?.({ resealed, current, changed, unreadable, steps });
+      cursor = page.cursor;
+    } while (cursor !== undefined);
+  }
+  return { resealed, current, changed, unreadable, steps };
 }

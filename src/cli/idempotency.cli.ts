@@ -337,10 +337,12 @@ const COMMANDS: Record<string, Command | undefined> = {
     });
     const lines = done.unreadable.map(
       (record) =>
-        `cannot be opened: ${record.scope}\t${record.key}\t${record.reason}`,
+        `cannot be opened: ${record.scope}\t${record.key}${record.step === undefined ? '' : `\tstep ${record.step}`}\t${record.reason}`,
     );
+    const { steps } = done;
     lines.push(
       `Resealed ${done.resealed} records with the current key; ${done.current} already were; ${done.changed} changed meanwhile and were left alone; ${done.unreadable.length} cannot be opened.`,
+      `Steps of claims in progress: resealed ${steps.resealed}; ${steps.current} already were; ${steps.changed} changed meanwhile.`,
     );
     // Records it could not open still need their old key: not done.
     return {

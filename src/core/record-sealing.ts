@@ -45,7 +45,7 @@ export function sealedStore(
   // The caller answers the error with a 503 (a failed claim, a failed
   // statement of the module's own): its message goes to the log only.
   const unreadable = (lease: Lease, what: string, error: unknown) => {
-    const message = `The stored ${what} cannot be opened (${messageOf(error)}), so it is answered with a 503 until it expires or is reset`;
+    const message = `The stored ${what} cannot be opened (${messageOf(error)}), so it is answered with a 503 until it expires, ${what === 'response' ? 'is reset, ' : ''}or the key that sealed it is back in the ring`;
     warn(message, lease);
     return new Error(message);
   };

@@ -415,6 +415,32 @@ export interface IdempotencyStore<Transaction = unknown> {
     response: StoredResponse,
     generation?: string,
   ): Promise<boolean>;
+  /**
+   * The stored results of the steps of `key` in `scope`, whatever their
+   * generation, as `readStep` would return them. For key rotation
+   * (`IdempotencyAdmin.reencrypt`, with {@link replaceStepResult}).
+   * @default absent: `reencrypt` reseals no step
+   */
+  readStepResults?(
+    scope: string,
+    key: string,
+  ): Promise<
+    ReadonlyArray<{ readonly step: string; readonly result: unknown }>
+  >;
+  /**
+   * Replaces the stored result of a step, only if it is still `expected`
+   * (as {@link readStepResults} returned it): a compare-and-set. Its
+   * fingerprint, generation and expiry are kept.
+   * @returns whether it was replaced.
+   * @default absent: `reencrypt` reseals no step
+   */
+  replaceStepResult?(
+    scope: string,
+    key: string,
+    step: string,
+    expected: unknown,
+    result: unknown,
+  ): Promise<boolean>;
 }
 
 /** Injection token of the {@link IdempotencyStore}. */

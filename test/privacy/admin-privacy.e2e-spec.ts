@@ -184,6 +184,7 @@ describe('key rotation from the command line: nestjs-idempotency reencrypt (Post
       current: 0,
       changed: 0,
       unreadable: [],
+      steps: { resealed: 0, current: 0, changed: 0 },
     });
     expect(await keyIds(before)).toEqual({
       'rot-1': 'new',
@@ -300,6 +301,39 @@ describe('key rotation from the command line: nestjs-idempotency reencrypt (Post
     const unchanged = await store.inspectRecord!('global', 'rot-1', true);
     expect(unchanged!.response!.body).toEqual(read!.response!.body);
   });
+
+  it('reseals the steps of a claim whose request failed after them: once the old key left the ring, its retry resumes after the step instead of answering 503', async () => {
+    const runs = before.app.get(PrivacyRuns);
+    runs.failSteps = true;
+    expect(
+      (await send(before, '/privacy/steps', { key: 'rot-steps' })).status,
+    ).toBe(500);
+    const charges = runs.charges;
+    const run = await cli(['reencrypt', '--json'], {
+      IDEMPOTENCY_KEYS: ringJson({ old: OLD_KEY, new: NEW_KEY }, 'new'),
+    });
+    expect({ code: run.code, err: run.err }).toEqual({ code: 0, err: '' });
+    expect(JSON.parse(run.out)).toMatchObject({
+      unreadable: [],
+      steps: { resealed: 1, current: 0, changed: 0 },
+    });
+    const after = await startTestApp({
+      database: before.db,
+      idempotency: sealedWith({ new: NEW_KEY }, 'new'),
+      controllers: [PrivacyController],
+      providers: [PrivacyRuns],
+    });
+    try {
+      const retry = await send(after, '/privacy/steps', { key: 'rot-steps' });
+      expect({ status: retry.status, body: await retry.json() }).toEqual({
+        status: 201,
+        body: { charge: { token: SECRETS.token } },
+      });
+      expect(runs.charges + after.app.get(PrivacyRuns).charges).toBe(charges);
+    } finally {
+      await after.close();
+    }
+  });
 });
 
 describe('IdempotencyAdmin.reencrypt on the memory store', () => {
@@ -323,12 +357,38 @@ describe('IdempotencyAdmin.reencrypt on the memory store', () => {
         current: 'new',
       });
       const admin = new IdempotencyAdmin(store, rotated);
+      // A request that failed after its step: its key stays bound to it.
+      target.app.get(PrivacyRuns).failSteps = true;
+      const failed = await fetch(`${target.url}/privacy/steps`, {
+        method: 'POST',
+        headers: { 'Idempotency-Key': 'mem-steps' },
+      });
+      expect(failed.status).toBe(500);
+      const [sealedStep] = await store.readStepResults('global', 'mem-steps');
       expect(await admin.reencrypt()).toEqual({
         resealed: 1,
         current: 0,
         changed: 0,
         unreadable: [],
+        steps: { resealed: 1, current: 0, changed: 0 },
       });
+      const [resealedStep] = await store.readStepResults('global', 'mem-steps');
+      expect(
+        IdempotencyPrivacy.withKeys({
+          keys: { new: NEW_KEY },
+          current: 'new',
+        }).openStep('global', 'mem-steps', 'charge', resealedStep.result),
+      ).toEqual({ token: SECRETS.token });
+      // Fenced by the result read: a stale one is left alone.
+      expect(
+        await store.replaceStepResult(
+          'global',
+          'mem-steps',
+          'charge',
+          sealedStep.result,
+          sealedStep.result,
+        ),
+      ).toBe(false);
       const onlyNew = new IdempotencyAdmin(
         store,
         IdempotencyPrivacy.withKeys({ keys: { new: NEW_KEY }, current: 'new' }),

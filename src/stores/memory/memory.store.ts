@@ -476,6 +476,36 @@ export class MemoryIdempotencyStore implements IdempotencyStore<unknown> {
     );
   }
 
+  async readStepResults(
+    scope: string,
+    key: string,
+  ): Promise<Array<{ step: string; result: unknown }>> {
+    const steps =
+      this.steps.get(idOf(scope, key)) ?? new Map<string, MemoryStep>();
+    return [...steps]
+      .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+      .map(([step, { json }]) => ({
+        step,
+        result: JSON.parse(json) as unknown,
+      }));
+  }
+
+  async replaceStepResult(
+    scope: string,
+    key: string,
+    step: string,
+    expected: unknown,
+    result: unknown,
+  ): Promise<boolean> {
+    const steps = this.steps.get(idOf(scope, key));
+    const stored = steps?.get(step);
+    if (!stored || stored.json !== JSON.stringify(expected ?? null)) {
+      return false;
+    }
+    steps!.set(step, { ...stored, json: JSON.stringify(result ?? null) });
+    return true;
+  }
+
   /** Whether a claim may take the record over: expired, or its lease is. */
   private takeable(record: MemoryRecord, now: number): boolean {
     return record.status === 'in_progress'

@@ -18,6 +18,7 @@ import type {
   PostgresConnection,
 } from '../../interfaces/postgres-adapter.interface.js';
 import { decodeCursor, encodeCursor } from '../record-cursor.js';
+import { stepJson, stepResult } from './postgres-step-result.js';
 
 const TABLE = `"${IDEMPOTENCY_TABLE_NAME}"`;
 const STEPS = `"${IDEMPOTENCY_STEPS_TABLE_NAME}"`;
@@ -334,6 +335,38 @@ export async function replacePostgresResponse(
       expected,
       generation ?? null,
     ],
+  });
+  return rows.length === 1;
+}
+
+/** @internal `IdempotencyStore.readStepResults` of the PostgreSQL store. */
+export async function readPostgresStepResults(
+  connection: PostgresClient,
+  scope: string,
+  key: string,
+): Promise<Array<{ step: string; result: unknown }>> {
+  const { rows } = await connection.query<{ step: string; result: unknown }>({
+    text: `SELECT step, result FROM ${STEPS}
+           WHERE scope = $1 AND key = $2 ORDER BY step`,
+    values: [scope, key],
+  });
+  return rows.map(({ step, result }) => ({ step, result: stepResult(result) }));
+}
+
+/** @internal `IdempotencyStore.replaceStepResult` of the PostgreSQL store. */
+export async function replacePostgresStepResult(
+  connection: PostgresClient,
+  scope: string,
+  key: string,
+  step: string,
+  expected: unknown,
+  result: unknown,
+): Promise<boolean> {
+  const { rows } = await connection.query<{ step: string }>({
+    text: `UPDATE ${STEPS} SET result = $5::jsonb
+           WHERE scope = $1 AND key = $2 AND step = $3 AND result = $4::jsonb
+           RETURNING step`,
+    values: [scope, key, step, stepJson(expected), stepJson(result)],
   });
   return rows.length === 1;
 }

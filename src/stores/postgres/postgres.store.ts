@@ -41,7 +41,9 @@ import {
 import { sqlState } from '../../core/failures.js';
 import {
   forgetPostgresRecords,
+  readPostgresStepResults,
   replacePostgresResponse,
+  replacePostgresStepResult,
   inspectPostgresRecord,
   listPostgresRecords,
   resetPostgresRecord,
@@ -438,6 +440,30 @@ export class PostgresIdempotencyStore
       expected,
       response,
       generation,
+    );
+  }
+
+  readStepResults(
+    scope: string,
+    key: string,
+  ): Promise<Array<{ step: string; result: unknown }>> {
+    return readPostgresStepResults(this.pool, scope, key);
+  }
+
+  replaceStepResult(
+    scope: string,
+    key: string,
+    step: string,
+    expected: unknown,
+    result: unknown,
+  ): Promise<boolean> {
+    return replacePostgresStepResult(
+      this.pool,
+      scope,
+      key,
+      step,
+      expected,
+      result,
     );
   }
 }
