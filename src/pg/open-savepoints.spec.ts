@@ -62,6 +62,35 @@ describe('OpenSavepoints', () => {
     expect(openAfter('SAVEPOINT Ä', 'RELEASE ä')).toBe('Ä');
   });
 
+  it('reads each statement of a query of several, and a statement after a line comment, as the server runs them', () => {
+    expect(openAfter('-- a nested unit\nSAVEPOINT nested')).toBe('nested');
+    expect(openAfter('SAVEPOINT nested; SELECT 1')).toBe('nested');
+    expect(openAfter('SELECT 1; SAVEPOINT nested;')).toBe('nested');
+    expect(
+      openAfter('SAVEPOINT nested', '-- done\nRELEASE SAVEPOINT nested'),
+    ).toBeUndefined();
+    expect(
+      openAfter('SAVEPOINT nested', '/* undo */ ROLLBACK TO SAVEPOINT nested'),
+    ).toBeUndefined();
+    expect(
+      openAfter('SAVEPOINT nested', 'RELEASE SAVEPOINT nested; SELECT 1'),
+    ).toBeUndefined();
+    expect(openAfter('SAVEPOINT a; SAVEPOINT b; RELEASE b')).toBe('a');
+    expect(openAfter('/* a /* nested */ comment */ SAVEPOINT a')).toBe('a');
+  });
+
+  it('reads no savepoint statement in a literal, a quoted name or a comment', () => {
+    expect(
+      openAfter("SELECT 'x; SAVEPOINT a; y'", 'SELECT $$; SAVEPOINT b;$$'),
+    ).toBeUndefined();
+    expect(openAfter("SELECT E'\\'; SAVEPOINT c'")).toBeUndefined();
+    expect(openAfter("SELECT E'it\\'s'; SAVEPOINT d")).toBe('d');
+    expect(openAfter('SELECT $tag$ $$; SAVEPOINT e; $tag$')).toBeUndefined();
+    expect(openAfter('SELECT 1 -- ; SAVEPOINT f')).toBeUndefined();
+    expect(openAfter('SELECT "a;b" FROM t; RELEASE x')).toBeUndefined();
+    expect(openAfter('SELECT $1::text; SAVEPOINT g')).toBe('g');
+  });
+
   it('ignores what is not a savepoint statement of its own', () => {
     expect(openAfter('ROLLBACK', 'SELECT 1', undefined, { name: 'q' })).toBe(
       undefined,

@@ -1,12 +1,92 @@
 import { TransactionUnfinishedError } from '../core/transaction.errors.js';
 
 /**
- * A statement that begins or ends a savepoint, whole (one statement, as a
- * data library sends it, comments around it aside): its verb, then its
- * name, quoted or not.
+ * A statement that begins or ends a savepoint (its comments removed): its
+ * verb, then its name, quoted or not.
  */
 const SAVEPOINT_STATEMENT =
-  /^\s*(?:\/\*.*?\*\/\s*)*(savepoint|release(?:\s+savepoint)?|rollback(?:\s+(?:work|transaction))?\s+to(?:\s+savepoint)?)\s+("(?:[^"]|"")+"|[^\s;"/-]+)\s*;?\s*(?:--[^\n]*\s*|\/\*.*?\*\/\s*)*$/is;
+  /^\s*(savepoint|release(?:\s+savepoint)?|rollback(?:\s+(?:work|transaction))?\s+to(?:\s+savepoint)?)\s+("(?:[^"]|"")+"|[^\s"]+)\s*$/is;
+
+/** Words without which a query holds no savepoint statement: most skip the reading. */
+const SAVEPOINT_WORDS = /savepoint|release|rollback/i;
+
+/** The tag of a dollar-quoted string opening at the start (`$$`, `$body$`). */
+const DOLLAR_TAG = /\$(?:[A-Za-z_\u0080-\uffff][\w\u0080-\uffff]*)?\$/y;
+
+/**
+ * The statements of a query as the server splits them: at semicolons
+ * outside quotes, dollar-quoted strings and comments, each with its
+ * comments (`--` and nested `/* *\/`) blanked out.
+ */
+function statementsOf(text: string): string[] {
+  const statements: string[] = [];
+  let current = '';
+  let from = 0;
+  let at = 0;
+  const cut = (to: number, then: string) => {
+    current += text.slice(from, to) + then;
+  };
+  while (at < text.length) {
+    const char = text[at];
+    const next = text[at + 1];
+    if (char === '-' && next === '-') {
+      cut(at, ' ');
+      const end = text.indexOf('\n', at);
+      at = from = end < 0 ? text.length : end;
+    } else if (char === '/' && next === '*') {
+      cut(at, ' ');
+      let depth = 0;
+      do {
+        if (text.startsWith('/*', at)) {
+          depth += 1;
+          at += 2;
+        } else if (text.startsWith('*/', at)) {
+          depth -= 1;
+          at += 2;
+        } else {
+          at += 1;
+        }
+      } while (depth > 0 && at < text.length);
+      from = at;
+    } else if (char === "'" || char === '"') {
+      // E'...' strings escape with backslashes; others double the quote.
+      const escapes = char === "'" && /[eE]/.test(text[at - 1] ?? '');
+      at += 1;
+      while (at < text.length) {
+        if (escapes && text[at] === '\\') {
+          at += 2;
+        } else if (text[at] === char) {
+          at += 1;
+          if (text[at] !== char) {
+            break;
+          }
+          at += 1;
+        } else {
+          at += 1;
+        }
+      }
+    } else if (char === '$') {
+      DOLLAR_TAG.lastIndex = at;
+      const tag = DOLLAR_TAG.exec(text)?.[0];
+      if (tag) {
+        const end = text.indexOf(tag, at + tag.length);
+        at = end < 0 ? text.length : end + tag.length;
+      } else {
+        at += 1;
+      }
+    } else if (char === ';') {
+      cut(at, '');
+      statements.push(current);
+      current = '';
+      at = from = at + 1;
+    } else {
+      at += 1;
+    }
+  }
+  cut(text.length, '');
+  statements.push(current);
+  return statements;
+}
 
 /** A savepoint's name as the server knows it: A to Z folded unless quoted. */
 function nameOf(written: string): string {
@@ -40,15 +120,20 @@ export class OpenSavepoints {
       typeof statement === 'string'
         ? statement
         : (statement as { text?: unknown } | null)?.text;
-    if (typeof text !== 'string') {
+    if (typeof text !== 'string' || !SAVEPOINT_WORDS.test(text)) {
       return;
     }
-    const found = SAVEPOINT_STATEMENT.exec(text);
-    if (!found) {
-      return;
+    for (const sql of statementsOf(text)) {
+      const found = SAVEPOINT_STATEMENT.exec(sql);
+      if (found) {
+        this.saw(found[1], nameOf(found[2]));
+      }
     }
-    const name = nameOf(found[2]);
-    if (/^s/i.test(found[1])) {
+  }
+
+  /** Notes a savepoint statement: its verb, and the savepoint's name. */
+  private saw(verb: string, name: string): void {
+    if (/^s/i.test(verb)) {
       (this.names ??= []).push(name);
       return;
     }

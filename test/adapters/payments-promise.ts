@@ -211,23 +211,31 @@ export function describePaymentsPromise(target: () => PaymentsTarget): void {
     },
   );
 
-  it('answers 503, commits nothing and frees the key at once when the handler returns with a savepoint still open', async () => {
-    const key = randomUUID();
-    const answer = await pay(key, 600, 'savepoint-open');
-    expect(answer.status).toBe(503);
-    // Not the payment without its ledger entries, nor both without the
-    // end of the nested work: nothing.
-    expect(await rowsOf(key)).toEqual({ record: null, payments: 0, ledger: 0 });
-    expect((await pay(key, 600)).status).toBe(201);
-    expect(await rowsOf(key)).toEqual({
-      record: 'completed',
-      payments: 1,
-      ledger: 2,
-    });
-  });
+  it.each(['savepoint-open', 'savepoint-open-commented'] as const)(
+    'answers 503, commits nothing and frees the key at once when the handler returns with a savepoint still open (%s)',
+    async (fault) => {
+      const key = randomUUID();
+      const answer = await pay(key, 600, fault);
+      expect(answer.status).toBe(503);
+      // Not the payment without its ledger entries, nor both without the
+      // end of the nested work: nothing.
+      expect(await rowsOf(key)).toEqual({
+        record: null,
+        payments: 0,
+        ledger: 0,
+      });
+      expect((await pay(key, 600)).status).toBe(201);
+      expect(await rowsOf(key)).toEqual({
+        record: 'completed',
+        payments: 1,
+        ledger: 2,
+      });
+    },
+  );
 
   it.each([
     ['released', 'savepoint-released', 2],
+    ['released, after comments,', 'savepoint-released-commented', 2],
     ['rolled back to', 'savepoint-rolled-back', 0],
   ] as const)(
     'commits a savepoint the handler %s before it returns',

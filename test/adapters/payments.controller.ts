@@ -41,6 +41,10 @@ export type PaymentFault =
   | 'savepoint-released'
   /** The same, rolled back to (`ROLLBACK TO`): the entries are undone. */
   | 'savepoint-rolled-back'
+  /** `savepoint-open`, the savepoint sent after a line comment. */
+  | 'savepoint-open-commented'
+  /** `savepoint-released`, both statements sent after comments. */
+  | 'savepoint-released-commented'
   /**
    * Sets its transaction's `search_path` to a tenant's schema, which has
    * none of the module's tables (`SET LOCAL`), once its rows are written.
@@ -67,6 +71,11 @@ const AROUND: Partial<Record<PaymentFault, readonly string[]>> = {
   'savepoint-open': ['SAVEPOINT nested'],
   'savepoint-released': ['SAVEPOINT "Nested"', 'RELEASE SAVEPOINT "Nested"'],
   'savepoint-rolled-back': ['savepoint nested', 'ROLLBACK TO nested'],
+  'savepoint-open-commented': ['-- a nested unit\nSAVEPOINT nested'],
+  'savepoint-released-commented': [
+    '/* begin */ SAVEPOINT nested',
+    '-- done\nRELEASE SAVEPOINT nested',
+  ],
 };
 
 /**

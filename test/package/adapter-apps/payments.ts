@@ -53,6 +53,11 @@ const AROUND: Record<string, readonly string[]> = {
   'savepoint-open': ['SAVEPOINT nested'],
   'savepoint-released': ['SAVEPOINT "Nested"', 'RELEASE SAVEPOINT "Nested"'],
   'savepoint-rolled-back': ['savepoint nested', 'ROLLBACK TO nested'],
+  'savepoint-open-commented': ['-- a nested unit\nSAVEPOINT nested'],
+  'savepoint-released-commented': [
+    '/* begin */ SAVEPOINT nested',
+    '-- done\nRELEASE SAVEPOINT nested',
+  ],
 };
 
 /** Ends the connection of `pid`, from a connection of its own. */
