@@ -67,13 +67,30 @@ function responsePath(info: ResolveInfo | undefined): string {
 
 /**
  * The arguments as JSON has them: a custom scalar's value (a `Date`) by its
- * `toJSON()`, as the client sent it, rather than as an object without keys.
+ * `toJSON()`, as the client sent it, rather than as an object without keys;
+ * a `BigInt` by its digits. Every other value stays as the resolver gets it
+ * (`-0` too, which JSON would write as `0`), for the fingerprint's
+ * canonical JSON to tell apart what the resolver tells apart.
  */
 function jsonArguments(args: unknown): unknown {
-  const text = JSON.stringify(args ?? {}, (_, value: unknown) =>
-    typeof value === 'bigint' ? value.toString() : value,
-  );
-  return JSON.parse(text) as unknown;
+  if (typeof args === 'bigint') {
+    return args.toString();
+  }
+  if (args === null || typeof args !== 'object') {
+    return args;
+  }
+  const toJSON = (args as { toJSON?: unknown }).toJSON;
+  if (typeof toJSON === 'function') {
+    return jsonArguments((toJSON as () => unknown).call(args));
+  }
+  if (Array.isArray(args)) {
+    return args.map(jsonArguments);
+  }
+  const fields: Record<string, unknown> = {};
+  for (const [name, value] of Object.entries(args)) {
+    fields[name] = jsonArguments(value);
+  }
+  return fields;
 }
 
 /**
@@ -118,7 +135,7 @@ export class IdempotencyGraphql {
           route: route.path,
           params: {},
           query: [],
-          body: jsonArguments(args),
+          body: jsonArguments(args ?? {}),
         },
       });
       beginning = await this.executor.begin(attempt, options);

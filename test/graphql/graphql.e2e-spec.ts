@@ -283,6 +283,30 @@ function graphqlMutations(driver: GraphqlDriver, platform: Platform): void {
     expect(await rows(reference)).toBe(1);
   });
 
+  it("-0 and 0 are other arguments, as over REST: the second is refused (422), not answered with the first one's result", async () => {
+    const negative = await graphql('mutation { signOf(value: -0.0) }', {
+      key: 'sign-1',
+    });
+    expect(negative).toEqual({
+      status: 200,
+      body: { data: { signOf: 'negative zero' } },
+    });
+    const zero = await graphql('mutation { signOf(value: 0) }', {
+      key: 'sign-1',
+    });
+    expect(zero.body).toMatchObject({
+      data: null,
+      errors: [
+        expect.objectContaining({
+          extensions: expect.objectContaining({
+            code: 'IDEMPOTENCY_KEY_REUSED',
+          }),
+        }),
+      ],
+    });
+    expect(gate.runs).toEqual({ signOf: 1 });
+  });
+
   it.each([
     ['missing', undefined, 'IDEMPOTENCY_KEY_MISSING', 'missing-key'],
     ['malformed', 'has space', 'IDEMPOTENCY_KEY_INVALID', 'invalid-key'],

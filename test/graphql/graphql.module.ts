@@ -10,6 +10,7 @@ import {
   Field,
   GqlExecutionContext,
   GraphQLModule,
+  Float,
   Int,
   Mutation,
   ObjectType,
@@ -119,6 +120,14 @@ export class OrdersResolver {
   ): Promise<PlacedOrder> {
     this.gate.ran('placeOrder');
     return this.write(reference, note);
+  }
+
+  /** Tells `-0` from `0`, as a resolver may (`Object.is`). */
+  @Mutation(() => String)
+  @Idempotent()
+  signOf(@Args('value', { type: () => Float }) value: number): string {
+    this.gate.ran('signOf');
+    return Object.is(value, -0) ? 'negative zero' : String(Math.sign(value));
   }
 
   /** Returns dates, which JSON stores as strings. */
