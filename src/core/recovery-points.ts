@@ -200,10 +200,12 @@ export class StepResultError extends Error {
 
 /**
  * A step's result as the stores keep it and a resumed request reads it
- * back: `null` for a value that JSON has no text for (`undefined`, a
- * function, a symbol, a `toJSON` that returns nothing), which a store
- * would otherwise keep as no JSON at all (read back, it fails every retry
- * of the key), else the value itself.
+ * back, which the first run gets too (so that the code after a step sees
+ * the same value whether it ran or resumed: a `Date` as its ISO string, a
+ * `Map` as `{}`, `NaN` as `null`): `null` for a value that JSON has no text
+ * for (`undefined`, a function, a symbol, a `toJSON` that returns
+ * nothing), which a store would otherwise keep as no JSON at all (read
+ * back, it fails every retry of the key), else the value through JSON.
  * @throws StepResultError for a value that JSON cannot hold.
  */
 function jsonResult(name: string, result: unknown): unknown {
@@ -216,5 +218,5 @@ function jsonResult(name: string, result: unknown): unknown {
   } catch (error) {
     throw new StepResultError(name, error);
   }
-  return json === undefined ? null : result;
+  return json === undefined ? null : (JSON.parse(json) as unknown);
 }

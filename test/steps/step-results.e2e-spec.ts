@@ -1,5 +1,6 @@
 /**
- * A step's result that JSON has no text for (a function, a symbol, a
+ * A step's result is what JSON keeps of it, on the first run as on a
+ * resumed retry. One that JSON has no text for (a function, a symbol, a
  * `toJSON` that returns nothing) is kept as `null`, as `undefined` is: a
  * retry after a failure resumes after the step, its effect not run again.
  * One that JSON cannot hold at all (a BigInt) fails the request as the
@@ -31,7 +32,29 @@ const RESULTS: Record<string, () => unknown> = {
   symbol: () => Symbol('not JSON'),
   'to-json-undefined': () => ({ toJSON: () => undefined }),
   bigint: () => 1n,
+  date: () => new Date(0),
+  map: () => new Map([['a', 1]]),
+  nan: () => Number.NaN,
+  'negative-zero': () => -0,
+  buffer: () => Buffer.from('bytes'),
 };
+
+/**
+ * What the code after a step can tell of its result (the order of an
+ * object's keys aside, which PostgreSQL's `jsonb` does not keep).
+ */
+function describeResult(result: unknown): string {
+  const json = JSON.stringify(result, (_name, value: unknown) =>
+    value && typeof value === 'object' && !Array.isArray(value)
+      ? Object.fromEntries(
+          Object.entries(value).sort(([a], [b]) => (a < b ? -1 : 1)),
+        )
+      : value,
+  );
+  return result === null
+    ? 'null'
+    : `${typeof result} ${Object.prototype.toString.call(result)}${Object.is(result, -0) ? ' -0' : ''} ${json}`;
+}
 
 @Injectable()
 class Effects {
@@ -61,7 +84,7 @@ class OddStepController {
     if (this.effects.failOnce.delete(body.ref)) {
       throw new Error('the handler failed after its step');
     }
-    return { step: result === null ? 'null' : typeof result };
+    return { step: describeResult(result) };
   }
 }
 
@@ -145,6 +168,20 @@ describe.each(STORES)(
         });
         // Resumed: the effect ran once.
         expect(target.effects.counts.get(key)).toBe(1);
+      },
+    );
+
+    it.each(['date', 'map', 'nan', 'negative-zero', 'buffer'])(
+      'gives the code after the step a %s as a resumed retry reads it back, on the first run too',
+      async (kind) => {
+        const ran = randomUUID();
+        const first = await post(kind, ran, ran);
+        const resumedKey = randomUUID();
+        target.effects.failOnce.add(resumedKey);
+        expect((await post(kind, resumedKey, resumedKey)).status).toBe(500);
+        expect(await post(kind, resumedKey, resumedKey)).toEqual(first);
+        expect(first.status).toBe(201);
+        expect(target.effects.counts.get(resumedKey)).toBe(1);
       },
     );
 
