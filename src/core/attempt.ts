@@ -57,25 +57,30 @@ export function isSameRequest(attempt: Attempt, fingerprint: string): boolean {
  * string.
  */
 export function validScope(scope: unknown): string {
+  const bytes =
+    typeof scope === 'string' && scope.length > MAX_SCOPE_BYTES / 3
+      ? Buffer.byteLength(scope)
+      : 0;
   if (
     typeof scope !== 'string' ||
     scope.length === 0 ||
-    scope.length > MAX_SCOPE_LENGTH
+    bytes > MAX_SCOPE_BYTES
   ) {
     throw new IdempotencyConfigurationError(
-      `The idempotency scope is ${typeof scope === 'string' && scope.length > MAX_SCOPE_LENGTH ? `${scope.length} characters long` : JSON.stringify(scope)} (as the scope resolver returned it, or run() or IdempotencyKafka.eachMessage() was given it).`,
-      `Return a non-empty string of at most ${MAX_SCOPE_LENGTH} characters, such as the id of the authenticated user or tenant.`,
+      `The idempotency scope is ${bytes > MAX_SCOPE_BYTES ? `${bytes} bytes long` : JSON.stringify(scope)} (as the scope resolver returned it, or run() or IdempotencyKafka.eachMessage() was given it).`,
+      `Return a non-empty string of at most ${MAX_SCOPE_BYTES} bytes (UTF-8), such as the id of the authenticated user or tenant.`,
     );
   }
   return scope;
 }
 
 /**
- * Longest scope: with the longest key (1024 characters) and suffix, the
- * record's primary key stays within what PostgreSQL's index takes (2704
- * bytes), which a longer one would fail at every claim (a 503 for ever).
+ * Longest scope, in bytes of UTF-8: with the longest key (1024 characters)
+ * and suffix, the record's primary key stays within what PostgreSQL's
+ * index takes (2704 bytes), which a longer one would fail at every claim
+ * (a 503 for ever).
  */
-const MAX_SCOPE_LENGTH = 1024;
+const MAX_SCOPE_BYTES = 1024;
 /** Longest key suffix kept as it is; a longer one is kept as its digest. */
 const MAX_SUFFIX_LENGTH = 256;
 

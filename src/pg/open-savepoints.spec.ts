@@ -91,6 +91,43 @@ describe('OpenSavepoints', () => {
     expect(openAfter('SELECT $1::text; SAVEPOINT g')).toBe('g');
   });
 
+  it('reads a dollar sign within an identifier as no quote', () => {
+    expect(openAfter('SELECT price$usd$ FROM t; SAVEPOINT nested')).toBe(
+      'nested',
+    );
+  });
+
+  it('notes an end of the transaction sent by hand, chained or not, and no end to a savepoint', () => {
+    const sent = (...statements: string[]) => {
+      const savepoints = new OpenSavepoints();
+      statements.forEach((statement) => savepoints.see(statement));
+      return savepoints.endSent;
+    };
+    for (const end of [
+      'COMMIT',
+      'commit and chain',
+      'END',
+      'ABORT',
+      'ROLLBACK AND CHAIN',
+      'rollback work',
+      "PREPARE TRANSACTION 'x'",
+      'SELECT 1; COMMIT; BEGIN',
+      '-- done\nCOMMIT',
+    ]) {
+      expect({ end, sent: sent(end) }).toEqual({ end, sent: true });
+    }
+    for (const other of [
+      'ROLLBACK TO nested',
+      'rollback transaction to savepoint nested',
+      "SELECT 'COMMIT'",
+      'SELECT 1 -- ; COMMIT',
+      'INSERT INTO commits VALUES (1)',
+      'SELECT end_date FROM t',
+    ]) {
+      expect({ other, sent: sent(other) }).toEqual({ other, sent: false });
+    }
+  });
+
   it('ignores what is not a savepoint statement of its own', () => {
     expect(openAfter('ROLLBACK', 'SELECT 1', undefined, { name: 'q' })).toBe(
       undefined,

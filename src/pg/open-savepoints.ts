@@ -7,11 +7,27 @@ import { TransactionUnfinishedError } from '../core/transaction.errors.js';
 const SAVEPOINT_STATEMENT =
   /^\s*(savepoint|release(?:\s+savepoint)?|rollback(?:\s+(?:work|transaction))?\s+to(?:\s+savepoint)?)\s+("(?:[^"]|"")+"|[^\s"]+)\s*$/is;
 
-/** Words without which a query holds no savepoint statement: most skip the reading. */
-const SAVEPOINT_WORDS = /savepoint|release|rollback/i;
+/**
+ * A statement that ends the transaction (`COMMIT`, `END`, `ABORT`,
+ * `ROLLBACK` but to a savepoint, `PREPARE TRANSACTION`), chained to another
+ * one or not.
+ */
+const END_STATEMENT =
+  /^\s*(?:commit|end|abort|prepare\s+transaction|rollback(?!(?:\s+(?:work|transaction))?\s+to\b))\b/i;
+
+/**
+ * Whether a query may hold a statement of either kind: one of their verbs
+ * at its start or after a semicolon (comments before it aside). Most
+ * queries skip the reading on this test alone.
+ */
+const MAY_HOLD =
+  /(?:^|;)\s*(?:(?:--[^\n]*(?:\n|$)|\/\*[\s\S]*?\*\/)\s*)*(?:savepoint|release|rollback|commit|end|abort|prepare)\b/i;
 
 /** The tag of a dollar-quoted string opening at the start (`$$`, `$body$`). */
 const DOLLAR_TAG = /\$(?:[A-Za-z_\u0080-\uffff][\w\u0080-\uffff]*)?\$/y;
+
+/** What an identifier is made of: a `$` within one opens no dollar quote. */
+const IDENTIFIER_CHARACTER = /[\w$\u0080-\uffff]/;
 
 /**
  * The statements of a query as the server splits them: at semicolons
@@ -67,7 +83,9 @@ function statementsOf(text: string): string[] {
       }
     } else if (char === '$') {
       DOLLAR_TAG.lastIndex = at;
-      const tag = DOLLAR_TAG.exec(text)?.[0];
+      const tag = IDENTIFIER_CHARACTER.test(text[at - 1] ?? '')
+        ? undefined
+        : DOLLAR_TAG.exec(text)?.[0];
       if (tag) {
         const end = text.indexOf(tag, at + tag.length);
         at = end < 0 ? text.length : end + tag.length;
@@ -113,6 +131,13 @@ function nameOf(written: string): string {
  */
 export class OpenSavepoints {
   private names: string[] | undefined;
+  /**
+   * Whether the handler sent a statement that ends the transaction (a
+   * `COMMIT` or `ROLLBACK` by hand, chained to another one or not): what
+   * it wrote before may have committed without the record. Read where the
+   * server cannot tell any more (a chained transaction since aborted).
+   */
+  endSent = false;
 
   /** Notes what `statement` (its text, or a query config with `text`) does. */
   see(statement: unknown): void {
@@ -120,13 +145,22 @@ export class OpenSavepoints {
       typeof statement === 'string'
         ? statement
         : (statement as { text?: unknown } | null)?.text;
-    if (typeof text !== 'string' || !SAVEPOINT_WORDS.test(text)) {
+    if (typeof text !== 'string') {
       return;
     }
-    for (const sql of statementsOf(text)) {
+    // One statement without comments, as data libraries send them: the
+    // anchored patterns alone, which fail at its first word.
+    const simple =
+      !text.includes(';') && !text.includes('--') && !text.includes('/*');
+    if (!simple && !MAY_HOLD.test(text)) {
+      return;
+    }
+    for (const sql of simple ? [text] : statementsOf(text)) {
       const found = SAVEPOINT_STATEMENT.exec(sql);
       if (found) {
         this.saw(found[1], nameOf(found[2]));
+      } else if (END_STATEMENT.test(sql)) {
+        this.endSent = true;
       }
     }
   }

@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import { getRepositoryToken } from '@nestjs/typeorm';
 import type { Repository } from 'typeorm';
 import {
@@ -16,6 +17,15 @@ import { inProgress } from '../utils/problems.js';
 import { startTestApp, type TestApp } from '../utils/test-app.js';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { Module } from '@nestjs/common';
+
+/** `length` random letters and digits: text PostgreSQL cannot compress. */
+function randomText(length: number): string {
+  const letters =
+    'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789';
+  return [...randomBytes(length)]
+    .map((byte) => letters[byte % letters.length])
+    .join('');
+}
 
 @Module({ imports: [TypeOrmModule.forFeature([Order])] })
 class OrdersFeature {}
@@ -241,7 +251,8 @@ describe('IdempotencyService.run()', () => {
     ['an empty scope', ''],
     // Longer than the record's index takes with a long key: its claim
     // would fail at every retry (a 503 for ever).
-    ['a scope of 1,025 characters', 's'.repeat(1025)],
+    ['a scope of 1,025 bytes', randomText(1025)],
+    ['a scope of 1,026 bytes in 513 characters', 'é'.repeat(513)],
   ])(
     'refuses %s, as a scope resolver’s, and runs nothing',
     async (_what, scope) => {
@@ -254,6 +265,31 @@ describe('IdempotencyService.run()', () => {
       expect(ran).toBe(false);
     },
   );
+});
+
+describe('IdempotencyService.run() with the longest scope and key', () => {
+  let target: TestApp;
+
+  beforeAll(async () => {
+    target = await startTestApp({
+      idempotency: { keyValidation: { maxLength: 1024 } },
+    });
+  });
+  afterAll(() => target?.close());
+
+  it('claims, completes and replays a key of 1,024 characters in a scope of 1,024 bytes (neither compressible): within the index', async () => {
+    const idempotency = target.app.get(IdempotencyService);
+    const key = randomText(1024);
+    const scope = randomText(1024);
+    let runs = 0;
+    const work = () => {
+      runs += 1;
+      return 'done';
+    };
+    expect(await idempotency.run({ key, scope }, work)).toBe('done');
+    expect(await idempotency.run({ key, scope }, work)).toBe('done');
+    expect(runs).toBe(1);
+  });
 });
 
 describe('IdempotencyService.run() with maxResponseSize', () => {

@@ -126,18 +126,24 @@ export class PaymentsController {
   }
 
   /**
-   * Writes a payment, sends `end` (its failure caught), then rejects the
-   * request: an error answer the route stores, unless the transaction was
-   * ended underneath.
+   * Writes a payment, sends `end` and then `then` (their failures caught),
+   * then rejects the request: an error answer the route stores, unless the
+   * transaction was ended underneath.
    */
   @Post('rejected')
   @Idempotent({ storeErrors: true })
-  async reject(@Body() body: { key: string; end: string }): Promise<never> {
+  async reject(
+    @Body() body: { key: string; end: string; then?: string },
+  ): Promise<never> {
     await this.writer.insertPayment(body.key, 1);
     await this.writer.raw(body.end).catch(() => undefined);
+    if (body.then) {
+      await this.writer.raw(body.then).catch(() => undefined);
+    }
     throw new BadRequestException('the amount is over the limit');
   }
 
+  /** The same handler on a route where the key is optional. */
   @Post('optional')
   @HttpCode(201)
   @Idempotent({ required: false })
