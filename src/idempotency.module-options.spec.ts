@@ -171,6 +171,30 @@ describe('resolveModuleOptions', () => {
     },
   );
 
+  it.each([
+    ['transactionTimeout', { transactionTimeout: '25d' }, '"25d"'],
+    ['waitTimeout', { waitTimeout: 2_147_483_648 }, '2147483648'],
+    ['lease', { lease: '30d' }, '"30d"'],
+    ['gc.interval', { gc: { interval: '25d' } }, '"25d"'],
+  ])(
+    'refuses for %s a duration a Node.js timer cannot wait (it would fire at once)',
+    (option, options, shown) => {
+      expect(refusal(options)).toBe(
+        refusalMessage(
+          `Invalid duration for "${option}": ${shown} is longer than 2147483647 ms, the longest a Node.js timer waits (a longer one would fire at once).`,
+          "Give at most 2147483647 ms ('24d').",
+        ),
+      );
+    },
+  );
+
+  it('takes a ttl longer than a timer waits: nothing waits for it', () => {
+    expect(resolveModuleOptions({ ttl: '90d' }).ttlMs).toBe(90 * 86_400_000);
+    expect(
+      resolveModuleOptions({ transactionTimeout: '24d' }).transactionTimeoutMs,
+    ).toBe(24 * 86_400_000);
+  });
+
   describe('lease', () => {
     it('takes a duration of 300 ms or more', () => {
       expect(resolveModuleOptions({ lease: 300 }).leaseMs).toBe(300);

@@ -4,7 +4,7 @@ import {
   IDEMPOTENCY_KEY_HEADER,
   IDEMPOTENT_REPLAYED_HEADER,
 } from './client/client.constants.js';
-import { toMilliseconds } from './idempotency.duration.js';
+import { MAX_TIMER_MS, toMilliseconds } from './idempotency.duration.js';
 import type { IdempotencyScopeResolver } from './interfaces/idempotency-options.interface.js';
 import type {
   IdempotencyGcOptions,
@@ -145,7 +145,11 @@ export function resolveModuleOptions(
   if (typeof openApi !== 'boolean') {
     invalidOption('openApi', openApi, 'Give true or false.');
   }
-  const leaseMs = toMilliseconds(options.lease ?? DEFAULTS.lease, 'lease');
+  const leaseMs = toMilliseconds(
+    options.lease ?? DEFAULTS.lease,
+    'lease',
+    MAX_TIMER_MS,
+  );
   if (leaseMs < 300) {
     invalidOption(
       'lease',
@@ -276,7 +280,11 @@ function resolveGcOptions(
     );
   }
   return {
-    intervalMs: toMilliseconds(gc?.interval ?? '5m', 'gc.interval'),
+    intervalMs: toMilliseconds(
+      gc?.interval ?? '5m',
+      'gc.interval',
+      MAX_TIMER_MS,
+    ),
     cron: gc?.cron,
     batchSize,
     maxDurationMs: toMilliseconds(gc?.maxDuration ?? '10s', 'gc.maxDuration'),

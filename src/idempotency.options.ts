@@ -1,4 +1,4 @@
-import { toMilliseconds } from './idempotency.duration.js';
+import { MAX_TIMER_MS, toMilliseconds } from './idempotency.duration.js';
 import type {
   IdempotencyErrorPolicy,
   IdempotencyIsolationLevel,
@@ -229,11 +229,15 @@ export function resolveRouteOptions<T extends ResolvedRouteOptions>(
     waitTimeoutMs:
       options.waitTimeout === undefined
         ? base.waitTimeoutMs
-        : toMilliseconds(options.waitTimeout, 'waitTimeout'),
+        : toMilliseconds(options.waitTimeout, 'waitTimeout', MAX_TIMER_MS),
     transactionTimeoutMs:
       options.transactionTimeout === undefined
         ? base.transactionTimeoutMs
-        : toMilliseconds(options.transactionTimeout, 'transactionTimeout'),
+        : toMilliseconds(
+            options.transactionTimeout,
+            'transactionTimeout',
+            MAX_TIMER_MS,
+          ),
     scope: options.scope ?? base.scope,
     required: options.required ?? base.required,
     retryAfter: options.retryAfter ?? base.retryAfter,

@@ -14,7 +14,8 @@ import type { IdempotentFetchOptions } from './idempotent-fetch.interface.js';
  */
 export interface IdempotencyGcOptions {
   /**
-   * Time between two collections. Ignored when `cron` is set.
+   * Time between two collections. Ignored when `cron` is set. At most
+   * `'24d'` (the longest a Node.js timer waits).
    * @default '5m'
    */
   interval?: IdempotencyDuration;
@@ -137,6 +138,7 @@ export interface IdempotencyModuleOptions extends IdempotentOptions {
    * (never past a request's `transactionTimeout`); a key of an instance that
    * died is claimable again after at most this long (at once while
    * `presence` tells that the instance is gone).
+   * At most `'24d'` (the longest a Node.js timer waits).
    * @default '15s'
    */
   lease?: IdempotencyDuration;

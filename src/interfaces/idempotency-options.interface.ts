@@ -149,7 +149,7 @@ export interface IdempotentOptions {
   concurrency?: IdempotencyConcurrencyMode;
   /**
    * In `'wait'` mode, how long a duplicate waits for the first request before
-   * it gets `409`.
+   * it gets `409`. At most `'24d'` (the longest a Node.js timer waits).
    * @default '10s'
    */
   waitTimeout?: IdempotencyDuration;
@@ -157,7 +157,8 @@ export interface IdempotentOptions {
    * Deadline of a decorated handler, from the request's arrival. A handler
    * still running then is abandoned: the client gets `503`, the statement it
    * runs is cancelled, its transaction rolls back, the key is freed at once,
-   * and nothing the handler does afterwards commits.
+   * and nothing the handler does afterwards commits. At most `'24d'` (the
+   * longest a Node.js timer waits).
    * @default '30s'
    */
   transactionTimeout?: IdempotencyDuration;
