@@ -117,4 +117,33 @@ describe('hmacSha256Matches', () => {
     ).toBe(true);
     expect(hmacSha256Matches('key', 'other', hex, 'hex')).toBe(false);
   });
+
+  it('matches the one text of a signature: no extra nibble, padding or trailing bits', () => {
+    const hex = mac.toString('hex');
+    const base64 = mac.toString('base64');
+    expect(base64).toMatch(/^[A-Za-z0-9+/]{43}=$/);
+    expect(
+      hmacSha256Matches('key', 'content', base64.slice(0, 43), 'base64'),
+    ).toBe(true);
+    // The last base64 character carries 4 bits of the digest and 2 unused:
+    // another character with the same 4 bits decodes to the same bytes.
+    const letters =
+      'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/';
+    const last = letters.indexOf(base64[42]);
+    const sameBits = `${base64.slice(0, 42)}${letters[last ^ 1]}=`;
+    expect(Buffer.from(sameBits, 'base64')).toEqual(mac);
+    for (const [given, encoding] of [
+      [`${hex}f`, 'hex'],
+      [`${hex}0`, 'hex'],
+      [`${hex}00`, 'hex'],
+      [`${base64}=`, 'base64'],
+      [`${base64}==`, 'base64'],
+      [sameBits, 'base64'],
+    ] as const) {
+      expect({
+        given,
+        match: hmacSha256Matches('key', 'content', given, encoding),
+      }).toEqual({ given, match: false });
+    }
+  });
 });

@@ -23,12 +23,23 @@ export function hmacSha256Matches(
   if (signature === undefined || signature.length === 0) {
     return false;
   }
-  const pattern = encoding === 'hex' ? /^[0-9a-fA-F]+$/ : /^[A-Za-z0-9+/]+=*$/;
+  // Exactly the digest's 32 bytes, as their one encoding writes them (hex
+  // in either case; base64 with or without its padding): Node.js decodes
+  // leniently, dropping a trailing nibble, padding or bits, which would
+  // let other texts of a signature match.
+  const pattern =
+    encoding === 'hex' ? /^[0-9a-fA-F]{64}$/ : /^[A-Za-z0-9+/]{43}=?$/;
   if (!pattern.test(signature)) {
     return false;
   }
-  const expected = createHmac('sha256', key).update(content).digest();
   const given = Buffer.from(signature, encoding);
+  if (
+    encoding === 'base64' &&
+    given.toString('base64') !== signature.padEnd(44, '=')
+  ) {
+    return false;
+  }
+  const expected = createHmac('sha256', key).update(content).digest();
   return given.length === expected.length && timingSafeEqual(given, expected);
 }
 
