@@ -46,6 +46,7 @@ function execution() {
     ended: () => {
       holding = false;
     },
+    retryRelease: () => undefined,
     logKeys: new LogKeys({ telemetry: false }),
     warn: () => undefined,
   };

@@ -68,6 +68,12 @@ export interface ExecutionHost extends RecoveryHost {
    * waits elsewhere), those of the other instances.
    */
   ended(execution: Execution, waiting: boolean): void;
+  /**
+   * `execution`'s release failed: `release` (resolving to whether a
+   * duplicate waits elsewhere) is tried again until it lands or the claim's
+   * lease ran out, and the claim then ended as by {@link ended}.
+   */
+  retryRelease(execution: Execution, release: () => Promise<boolean>): void;
   /** How log lines show keys: a warning names a key only through it. */
   readonly logKeys: LogKeys;
 }
@@ -511,17 +517,18 @@ export class Execution implements RunningLink, RecoveryOwner, HandlerContext {
     }
     // Out of the running set first: a second release finds it gone.
     host.forget(this);
+    const release = async () =>
+      (await host.store.release(lease, this.recovery?.derived ?? false))
+        .waiting;
     const released = (async () => {
       let waiting = false;
       try {
-        ({ waiting } = await host.store.release(
-          lease,
-          this.recovery?.derived ?? false,
-        ));
+        waiting = await release();
       } catch (error) {
         host.warn(
-          `Releasing ${host.logKeys.phrase(lease.key)} failed: the next attempt claims it when its lease runs out (${messageOf(error)})`,
+          `Releasing ${host.logKeys.phrase(lease.key)} failed: it is tried again until it lands or the claim's lease runs out (${messageOf(error)})`,
         );
+        host.retryRelease(this, release);
       }
       host.ended(this, waiting);
     })();

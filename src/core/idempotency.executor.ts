@@ -386,6 +386,13 @@ export class IdempotencyExecutor
     });
   }
 
+  retryRelease(execution: Execution, release: () => Promise<boolean>): void {
+    this.renewals.retryRelease(async () => {
+      const waiting = await release();
+      this.ended(execution, waiting);
+    }, Date.now() + this.options.leaseMs);
+  }
+
   holds(execution: Execution): boolean {
     return this.renewals.has(execution);
   }

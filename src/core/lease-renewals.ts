@@ -10,10 +10,23 @@ import { messageOf } from './error-message.js';
  * deadline. An attempt whose claim a renewal found taken over is told so
  * (`Execution.leaseLost`).
  */
+/** How often a failed release is tried again. */
+const RELEASE_RETRY_MS = 500;
+
+/** A release that failed, and until when it is worth trying again. */
+interface PendingRelease {
+  readonly release: () => Promise<void>;
+  readonly untilMs: number;
+}
+
 export class LeaseRenewals {
   private readonly running = new RunningExecutions<Execution>();
   private timer: NodeJS.Timeout | undefined;
   private renewing = false;
+  /** Releases that failed, retried until they land or their lease ran out. */
+  private readonly releases = new Set<PendingRelease>();
+  private releaseTimer: NodeJS.Timeout | undefined;
+  private releasing = false;
 
   /**
    * @param store the store that renews them.
@@ -37,6 +50,25 @@ export class LeaseRenewals {
   stop(): void {
     clearInterval(this.timer);
     this.timer = undefined;
+    clearInterval(this.releaseTimer);
+    this.releaseTimer = undefined;
+    this.releases.clear();
+  }
+
+  /**
+   * Retries a release that failed (the store out of reach, its answer
+   * lost) every {@link RELEASE_RETRY_MS} until it lands, or until
+   * `untilMs` (epoch ms), when the claim's lease has run out and the key
+   * is free anyway: the key is free as soon as the store answers again,
+   * not a lease later. A release is fenced by its owner: one that lands
+   * after a takeover changes nothing.
+   */
+  retryRelease(release: () => Promise<void>, untilMs: number): void {
+    this.releases.add({ release, untilMs });
+    this.releaseTimer ??= setInterval(
+      () => void this.retryReleases(),
+      RELEASE_RETRY_MS,
+    ).unref();
   }
 
   add(execution: Execution): void {
@@ -54,6 +86,33 @@ export class LeaseRenewals {
 
   private get intervalMs(): number {
     return Math.max(100, Math.floor(this.leaseMs / 3));
+  }
+
+  private async retryReleases(): Promise<void> {
+    if (this.releasing) {
+      return;
+    }
+    this.releasing = true;
+    try {
+      for (const pending of [...this.releases]) {
+        if (pending.untilMs <= Date.now()) {
+          this.releases.delete(pending);
+          continue;
+        }
+        try {
+          await pending.release();
+          this.releases.delete(pending);
+        } catch {
+          // Still out of reach: the next turn tries again.
+        }
+      }
+    } finally {
+      this.releasing = false;
+      if (this.releases.size === 0) {
+        clearInterval(this.releaseTimer);
+        this.releaseTimer = undefined;
+      }
+    }
   }
 
   /** Renews the leases of every attempt running here, in one statement. */

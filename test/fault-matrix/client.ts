@@ -68,6 +68,11 @@ export interface CellClient {
   send(): Promise<Response>;
   /** The answers of one client: `first`, then retries past 503 and 409. */
   settle(first: Promise<Response>): Promise<Reply[]>;
+  /**
+   * Resolves once a release the cell's fault failed has landed
+   * (`releasedLate`); at once otherwise.
+   */
+  released(): Promise<void>;
 }
 
 /** `POST path` to the application at `url`, under `key`, with a JSON body. */
@@ -90,7 +95,22 @@ export interface ClientCell {
    * after a failed answer is never refused with a 409.
    */
   readonly claimLeft?: boolean;
+  /**
+   * Whether the fault failed the release of the claim (the store's client
+   * still away when the handler failed): the instance tries it again until
+   * it lands, which frees the key within {@link RELEASED_WITHIN_MS} of the
+   * failed answer, long before the claim's lease ({@link LIVE_LEASE_MS})
+   * would. The client waits for that after each failed answer, then
+   * retries: never a 409.
+   */
+  readonly releasedLate?: boolean;
 }
+
+/**
+ * How soon a release that failed lands once the store answers again: a few
+ * of its retries (every 500 ms), far within {@link LIVE_LEASE_MS}.
+ */
+export const RELEASED_WITHIN_MS = 6_000;
 
 /**
  * The client of the cell at `point`/`when` (a key of its own). After each
@@ -143,6 +163,15 @@ export function cellClient(
     key,
     limited,
     probed: [],
+    async released() {
+      if (cell.releasedLate) {
+        await until(
+          async () => !(await app.claimed(key)),
+          `the release of the claim of ${key} to land once the store answers`,
+          RELEASED_WITHIN_MS,
+        );
+      }
+    },
     send: () => post(url, path, key, body),
     async settle(first) {
       const replies: Reply[] = [];
@@ -156,6 +185,13 @@ export function cellClient(
         }
         if (reply.status !== 503 && reply.status !== 409) {
           return replies;
+        }
+        if (cell.releasedLate && reply.status === 503) {
+          await until(
+            async () => !(await app.claimed(key)),
+            `the release of the claim of ${key} to land once the store answers`,
+            RELEASED_WITHIN_MS,
+          );
         }
         if (replies.length >= MAX_TRIES) {
           throw new Error(

@@ -209,6 +209,6 @@ describe('DynamoDB', () => {
   describeStoreMatrix({
     name: 'DynamoDB (dynalite), no retries',
     start: dynamoTarget(1),
-    cells: failingFastCells({ claimLeft: false }),
+    cells: failingFastCells({ releasedLate: false }),
   });
 });

@@ -207,7 +207,7 @@ describeRedis('Redis', () => {
    * queue): a command sent on the lost connection fails without running,
    * one whose reply was lost fails although it ran, and so does every
    * command until the client is back (the release that follows a failure
-   * included: the claim then holds its key until its lease runs out).
+   * included: it is tried again until it lands, once the client is back).
    */
   describeStoreMatrix({
     name: 'Redis 7, a client failing fast',
@@ -216,6 +216,6 @@ describeRedis('Redis', () => {
         maxRetriesPerRequest: 0,
         enableOfflineQueue: false,
       }),
-    cells: failingFastCells({ claimLeft: true }),
+    cells: failingFastCells({ releasedLate: true }),
   });
 });

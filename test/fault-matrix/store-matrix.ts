@@ -12,7 +12,7 @@ import {
 } from './client.js';
 import { Control } from './control.js';
 import { renewalLost } from './renewal-lost.js';
-import { AMOUNT, label, LEASE_OVER, read } from './replies.js';
+import { AMOUNT, label, read } from './replies.js';
 import type { ChargeResponse } from './store-matrix.module.js';
 
 /** A command (or request) of a store that an attempt sends or relies on. */
@@ -89,6 +89,8 @@ export interface StoreCell {
    * the retry after a failed answer runs or replays at once, never a 409.
    */
   readonly claimLeft?: boolean;
+  /** Whether the fault fails the claim's release (see `ClientCell`). */
+  readonly releasedLate?: boolean;
 }
 
 const POINTS: readonly StorePoint[] = [
@@ -143,18 +145,16 @@ export function resendingCells(options: {
 
 /**
  * The cells of a client that fails fast: a command whose connection was
- * lost fails, whether it ran or not. `claimLeft`: whether the release that
- * follows a failed command fails too (the client not back yet), leaving
- * the claim to hold its key until its lease runs out (a 409 first).
+ * lost fails, whether it ran or not. `releasedLate`: whether the release
+ * that follows a failed command fails too (the client not back yet): the
+ * instance tries it again until it lands, which frees the key once the
+ * client is back, long before the claim's lease would (see
+ * `ClientCell.releasedLate`).
  */
 export function failingFastCells(options: {
-  readonly claimLeft: boolean;
+  readonly releasedLate: boolean;
 }): StoreCell[] {
-  // The answers of a request whose command failed, before its retry's.
-  const failure = options.claimLeft ? ['503', '409'] : ['503'];
-  // The probes of a key bound before its command failed.
-  const probed = options.claimLeft ? ['503', '409', LEASE_OVER] : ['503'];
-  const { claimLeft } = options;
+  const { releasedLate } = options;
   return storeCells((point, when) => {
     switch (point) {
       case 'claim':
@@ -163,36 +163,32 @@ export function failingFastCells(options: {
           ? { expected: ['503', '201'] }
           : { expected: ['503', '409', '201'], claimLeft: true };
       case 'step read':
-        return { expected: [...failure, '201'], claimLeft };
+        return { expected: ['503', '201'], releasedLate };
       case 'step save':
         // Before: the charge was made, its step never saved: the retry
         // charges again under the derived key (the gateway's answer is
         // the same charge).
         return when === 'before'
-          ? { expected: [...failure, '201'], gatewayCalls: 2, claimLeft }
-          : { expected: [...failure, '201'], probed, claimLeft };
+          ? { expected: ['503', '201'], gatewayCalls: 2, releasedLate }
+          : { expected: ['503', '201'], probed: ['503'], releasedLate };
       case 'completion':
         return when === 'before'
-          ? { expected: [...failure, '201'], probed, claimLeft }
+          ? { expected: ['503', '201'], probed: ['503'], releasedLate }
           : { expected: ['503', '201 replayed'] };
       case 'release':
-        // Before: the claim holds its key until its lease runs out.
+        // Before: the release is tried again until it lands.
         return when === 'before'
           ? {
-              expected: ['503 handler', '409', '201'],
-              probed: ['503 handler', '409', LEASE_OVER],
-              claimLeft: true,
+              expected: ['503 handler', '201'],
+              probed: ['503 handler'],
+              releasedLate: true,
             }
           : { expected: ['503 handler', '201'], probed: ['503 handler'] };
       case 'stored error':
         // Before: the 402 reaches the client unstored: the next request
-        // runs again (once a claim left lapsed).
+        // runs again (once the claim's release landed).
         return when === 'before'
-          ? {
-              expected: ['402'],
-              again: claimLeft ? ['409', '402'] : ['402'],
-              claimLeft,
-            }
+          ? { expected: ['402'], again: ['402'], releasedLate }
           : { expected: ['402'] };
       case 'renewal':
         // A later renewal keeps the lease.
@@ -372,6 +368,7 @@ function describeCells<Call>(
     if (cell.again) {
       // The answer was never stored: the next request runs again.
       const runs = control.runs.get(client.key) ?? 0;
+      await client.released();
       const again = await client.settle(client.send());
       expect(again.map(label)).toEqual(cell.again);
       expect(again[again.length - 1]).toEqual({
