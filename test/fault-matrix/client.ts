@@ -186,12 +186,8 @@ export function cellClient(
         if (reply.status !== 503 && reply.status !== 409) {
           return replies;
         }
-        if (cell.releasedLate && reply.status === 503) {
-          await until(
-            async () => !(await app.claimed(key)),
-            `the release of the claim of ${key} to land once the store answers`,
-            RELEASED_WITHIN_MS,
-          );
+        if (reply.status === 503) {
+          await client.released();
         }
         if (replies.length >= MAX_TRIES) {
           throw new Error(
