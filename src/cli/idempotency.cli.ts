@@ -145,7 +145,7 @@ export async function runCli(
 ): Promise<number> {
   try {
     const { values, positionals } = parseArgs({
-      args: [...args],
+      args: joinedValues(args),
       options: OPTIONS,
       allowPositionals: true,
       strict: true,
@@ -371,6 +371,33 @@ function openedStep(
   } catch {
     return result;
   }
+}
+
+/**
+ * `args` with each value that begins with a dash joined to its option
+ * (`--limit -1` as `--limit=-1`), which the parser would otherwise take
+ * for an option of its own and refuse with a message about that: the
+ * value is then refused as the option's, saying what it takes.
+ */
+function joinedValues(args: readonly string[]): string[] {
+  const joined: string[] = [];
+  for (let i = 0; i < args.length; i += 1) {
+    const name = args[i].startsWith('--') ? args[i].slice(2) : undefined;
+    const option =
+      name === undefined ? undefined : OPTIONS[name as keyof typeof OPTIONS];
+    const value = args[i + 1];
+    if (
+      option?.type === 'string' &&
+      value !== undefined &&
+      /^-[\d.]/.test(value)
+    ) {
+      joined.push(`${args[i]}=${value}`);
+      i += 1;
+    } else {
+      joined.push(args[i]);
+    }
+  }
+  return joined;
 }
 
 function keyOf(positionals: readonly string[], command: string): string {

@@ -273,6 +273,15 @@ describe('the command line, on the sample app’s database', () => {
     expect((await cli('list', '--limit', 'many')).err).toBe(
       `nestjs-idempotency: --limit must be a whole number, not "many".\n${usage}`,
     );
+    // A value that begins with a dash is the option's, refused as such.
+    expect(await cli('list', '--limit', '-1')).toEqual({
+      code: 2,
+      out: '',
+      err: `nestjs-idempotency: --limit must be a whole number, not "-1".\n${usage}`,
+    });
+    expect((await cli('gc', '--batch-size', '-5')).err).toBe(
+      `nestjs-idempotency: --batch-size must be a whole number, not "-5".\n${usage}`,
+    );
     // A key ring that cannot be read, or is wrongly shaped, is the
     // operator's input too; and reencrypt has nothing to do without one.
     const keys = await mkdtemp(join(tmpdir(), 'cli-keys-'));
