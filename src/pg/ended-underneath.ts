@@ -52,15 +52,19 @@ export class EndedUnderneath {
    * the server for the transaction's mark when the session is still in a
    * transaction block (an end chained to another transaction shows only
    * there). A transaction aborted by a failed statement cannot be asked
-   * (SQLSTATE 25P02): it is taken as not ended.
+   * (SQLSTATE 25P02): it is taken as not ended, unless `sent` (a statement
+   * that ends the transaction was seen sent: see `OpenSavepoints.endSent`).
    * @throws what the query met otherwise (its connection broke).
    */
-  async check(client: {
-    getTransactionStatus?(): string | null;
-    query(text: string): Promise<{ rows: Array<{ mark?: unknown }> }>;
-  }): Promise<boolean> {
-    if (this.on(client) || this.marked === undefined) {
-      return this.seen !== undefined;
+  async check(
+    client: {
+      getTransactionStatus?(): string | null;
+      query(text: string): Promise<{ rows: Array<{ mark?: unknown }> }>;
+    },
+    sent: boolean,
+  ): Promise<boolean> {
+    if (sent || this.on(client) || this.marked === undefined) {
+      return sent || this.seen !== undefined;
     }
     try {
       const { rows } = await client.query(

@@ -144,15 +144,11 @@ export class PoolTransaction<Handle>
   }
 
   endedUnderneath(): Promise<boolean> {
-    if (this.savepoints.endSent) {
-      // Seen as sent: the server may not tell any more (the transaction
-      // chained to it aborted since).
-      return Promise.resolve(true);
-    }
     const client = this.client;
+    const sent = this.savepoints.endSent;
     return client
-      ? this.underneath.check(client)
-      : Promise.resolve(this.state === 'lost');
+      ? this.underneath.check(client, sent)
+      : Promise.resolve(sent || this.state === 'lost');
   }
 
   async seal(): Promise<void> {
