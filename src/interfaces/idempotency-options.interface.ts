@@ -217,7 +217,9 @@ export interface IdempotentOptions {
    * whatever `true` or a function says: the module's own 503 (nothing
    * happened), and 408 (Request Timeout), 425 (Too Early) and 429 (Too Many
    * Requests), which ask the client to come back later: the key is released
-   * and the retry runs the handler.
+   * and the retry runs the handler. Set on the module, it applies to routes
+   * and GraphQL mutations, not to webhook receivers (see
+   * `@IdempotentWebhook()`).
    * @default false (a failed request stores nothing; a retry runs again)
    */
   storeErrors?: boolean | IdempotencyErrorPolicy;

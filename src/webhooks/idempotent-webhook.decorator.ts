@@ -116,7 +116,11 @@ export function IdempotentWebhook(
       ttl: options.ttl,
       transactionTimeout: options.transactionTimeout,
       retryAfter: options.retryAfter,
-      storeErrors: options.storeErrors,
+      // A provider retries a delivery that failed: an error stored would
+      // answer each of its retries, and the event would never be handled.
+      // So not the module's default, which an API may have set for its
+      // clients' requests.
+      storeErrors: options.storeErrors ?? false,
       maxResponseSize: options.maxResponseSize,
       replayHeaders: options.replayHeaders,
       isolationLevel: options.isolationLevel,

@@ -109,7 +109,6 @@ export interface IdempotentWebhookOptions extends Pick<
   | 'ttl'
   | 'transactionTimeout'
   | 'retryAfter'
-  | 'storeErrors'
   | 'maxResponseSize'
   | 'replayHeaders'
   | 'isolationLevel'
@@ -120,6 +119,15 @@ export interface IdempotentWebhookOptions extends Pick<
    * A delivery signed by none of them gets `401`.
    */
   secret: WebhookSecrets;
+  /**
+   * Which errors of the handler are stored and replayed to the provider's
+   * next deliveries of the event, as for `@Idempotent()`. The module's
+   * `storeErrors` does not apply to receivers: a provider retries a
+   * delivery that failed (a `4xx` included), and an error stored would
+   * answer every retry until `ttl`, the event never handled.
+   * @default false, whatever the module's default
+   */
+  storeErrors?: IdempotentOptions['storeErrors'];
   /**
    * How far a delivery's signed timestamp may be from now, either way,
    * before it is refused (`401`) as a replay. Unused for GitHub, which
