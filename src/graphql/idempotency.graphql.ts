@@ -66,6 +66,15 @@ function responsePath(info: ResolveInfo | undefined): string {
 }
 
 /**
+ * A `BigInt` of a result (a custom scalar's value) by its digits, which JSON
+ * cannot write otherwise: the replay gives them to the scalar again, as it
+ * does a `Date`'s text.
+ */
+function bigintDigits(_key: string, value: unknown): unknown {
+  return typeof value === 'bigint' ? value.toString() : value;
+}
+
+/**
  * The arguments as JSON has them: a custom scalar's value (a `Date`) by its
  * `toJSON()`, as the client sent it, rather than as an object without keys;
  * a `BigInt` by its digits. Every other value stays as the resolver gets it
@@ -176,7 +185,8 @@ export class IdempotencyGraphql {
       result = await execution.run(() =>
         lastValueFrom(next.handle(), { defaultValue: undefined }),
       );
-      json = result === undefined ? undefined : JSON.stringify(result);
+      json =
+        result === undefined ? undefined : JSON.stringify(result, bigintDigits);
     } catch (error) {
       throw await this.failed(execution, error);
     }

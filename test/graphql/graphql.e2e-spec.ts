@@ -157,6 +157,26 @@ function graphqlMutations(driver: GraphqlDriver, platform: Platform): void {
     expect(gate.runs).toEqual({ placeDatedOrder: 1 });
   });
 
+  it('a mutation whose result has a BigInt scalar answers its digits, and its duplicate gets them back without running it', async () => {
+    const reference = `${driver}-${platform}-ledger`;
+    const document = `mutation { bookLedgerEntry(reference: "${reference}") { id cents } }`;
+    const first = await graphql(document, { key: 'ledger-1' });
+    expect(first).toEqual({
+      status: 200,
+      body: {
+        data: {
+          bookLedgerEntry: {
+            id: expect.any(Number),
+            cents: '12345678901234567890',
+          },
+        },
+      },
+    });
+    expect(await graphql(document, { key: 'ledger-1' })).toEqual(first);
+    expect(gate.runs).toEqual({ bookLedgerEntry: 1 });
+    expect(await rows(reference)).toBe(1);
+  });
+
   it('a document with two decorated mutations (aliased) keeps one record per field: its retry replays both and writes nothing', async () => {
     const reference = `${driver}-${platform}-pair`;
     const document = `mutation {

@@ -19,7 +19,7 @@ import {
 } from '@nestjs/graphql';
 import type { MercuriusDriverConfig } from '@nestjs/mercurius';
 import { InjectRepository, TypeOrmModule } from '@nestjs/typeorm';
-import { GraphQLError } from 'graphql';
+import { GraphQLError, GraphQLScalarType, Kind } from 'graphql';
 import type { Repository } from 'typeorm';
 import { Idempotent } from '../../src/index.js';
 import { Order } from '../fixtures/order.entity.js';
@@ -82,6 +82,38 @@ export class DatedOrder {
 
   @Field(() => PlacedOrder)
   order!: PlacedOrder;
+}
+
+/**
+ * A `BigInt` scalar as the common ones have it (graphql-scalars' shape, no
+ * `BigInt.prototype.toJSON`): a `bigint` in, its digits out.
+ */
+const BigIntScalar = new GraphQLScalarType({
+  name: 'BigInt',
+  serialize: (value) => {
+    if (typeof value === 'bigint') {
+      return value.toString();
+    }
+    if (typeof value === 'string' && /^-?\d+$/.test(value)) {
+      return value;
+    }
+    throw new GraphQLError(`BigInt cannot represent ${String(value)}`);
+  },
+  parseValue: (value) => BigInt(value as string),
+  parseLiteral: (ast) =>
+    ast.kind === Kind.INT || ast.kind === Kind.STRING
+      ? BigInt(ast.value)
+      : null,
+});
+
+/** A ledger entry whose amount is a `BigInt`, which JSON cannot write. */
+@ObjectType('LedgerEntry')
+export class LedgerEntry {
+  @Field(() => Int)
+  id!: number;
+
+  @Field(() => BigIntScalar)
+  cents!: bigint;
 }
 
 /** What the resolvers did, and where they wait: set by each test. */
@@ -147,6 +179,17 @@ export class OrdersResolver {
       ],
       order,
     };
+  }
+
+  /** Returns a `BigInt`, which the scalar writes as its digits. */
+  @Mutation(() => LedgerEntry)
+  @Idempotent()
+  async bookLedgerEntry(
+    @Args('reference', { type: () => String }) reference: string,
+  ): Promise<LedgerEntry> {
+    this.gate.ran('bookLedgerEntry');
+    const order = await this.write(reference);
+    return { id: order.id, cents: 12345678901234567890n };
   }
 
   /** Waits at the barrier (a gateway call) before its first statement. */
