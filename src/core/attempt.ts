@@ -9,6 +9,7 @@ import type { ResolvedRouteOptions } from './executor.options.js';
 import { validKey } from './idempotency-key.js';
 import { isThenable } from './is-thenable.js';
 import {
+  boundFingerprint,
   isLegacyFingerprint,
   legacyRequestFingerprint,
   requestFingerprint,
@@ -34,6 +35,12 @@ export interface Attempt {
    * compared by it until they expire. Only with the default fingerprint.
    */
   readonly legacyFingerprint?: () => string;
+  /**
+   * The `fingerprint` function's own value, which the records of 0.6 and
+   * earlier carry as their fingerprint (without the method, the route and
+   * the path parameters); they are compared by it until they expire.
+   */
+  readonly unboundFingerprint?: string;
 }
 
 /**
@@ -46,7 +53,8 @@ export function isSameRequest(attempt: Attempt, fingerprint: string): boolean {
     fingerprint === attempt.fingerprint ||
     (attempt.legacyFingerprint !== undefined &&
       isLegacyFingerprint(fingerprint) &&
-      fingerprint === attempt.legacyFingerprint())
+      fingerprint === attempt.legacyFingerprint()) ||
+    fingerprint === attempt.unboundFingerprint
   );
 }
 
@@ -107,28 +115,48 @@ function validFingerprint(value: unknown): string {
 }
 
 /**
- * The fingerprint of a request or message: the `fingerprint` function's
- * (a promise when it returns one), or the sha256 of its method, route, path
+ * The fingerprint of a request or message and, with a `fingerprint`
+ * function, the function's own value: the sha256 of its method, route, path
  * parameters, query and body (the fields of them that the `fingerprint`
- * option selects).
+ * option selects), or of its method, route, path parameters and the
+ * function's value. Awaited only when the function returns a promise.
  */
 function resolveFingerprint(
   context: ExecutionContext,
   options: ResolvedRouteOptions,
   parts: FingerprintParts,
-): string | Promise<string> {
+): ResolvedFingerprint | Promise<ResolvedFingerprint> {
   const { fingerprint } = options;
   if (typeof fingerprint !== 'function') {
-    return requestFingerprint({
-      ...parts,
-      query: selectQuery(parts.query, fingerprint),
-      body: selectFields(parts.body, fingerprint),
-    });
+    return {
+      fingerprint: requestFingerprint({
+        ...parts,
+        query: selectQuery(parts.query, fingerprint),
+        body: selectFields(parts.body, fingerprint),
+      }),
+    };
   }
+  const bind = (value: unknown): ResolvedFingerprint => {
+    const unbound = validFingerprint(value);
+    return WHOLE_FINGERPRINTS.has(fingerprint)
+      ? { fingerprint: unbound }
+      : { fingerprint: boundFingerprint(parts, unbound), unbound };
+  };
   const value = fingerprint(context);
-  return isThenable(value)
-    ? Promise.resolve(value).then(validFingerprint)
-    : validFingerprint(value);
+  return isThenable(value) ? Promise.resolve(value).then(bind) : bind(value);
+}
+
+/**
+ * @internal The module's own `fingerprint` functions whose value is the
+ * whole fingerprint, the route left out: a webhook receiver's, whose
+ * events two routes may share (an old and a new path, one scope).
+ */
+export const WHOLE_FINGERPRINTS = new WeakSet<object>();
+
+/** A request's fingerprint, and the `fingerprint` function's value. */
+interface ResolvedFingerprint {
+  readonly fingerprint: string;
+  readonly unbound?: string;
 }
 
 /**
@@ -214,16 +242,19 @@ export async function newAttempt(
   // returns a promise.
   const resolved = options.scope(context);
   const scope = validScope(isThenable(resolved) ? await resolved : resolved);
-  const fingerprint =
-    key === undefined ? '' : resolveFingerprint(context, options, parts);
+  const found =
+    key === undefined
+      ? { fingerprint: '' }
+      : resolveFingerprint(context, options, parts);
+  const { fingerprint, unbound } = isThenable(found) ? await found : found;
   return {
     started,
     scope,
     key: key === undefined ? undefined : key + boundedSuffix(source.keySuffix),
     method: parts.method,
     path: parts.route,
-    fingerprint:
-      typeof fingerprint === 'string' ? fingerprint : await fingerprint,
+    fingerprint,
+    unboundFingerprint: unbound,
     legacyFingerprint:
       key !== undefined && source.legacy
         ? legacyFingerprint(options, parts)

@@ -422,6 +422,26 @@ export function requestFingerprint(parts: FingerprintParts): string {
 }
 
 /**
+ * @internal The fingerprint of a request whose route has a `fingerprint`
+ * function: the function's `value` with the method, the route and the path
+ * parameters (or a message's pattern and channel), which always count, so
+ * that one value on two routes, or on two path parameters, is two requests.
+ */
+export function boundFingerprint(
+  parts: Pick<FingerprintParts, 'method' | 'route' | 'params'>,
+  value: string,
+): string {
+  return (
+    FINGERPRINT_VERSION +
+    hash(
+      'sha256',
+      `${parts.method}\n${parts.route}\n${canonicalJson(parts.params)}\nfingerprint\n${value}`,
+      'hex',
+    )
+  );
+}
+
+/**
  * @internal The fingerprint of 0.1.0 (method, route template and canonical
  * body only), which its records carry: a bare sha256 hex digest.
  */

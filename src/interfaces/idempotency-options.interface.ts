@@ -103,8 +103,10 @@ export interface IdempotencyFingerprintFields {
 }
 
 /**
- * Computes the fingerprint of a request yourself. Two requests with the same
- * key and different fingerprints are refused with `422`.
+ * Computes what counts of a request's query and body yourself: the method,
+ * the route and the path parameters (a message's pattern and channel) count
+ * besides its value. Two requests with the same key and different
+ * fingerprints are refused with `422`.
  */
 export type IdempotencyFingerprintFunction = (
   context: ExecutionContext,

@@ -8,7 +8,7 @@ import {
 import { createHash } from 'node:crypto';
 import { Idempotent } from '../idempotent.decorator.js';
 import { DEFAULT_SCOPE_NAME_METADATA } from '../idempotency.constants.js';
-import { validScope } from '../core/attempt.js';
+import { validScope, WHOLE_FINGERPRINTS } from '../core/attempt.js';
 import { isThenable } from '../core/is-thenable.js';
 import { toMilliseconds } from '../idempotency.duration.js';
 import { IdempotencyConfigurationError } from '../exceptions/idempotency-configuration.error.js';
@@ -143,11 +143,19 @@ export function IdempotentWebhook(
               context,
               `webhook:${deliveryOf(context).verified.provider}:${context.getClass().name}.${context.getHandler().name}`,
             ),
-      fingerprint: (context) =>
-        `webhook:${createHash('sha256').update(deliveryOf(context).compared).digest('hex')}`,
+      fingerprint: eventFingerprint,
     }),
   );
 }
+
+/**
+ * The fingerprint of a delivery: what the provider signed of the event,
+ * whatever route received it (two routes of one scope share their events).
+ */
+function eventFingerprint(context: ExecutionContext): string {
+  return `webhook:${createHash('sha256').update(deliveryOf(context).compared).digest('hex')}`;
+}
+WHOLE_FINGERPRINTS.add(eventFingerprint);
 
 /**
  * `scope`, and `:<account>` for an event of a provider account (Stripe
