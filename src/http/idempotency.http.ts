@@ -218,6 +218,12 @@ export class IdempotencyHttp {
         await execution.fail(new Error(`The response is a ${status}`));
         return;
       }
+      if (raw.destroyed && !raw.writableFinished) {
+        // The client left before it was written: rolled back, as for an
+        // answer the module writes.
+        await execution.fail(new Error('The response was never written'));
+        return;
+      }
       this.warnSentItself(execution);
       await execution.completeUnreplayable(status);
       return;
@@ -236,6 +242,12 @@ export class IdempotencyHttp {
         // As any 5xx, or a come back later: rolled back, nothing stored,
         // the retry runs.
         await execution.fail(new Error(`The response is a ${status}`));
+        return;
+      }
+      if (raw.destroyed) {
+        // The client left before any of it was sent: rolled back, the key
+        // free for its retry, as for an answer the module writes.
+        await execution.fail(new Error('The response was never written'));
         return;
       }
       await execution.completeUnreplayable(status);

@@ -1,6 +1,6 @@
 import type { IdempotencyEvent } from '../../src/index.js';
 import { IDEMPOTENCY_TABLE_NAME } from '../../migrations/index.js';
-import { until } from '../utils/barrier.js';
+import { Barrier, until } from '../utils/barrier.js';
 import {
   PLATFORMS,
   send,
@@ -131,40 +131,49 @@ describe.each(PLATFORMS)('a hung handler (%s)', (platform) => {
     ).toEqual([{ source: 'run-2' }]);
   });
 
-  it('rolls back when the client leaves before the response: nothing stays, the retry runs', async () => {
-    const hang = target.app.get(Hang);
-    const client = new AbortController();
-    const request = send(target, '/slow/abandoned', {
-      key: 'gone-1',
-      body: { reference: 'gone' },
-      signal: client.signal,
-    });
-    await hang.left.reached(1);
-    client.abort();
-    await expect(request).rejects.toThrow();
-    await hang.clientGone.reached(1);
-    hang.left.open();
-    // Rolled back, then released: once the claim is gone, both are done.
-    await until(
-      async () => (await record('gone-1')).length === 0,
-      'the claim to be released',
-    );
-    expect(
-      await target.db.query(`SELECT 1 FROM orders WHERE reference = 'gone'`),
-    ).toHaveLength(0);
-    expect(
-      await target.db.query(
-        `SELECT 1 FROM ${IDEMPOTENCY_TABLE_NAME} WHERE key = 'gone-1'`,
-      ),
-    ).toHaveLength(0);
+  it.each([
+    ['a body', ''],
+    ['a stream', '?as=stream'],
+    ['an answer the handler sends itself', '?as=sent'],
+  ])(
+    'rolls back when the client leaves before the response (%s): nothing stays, the retry runs',
+    async (_, query) => {
+      const hang = target.app.get(Hang);
+      hang.left = new Barrier();
+      hang.clientGone = new Barrier();
+      const key = `gone-${query}`;
+      const reference = `gone${query}`;
+      const client = new AbortController();
+      const request = send(target, `/slow/abandoned${query}`, {
+        key,
+        body: { reference },
+        signal: client.signal,
+      });
+      await hang.left.reached(1);
+      client.abort();
+      await expect(request).rejects.toThrow();
+      await hang.clientGone.reached(1);
+      hang.left.open();
+      // Rolled back, then released: once the claim is gone, both are done.
+      await until(
+        async () => (await record(key)).length === 0,
+        'the claim to be released',
+      );
+      expect(
+        await target.db.query(`SELECT 1 FROM orders WHERE reference = $1`, [
+          reference,
+        ]),
+      ).toHaveLength(0);
 
-    const retry = await send(target, '/slow/abandoned', {
-      key: 'gone-1',
-      body: { reference: 'gone' },
-    });
-    expect(retry.status).toBe(201);
-    expect(await retry.json()).toEqual({ run: 2 });
-  });
+      const retry = await send(target, `/slow/abandoned${query}`, {
+        key,
+        body: { reference },
+      });
+      expect(retry.status).toBe(201);
+      expect(retry.headers.get('idempotent-replayed')).toBeNull();
+      expect(await retry.json()).toEqual({ run: 2 });
+    },
+  );
 
   it.each([
     [

@@ -4,8 +4,11 @@ import {
   Injectable,
   Module,
   Post,
+  Query,
   Res,
+  StreamableFile,
 } from '@nestjs/common';
+import { HttpAdapterHost } from '@nestjs/core';
 import type { ServerResponse } from 'node:http';
 import { InjectRepository, TypeOrmModule } from '@nestjs/typeorm';
 import type { Repository } from 'typeorm';
@@ -25,10 +28,11 @@ export class Hang {
   readonly sleepEnded = new Barrier();
   sleepError: unknown;
   sleepRuns = 0;
-  /** For the client that leaves: held until the test opens it. */
-  readonly left = new Barrier();
-  readonly clientGone = new Barrier();
-  abandonedRuns = 0;
+  /** For the client that leaves: held until the test opens it (new for each case). */
+  left = new Barrier();
+  clientGone = new Barrier();
+  /** Runs of `/slow/abandoned`, by reference. */
+  readonly abandonedRuns = new Map<string, number>();
   /** For the statement the server cancels. */
   cancelledRuns = 0;
   /** Runs of `/slow/lock-timeout`. */
@@ -40,6 +44,7 @@ export class SlowController {
   constructor(
     @InjectRepository(Order) private readonly orders: Repository<Order>,
     private readonly hang: Hang,
+    private readonly adapterHost: HttpAdapterHost,
   ) {}
 
   @Post()
@@ -77,18 +82,35 @@ export class SlowController {
     return { run };
   }
 
+  /**
+   * Its first run of a reference waits for the test once it wrote; it
+   * answers `{ run }` as a body, as a stream (`?as=stream`), or sends it
+   * itself (`?as=sent`).
+   */
   @Post('abandoned')
   @Idempotent()
   async abandoned(
     @Body() body: { reference: string },
+    @Query('as') as: 'stream' | 'sent' | undefined,
     // Express' response is a ServerResponse; Fastify's reply wraps one.
     @Res({ passthrough: true }) response: { raw?: ServerResponse },
   ) {
     const raw = response.raw ?? (response as ServerResponse);
     raw.once('close', () => void this.hang.clientGone.wait());
-    const run = await this.order(body, ++this.hang.abandonedRuns);
+    const runs = this.hang.abandonedRuns;
+    runs.set(body.reference, (runs.get(body.reference) ?? 0) + 1);
+    const run = await this.order(body, runs.get(body.reference)!);
     if (run === 1) {
       await this.hang.left.wait();
+    }
+    if (as === 'stream') {
+      return new StreamableFile(Buffer.from(JSON.stringify({ run })), {
+        type: 'application/json',
+      });
+    }
+    if (as === 'sent') {
+      this.adapterHost.httpAdapter.reply(response, { run }, 201);
+      return undefined;
     }
     return { run };
   }
