@@ -3,6 +3,7 @@ import { IDEMPOTENT_BODY_OMITTED_HEADER } from '../client/client.constants.js';
 /**
  * Response headers that are never stored nor replayed: cookies, the date of
  * the original answer, and hop-by-hop headers that describe one connection.
+ * The CORS headers (`Access-Control-*`) are not stored either.
  */
 export const UNSAFE_REPLAY_HEADERS: readonly string[] = [
   'set-cookie',
@@ -31,10 +32,21 @@ export const NEVER_STORED_HEADERS: ReadonlySet<string> = new Set([
 ]);
 
 /**
+ * @internal Whether a response header (lower-cased) is never stored: one of
+ * {@link NEVER_STORED_HEADERS}, or a CORS header (`Access-Control-*`), which
+ * the CORS layer sets for each request from its `Origin`: the replay gets
+ * its own, and the first request's would refuse a browser of another
+ * origin.
+ */
+export function isNeverStored(name: string): boolean {
+  return NEVER_STORED_HEADERS.has(name) || name.startsWith('access-control-');
+}
+
+/**
  * @internal The headers a `redact` returned, as they are stored: lower-cased,
- * without the {@link NEVER_STORED_HEADERS}, and with the response's own
- * `Content-Type` and expiry header (`expiresHeader`) where the redaction
- * dropped them: both are always kept.
+ * without those never stored ({@link isNeverStored}), and with the
+ * response's own `Content-Type` and expiry header (`expiresHeader`) where
+ * the redaction dropped them: both are always kept.
  */
 export function storedRedactedHeaders(
   redacted: Readonly<Record<string, string | string[]>>,
@@ -44,7 +56,7 @@ export function storedRedactedHeaders(
   const kept: Record<string, string | string[]> = {};
   for (const [name, value] of Object.entries(redacted)) {
     const lower = name.toLowerCase();
-    if (!NEVER_STORED_HEADERS.has(lower)) {
+    if (!isNeverStored(lower)) {
       kept[lower] = value;
     }
   }

@@ -1,7 +1,7 @@
 import { StreamableFile } from '@nestjs/common';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { Readable } from 'node:stream';
-import { NEVER_STORED_HEADERS } from '../core/stored-headers.js';
+import { isNeverStored } from '../core/stored-headers.js';
 import { IDEMPOTENT_BODY_OMITTED_HEADER } from '../client/client.constants.js';
 import type { ResolvedRouteOptions } from '../core/executor.options.js';
 import type { StoredResponse } from '../interfaces/idempotency-store.interface.js';
@@ -181,7 +181,7 @@ export function toStored(
     const replayed =
       name === 'content-type' ||
       name === options.expiresHeader ||
-      (!NEVER_STORED_HEADERS.has(name) &&
+      (!isNeverStored(name) &&
         !options.replayDeny.has(name) &&
         (options.replayAllow === undefined || options.replayAllow.has(name)));
     if (replayed) {
