@@ -12,8 +12,8 @@ import {
   sqlLevel,
   type PrismaClientLike,
   type PrismaIsolationLevel,
-  type PrismaTransactionOptions,
 } from './prisma-client.js';
+import { withNestedTransactions } from './nested-transaction.js';
 import { ownStatement } from '../core/own-statement.js';
 
 /**
@@ -208,39 +208,7 @@ export class PrismaHandlerTransaction<Tx>
         'Give PrismaPg the application’s pg.Pool (`new PrismaPg(pool)`), and PrismaIdempotencyAdapter that same pool (its `poolToken`) or none.',
       );
     }
-    this.handle = this.withNestedChecked(tx);
-  }
-
-  /**
-   * Prisma's `tx`, whose `$transaction()` (a savepoint of the handler's
-   * transaction) refuses an isolation level other than the transaction's,
-   * which a savepoint cannot change: Prisma would run it at the handler's
-   * level without a word.
-   */
-  private withNestedChecked(tx: Tx): Tx {
-    const nested = (tx as { $transaction?: unknown }).$transaction;
-    if (typeof nested !== 'function') {
-      return tx;
-    }
-    const $transaction = async (
-      work: unknown,
-      options?: PrismaTransactionOptions,
-    ): Promise<unknown> => {
-      if (options?.isolationLevel !== undefined) {
-        await this.joinAt(options.isolationLevel);
-      }
-      return (nested as (...args: unknown[]) => Promise<unknown>).call(
-        tx,
-        work,
-        options,
-      );
-    };
-    return new Proxy(tx as object, {
-      get: (target, property) =>
-        property === '$transaction'
-          ? $transaction
-          : (Reflect.get(target, property) as unknown),
-    }) as Tx;
+    this.handle = withNestedTransactions(tx, (level) => this.joinAt(level));
   }
 
   /**

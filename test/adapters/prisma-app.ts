@@ -10,6 +10,7 @@ import {
   InternalServerErrorException,
   Module,
   Post,
+  ServiceUnavailableException,
   type INestApplication,
 } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
@@ -47,7 +48,27 @@ export const gates = {
   refused: new Barrier(),
 };
 /** What the handlers saw fail. */
-export const seen: { lateWrite?: unknown; nested?: unknown } = {};
+export const seen: { lateWrite?: unknown; nested?: unknown; batch?: unknown } =
+  {};
+
+/**
+ * How the batching handler writes its payment in a batch `$transaction([...])`
+ * on the handler's handle.
+ */
+export type Batching =
+  /** A model query and a raw one of the handle. */
+  | 'batch'
+  /** The same, at the handler's isolation level, said. */
+  | 'same-level'
+  /** A raw statement that inserts the payment, and a raw query. */
+  | 'raw'
+  /** The PrismaClient's own model query, and the handle's raw one. */
+  | 'client'
+  /** A batch on the handle of a nested `$transaction(fn)`. */
+  | 'inner';
+
+/** How many times the batching handler ran, by key. */
+const batchAttempts = new Map<string, number>();
 
 /** How the nesting handler nests. */
 export type Nesting =
@@ -168,6 +189,83 @@ class PrismaController {
     return { id };
   }
 
+  /**
+   * Writes its payment (9) in a batch `$transaction([...])` beside a query of
+   * the connection's pid, then fails with 503 on its first two attempts as a
+   * gateway called after the write would; answers whether the batch ran on
+   * the handler's connection.
+   */
+  @Post('batch')
+  @Idempotent()
+  async batch(@Body() { key, how }: { key: string; how: Batching }) {
+    const tx = this.idempotency.transaction;
+    const own = await this.pidOf(tx);
+    const batch = (handle: PaymentsTransaction) =>
+      handle.$transaction(
+        [
+          how === 'raw'
+            ? handle.$executeRawUnsafe(
+                'INSERT INTO payments (key, amount) VALUES ($1, 9)',
+                key,
+              )
+            : (how === 'client' ? this.prisma : handle).payment.create({
+                data: { key, amount: 9 },
+              }),
+          handle.$queryRaw<
+            Array<{ pid: number }>
+          >`SELECT pg_backend_pid() AS pid`,
+        ],
+        how === 'same-level' ? { isolationLevel: 'RepeatableRead' } : undefined,
+      );
+    const [written, [{ pid }]] =
+      how === 'inner' ? await tx.$transaction(batch) : await batch(tx);
+    const attempt = (batchAttempts.get(key) ?? 0) + 1;
+    batchAttempts.set(key, attempt);
+    if (attempt < 3) {
+      throw new ServiceUnavailableException('the gateway is down');
+    }
+    return {
+      written: typeof written === 'number' ? written : written.amount,
+      sameConnection: pid === own,
+    };
+  }
+
+  /**
+   * Writes its payment (10), then a batch of a ledger entry (10) and a
+   * statement that fails, and goes on with a ledger entry (11); with
+   * `ordered`, a batch of two ledger entries and a count of them instead,
+   * whose results it answers in order.
+   */
+  @Post('failed-batch')
+  @Idempotent()
+  async failedBatch(@Body() { key, how }: { key: string; how?: 'ordered' }) {
+    const tx = this.idempotency.transaction;
+    const { id } = await this.pay(tx, key, 10);
+    if (how === 'ordered') {
+      const [first, second, [{ count }]] = await tx.$transaction([
+        tx.ledgerEntry.create({ data: { paymentId: id, amount: 1 } }),
+        tx.ledgerEntry.create({ data: { paymentId: id, amount: 2 } }),
+        tx.$queryRaw<
+          Array<{ count: number }>
+        >`SELECT count(*)::int AS count FROM ledger_entries WHERE payment_id = ${id}`,
+      ]);
+      return { results: [first.amount, second.amount, count] };
+    }
+    try {
+      await tx.$transaction([
+        tx.ledgerEntry.create({ data: { paymentId: id, amount: 10 } }),
+        tx.$executeRawUnsafe(
+          `DO $$ BEGIN RAISE EXCEPTION 'the batch failed'; END $$`,
+        ),
+      ]);
+    } catch (error) {
+      seen.batch = error;
+    }
+    // The handler's transaction goes on after the batch's failure.
+    await tx.ledgerEntry.create({ data: { paymentId: id, amount: 11 } });
+    return { id };
+  }
+
   @Post('audited')
   @Idempotent()
   async audited(@Body() { key }: { key: string }) {
@@ -179,6 +277,14 @@ class PrismaController {
     );
     await this.pay(this.idempotency.transaction, key, 5);
     throw new InternalServerErrorException('the handler failed');
+  }
+
+  /** The pid of the session that runs the statements of `tx`. */
+  private async pidOf(tx: PaymentsTransaction) {
+    const [{ pid }] = await tx.$queryRaw<
+      Array<{ pid: number }>
+    >`SELECT pg_backend_pid() AS pid`;
+    return pid;
   }
 
   /** The isolation level of the transaction `tx`. */
@@ -261,7 +367,7 @@ export async function startPrismaApp(
 export function post(
   target: PrismaApp,
   path: string,
-  body: { key: string; how?: Nesting },
+  body: { key: string; how?: Nesting | Batching | 'ordered' },
 ) {
   return fetch(`${target.url}/prisma/${path}`, {
     method: 'POST',

@@ -97,6 +97,28 @@ describeCls.each(PLATFORMS)(
       expect(await record(reference)).toBeUndefined();
     });
 
+    it("runs a batch $transaction([...]) on txHost.tx in the handler's transaction: rolled back with it, committed with it", async () => {
+      const reference = randomUUID();
+      const failed = await post('/ledger', {
+        reference,
+        batch: true,
+        fail: true,
+      });
+      expect(failed.status).toBe(400);
+      expect(await sources(reference)).toEqual([]);
+      expect(await record(reference)).toBeUndefined();
+
+      const response = await post('/ledger', { reference, batch: true });
+      expect(response.status).toBe(201);
+      const { batch, handler } = (await response.json()) as Record<
+        string,
+        unknown
+      >;
+      expect(batch).toBe(handler);
+      expect(await sources(reference)).toEqual(['batch', 'api']);
+      expect(await record(reference)).toBe('completed');
+    });
+
     it('opens a transaction of its own outside decorated handlers', async () => {
       const reference = randomUUID();
       const response = await post('/plain-ledger', { reference });

@@ -28,6 +28,8 @@ export interface LedgerRequest {
   fail?: boolean;
   /** The nested (savepoint) method throws, and the handler goes on. */
   failNested?: boolean;
+  /** Writes through a batch `$transaction([...])` on `txHost.tx` alone. */
+  batch?: boolean;
 }
 
 /** Services written for @nestjs-cls/transactional, as it documents them. */
@@ -71,8 +73,32 @@ export class LedgerService {
   @Transactional(Propagation.Never)
   async never(): Promise<void> {}
 
+  /**
+   * Writes a payment `<reference>/batch` in a batch `$transaction([...])` on
+   * `txHost.tx`; returns the transaction's id.
+   */
+  @Transactional()
+  async batch(reference: string): Promise<string> {
+    const tx = this.txHost.tx;
+    const [, [{ txid }]] = await tx.$transaction([
+      tx.payment.create({ data: { key: `${reference}/batch`, amount: 1 } }),
+      tx.$queryRaw<
+        Array<{ txid: string }>
+      >`SELECT txid_current()::text AS txid`,
+    ]);
+    return txid;
+  }
+
   async handle(request: LedgerRequest): Promise<Record<string, unknown>> {
     const { reference } = request;
+    if (request.batch) {
+      const batch = await this.batch(reference);
+      const handler = await this.write(reference, 'api');
+      if (request.fail) {
+        throw new BadRequestException('declined after the batch');
+      }
+      return { batch, handler };
+    }
     const active = this.txHost.isTransactionActive();
     const handle = this.txHost.tx === this.idempotency.transaction;
     const required = await this.required(reference);

@@ -5,7 +5,7 @@
  * whatever Prisma's own timeout and not a moment past it, answers 503 for a
  * serialization failure or a transaction that cannot begin, takes the
  * PrismaClient's isolation level unless the route sets one, nests as
- * savepoints, is run()'s handle too (an extended client's as well), and
+ * savepoints (a batch `$transaction([...])` as well), is run()'s handle too (an extended client's as well), and
  * leaves `newTransaction` and the PrismaClient's own transactions to commit
  * on their own; a PrismaClient whose pool the module cannot reach is
  * refused. The application is in prisma-app.ts.
@@ -213,6 +213,68 @@ describe('the Prisma adapter', () => {
     );
   });
 
+  it.each([
+    ['a model query and a raw one of the handle', 'batch'],
+    ["the same at the handler's isolation level, said", 'same-level'],
+    ['a raw statement that inserts', 'raw'],
+    ["the PrismaClient's own query", 'client'],
+    ['the handle of a nested $transaction(fn)', 'inner'],
+  ] as const)(
+    "runs a batch $transaction([...]) of %s in the handler's transaction: a failed attempt leaves nothing, the one that succeeds commits it once",
+    async (_what, how) => {
+      const key = randomUUID();
+      const attempts = [];
+      for (let i = 0; i < 4; i++) {
+        const response = await post(target, 'batch', { key, how });
+        attempts.push({
+          status: response.status,
+          replayed: response.headers.get('idempotent-replayed'),
+          body: response.ok ? await response.json() : undefined,
+          rows: await rowsOf(target, key),
+        });
+      }
+      const answered = {
+        status: 201,
+        body: { written: how === 'raw' ? 1 : 9, sameConnection: true },
+        rows: committed([9]),
+      };
+      expect(attempts).toEqual([
+        { status: 503, replayed: null, body: undefined, rows: NOTHING },
+        { status: 503, replayed: null, body: undefined, rows: NOTHING },
+        { ...answered, replayed: null },
+        { ...answered, replayed: 'true' },
+      ]);
+    },
+  );
+
+  it("rolls a failed batch $transaction([...]) back alone, as a savepoint of the handler's transaction, which goes on", async () => {
+    const key = randomUUID();
+    seen.batch = undefined;
+    const response = await post(target, 'failed-batch', { key });
+    expect(response.status).toBe(201);
+    expect(await rowsOf(target, key)).toEqual(committed([10], [11]));
+    expect((seen.batch as Error | undefined)?.message).toMatch(
+      /the batch failed/,
+    );
+  });
+
+  it('runs the queries of a batch $transaction([...]) in order, and answers their results in order', async () => {
+    const key = randomUUID();
+    const response = await post(target, 'failed-batch', {
+      key,
+      how: 'ordered',
+    });
+    expect({
+      status: response.status,
+      body: await response.json(),
+      rows: await rowsOf(target, key),
+    }).toEqual({
+      status: 201,
+      body: { results: [1, 2, 2] },
+      rows: committed([10], [1, 2]),
+    });
+  });
+
   it("commits the PrismaClient's own transactions on their own, whatever becomes of the handler's", async () => {
     const key = randomUUID();
     const response = await post(target, 'nested', { key, how: 'client' });
@@ -281,6 +343,35 @@ describe('the Prisma adapter on an extended PrismaClient', () => {
         );
       expect(result).toEqual({ doubled: 42 });
       expect(await rowsOf(target, key)).toEqual(committed([21]));
+    } finally {
+      await target.close();
+    }
+  });
+
+  it("runs a batch $transaction([...]) of the extended client's handle in the transaction, with the extension's results", async () => {
+    const target = await startPrismaApp({ extend });
+    try {
+      const key = randomUUID();
+      const pay = (fail: boolean) =>
+        target.app
+          .get(IdempotencyService)
+          .run(
+            { key },
+            async (tx: PrismaTransaction<ReturnType<typeof extend>>) => {
+              const [first, second] = await tx.$transaction([
+                tx.payment.create({ data: { key, amount: 21 } }),
+                tx.payment.create({ data: { key, amount: 22 } }),
+              ]);
+              if (fail) {
+                throw new Error('the gateway is down');
+              }
+              return { doubled: [first.doubled, second.doubled] };
+            },
+          );
+      await expect(pay(true)).rejects.toThrow('the gateway is down');
+      expect(await rowsOf(target, key)).toEqual(NOTHING);
+      expect(await pay(false)).toEqual({ doubled: [42, 44] });
+      expect(await rowsOf(target, key)).toEqual(committed([21, 22]));
     } finally {
       await target.close();
     }
