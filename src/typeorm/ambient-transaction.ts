@@ -19,35 +19,137 @@ export function handlerTransactionOf(
 
 type AnyFunction = (...args: unknown[]) => unknown;
 
-/** Methods of the default manager that must keep their own meaning. */
+/** What the redirect reads of a manager. */
+interface ManagerFields {
+  readonly queryRunner?: unknown;
+  readonly dataSource?: DataSource;
+}
+
+/** Methods of the managers that must keep their own meaning. */
 const NOT_REDIRECTED = new Set(['constructor', 'release']);
 
-function methodNames(target: object): string[] {
-  const names = new Set<string>();
+/**
+ * How many times each DataSource is bound: only its managers are redirected,
+ * and only while it is.
+ */
+const boundSources = new WeakMap<DataSource, number>();
+
+/** A class of managers whose methods redirect, and how to give them back. */
+interface PatchedManagers {
+  bindings: number;
+  readonly restore: () => void;
+}
+
+/** The manager classes patched, by their prototype. */
+const patchedManagers = new Map<object, PatchedManagers>();
+
+/**
+ * The transaction that a manager without a query runner of its own must
+ * write through: the handler's, when one runs on the manager's DataSource
+ * and that DataSource is bound.
+ */
+function ambientTransactionOf(
+  manager: ManagerFields,
+): LazyTransaction | undefined {
+  const transaction = manager.dataSource
+    ? handlerTransactionOf(manager.dataSource)
+    : undefined;
+  return transaction && boundSources.has(transaction.dataSource)
+    ? transaction
+    : undefined;
+}
+
+/**
+ * `original`, run instead by the handler's transaction's own manager when
+ * it is called on a manager without a query runner of its own while a
+ * decorated handler runs on its DataSource.
+ *
+ * TypeORM's manager takes `this.queryRunner ?? dataSource.createQueryRunner()`
+ * (a pool connection, in autocommit) wherever it sends a statement, and
+ * passes `this.queryRunner` on to what it makes (query builders,
+ * repositories, the persistence of `save()`): a manager without one is
+ * redirected as a whole, method by method, rather than given the
+ * handler's runner, which its repositories would keep beyond the request
+ * (`getRepository()` caches what it makes) and which would bypass the
+ * checks of the transaction's own manager (a savepoint at another
+ * isolation level is refused there).
+ */
+function redirecting(name: string, original: AnyFunction): AnyFunction {
+  return function (this: ManagerFields, ...args: unknown[]) {
+    if (this.queryRunner === undefined) {
+      const tx = ambientTransactionOf(this);
+      if (tx) {
+        return (tx.manager as unknown as Record<string, AnyFunction>)[name](
+          ...args,
+        );
+      }
+    }
+    return original.apply(this, args);
+  };
+}
+
+/**
+ * Makes every method of the managers of `prototype`'s class (and of the
+ * classes it extends) redirect, once for all the DataSources that use it.
+ *
+ * TypeORM has no hook for the managers it or the application makes
+ * (`createEntityManager()`, `new EntityManager(dataSource)`), and they are
+ * usually made at startup, before any handler runs: the redirect is
+ * decided at each call, on the class they all share, which is patched in
+ * place (a prototype put under every manager would need each of them
+ * found and changed).
+ *
+ * @returns a function that gives the methods back.
+ */
+function patchManagers(prototype: object): () => void {
+  const patches: Array<{
+    target: Record<string, AnyFunction>;
+    name: string;
+    original: AnyFunction;
+    redirect: AnyFunction;
+  }> = [];
   for (
-    let proto = Object.getPrototypeOf(target) as object | null;
+    let proto = prototype as Record<string, AnyFunction> | null;
     proto && proto !== Object.prototype;
-    proto = Object.getPrototypeOf(proto) as object | null
+    proto = Object.getPrototypeOf(proto) as Record<string, AnyFunction> | null
   ) {
     for (const name of Object.getOwnPropertyNames(proto)) {
       const descriptor = Object.getOwnPropertyDescriptor(proto, name);
       if (
         typeof descriptor?.value === 'function' &&
+        descriptor.writable &&
         !NOT_REDIRECTED.has(name)
       ) {
-        names.add(name);
+        const original = descriptor.value as AnyFunction;
+        const redirect = redirecting(name, original);
+        proto[name] = redirect;
+        patches.push({ target: proto, name, original, redirect });
       }
     }
   }
-  return [...names];
+  return () => {
+    // A method another library wrapped after this one keeps its wrapper,
+    // and this redirect under it, which does nothing once no DataSource
+    // is bound.
+    for (const { target, name, original, redirect } of patches) {
+      if (target[name] === redirect) {
+        target[name] = original;
+      }
+    }
+  };
 }
 
 /**
  * @internal Makes the application's own data access of `dataSource` write
- * through the ambient transaction while a decorated handler runs:
- * `dataSource.manager`, an injected `EntityManager`, every repository built on
- * them (`@InjectRepository`, `dataSource.getRepository()`),
- * `dataSource.query()` and `dataSource.createQueryBuilder()`.
+ * through the ambient transaction while a decorated handler runs: every
+ * manager of `dataSource` without a query runner of its own (the default
+ * `dataSource.manager`, an injected `EntityManager`, those of
+ * `dataSource.createEntityManager()` and `new EntityManager(dataSource)`),
+ * every repository built on one (`@InjectRepository`,
+ * `dataSource.getRepository()`, custom repositories, `extend()`),
+ * `dataSource.query()` and `dataSource.createQueryBuilder()`. A manager
+ * made on a query runner (`queryRunner.manager`,
+ * `createEntityManager(queryRunner)`) keeps its runner.
  * Outside a handler (no ambient transaction of this DataSource) every call
  * behaves exactly as before.
  *
@@ -62,36 +164,30 @@ export function bindAmbientTransaction(dataSource: DataSource): () => void {
   // write would commit without its record, and again with each retry).
   // Hooks of `afterCommit()` run out of the handler's context.
   const current = () => handlerTransactionOf(dataSource);
-  // Repositories hold the default manager, so redirecting its methods covers
-  // them all, including those created before the module started. The
-  // redirecting methods sit on a prototype put under the manager, once:
-  // set on the manager itself, as many properties would turn it into a
-  // dictionary, which every use of it by TypeORM would then pay for.
+  boundSources.set(dataSource, (boundSources.get(dataSource) ?? 0) + 1);
+  // The class TypeORM makes this DataSource's managers of, read from one
+  // made and thrown away (the default manager may be another library's
+  // by now).
+  const prototype = Object.getPrototypeOf(
+    dataSource.createEntityManager(),
+  ) as object;
+  const patched = patchedManagers.get(prototype) ?? {
+    bindings: 0,
+    restore: patchManagers(prototype),
+  };
+  patchedManagers.set(prototype, patched);
+  patched.bindings += 1;
+  // A method another library set on the default manager itself hides the
+  // class's: it is wrapped in place, and given back as it was.
   const manager = dataSource.manager as unknown as Record<string, AnyFunction>;
-  const managerPrototype = Object.getPrototypeOf(manager) as object;
-  const redirecting = Object.create(managerPrototype) as Record<
-    string,
-    AnyFunction
-  >;
-  // A method set on the manager itself (by another library) hides the
-  // prototype's: it is wrapped in place, and given back as it was.
   const ownMethods = new Map<string, AnyFunction>();
-  for (const name of methodNames(manager)) {
+  for (const name of Object.getOwnPropertyNames(manager)) {
     const original = manager[name];
-    const redirect = function (this: unknown, ...args: unknown[]) {
-      const tx = current();
-      return tx
-        ? (tx.manager as unknown as Record<string, AnyFunction>)[name](...args)
-        : original.apply(this, args);
-    };
-    if (Object.prototype.hasOwnProperty.call(manager, name)) {
+    if (typeof original === 'function' && !NOT_REDIRECTED.has(name)) {
       ownMethods.set(name, original);
-      manager[name] = redirect;
-    } else {
-      redirecting[name] = redirect;
+      manager[name] = redirecting(name, original);
     }
   }
-  Object.setPrototypeOf(manager, redirecting);
   const source = dataSource as unknown as Record<string, AnyFunction>;
   // Another library may have set its own (typeorm-transactional does): it
   // is wrapped, and given back as it was.
@@ -125,8 +221,16 @@ export function bindAmbientTransaction(dataSource: DataSource): () => void {
     return originalCreateQueryBuilder.apply(this, args);
   };
   return () => {
-    if (Object.getPrototypeOf(manager) === redirecting) {
-      Object.setPrototypeOf(manager, managerPrototype);
+    const bindings = (boundSources.get(dataSource) ?? 1) - 1;
+    if (bindings > 0) {
+      boundSources.set(dataSource, bindings);
+    } else {
+      boundSources.delete(dataSource);
+    }
+    patched.bindings -= 1;
+    if (patched.bindings === 0) {
+      patchedManagers.delete(prototype);
+      patched.restore();
     }
     for (const [name, original] of ownMethods) {
       manager[name] = original;

@@ -114,7 +114,7 @@ describe.each(PLATFORMS)('the shared transaction (%s)', (platform) => {
     });
     expect(response.status).toBe(201);
     const txids = (await response.json()) as Record<string, string>;
-    expect(Object.keys(txids)).toHaveLength(7);
+    expect(Object.keys(txids)).toHaveLength(9);
     expect(new Set(Object.values(txids)).size).toBe(1);
     // The record was completed by that same transaction.
     const [{ xid }] = await target.db.query<{ xid: string }>(
@@ -156,7 +156,7 @@ describe.each(PLATFORMS)('the shared transaction (%s)', (platform) => {
           'TransactionClosedError',
         ]),
       );
-      expect(Object.keys(refused)).toHaveLength(7);
+      expect(Object.keys(refused)).toHaveLength(9);
       expect(await service.late).toEqual(refused);
       const retry = await sendLate();
       expect(retry.status).toBe(status);
@@ -240,17 +240,22 @@ describe.each(PLATFORMS)('the shared transaction (%s)', (platform) => {
     expect(await orders('r6')).toHaveLength(1);
   });
 
-  it('redirects the default manager from a prototype put under it, setting no method on the manager itself, and takes it away at shutdown', async () => {
+  it('redirects the managers from their class, setting no method on any manager nor changing its prototype, and keeps the redirect while another application runs', async () => {
     const methodsOf = (manager: EntityManager) =>
       Object.getOwnPropertyNames(manager).filter(
         (name) =>
           typeof (manager as unknown as Record<string, unknown>)[name] ===
           'function',
       );
-    const { manager } = target.dataSource;
-    expect(methodsOf(manager)).toEqual([]);
-    expect(manager).toBeInstanceOf(EntityManager);
-    expect(Object.getPrototypeOf(manager)).not.toBe(EntityManager.prototype);
+    const managers = [
+      target.dataSource.manager,
+      target.dataSource.createEntityManager(),
+      new EntityManager(target.dataSource),
+    ];
+    for (const manager of managers) {
+      expect(methodsOf(manager)).toEqual([]);
+      expect(Object.getPrototypeOf(manager)).toBe(EntityManager.prototype);
+    }
 
     const other = await startTestApp({
       imports: [TransactionTestModule],
@@ -260,5 +265,12 @@ describe.each(PLATFORMS)('the shared transaction (%s)', (platform) => {
     await other.close();
     expect(Object.getPrototypeOf(otherManager)).toBe(EntityManager.prototype);
     expect(methodsOf(otherManager)).toEqual([]);
+    // This application's handlers still write in their transactions.
+    const failed = await send(target, '/orders', {
+      key: 'after-other',
+      body: { reference: 'after-other', fail: true },
+    });
+    expect(failed.status).toBe(400);
+    expect(await orders('after-other')).toEqual([]);
   });
 });

@@ -22,19 +22,32 @@ interface OrderRequest {
   fail?: boolean;
 }
 
+/** A custom repository, on a manager of its own made at startup. */
+@Injectable()
+export class CustomOrders extends Repository<Order> {
+  constructor(dataSource: DataSource) {
+    super(Order, dataSource.createEntityManager());
+  }
+}
+
 /** Writes through every data access style an application may use. */
 @Injectable()
 export class OrdersService {
   runs = 0;
   /** Where `/held` waits, before its first statement. */
   barrier = new Barrier();
+  /** A manager the service made itself, at startup. */
+  private readonly ownManager: EntityManager;
 
   constructor(
     @InjectRepository(Order) private readonly orders: Repository<Order>,
     @InjectDataSource() private readonly dataSource: DataSource,
     @InjectEntityManager() private readonly manager: EntityManager,
     private readonly idempotency: IdempotencyContext,
-  ) {}
+    private readonly customOrders: CustomOrders,
+  ) {
+    this.ownManager = new EntityManager(dataSource);
+  }
 
   async create(request: OrderRequest): Promise<Order> {
     this.runs += 1;
@@ -155,6 +168,10 @@ export class OrdersService {
           reference,
           source: 'idempotencyContext',
         }),
+      customRepository: () =>
+        this.customOrders.save({ reference, source: 'customRepository' }),
+      newEntityManager: () =>
+        this.ownManager.save(Order, { reference, source: 'newEntityManager' }),
     };
   }
 
@@ -179,6 +196,8 @@ export class OrdersService {
             .getRawMany(),
         rawQuery: () => this.dataSource.query(txid),
         idempotencyContext: () => this.idempotency.manager.query(txid),
+        customRepository: () => this.customOrders.query(txid),
+        newEntityManager: () => this.ownManager.query(txid),
       };
       txids[style] = (await readers[style]())[0].txid;
     }
@@ -235,6 +254,6 @@ export class OrdersController {
 @Module({
   imports: [TypeOrmModule.forFeature([Order])],
   controllers: [OrdersController],
-  providers: [OrdersService],
+  providers: [OrdersService, CustomOrders],
 })
 export class TransactionTestModule {}
