@@ -16,6 +16,7 @@ import {
   classifyFailure,
   isAbortedTransaction,
   LeaseLostError,
+  transientAbort,
   type FailureKind,
 } from './failures.js';
 import { TransactionAbortedError } from './transaction.errors.js';
@@ -375,11 +376,7 @@ export class Execution implements RunningLink, RecoveryOwner, HandlerContext {
       await this.release();
       if (
         isAbortedTransaction(error) &&
-        (transaction.abortedBy === undefined ||
-          classifyFailure(transaction.abortedBy, {
-            lost: false,
-            rolledBack: true,
-          }) === 'handler')
+        transientAbort(transaction.abortedBy) === undefined
       ) {
         // The handler's own doing, which its retry repeats: its error, not
         // a 503 that asks for that retry. (One a retry may not meet, a
@@ -400,7 +397,10 @@ export class Execution implements RunningLink, RecoveryOwner, HandlerContext {
    * Ends an attempt whose handler failed: rolls its transaction back, and
    * releases the claim (unless `keepClaim`: the error response may be stored
    * by `storeError()` or released by `release()`).
-   * @returns how the failure is answered.
+   * @returns how the failure is answered. With `keepClaim`, the handler's
+   * own error is answered with a 503 (and its claim released) when the
+   * handler's transaction tells of a failure a retry may not meet (see
+   * {@link transientAbort}), as a success is at its completion.
    */
   async fail(error: unknown, keepClaim = false): Promise<FailureKind> {
     if (this.settled) {
@@ -423,18 +423,33 @@ export class Execution implements RunningLink, RecoveryOwner, HandlerContext {
       (keepClaim &&
         (await this.transaction.endedUnderneath?.().catch(() => true)) ===
           true);
+    const { abortedBy } = this.transaction;
     const rolledBack = await this.transaction.rollback(error);
-    const kind = this.abandoned
+    let kind: FailureKind = this.abandoned
       ? 'timeout'
       : classifyFailure(error, { lost, rolledBack });
+    let cause = error;
+    if (keepClaim && kind === 'handler') {
+      // An error answer that may be stored is checked against what failed
+      // of the handler's statements, as a success is at its completion: a
+      // deadlock, a serialization failure or a timeout that the handler
+      // caught and answered with its own error (a 4xx) may not meet its
+      // retry, so that answer must not stand for the key until it expires.
+      // The client gets a 503, and the retry runs.
+      const transient = transientAbort(abortedBy);
+      if (transient) {
+        kind = transient;
+        cause = abortedBy;
+      }
+    }
     host.telemetry.failed(attempt, kind);
     if (kind === 'timeout') {
-      host.emit('timeout', attempt, { error });
+      host.emit('timeout', attempt, { error: cause });
     } else if (kind === 'unavailable') {
       host.emit(
         error instanceof LeaseLostError || this.lost ? 'lease-lost' : 'failed',
         attempt,
-        { error },
+        { error: cause },
       );
     }
     if (!keepClaim || kind !== 'handler') {

@@ -226,3 +226,22 @@ export function classifyFailure(
     ? 'unavailable'
     : 'handler';
 }
+
+/**
+ * @internal How the module answers an attempt whose handler's transaction
+ * `abortedBy` tells of a failure a retry may not meet (a deadlock, a
+ * serialization failure, a statement, lock or session timeout, the server
+ * ending the session): `'timeout'` or `'unavailable'`, a 503, whatever the
+ * handler made of it (a success it returned, an error it threw). Undefined
+ * when nothing failed, or when what failed was the handler's own doing
+ * (a retry meets it again).
+ * @param abortedBy the last statement of the handler's that failed in its
+ * transaction (see `HandlerTransaction.abortedBy`).
+ */
+export function transientAbort(abortedBy: unknown): FailureKind | undefined {
+  if (abortedBy === undefined) {
+    return undefined;
+  }
+  const kind = classifyFailure(abortedBy, { lost: false, rolledBack: true });
+  return kind === 'handler' ? undefined : kind;
+}

@@ -219,9 +219,14 @@ export interface IdempotentOptions {
    * whatever `true` or a function says: the module's own 503 (nothing
    * happened), and 408 (Request Timeout), 425 (Too Early) and 429 (Too Many
    * Requests), which ask the client to come back later: the key is released
-   * and the retry runs the handler. Set on the module, it applies to routes
-   * and GraphQL mutations, not to webhook receivers (see
-   * `@IdempotentWebhook()`).
+   * and the retry runs the handler. Nor is the error of a handler that met,
+   * in its transaction, a failure a retry may not meet and caught it (a
+   * deadlock, a serialization failure, a statement, lock or idle timeout,
+   * a terminated session: the last of its statements that failed): the
+   * client gets the module's 503 with `Retry-After`, nothing commits, and
+   * the key is free at once, as for such a handler that returned a success.
+   * Set on the module, it applies to routes and GraphQL mutations, not to
+   * webhook receivers (see `@IdempotentWebhook()`).
    * @default false (a failed request stores nothing; a retry runs again)
    */
   storeErrors?: boolean | IdempotencyErrorPolicy;

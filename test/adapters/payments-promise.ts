@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { untilAdvisoryLocks } from '../utils/barrier.js';
 import type { TestDatabase } from '../utils/test-database.js';
 import type { PaymentFault } from './payments.controller.js';
 
@@ -175,6 +176,150 @@ export function describePaymentsPromise(target: () => PaymentsTarget): void {
       }).toEqual({ status, replayed: record ? 'true' : null });
     },
   );
+
+  /** The advisory lock the test holds while a request must meet a failure. */
+  const HELD = 7_324_001;
+
+  /** Sends a rejection the route stores (see payments.controller.ts). */
+  const reject = (body: { key: string; end: string; then?: string }) =>
+    fetch(`${target().url}/payments/rejected`, {
+      method: 'POST',
+      headers: {
+        'content-type': 'application/json',
+        'idempotency-key': body.key,
+      },
+      body: JSON.stringify(body),
+    });
+
+  /** What a client reads of an answer: its status, and the module's marks. */
+  const answerOf = async (answer: Response) => ({
+    status: answer.status,
+    retryAfter: answer.headers.get('retry-after'),
+    replayed: answer.headers.get('idempotent-replayed'),
+    type: ((await answer.json()) as { type?: string }).type,
+  });
+
+  /** The answer of a key's retry once the failure is gone: the handler runs. */
+  const RAN = {
+    status: 400,
+    retryAfter: null,
+    replayed: null,
+    type: undefined,
+  };
+
+  // A failure that a retry may not meet, which the handler caught and
+  // answered with an error the route stores: that error is not the key's
+  // outcome. The client gets a 503, nothing is stored, and the retry runs.
+  // Each failure is met only while the test holds its advisory lock.
+  it.each([
+    [
+      'a serialization failure (40001)',
+      'SELECT 1',
+      `DO $$ BEGIN IF NOT pg_try_advisory_xact_lock(${HELD}) THEN RAISE EXCEPTION 'could not serialize access' USING ERRCODE = '40001'; END IF; END $$`,
+    ],
+    [
+      'a lock timeout (55P03)',
+      "SET LOCAL lock_timeout = '20ms'",
+      `SELECT pg_advisory_xact_lock(${HELD})`,
+    ],
+    [
+      'a statement timeout (57014)',
+      "SET LOCAL statement_timeout = '20ms'",
+      `SELECT pg_advisory_xact_lock(${HELD})`,
+    ],
+  ] as const)(
+    'answers 503 and stores nothing when the handler caught %s and rejected the request, and its retry runs',
+    async (_what, end, then) => {
+      const key = randomUUID();
+      const { db } = target();
+      await db.query('SELECT pg_advisory_lock($1)', [HELD]);
+      let answer: Response;
+      try {
+        answer = await reject({ key, end, then });
+      } finally {
+        await db.query('SELECT pg_advisory_unlock($1)', [HELD]);
+      }
+      expect(await answerOf(answer)).toEqual({
+        status: 503,
+        retryAfter: '1',
+        replayed: null,
+        type: 'urn:idempotency:unavailable',
+      });
+      expect(await rowsOf(key)).toEqual({
+        record: null,
+        payments: 0,
+        ledger: 0,
+      });
+      expect(await answerOf(await reject({ key, end, then }))).toEqual(RAN);
+      expect(await rowsOf(key)).toEqual({
+        record: 'failed',
+        payments: 0,
+        ledger: 0,
+      });
+      expect(await answerOf(await reject({ key, end, then }))).toEqual({
+        ...RAN,
+        replayed: 'true',
+      });
+    },
+  );
+
+  it('answers 503 and stores nothing for the loser of a deadlock that its handler caught before rejecting the request, and its retry runs', async () => {
+    const { db } = target();
+    const [from, to] = await db.query<{ id: number }>(
+      `INSERT INTO payments (key, amount) VALUES ($1, 0), ($1, 0) RETURNING id`,
+      [`accounts-${randomUUID()}`],
+    );
+    // Each request locks one account, waits until the test lets both go
+    // on, and then updates the other: a deadlock, which PostgreSQL ends by
+    // aborting one of the two transactions.
+    const transfer = (first: number, second: number) => ({
+      key: randomUUID(),
+      end: `DO $$ BEGIN UPDATE payments SET amount = amount - 1 WHERE id = ${first}; PERFORM pg_advisory_xact_lock_shared(${HELD}); END $$`,
+      then: `UPDATE payments SET amount = amount + 1 WHERE id = ${second}`,
+    });
+    const bodies = [transfer(from.id, to.id), transfer(to.id, from.id)];
+    await db.query('SELECT pg_advisory_lock($1)', [HELD]);
+    let sent: Promise<Response>[];
+    try {
+      sent = bodies.map(reject);
+      await untilAdvisoryLocks(db, 'waiting', 2);
+    } finally {
+      await db.query('SELECT pg_advisory_unlock($1)', [HELD]);
+    }
+    const answers = await Promise.all((await Promise.all(sent)).map(answerOf));
+    // The winner's rejection is the key's outcome; the loser's is not.
+    const loser = answers.findIndex((answer) => answer.status === 503);
+    expect(answers[loser]).toEqual({
+      status: 503,
+      retryAfter: '1',
+      replayed: null,
+      type: 'urn:idempotency:unavailable',
+    });
+    expect(answers[1 - loser]).toEqual(RAN);
+    const { key } = bodies[loser];
+    expect(await rowsOf(bodies[1 - loser].key)).toEqual({
+      record: 'failed',
+      payments: 0,
+      ledger: 0,
+    });
+    expect(await rowsOf(key)).toEqual({
+      record: null,
+      payments: 0,
+      ledger: 0,
+    });
+    expect(await answerOf(await reject(bodies[loser]))).toEqual(RAN);
+    expect(await rowsOf(key)).toEqual({
+      record: 'failed',
+      payments: 0,
+      ledger: 0,
+    });
+    expect(
+      await db.query('SELECT amount FROM payments WHERE id IN ($1, $2)', [
+        from.id,
+        to.id,
+      ]),
+    ).toEqual([{ amount: 0 }, { amount: 0 }]);
+  });
 
   it('answers 503 and stores nothing when a COMMIT sent by hand ends the transaction underneath', async () => {
     const key = randomUUID();

@@ -586,6 +586,43 @@ function graphqlMutations(driver: GraphqlDriver, platform: Platform): void {
     expect(gate.runs).toEqual({ placeOrderRefused: 2 });
   });
 
+  it('storeErrors: an error thrown after a serialization failure the resolver caught gets IDEMPOTENCY_UNAVAILABLE (503, retryAfter), nothing stored: the retry runs', async () => {
+    const reference = `${driver}-${platform}-conflicted`;
+    const key = `conflicted-${driver}-${platform}`;
+    const document = `mutation { placeOrderRefused(reference: "${reference}") { id } }`;
+    gate.failures = 1;
+    const conflicted = await graphql(document, { key });
+    expect(conflicted).toEqual({
+      status: 200,
+      body: {
+        data: null,
+        errors: [
+          expect.objectContaining({
+            path: ['placeOrderRefused'],
+            extensions: refusal('IDEMPOTENCY_UNAVAILABLE', 503, 'unavailable', {
+              retryAfter: 1,
+            }),
+          }),
+        ],
+      },
+    });
+    expect(await records(`${key}%`)).toEqual([]);
+    const retry = await graphql(document, { key });
+    expect(retry.body.errors).toEqual([
+      expect.objectContaining({
+        message: `Out of stock: ${reference}`,
+        path: ['placeOrderRefused'],
+      }),
+    ]);
+    expect(gate.runs).toEqual({ placeOrderRefused: 2 });
+    expect(await rows(reference)).toBe(0);
+    expect(await records(`${key}%`)).toEqual([
+      expect.objectContaining({ status: 'failed' }),
+    ]);
+    expect(await graphql(document, { key })).toEqual(retry);
+    expect(gate.runs).toEqual({ placeOrderRefused: 2 });
+  });
+
   it('a mutation past its transactionTimeout gets IDEMPOTENCY_UNAVAILABLE (503, retryAfter): nothing commits, the key is free', async () => {
     const reference = `${driver}-${platform}-late`;
     const document = `mutation { placeOrderLate(reference: "${reference}") { id } }`;
