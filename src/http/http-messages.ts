@@ -163,6 +163,14 @@ export function isStream(value: unknown): boolean {
   );
 }
 
+/**
+ * @internal Takes header `name` off a response not sent yet: Express's
+ * response and Fastify's reply both have `removeHeader()`.
+ */
+export function removeHeader(response: HttpResponse, name: string): void {
+  (response as { removeHeader?: (name: string) => void }).removeHeader?.(name);
+}
+
 /** @internal The Node.js response under the platform's. */
 export function rawResponse(response: HttpResponse): ServerResponse {
   return (response.raw ?? response) as ServerResponse;

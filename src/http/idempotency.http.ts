@@ -40,6 +40,7 @@ import {
   fingerprintParts,
   isStream,
   rawResponse,
+  removeHeader,
   toStored,
   type HttpRequest,
   type HttpResponse,
@@ -169,6 +170,9 @@ export class IdempotencyHttp {
       const kind = await execution.fail(error, storing);
       if (storing && kind === 'handler') {
         this.storeErrorResponse(response, execution, error);
+      } else if (expires !== undefined) {
+        // The key is free again: no record expires then.
+        removeHeader(response, expires);
       }
       throw this.answer(
         response,
@@ -312,9 +316,12 @@ export class IdempotencyHttp {
           !asksRetryLater(captured.status, captured.headers, error)
         ) {
           await execution.storeError(toStored(captured, options), error);
-        } else {
-          await execution.release();
+          return undefined;
         }
+        await execution.release();
+        // The key is free again: no record expires then.
+        const expires = this.options.expiresHeaderName;
+        return expires === undefined ? undefined : [expires];
       },
       () => {
         throw new Error('unreachable: storing an error response never rejects');

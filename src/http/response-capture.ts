@@ -176,14 +176,15 @@ function release(response: ServerResponse): void {
  * @internal Holds back the response a platform writes on `response` (Express
  * and Fastify both end in Node's `ServerResponse`) until `settle` has run with
  * what it was about to send. When `settle` resolves, the response goes out
- * unchanged; when it rejects, `replace` gives the response sent instead.
+ * unchanged but for the headers it names, taken off; when it
+ * rejects, `replace` gives the response sent instead.
  *
  * Nothing reaches the client before `settle` resolves, so a transaction it
  * commits is durable before the client learns of the outcome.
  */
 export function holdResponse(
   response: ServerResponse,
-  settle: (captured: CapturedResponse) => Promise<void>,
+  settle: (captured: CapturedResponse) => Promise<void | readonly string[]>,
   replace: (error: unknown) => CapturedResponse,
 ): void {
   const chunks: Buffer[] = [];
@@ -226,7 +227,10 @@ export function holdResponse(
       const status = headArgs ? Number(headArgs[0]) : target.statusCode;
       const body = chunks.length === 1 ? chunks[0] : Buffer.concat(chunks);
       settle({ status, headers, body }).then(
-        () => {
+        (dropped) => {
+          for (const name of dropped ?? NO_HEADERS) {
+            withoutHeader(target, headArgs, name);
+          }
           if (headArgs) {
             writers.writeHead.apply(target, headArgs);
           }
@@ -252,6 +256,27 @@ export function holdResponse(
       return target;
     },
   });
+}
+
+/**
+ * Takes header `name` off a response about to be written:
+ * set on it, or given to its `writeHead()` (as Fastify gives its headers).
+ */
+function withoutHeader(
+  response: ServerResponse,
+  head: Parameters<WriteHead> | undefined,
+  name: string,
+): void {
+  response.removeHeader(name);
+  const last = head?.[head.length - 1];
+  if (last && typeof last === 'object' && !Array.isArray(last)) {
+    const headers = last as Record<string, unknown>;
+    for (const key of Object.keys(headers)) {
+      if (key.toLowerCase() === name.toLowerCase()) {
+        delete headers[key];
+      }
+    }
+  }
 }
 
 /** Headers that describe a body: those of a body replaced go with it. */
