@@ -109,6 +109,12 @@ describe('requestFingerprint', () => {
     // qs: `a`, `a[]` and `a[0]` are one array, in the order sent.
     expect(query('/x?a[]=x&a[0]=y')).not.toBe(query('/x?a[0]=y&a[]=x'));
     expect(query('/x?ids=1&ids[]=2')).not.toBe(query('/x?ids[]=2&ids=1'));
+    // So are an object name and another of the same root: `a=2&a[b]=1` is
+    // `["2", {"b": "1"}]`, the other way round `[{"b": "1"}, "2"]`.
+    expect(query('/x?a=2&a[b]=1')).not.toBe(query('/x?a[b]=1&a=2'));
+    expect(query('/x?a[b]=1&a[b][c]=2')).not.toBe(query('/x?a[b][c]=2&a[b]=1'));
+    expect(query('/x?a[0][x]=1&a[0]=2')).not.toBe(query('/x?a[0]=2&a[0][x]=1'));
+    expect(query('/x?a=1&z=2&a[b]=1')).toBe(query('/x?z=2&a=1&a[b]=1'));
     // Parameters of other names still in any order, object names too.
     expect(query('/x?b[c]=1&a=2')).toBe(query('/x?a=2&b[c]=1'));
     expect(query('/x?page[size]=10&page[number]=2')).toBe(
@@ -363,6 +369,19 @@ describe('selectFields and selectQuery', () => {
     expect(selectQuery(query, selection)).toEqual([
       ['amount', '1'],
       ['page', '2'],
+    ]);
+  });
+
+  it('name by its root a query parameter qs gives the handler under it (`tag[]`, `tag[0]`, `tag[x]` are `query.tag`)', () => {
+    const tags = queryParameters('/x?tag[]=a&tag[0]=b&tag[x]=c&tags=d&page=1');
+    expect(selectQuery(tags, { include: ['query.tag'] })).toEqual([
+      ['tag[]', 'a'],
+      ['tag[0]', 'b'],
+      ['tag[x]', 'c'],
+    ]);
+    expect(selectQuery(tags, { exclude: ['tag'] })).toEqual([
+      ['tags', 'd'],
+      ['page', '1'],
     ]);
   });
 

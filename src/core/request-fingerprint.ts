@@ -355,10 +355,15 @@ export function selectQuery(
   const { include, exclude } = partNames(selection, 'query');
   return query.filter((parameter) => {
     const name = parameterName(parameter);
+    // `tag` names `tag[]`, `tag[0]` and `tag[x]` too: `qs` gives the
+    // handler all of them as `query.tag`.
+    const root =
+      name === undefined ? undefined : (BRACKETED_NAME.exec(name)?.[1] ?? name);
+    const named = (names: readonly string[]) =>
+      names.includes(name!) || names.includes(root!);
     return (
-      (include === undefined ||
-        (name !== undefined && include.includes(name))) &&
-      (name === undefined || !exclude?.includes(name))
+      (include === undefined || (name !== undefined && named(include))) &&
+      (name === undefined || exclude === undefined || !named(exclude))
     );
   });
 }
@@ -389,18 +394,71 @@ const FINGERPRINT_VERSION = 'v2:';
 
 /** A name `qs` may merge into an array: `a`, `a[]`, `a[0]` (its root `a`). */
 const ARRAY_NAME = /^([^[]+)(?:\[\d*\])+$/;
+/** A name with brackets (`page[size]`, `a[0][x]`), and its root. */
+const BRACKETED_NAME = /^([^[]+)\[/;
+
+const NO_ROOTS: ReadonlySet<string> = new Set();
+
+/** A parameter's name: as decoded, or as sent. */
+function sentName([name]: QueryParameter): string {
+  return typeof name === 'string' ? name : name.undecoded;
+}
+
+/**
+ * The roots whose names `qs` merges into one value in the order they are
+ * sent: an object name (`a[b]`, `a[0][x]`) beside another of its root that
+ * is no object name (`a`, `a[]`, `a[0]`), or beside one it extends or that
+ * extends it (`a[b]` and `a[b][c]`). `a=2&a[b]=1` is `["2", {"b": "1"}]`,
+ * the other way round `[{"b": "1"}, "2"]`. Object names of distinct
+ * fields alone (`page[size]`, `page[number]`) are not merged.
+ */
+function mergedRoots(query: readonly QueryParameter[]): ReadonlySet<string> {
+  const objects = new Map<string, string[]>();
+  const others = new Set<string>();
+  for (const parameter of query) {
+    const sent = sentName(parameter);
+    const array = ARRAY_NAME.exec(sent)?.[1];
+    const object = array ? undefined : BRACKETED_NAME.exec(sent)?.[1];
+    if (object) {
+      objects.set(object, [...(objects.get(object) ?? []), sent]);
+    } else {
+      others.add(array ?? sent);
+    }
+  }
+  const merged = new Set<string>();
+  for (const [root, names] of objects) {
+    if (
+      others.has(root) ||
+      names.some((name, i) =>
+        names.some((other, j) => i !== j && other.startsWith(`${name}[`)),
+      )
+    ) {
+      merged.add(root);
+    }
+  }
+  return merged;
+}
 
 /**
  * The name `parameter` sorts by: as decoded, or as sent; for an array
- * name (`a[]`, `a[0]`), its root. Parameters of one root keep their order
- * (the sort is stable): `qs` (Express's `extended` parser, Fastify's
+ * name (`a[]`, `a[0]`), or any name of a root that {@link mergedRoots}
+ * finds merged, its root. Parameters of one root keep their order (the sort is
+ * stable): `qs` (Express's `extended` parser, Fastify's
  * `querystringParser`) merges `a`, `a[]` and `a[0]` into one array in the
- * order they are sent. Object names (`page[size]`) sort whole: their order
- * does not count.
+ * order they are sent. Object names alone (`page[size]`) sort whole: their
+ * order does not count.
  */
-function sortName([name]: QueryParameter): string {
-  const sent = typeof name === 'string' ? name : name.undecoded;
-  return ARRAY_NAME.exec(sent)?.[1] ?? sent;
+function sortName(
+  parameter: QueryParameter,
+  merged: ReadonlySet<string>,
+): string {
+  const sent = sentName(parameter);
+  const array = ARRAY_NAME.exec(sent)?.[1];
+  if (array) {
+    return array;
+  }
+  const root = merged.size === 0 ? undefined : BRACKETED_NAME.exec(sent)?.[1];
+  return root !== undefined && merged.has(root) ? root : sent;
 }
 
 /**
@@ -411,8 +469,13 @@ function sortName([name]: QueryParameter): string {
  * @throws IdempotencyBodyUnreadableException for a body that could not be read.
  */
 export function requestFingerprint(parts: FingerprintParts): string {
+  const merged = parts.query.some((parameter) =>
+    sentName(parameter).includes('['),
+  )
+    ? mergedRoots(parts.query)
+    : NO_ROOTS;
   const query = [...parts.query].sort((a, b) => {
-    const [x, y] = [sortName(a), sortName(b)];
+    const [x, y] = [sortName(a, merged), sortName(b, merged)];
     return x < y ? -1 : x > y ? 1 : 0;
   });
   const head = `${parts.method}\n${parts.route}\n${canonicalJson(parts.params)}\n${JSON.stringify(query)}\n`;
