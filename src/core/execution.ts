@@ -35,16 +35,21 @@ import {
 import type { RunningLink } from './running-executions.js';
 import { messageOf } from './error-message.js';
 import { storedRedactedHeaders } from './stored-headers.js';
+import {
+  STORE_CALL_MIN_MS,
+  storeCallMs,
+  withinStoreTime,
+} from './store-deadline.js';
 
 /**
  * How long an answer waits for its claim's release. A release is one round
  * trip; a store that has not answered by then is unreachable, and its client
  * may hold the command until it reconnects (ioredis's defaults: through
  * twenty more reconnection attempts). The answer (a 503, or the handler's
- * error) goes out; the release lands later or the lease runs out, and a
- * retry sent before that gets a 409 with `Retry-After`.
+ * error) goes out; the release is tried again until it lands or the lease
+ * runs out, and a retry sent before that gets a 409 with `Retry-After`.
  */
-const RELEASE_WAIT_MS = 1_000;
+const RELEASE_WAIT_MS = STORE_CALL_MIN_MS;
 
 /**
  * @internal What an execution needs of the executor that started it: the
@@ -360,11 +365,28 @@ export class Execution implements RunningLink, RecoveryOwner, HandlerContext {
       if (lease && completion) {
         // A store outside of the database completes on its own, after the
         // handler: a crash before this line lets a retry run it again.
-        const write = await host.store.complete(
+        const completing = host.store.complete(
           lease,
           completion,
           transaction.state === 'none' ? undefined : transaction,
         );
+        // A completion of its own (a store outside of the database, or no
+        // statement began the handler's transaction) is bounded by the
+        // attempt's deadline: an unreachable store answers 503, never the
+        // response, since the completion may not land. If it lands after
+        // all, the release (fenced to a claim still in progress) changes
+        // nothing and the retry gets the replay; if it does not, the
+        // release frees the key and the retry runs. In the handler's
+        // transaction, the transaction's own deadline bounds it.
+        const alone =
+          transaction.state === 'none' || transaction.state === 'idle';
+        const write = await (alone
+          ? withinStoreTime(
+              completing,
+              storeCallMs(this.deadline),
+              'completion',
+            )
+          : completing);
         if (!write.fenced) {
           throw new LeaseLostError();
         }
@@ -497,14 +519,18 @@ export class Execution implements RunningLink, RecoveryOwner, HandlerContext {
       return;
     }
     try {
-      const write = await host.store.complete(
-        lease,
-        {
-          status: 'failed',
-          response: await redacted(response, options),
-          ttlMs: options.ttlMs,
-        },
-        undefined,
+      const write = await withinStoreTime(
+        host.store.complete(
+          lease,
+          {
+            status: 'failed',
+            response: await redacted(response, options),
+            ttlMs: options.ttlMs,
+          },
+          undefined,
+        ),
+        storeCallMs(this.deadline),
+        'stored error',
       );
       if (write.fenced) {
         host.ended(this, write.waiting);
@@ -520,8 +546,8 @@ export class Execution implements RunningLink, RecoveryOwner, HandlerContext {
 
   /**
    * Gives the claim up, so that the next attempt runs at once. Never throws.
-   * Resolves once the store has answered, or after {@link RELEASE_WAIT_MS}
-   * while the release goes on.
+   * Resolves once the store has answered, or after {@link RELEASE_WAIT_MS},
+   * when the release is tried again in the background.
    */
   async release(): Promise<void> {
     const { host, lease } = this;
@@ -532,9 +558,16 @@ export class Execution implements RunningLink, RecoveryOwner, HandlerContext {
     }
     // Out of the running set first: a second release finds it gone.
     host.forget(this);
+    // Bounded, so that a retry of a release the store's client holds (see
+    // `LeaseRenewals.retryRelease`) never waits for it.
     const release = async () =>
-      (await host.store.release(lease, this.recovery?.derived ?? false))
-        .waiting;
+      (
+        await withinStoreTime(
+          host.store.release(lease, this.recovery?.derived ?? false),
+          RELEASE_WAIT_MS,
+          'release',
+        )
+      ).waiting;
     const released = (async () => {
       let waiting = false;
       try {
@@ -547,14 +580,7 @@ export class Execution implements RunningLink, RecoveryOwner, HandlerContext {
       }
       host.ended(this, waiting);
     })();
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    await Promise.race([
-      released,
-      new Promise<void>((resolve) => {
-        timer = setTimeout(resolve, RELEASE_WAIT_MS);
-      }),
-    ]);
-    clearTimeout(timer);
+    await released;
   }
 
   /** Called when a renewal found the claim taken over. */

@@ -9,6 +9,7 @@ import { randomUUID } from 'node:crypto';
 import type { IdempotencyEventType } from '../interfaces/idempotency-event.interface.js';
 import {
   IdempotencyStore,
+  type ClaimOutcome,
   type ClaimRequest,
   type StoredRecord,
   type StoredResponse,
@@ -37,6 +38,12 @@ import { LeaseRenewals } from './lease-renewals.js';
 import { Waiters } from './waiters.js';
 import { sealedStore } from './record-sealing.js';
 import { messageOf } from './error-message.js';
+import {
+  STORE_CALL_MIN_MS,
+  StoreTimeoutError,
+  storeCallMs,
+  withinStoreTime,
+} from './store-deadline.js';
 
 /**
  * How often a waiter looks at the key again when notifications cannot reach
@@ -172,9 +179,20 @@ export class IdempotencyExecutor
         ttlMs: options.ttlMs,
         wait,
       };
+      // Bounded by the attempt's deadline, as its handler would be (at
+      // least a round trip's time): an unreachable store answers the
+      // request with a 503 then, whatever its client does with the command.
+      const claiming = this.store.claim(request);
       try {
-        outcome = await this.store.claim(request);
+        outcome = await withinStoreTime(
+          claiming,
+          storeCallMs(attempt.started + options.transactionTimeoutMs),
+          'claim',
+        );
       } catch (error) {
+        if (error instanceof StoreTimeoutError) {
+          this.releaseLateClaim(claiming, request);
+        }
         this.emit('failed', attempt, { error });
         throw new IdempotencyUnavailableException(options.retryAfter);
       }
@@ -218,6 +236,39 @@ export class IdempotencyExecutor
         ),
       );
     }
+  }
+
+  /**
+   * Releases the claim of a request answered with a 503 because its store
+   * did not answer in time, should it land after all (the store's client
+   * sent it once the store was back): the key is free for the retry at
+   * once, not a lease later. A release that fails is tried again until the
+   * claim's lease runs out (see `LeaseRenewals.retryRelease`).
+   */
+  private releaseLateClaim(
+    claiming: Promise<ClaimOutcome>,
+    request: ClaimRequest,
+  ): void {
+    void claiming.then(
+      async (outcome) => {
+        if (outcome.state !== 'claimed') {
+          return;
+        }
+        const lease = outcome.lease ?? request;
+        const release = async () => {
+          await withinStoreTime(
+            this.store.release(lease, false),
+            STORE_CALL_MIN_MS,
+            'release',
+          );
+        };
+        await release().catch(() =>
+          this.renewals.retryRelease(release, Date.now() + request.leaseMs),
+        );
+      },
+      // Failed after all: nothing to release.
+      () => undefined,
+    );
   }
 
   /**

@@ -3,6 +3,7 @@ import type { IdempotencyStore } from '../interfaces/idempotency-store.interface
 import type { Execution } from './execution.js';
 import { RunningExecutions } from './running-executions.js';
 import { messageOf } from './error-message.js';
+import { STORE_CALL_MIN_MS, withinStoreTime } from './store-deadline.js';
 
 /**
  * @internal The claims that the attempts of this instance hold, renewed
@@ -100,7 +101,13 @@ export class LeaseRenewals {
           continue;
         }
         try {
-          await pending.release();
+          // Bounded: one release that the store's client holds must not
+          // hold up the others (nor every later turn).
+          await withinStoreTime(
+            pending.release(),
+            STORE_CALL_MIN_MS,
+            'release',
+          );
           this.releases.delete(pending);
         } catch {
           // Still out of reach: the next turn tries again.
@@ -124,14 +131,20 @@ export class LeaseRenewals {
     const now = Date.now();
     const executions = this.running.toArray();
     try {
-      const held = await this.store.renew(
-        executions.map(({ lease, deadline }) => ({
-          scope: lease!.scope,
-          key: lease!.key,
-          owner: lease!.owner,
-          // Never past the attempt's deadline.
-          durationMs: Math.max(0, Math.min(this.leaseMs, deadline - now)),
-        })),
+      // Bounded: a renewal that the store's client holds would stop every
+      // later one, even once the store is back.
+      const held = await withinStoreTime(
+        this.store.renew(
+          executions.map(({ lease, deadline }) => ({
+            scope: lease!.scope,
+            key: lease!.key,
+            owner: lease!.owner,
+            // Never past the attempt's deadline.
+            durationMs: Math.max(0, Math.min(this.leaseMs, deadline - now)),
+          })),
+        ),
+        Math.max(STORE_CALL_MIN_MS, this.intervalMs),
+        'renewal',
       );
       for (const execution of executions) {
         if (this.running.has(execution) && !held.has(execution.lease!.owner)) {

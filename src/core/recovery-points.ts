@@ -11,6 +11,7 @@ import { derivedKey } from './derived-key.js';
 import type { ResolvedRouteOptions } from './executor.options.js';
 import { LeaseLostError } from './failures.js';
 import { ownStatement } from './own-statement.js';
+import { storeCallMs, withinStoreTime } from './store-deadline.js';
 
 /**
  * @internal What the recovery points of an attempt read of its execution
@@ -69,7 +70,9 @@ export class RecoveryPoints {
     const { host } = this;
     const { attempt, options, transaction } = this.owner;
     const lease = this.named('step', name);
-    const stored = await ownStatement(() => host.store.readStep(lease, name));
+    const stored = await ownStatement(() =>
+      this.bounded(host.store.readStep(lease, name), 'step read'),
+    );
     if (stored) {
       return stored.result as T;
     }
@@ -90,7 +93,11 @@ export class RecoveryPoints {
     // whose claim another attempt took over (its lease ran out while it was
     // paused, before a renewal could tell it) would otherwise start its
     // effect beside the new owner's, which resumes after the last step saved.
-    if (!(await ownStatement(() => host.store.bind(lease, this.holdMs())))) {
+    if (
+      !(await ownStatement(() =>
+        this.bounded(host.store.bind(lease, this.holdMs()), 'binding'),
+      ))
+    ) {
       throw new LeaseLostError();
     }
     this.refuseEnded();
@@ -99,12 +106,31 @@ export class RecoveryPoints {
       throw new IdempotencyUnavailableException(options.retryAfter);
     }
     const saved = await ownStatement(() =>
-      host.store.saveStep(lease, name, result, this.holdMs()),
+      this.bounded(
+        host.store.saveStep(lease, name, result, this.holdMs()),
+        'step save',
+      ),
     );
     if (!saved) {
       throw new LeaseLostError();
     }
     return result as T;
+  }
+
+  /**
+   * A call of the store for a step, bounded by the attempt's deadline (at
+   * least a round trip's time): the handler gets an error (503) instead of
+   * waiting for ever on an unreachable store. A save that lands late is
+   * the retry's to read (fenced by the owner, it lands only while the
+   * claim is this attempt's).
+   */
+  private bounded<T>(call: Promise<T>, name: string): Promise<T> {
+    const { attempt, options } = this.owner;
+    return withinStoreTime(
+      call,
+      storeCallMs(attempt.started + options.transactionTimeoutMs),
+      name,
+    );
   }
 
   /**
