@@ -13,6 +13,7 @@ import { IdempotencyExecutor } from './core/idempotency.executor.js';
 import { IdempotencyEvents } from './idempotency.events.js';
 import { IdempotencyConfigurationError } from './exceptions/idempotency-configuration.error.js';
 import { messageOf } from './core/error-message.js';
+import { reportedStep } from './core/stored-step.js';
 
 /** Name of the module's job in the `SchedulerRegistry`. */
 const JOB_NAME = 'idempotency-gc';
@@ -122,7 +123,7 @@ export class IdempotencyCollector
           type: 'abandoned',
           scope: key.scope,
           key: key.key,
-          steps: key.steps,
+          steps: key.steps.map(reportedStep),
         }),
       );
       removed += batch.removed;

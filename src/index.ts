@@ -91,6 +91,8 @@ export { IdempotencyBodyUnreadableException } from './exceptions/idempotency-bod
 export { IdempotencyConfigurationError } from './exceptions/idempotency-configuration.error.js';
 export { TransactionAbortedError } from './core/transaction.errors.js';
 export { StepResultError } from './core/recovery-points.js';
+export { IdempotencyStepResultTooLargeException } from './exceptions/idempotency-step-result-too-large.exception.js';
+export { IdempotencyStepTooLargeError } from './exceptions/idempotency-step-too-large.error.js';
 export {
   IdempotencyDownstreamRefusedException,
   type IdempotencyDownstreamAnswer,

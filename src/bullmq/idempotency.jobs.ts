@@ -14,6 +14,7 @@ import type {
 } from '../interfaces/idempotency-options.interface.js';
 import { IdempotencyHttpException } from '../exceptions/idempotency-http.exception.js';
 import { IdempotencyNotReplayableException } from '../exceptions/idempotency-not-replayable.exception.js';
+import { IdempotencyStepResultTooLargeException } from '../exceptions/idempotency-step-result-too-large.exception.js';
 import { newAttempt, type Attempt } from '../core/attempt.js';
 import { IdempotencyExecutor } from '../core/idempotency.executor.js';
 import { loadRequiredPeer } from '../core/optional-peer.js';
@@ -77,7 +78,8 @@ const queueScope: IdempotencyScopeResolver = (context) =>
  * The module's refusals as a job fails with them, each with the reason
  * `<title>: <detail>` of its problem, their message (BullMQ keeps an error's
  * message as the job's `failedReason`). Refusals that a retry of the same
- * job can only meet again (400, 422): BullMQ fails such a job at once
+ * job can only meet again (400, 422, and the 500 of a step whose result
+ * was too large to keep): BullMQ fails such a job at once
  * (`UnrecoverableError`) instead of retrying it. A 409 (a duplicate
  * running) and a 503 (the database unreachable, a deadline passed) are
  * thrown themselves, for the `instanceof` of the worker's `failed`
@@ -87,7 +89,12 @@ async function toJobError(error: unknown): Promise<unknown> {
   if (!(error instanceof IdempotencyHttpException)) {
     return error;
   }
-  if (error.getStatus() === HttpStatus.CONFLICT || error.getStatus() >= 500) {
+  // A step whose result could not be kept fails every retry the same way.
+  if (
+    error.getStatus() === HttpStatus.CONFLICT ||
+    (error.getStatus() >= 500 &&
+      !(error instanceof IdempotencyStepResultTooLargeException))
+  ) {
     return error;
   }
   // Loaded here only: applications without BullMQ do not need it.

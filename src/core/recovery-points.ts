@@ -12,6 +12,14 @@ import type { ResolvedRouteOptions } from './executor.options.js';
 import { LeaseLostError } from './failures.js';
 import { ownStatement } from './own-statement.js';
 import { storeCallMs, withinStoreTime } from './store-deadline.js';
+import {
+  storedStep,
+  storedStepValue,
+  unkeptStepValue,
+  type UnkeptStep,
+} from './stored-step.js';
+import { IdempotencyStepTooLargeError } from '../exceptions/idempotency-step-too-large.error.js';
+import { IdempotencyStepResultTooLargeException } from '../exceptions/idempotency-step-result-too-large.exception.js';
 
 /**
  * @internal What the recovery points of an attempt read of its execution
@@ -70,10 +78,14 @@ export class RecoveryPoints {
     const { host } = this;
     const { attempt, options, transaction } = this.owner;
     const lease = this.named('step', name);
-    const stored = await ownStatement(() =>
+    const read = await ownStatement(() =>
       this.bounded(host.store.readStep(lease, name), 'step read'),
     );
-    if (stored) {
+    if (read) {
+      const stored = storedStep(read.result);
+      if ('unkept' in stored) {
+        throw tooLarge(name, stored.unkept);
+      }
       return stored.result as T;
     }
     if (transaction.state === 'open') {
@@ -105,16 +117,71 @@ export class RecoveryPoints {
     if (this.owner.isAbandoned) {
       throw new IdempotencyUnavailableException(options.retryAfter);
     }
-    const saved = await ownStatement(() =>
-      this.bounded(
-        host.store.saveStep(lease, name, result, this.holdMs()),
-        'step save',
-      ),
-    );
+    await this.save(lease, name, result);
+    return result as T;
+  }
+
+  /**
+   * Saves a step's result, fenced by the owner. A result the store can
+   * never keep (too large) is a permanent condition, unlike a store out of
+   * reach: its effect happened, and a retry that ran it again would be
+   * refused the same way, again and again. The step is saved as run
+   * without a result instead, and the request answered with a 500 that
+   * every retry gets too, from that mark, without running the step.
+   * @throws LeaseLostError, IdempotencyStepResultTooLargeException, or
+   * the store's error (503).
+   */
+  private async save(
+    lease: StepLease,
+    name: string,
+    result: unknown,
+  ): Promise<void> {
+    const { store } = this.host;
+    let saved: boolean;
+    try {
+      saved = await ownStatement(() =>
+        this.bounded(
+          store.saveStep(lease, name, storedStepValue(result), this.holdMs()),
+          'step save',
+        ),
+      );
+    } catch (error) {
+      if (!(error instanceof IdempotencyStepTooLargeError)) {
+        throw error;
+      }
+      const { attempt } = this.owner;
+      const route = `${attempt.method} ${attempt.path}`;
+      const unkept = { bytes: error.bytes, limitBytes: error.limitBytes };
+      try {
+        saved = await ownStatement(() =>
+          this.bounded(
+            store.saveStep(lease, name, unkeptStepValue(unkept), this.holdMs()),
+            'step save',
+          ),
+        );
+      } catch (markError) {
+        // Not even the mark fits (the item is full of earlier steps): the
+        // client is still told that a retry cannot succeed, rather than
+        // asked to retry by a 503 that would run the step again each time.
+        if (markError instanceof IdempotencyStepTooLargeError) {
+          this.host.warn(
+            `${route}: ${error.message}, and not even the mark that the step ran fits: this request is answered with a 500 (step-result-too-large), and a retry with the same key runs the step again. Keep a reference to a large result as the step's result instead.`,
+          );
+          throw tooLarge(name, unkept);
+        }
+        throw markError;
+      }
+      if (!saved) {
+        throw new LeaseLostError();
+      }
+      this.host.warn(
+        `${route}: ${error.message}. The step ran; it is saved as run without a result, and this request and its retries with the same key are answered with a 500 (step-result-too-large) without running it again. Keep a reference to a large result as the step's result instead.`,
+      );
+      throw tooLarge(name, unkept);
+    }
     if (!saved) {
       throw new LeaseLostError();
     }
-    return result as T;
   }
 
   /**
@@ -222,6 +289,18 @@ export class StepResultError extends Error {
     );
     this.name = 'StepResultError';
   }
+}
+
+/** The answer to a step that ran without a result its store could keep. */
+function tooLarge(
+  name: string,
+  unkept: UnkeptStep,
+): IdempotencyStepResultTooLargeException {
+  return new IdempotencyStepResultTooLargeException(
+    name,
+    unkept.bytes,
+    unkept.limitBytes,
+  );
 }
 
 /**

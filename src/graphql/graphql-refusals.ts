@@ -27,6 +27,9 @@ import { GraphqlRefusalError } from './graphql-refusal.error.js';
  *   through `IdempotencyContext.fetch()` gave a final error answer.
  * - `IDEMPOTENCY_DOWNSTREAM_UNAVAILABLE` (503, with `retryAfter`): such a
  *   service gave no final answer in time; retry with the same key.
+ * - `IDEMPOTENCY_STEP_RESULT_TOO_LARGE` (500): a step of the mutation ran,
+ *   and its result was too large for the store to keep; a retry with the
+ *   same key gets the same answer, the step never run again.
  */
 export const IDEMPOTENCY_GRAPHQL_CODES = {
   'urn:idempotency:missing-key': 'IDEMPOTENCY_KEY_MISSING',
@@ -38,6 +41,7 @@ export const IDEMPOTENCY_GRAPHQL_CODES = {
   'urn:idempotency:downstream-refused': 'IDEMPOTENCY_DOWNSTREAM_REFUSED',
   'urn:idempotency:downstream-unavailable':
     'IDEMPOTENCY_DOWNSTREAM_UNAVAILABLE',
+  'urn:idempotency:step-result-too-large': 'IDEMPOTENCY_STEP_RESULT_TOO_LARGE',
 } as const;
 
 /**

@@ -61,8 +61,9 @@ export interface IdempotencyEvent {
   readonly error?: unknown;
   /**
    * The completed steps of the key and their results (`abandoned` only);
-   * a result that could not be opened is `undefined`, with `unreadable`
-   * saying why.
+   * a result that could not be opened, or of a step that ran without a
+   * result its store could keep (too large), is `undefined`, with
+   * `unreadable` saying why.
    */
   readonly steps?: ReadonlyArray<{
     readonly step: string;

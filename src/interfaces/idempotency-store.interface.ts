@@ -313,7 +313,11 @@ export interface IdempotencyStore<Transaction = unknown> {
   ): Promise<{ readonly result: unknown } | undefined>;
   /**
    * Commits a step's result at once, fenced by the owner, and binds the key
-   * to the lease's fingerprint (see {@link StepLease}).
+   * to the lease's fingerprint (see {@link StepLease}). A result larger than
+   * the store can ever keep is refused before anything is written, with
+   * `IdempotencyStepTooLargeError` (the module then saves a small mark in
+   * its place, and the step never runs again); any other error is taken as
+   * the store out of reach (503).
    * @param ttlMs how long from now the step, and the key's binding, are
    * kept at least: the module passes `ttl` after the attempt's deadline, so
    * that no step of an attempt expires before a retry of it can come.

@@ -6,6 +6,7 @@ import type { IdempotencyExecutor } from '../core/idempotency.executor.js';
 import { loadRequiredPeer } from '../core/optional-peer.js';
 import { IdempotencyHttpException } from '../exceptions/idempotency-http.exception.js';
 import { IdempotencyNotReplayableException } from '../exceptions/idempotency-not-replayable.exception.js';
+import { IdempotencyStepResultTooLargeException } from '../exceptions/idempotency-step-result-too-large.exception.js';
 import type { MessageOutcome } from './message-transport.js';
 import { messageOf } from '../core/error-message.js';
 
@@ -32,6 +33,11 @@ export function failedOutcome(error: unknown): MessageOutcome {
     // stored: done, not failed (never to a dead-letter queue, whose
     // reprocessing would run it again).
     return 'ack';
+  }
+  if (error instanceof IdempotencyStepResultTooLargeException) {
+    // A step ran whose result cannot be kept: every redelivery meets the
+    // same refusal (the step never runs again), as a 4xx would.
+    return 'reject';
   }
   if (error instanceof HttpException) {
     const status = error.getStatus();

@@ -35,6 +35,7 @@ export {
   type StoredRecord,
   type StoredResponse,
 } from '../interfaces/idempotency-store.interface.js';
+export { IdempotencyStepTooLargeError } from '../exceptions/idempotency-step-too-large.error.js';
 export type {
   HandlerTransaction,
   HandlerTransactionState,

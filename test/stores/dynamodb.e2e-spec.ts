@@ -7,7 +7,10 @@ import {
   ScanCommand,
   UpdateItemCommand,
 } from '@aws-sdk/client-dynamodb';
-import { IdempotencyConfigurationError } from '../../src/index.js';
+import {
+  IdempotencyConfigurationError,
+  IdempotencyStepTooLargeError,
+} from '../../src/index.js';
 import { DynamoDbIdempotencyStore } from '../../src/stores/dynamodb/index.js';
 import type {
   AbandonedKey,
@@ -347,7 +350,12 @@ describe('the DynamoDB store', () => {
     await expect(
       store.saveStep(claim, 'report', 'x'.repeat(500 * 1024), HOUR_MS),
     ).rejects.toThrow(
-      /The result of step "report" \(512002 bytes of JSON\) does not fit in DynamoDB's item of 400 KB/,
+      new IdempotencyStepTooLargeError(
+        'report',
+        512002,
+        400 * 1024 - 'report'.length - claim.fingerprint.length - 2048,
+        "it does not fit in DynamoDB's item of 400 KB, which holds the record and all the steps of its key: store a reference to the result instead",
+      ),
     );
     expect(sent).toHaveLength(0);
     expect(await store.readStep(claim, 'report')).toBeUndefined();
@@ -362,6 +370,9 @@ describe('the DynamoDB store', () => {
     await expect(store.saveStep(claim, 'three', part, HOUR_MS)).rejects.toThrow(
       /The result of step "three" .* does not fit in DynamoDB's item of 400 KB/,
     );
+    await expect(
+      store.saveStep(claim, 'three', part, HOUR_MS),
+    ).rejects.toBeInstanceOf(IdempotencyStepTooLargeError);
     expect(await store.readStep(claim, 'one')).toEqual({ result: part });
     expect(await store.readStep(claim, 'three')).toBeUndefined();
   });

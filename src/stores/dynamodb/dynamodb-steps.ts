@@ -1,4 +1,5 @@
 import type { StepLease } from '../../interfaces/idempotency-store.interface.js';
+import { IdempotencyStepTooLargeError } from '../../exceptions/idempotency-step-too-large.error.js';
 import {
   IN_PROGRESS,
   OWNED_CONDITION,
@@ -52,7 +53,8 @@ export async function readStepResult(
  * with a shorter time to live than an earlier one is written by a second
  * write that leaves it).
  * @returns false when the claim was lost.
- * @throws RangeError when the item would exceed DynamoDB's 400 KB.
+ * @throws IdempotencyStepTooLargeError when the item would exceed
+ * DynamoDB's 400 KB, before writing (or as DynamoDB refuses the write).
  */
 export async function saveStepResult(
   records: DynamoDbRecords,
@@ -62,17 +64,22 @@ export async function saveStepResult(
   ttlMs: number,
 ): Promise<boolean> {
   const json = JSON.stringify(result ?? null);
+  const bytes = Buffer.byteLength(json);
+  // What the step may take of the item: what the record and the step's
+  // name and fingerprint leave of it (earlier steps are DynamoDB's to count).
+  const room =
+    DYNAMODB_ITEM_LIMIT_BYTES -
+    Buffer.byteLength(step) -
+    Buffer.byteLength(lease.fingerprint) -
+    RECORD_OVERHEAD_BYTES;
   const tooLarge = () =>
-    new RangeError(
-      `The result of step "${step}" (${Buffer.byteLength(json)} bytes of JSON) does not fit in DynamoDB's item of 400 KB, which holds the record and all the steps of its key: store a reference to the result instead.`,
+    new IdempotencyStepTooLargeError(
+      step,
+      bytes,
+      room,
+      "it does not fit in DynamoDB's item of 400 KB, which holds the record and all the steps of its key: store a reference to the result instead",
     );
-  if (
-    Buffer.byteLength(json) +
-      Buffer.byteLength(step) +
-      Buffer.byteLength(lease.fingerprint) +
-      RECORD_OVERHEAD_BYTES >
-    DYNAMODB_ITEM_LIMIT_BYTES
-  ) {
+  if (bytes > room) {
     throw tooLarge();
   }
   const sdk = await loadDynamoDbSdk();

@@ -74,7 +74,12 @@ import { createDynamoDbTable } from './dynamodb-table.js';
  * An item holds at most 400 KB: a response that does not fit is recorded as
  * not replayable (its status kept: a duplicate is refused, the handler never
  * runs twice), whatever the module's `maxResponseSize` (1 MiB by default);
- * a step's result that does not fit is refused with an error.
+ * a step's result that does not fit is saved as run without a result, and
+ * the request (and every retry of its key) answered with a 500
+ * (`IdempotencyStepResultTooLargeException`), the step never run again. A
+ * step's result takes at most about 397 KiB as its JSON, less the other
+ * steps of its key; with `encryption`, about 298 KiB (sealed, as base64
+ * text).
  *
  * @example
  * const client = new DynamoDBClient({ region: 'eu-west-1' });
@@ -208,7 +213,8 @@ export class DynamoDbIdempotencyStore implements IdempotencyStore {
    * Writes the result, with the lease's fingerprint, into the claim's item
    * (`steps`), fenced by the owner (and by the claim's fingerprint), and
    * binds the key to the request until the step expires.
-   * @throws RangeError when the item would exceed DynamoDB's 400 KB.
+   * @throws IdempotencyStepTooLargeError when the item would exceed
+   * DynamoDB's 400 KB.
    */
   saveStep(
     lease: StepLease,

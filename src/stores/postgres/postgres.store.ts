@@ -6,6 +6,7 @@ import {
 } from '@nestjs/common';
 import type { ResolvedIdempotencyOptions } from '../../idempotency.options.js';
 import { IdempotencyConfigurationError } from '../../exceptions/idempotency-configuration.error.js';
+import { IdempotencyStepTooLargeError } from '../../exceptions/idempotency-step-too-large.error.js';
 import type {
   PostgresClient,
   PostgresConnection,
@@ -39,6 +40,7 @@ import {
   TransactionLostError,
 } from '../../core/transaction.errors.js';
 import { sqlState } from '../../core/failures.js';
+import { messageOf } from '../../core/error-message.js';
 import {
   forgetPostgresRecords,
   readPostgresStepResults,
@@ -93,6 +95,10 @@ const POSTGRES_COLUMNS = [
 const FAILURES = '"idempotency_failures"';
 /** SQLSTATE of a table that does not exist. */
 const UNDEFINED_TABLE = '42P01';
+/** SQLSTATE of a value over one of PostgreSQL's limits (a `jsonb` too large). */
+const PROGRAM_LIMIT_EXCEEDED = '54000';
+/** The most a `jsonb` string, array or object holds: 256 MiB less a byte. */
+const JSONB_LIMIT_BYTES = 268_435_455;
 /** Longest NOTIFY payload PostgreSQL takes is 8000 bytes. */
 const MAX_PAYLOAD_BYTES = 7_900;
 
@@ -350,12 +356,27 @@ export class PostgresIdempotencyStore
     result: unknown,
     ttlMs: number,
   ): Promise<boolean> {
-    const { rows } = await this.statements.query<{ saved: boolean }>(
-      this.pool,
-      SAVE_STEP,
-      [lease.scope, lease.key, lease.owner, step, stepJson(result), ttlMs],
-    );
-    return rows[0].saved;
+    const json = stepJson(result);
+    try {
+      const { rows } = await this.statements.query<{ saved: boolean }>(
+        this.pool,
+        SAVE_STEP,
+        [lease.scope, lease.key, lease.owner, step, json, ttlMs],
+      );
+      return rows[0].saved;
+    } catch (error) {
+      // `jsonb` holds no string, array or object over its limit, whatever
+      // the retry: refused before anything was written.
+      if (sqlState(error) === PROGRAM_LIMIT_EXCEEDED) {
+        throw new IdempotencyStepTooLargeError(
+          step,
+          Buffer.byteLength(json),
+          JSONB_LIMIT_BYTES,
+          `PostgreSQL's jsonb refused it (${messageOf(error)})`,
+        );
+      }
+      throw error;
+    }
   }
 
   /**
