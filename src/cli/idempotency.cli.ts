@@ -8,7 +8,10 @@ import type {
   AbandonedKey,
   RecordState,
 } from '../interfaces/idempotency-store.interface.js';
-import { isSealedStep as isSealed } from '../privacy/idempotency-key-ring.js';
+import {
+  isSealedStep as isSealed,
+  sealedStepText,
+} from '../privacy/idempotency-key-ring.js';
 import type { IdempotencyPrivacy } from '../privacy/idempotency-privacy.service.js';
 import { cliPrivacy, KEYS_VARIABLE } from './cli-keys.js';
 import { openCliStore } from './cli-store.js';
@@ -355,7 +358,7 @@ const COMMANDS: Record<string, Command | undefined> = {
 
 /**
  * A step's result as the collector found it, opened with the key ring
- * when it is sealed and the ring opens it; else as it is.
+ * when it is sealed and the ring opens it; else as it is (sealed, as text).
  */
 function openedStep(
   privacy: IdempotencyPrivacy | undefined,
@@ -364,12 +367,12 @@ function openedStep(
   result: unknown,
 ): unknown {
   if (!privacy || !isSealed(result)) {
-    return result;
+    return sealedStepText(result);
   }
   try {
     return privacy.openStep(key.scope, key.key, step, result);
   } catch {
-    return result;
+    return sealedStepText(result);
   }
 }
 

@@ -25,7 +25,17 @@ export interface RecordSealing {
     key: string,
     response: StoredResponse,
   ): StoredResponse;
-  sealStep(scope: string, key: string, step: string, result: unknown): unknown;
+  /**
+   * @param binary whether the store keeps bytes (`binaryStepResults`): the
+   * result is then sealed in bytes, else as text.
+   */
+  sealStep(
+    scope: string,
+    key: string,
+    step: string,
+    result: unknown,
+    binary?: boolean,
+  ): unknown;
   /** @throws when the result cannot be opened. */
   openStep(scope: string, key: string, step: string, result: unknown): unknown;
 }
@@ -105,7 +115,13 @@ export function sealedStore(
       return store.saveStep(
         lease,
         step,
-        sealing.sealStep(lease.scope, lease.key, step, result),
+        sealing.sealStep(
+          lease.scope,
+          lease.key,
+          step,
+          result,
+          store.binaryStepResults === true,
+        ),
         ttlMs,
       );
     },

@@ -251,6 +251,16 @@ export interface IdempotencyStore<Transaction = unknown> {
    * @default none: a handler runs in no transaction of the module's
    */
   readonly transactions?: HandlerTransactions<unknown>;
+  /**
+   * Whether `saveStep` (and `replaceStepResult`) keeps a result given as a
+   * `Buffer` as its bytes, and reads it back as a `Buffer` (`readStep`,
+   * `readStepResults`, `collect`): the `encryption` option then hands such
+   * a store step results sealed in bytes, as it seals responses, instead of
+   * as text (base64, a third larger). Results of other shapes are JSON
+   * values, kept as before.
+   * @default false: step results are JSON values only
+   */
+  readonly binaryStepResults?: boolean;
   /** Claims a key, or reports the record that holds it. One statement. */
   claim(request: ClaimRequest): Promise<ClaimOutcome>;
   /** Renews leases; returns the owners that still hold their claim. */

@@ -44,3 +44,34 @@ describe('IdempotencyKeyRing options', () => {
     );
   });
 });
+
+describe('IdempotencyKeyRing step results', () => {
+  const ring = new IdempotencyKeyRing({
+    keys: { k1: randomBytes(32).toString('base64') },
+    current: 'k1',
+  });
+  const result = { id: 'ch_1', note: 'y'.repeat(3000) };
+  const json = Buffer.byteLength(JSON.stringify(result));
+
+  it('seals in bytes for a store that keeps bytes: the JSON and 35 bytes for key "k1"', () => {
+    const sealed = ring.sealStep('global', 'key', 'charge', result, true);
+    expect(Buffer.isBuffer(sealed)).toBe(true);
+    expect((sealed as Buffer).length).toBe(json + 35);
+    expect(ring.stepKeyIdOf(sealed)).toBe('k1');
+    expect(ring.openStep('global', 'key', 'charge', sealed)).toEqual(result);
+  });
+
+  it('seals as base64 text for a store of JSON values, and opens it as before', () => {
+    const sealed = ring.sealStep('global', 'key', 'charge', result);
+    expect(sealed).toMatch(/^idempotency-sealed:/);
+    expect(ring.stepKeyIdOf(sealed)).toBe('k1');
+    expect(ring.openStep('global', 'key', 'charge', sealed)).toEqual(result);
+  });
+
+  it('opens a result sealed in bytes for its own step only', () => {
+    const sealed = ring.sealStep('global', 'key', 'charge', result, true);
+    expect(() => ring.openStep('global', 'key', 'refund', sealed)).toThrow(
+      /does not authenticate it/,
+    );
+  });
+});

@@ -8,7 +8,10 @@ import { IdempotencyConfigurationError } from '../exceptions/idempotency-configu
 const MAGIC = Buffer.from('IDS1');
 const IV_BYTES = 12;
 const TAG_BYTES = 16;
-/** A step's sealed result: this prefix, then the sealed value in base64. */
+/**
+ * A step's result sealed as text (for a store of JSON values): this prefix,
+ * then the sealed value in base64.
+ */
 const STEP_PREFIX = 'idempotency-sealed:';
 const KEY_ID = /^[A-Za-z0-9._-]{1,64}$/;
 
@@ -242,22 +245,32 @@ export class IdempotencyKeyRing implements RecordSealing {
     };
   }
 
-  sealStep(scope: string, key: string, step: string, result: unknown): unknown {
+  /**
+   * A step's result sealed: in bytes for a store that keeps them
+   * (`binary`), as responses are; else as text, this prefix and the
+   * sealed bytes in base64 (a third larger), for a store of JSON values.
+   */
+  sealStep(
+    scope: string,
+    key: string,
+    step: string,
+    result: unknown,
+    binary = false,
+  ): unknown {
     const json = Buffer.from(JSON.stringify(result ?? null));
-    return (
-      STEP_PREFIX +
-      this.seal(json, stepContext(scope, key, step)).toString('base64')
-    );
+    const sealed = this.seal(json, stepContext(scope, key, step));
+    return binary ? sealed : STEP_PREFIX + sealed.toString('base64');
   }
 
+  /** A step's result sealed by {@link sealStep}, in either form, opened. */
   openStep(scope: string, key: string, step: string, result: unknown): unknown {
-    if (typeof result !== 'string' || !result.startsWith(STEP_PREFIX)) {
-      if (this.readPlaintext) {
+    const sealed = sealedStepBytes(result);
+    if (sealed === undefined) {
+      if (this.readPlaintext && !Buffer.isBuffer(result)) {
         return result;
       }
       throw new UnreadableRecordError('it is not sealed');
     }
-    const sealed = Buffer.from(result.slice(STEP_PREFIX.length), 'base64');
     return JSON.parse(
       this.open(sealed, stepContext(scope, key, step)).toString(),
     ) as unknown;
@@ -265,15 +278,41 @@ export class IdempotencyKeyRing implements RecordSealing {
 
   /** The key id a step's sealed result names, or `undefined` for one not sealed. */
   stepKeyIdOf(result: unknown): string | undefined {
-    return typeof result === 'string' && result.startsWith(STEP_PREFIX)
-      ? this.keyIdOf(Buffer.from(result.slice(STEP_PREFIX.length), 'base64'))
-      : undefined;
+    const sealed = sealedStepBytes(result);
+    return sealed && this.keyIdOf(sealed);
   }
+}
+
+/**
+ * The sealed bytes of a step's stored result: the result itself when it is
+ * bytes, the base64 after the prefix of one sealed as text, else
+ * `undefined` (a result not sealed).
+ */
+function sealedStepBytes(result: unknown): Buffer | undefined {
+  if (Buffer.isBuffer(result)) {
+    return result;
+  }
+  return typeof result === 'string' && result.startsWith(STEP_PREFIX)
+    ? Buffer.from(result.slice(STEP_PREFIX.length), 'base64')
+    : undefined;
+}
+
+/**
+ * @internal A step's sealed result as text, whichever form it was stored
+ * in: for a report that shows it sealed (bytes would be shown as a list of
+ * numbers).
+ */
+export function sealedStepText(result: unknown): unknown {
+  return Buffer.isBuffer(result)
+    ? STEP_PREFIX + result.toString('base64')
+    : result;
 }
 
 /** @internal Whether a step's stored result is sealed (by any key). */
 export function isSealedStep(result: unknown): boolean {
-  return typeof result === 'string' && result.startsWith(STEP_PREFIX);
+  return Buffer.isBuffer(result)
+    ? sealedKeyId(result) !== undefined
+    : typeof result === 'string' && result.startsWith(STEP_PREFIX);
 }
 
 function responseContext(scope: string, key: string): string {

@@ -93,9 +93,11 @@ export class IdempotencyPrivacy {
     const id = ring.stepKeyIdOf(result);
     const plain =
       id === undefined ? result : ring.openStep(scope, key, step, result);
+    // Sealed again in the form it was stored in: bytes only where the
+    // store kept bytes.
     return id === ring.current
       ? undefined
-      : ring.sealStep(scope, key, step, plain);
+      : ring.sealStep(scope, key, step, plain, Buffer.isBuffer(result));
   }
 
   private ring(): IdempotencyKeyRing {

@@ -4,7 +4,10 @@
  * kept. The request gets a 500 (`step-result-too-large`) that says a retry
  * cannot succeed, never a 503 that asks for one, and every retry with the
  * same key gets it again without the step running: its effect happens
- * once. Redis keeps large results. Over real HTTP, on each store.
+ * once. With `encryption`, a step's result on DynamoDB is sealed in bytes
+ * (as responses are), so that it takes what its JSON takes, not a third
+ * more; one sealed as base64 text by an earlier version still opens. Redis
+ * keeps large results. Over real HTTP, on each store.
  */
 import { randomBytes, randomUUID } from 'node:crypto';
 import {
@@ -109,18 +112,6 @@ describe.each([
   let target: StoreApp;
   let effects: Effects;
   const events: IdempotencyEvent[] = [];
-  /**
-   * The size of a result of `size` characters as stored: its JSON (two
-   * quotes), or with `encryption` that JSON sealed (35 bytes more for key
-   * "k1") as base64 text after its prefix, itself as a JSON string.
-   */
-  const storedBytes = (size: number) =>
-    encryption
-      ? JSON.stringify(
-          'idempotency-sealed:' +
-            'x'.repeat(Math.ceil((size + 2 + 35) / 3) * 4),
-        ).length
-      : size + 2;
 
   beforeAll(async () => {
     dynamo = await startDynalite();
@@ -139,13 +130,13 @@ describe.each([
     await dynamo?.close();
   });
 
-  it('keeps a result of 290 KiB: the retry replays, the step ran once', async () => {
-    const { first, retry, steps } = await twice(target.url, effects, 290 * KiB);
-    expect(first).toMatchObject({ status: 201, body: { length: 290 * KiB } });
+  it('keeps a result of 390 KiB: the retry replays, the step ran once', async () => {
+    const { first, retry, steps } = await twice(target.url, effects, 390 * KiB);
+    expect(first).toMatchObject({ status: 201, body: { length: 390 * KiB } });
     expect(retry).toMatchObject({
       status: 201,
       replayed: true,
-      body: { length: 290 * KiB },
+      body: { length: 390 * KiB },
     });
     expect(steps).toBe(1);
   });
@@ -153,7 +144,9 @@ describe.each([
   it('answers a result of 420 KiB with a 500 that every retry gets, the step run once, the key kept bound', async () => {
     const size = 420 * KiB;
     const { key, first, retry, steps } = await twice(target.url, effects, size);
-    const bytes = storedBytes(size);
+    // As stored: its JSON (two quotes), sealed in bytes with `encryption`
+    // (the format's 35 bytes for key "k1").
+    const bytes = size + 2 + (encryption ? 35 : 0);
     expect(first).toEqual(tooLarge(bytes));
     expect(retry).toEqual(tooLarge(bytes));
     expect(steps).toBe(1);
@@ -195,7 +188,7 @@ describe.each([
       }),
     );
     await target.app.get(IdempotencyCollector).collect();
-    const bytes = storedBytes(size);
+    const bytes = size + 2 + (encryption ? 35 : 0);
     expect(
       events.filter((event) => event.key === key && event.type === 'abandoned'),
     ).toEqual([
@@ -213,6 +206,65 @@ describe.each([
       },
     ]);
   });
+
+  if (encryption) {
+    it('seals a step’s result in bytes, and still opens one an earlier version sealed as base64 text', async () => {
+      const size = 200 * KiB;
+      const post = (url: string, key: string) =>
+        answer(
+          fetch(`${url}/step/${size}`, {
+            method: 'POST',
+            headers: { 'idempotency-key': key },
+          }),
+        );
+      const stepOf = async (key: string) => {
+        const { Item } = await client.send(
+          new GetItemCommand({
+            TableName: 'idempotency_records',
+            Key: { pk: { S: partitionKey(DEFAULT_SCOPE, key) } },
+            ConsistentRead: true,
+          }),
+        );
+        return Item?.steps?.M?.big?.M?.r;
+      };
+      // An earlier version: the store took JSON values only.
+      const textStore = new DynamoDbIdempotencyStore(client);
+      Object.defineProperty(textStore, 'binaryStepResults', { value: false });
+      const earlier = await startStoreApp({
+        store: textStore,
+        controllers: [SizedStepController],
+        providers: [Effects],
+        idempotency: { encryption },
+      });
+      const old = randomUUID();
+      const earlierEffects = earlier.app.get(Effects);
+      try {
+        earlierEffects.failOnce.add(old);
+        expect((await post(earlier.url, old)).status).toBe(500);
+      } finally {
+        await earlier.close();
+      }
+      expect((await stepOf(old))?.S).toMatch(/^"idempotency-sealed:/);
+      // Its retry, on this version, resumes after the step.
+      expect(await post(target.url, old)).toMatchObject({
+        status: 201,
+        body: { length: size },
+      });
+      expect(earlierEffects.steps.get(old)).toBe(1);
+      expect(effects.steps.get(old)).toBeUndefined();
+
+      // This version: the sealed bytes, 35 more than the JSON for key "k1".
+      const key = randomUUID();
+      effects.failOnce.add(key);
+      expect((await post(target.url, key)).status).toBe(500);
+      expect((await stepOf(key))?.B?.byteLength).toBe(size + 2 + 35);
+      expect(await post(target.url, key)).toMatchObject({
+        status: 201,
+        body: { length: size },
+      });
+      expect(effects.steps.get(key)).toBe(1);
+    });
+  }
 });
 
 /** A store that keeps large values, and what its application needs. */

@@ -6,7 +6,13 @@ import {
   collectable,
   inProgress,
 } from './dynamodb-conditions.js';
-import { type Item, num, stepsOf, stringOf } from './dynamodb-item.js';
+import {
+  type Item,
+  num,
+  resultOf,
+  stepsOf,
+  stringOf,
+} from './dynamodb-item.js';
 import type { DynamoDbRecords } from './dynamodb-records.js';
 import { type DynamoDbSdk, loadDynamoDbSdk } from './dynamodb-sdk.js';
 
@@ -129,7 +135,7 @@ export class DynamoDbCollection {
           key: stringOf(item.key) ?? '',
           steps: expired.map(([step, { result }]) => ({
             step,
-            result: JSON.parse(result) as unknown,
+            result: resultOf({ result }),
           })),
         });
       } catch (error) {

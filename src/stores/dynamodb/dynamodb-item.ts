@@ -62,8 +62,11 @@ export function stringOf(
 
 /** A recovery point as stored in an item's `steps` map. */
 export interface StoredStep {
-  /** The result, as JSON (attribute `r`). */
-  readonly result: string;
+  /**
+   * The result (attribute `r`): its JSON, or its bytes for a result saved
+   * in bytes (sealed by the `encryption` option).
+   */
+  readonly result: string | Buffer;
   /** When it expires, epoch ms (attribute `e`). */
   readonly expiresAt: number;
   /**
@@ -79,13 +82,26 @@ export function stepsOf(item: Item): Map<string, StoredStep> {
   const map = item.steps && 'M' in item.steps ? item.steps.M : undefined;
   for (const [name, value] of Object.entries(map ?? {})) {
     const step = 'M' in value ? value.M : undefined;
-    const result = stringOf(step?.r);
+    const result =
+      step?.r && 'B' in step.r && step.r.B !== undefined
+        ? Buffer.from(step.r.B)
+        : stringOf(step?.r);
     const expiresAt = numberOf(step?.e);
     if (result !== undefined && expiresAt !== undefined) {
       steps.set(name, { result, expiresAt, fingerprint: stringOf(step?.f) });
     }
   }
   return steps;
+}
+
+/**
+ * @internal A step's result as it was saved: its bytes (a sealed result,
+ * kept binary), else its JSON read back.
+ */
+export function resultOf(saved: Pick<StoredStep, 'result'>): unknown {
+  return typeof saved.result === 'string'
+    ? (JSON.parse(saved.result) as unknown)
+    : saved.result;
 }
 
 /** The finished record of an item. */

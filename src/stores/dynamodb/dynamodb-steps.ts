@@ -1,3 +1,4 @@
+import type { AttributeValue } from '@aws-sdk/client-dynamodb';
 import type { StepLease } from '../../interfaces/idempotency-store.interface.js';
 import { IdempotencyStepTooLargeError } from '../../exceptions/idempotency-step-too-large.error.js';
 import {
@@ -12,6 +13,7 @@ import {
   RECORD_OVERHEAD_BYTES,
   itemKey,
   num,
+  resultOf,
   stepsOf,
   str,
 } from './dynamodb-item.js';
@@ -41,7 +43,7 @@ export async function readStepResult(
   );
   const saved = item ? stepsOf(item).get(step) : undefined;
   return saved && stepReadable(saved, lease.fingerprint, Date.now())
-    ? { result: JSON.parse(saved.result) as unknown }
+    ? { result: resultOf(saved) }
     : undefined;
 }
 
@@ -51,7 +53,9 @@ export async function readStepResult(
  * and binds the key to the request until the step expires: `bound_until` is
  * raised to the step's expiry in the same write, never lowered (a step saved
  * with a shorter time to live than an earlier one is written by a second
- * write that leaves it).
+ * write that leaves it). A result in bytes (sealed by the `encryption`
+ * option) is kept as a binary attribute, a third smaller than its base64;
+ * any other as its JSON.
  * @returns false when the claim was lost.
  * @throws IdempotencyStepTooLargeError when the item would exceed
  * DynamoDB's 400 KB, before writing (or as DynamoDB refuses the write).
@@ -63,8 +67,13 @@ export async function saveStepResult(
   result: unknown,
   ttlMs: number,
 ): Promise<boolean> {
-  const json = JSON.stringify(result ?? null);
-  const bytes = Buffer.byteLength(json);
+  const json = Buffer.isBuffer(result)
+    ? undefined
+    : JSON.stringify(result ?? null);
+  const stored: AttributeValue =
+    json === undefined ? { B: result as Buffer } : str(json);
+  const bytes =
+    json === undefined ? (result as Buffer).length : Buffer.byteLength(json);
   // What the step may take of the item: what the record and the step's
   // name and fingerprint leave of it (earlier steps are DynamoDB's to count).
   const room =
@@ -99,7 +108,7 @@ export async function saveStepResult(
       ExpressionAttributeNames: { ...OWNED_NAMES, '#step': step },
       ExpressionAttributeValues: {
         ':step': {
-          M: { r: str(json), e: expiresAt, f: str(lease.fingerprint) },
+          M: { r: stored, e: expiresAt, f: str(lease.fingerprint) },
         },
         ':expires': expiresAt,
         ':fingerprint': str(lease.fingerprint),

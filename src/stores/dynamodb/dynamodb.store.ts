@@ -78,8 +78,8 @@ import { createDynamoDbTable } from './dynamodb-table.js';
  * the request (and every retry of its key) answered with a 500
  * (`IdempotencyStepResultTooLargeException`), the step never run again. A
  * step's result takes at most about 397 KiB as its JSON, less the other
- * steps of its key; with `encryption`, about 298 KiB (sealed, as base64
- * text).
+ * steps of its key; with `encryption`, 35 bytes or so less (sealed in
+ * bytes: a binary attribute).
  *
  * @example
  * const client = new DynamoDBClient({ region: 'eu-west-1' });
@@ -89,6 +89,11 @@ import { createDynamoDbTable } from './dynamodb-table.js';
 export class DynamoDbIdempotencyStore implements IdempotencyStore {
   /** False: the record is written after the handler, outside its transaction. */
   readonly completesInTransaction = false;
+  /**
+   * True: a step's result sealed by the `encryption` option is kept as a
+   * binary attribute, a third smaller than its base64 text.
+   */
+  readonly binaryStepResults = true;
   /** False: DynamoDB has no notifications; waiters poll. */
   readonly watching = false;
   private readonly records: DynamoDbRecords;
@@ -212,7 +217,8 @@ export class DynamoDbIdempotencyStore implements IdempotencyStore {
   /**
    * Writes the result, with the lease's fingerprint, into the claim's item
    * (`steps`), fenced by the owner (and by the claim's fingerprint), and
-   * binds the key to the request until the step expires.
+   * binds the key to the request until the step expires; a result in
+   * bytes (sealed) as a binary attribute.
    * @throws IdempotencyStepTooLargeError when the item would exceed
    * DynamoDB's 400 KB.
    */
