@@ -96,7 +96,11 @@ export class SlowController {
     @Res({ passthrough: true }) response: { raw?: ServerResponse },
   ) {
     const raw = response.raw ?? (response as ServerResponse);
-    raw.once('close', () => void this.hang.clientGone.wait());
+    // The barrier of this request's case, taken now: the response of an
+    // earlier case's request may close late, on a busy machine after the
+    // next case began, and must not tell that case its client left.
+    const gone = this.hang.clientGone;
+    raw.once('close', () => void gone.wait());
     const runs = this.hang.abandonedRuns;
     runs.set(body.reference, (runs.get(body.reference) ?? 0) + 1);
     const run = await this.order(body, runs.get(body.reference)!);
