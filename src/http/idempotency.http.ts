@@ -222,12 +222,6 @@ export class IdempotencyHttp {
         await execution.fail(new Error(`The response is a ${status}`));
         return;
       }
-      if (raw.destroyed && !raw.writableFinished) {
-        // The client left before it was written: rolled back, as for an
-        // answer the module writes.
-        await execution.fail(new Error('The response was never written'));
-        return;
-      }
       this.warnSentItself(execution);
       await execution.completeUnreplayable(status);
       return;

@@ -134,7 +134,6 @@ describe.each(PLATFORMS)('a hung handler (%s)', (platform) => {
   it.each([
     ['a body', ''],
     ['a stream', '?as=stream'],
-    ['an answer the handler sends itself', '?as=sent'],
   ])(
     'rolls back when the client leaves before the response (%s): nothing stays, the retry runs',
     async (_, query) => {

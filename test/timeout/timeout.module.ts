@@ -8,7 +8,6 @@ import {
   Res,
   StreamableFile,
 } from '@nestjs/common';
-import { HttpAdapterHost } from '@nestjs/core';
 import type { ServerResponse } from 'node:http';
 import { InjectRepository, TypeOrmModule } from '@nestjs/typeorm';
 import type { Repository } from 'typeorm';
@@ -44,7 +43,6 @@ export class SlowController {
   constructor(
     @InjectRepository(Order) private readonly orders: Repository<Order>,
     private readonly hang: Hang,
-    private readonly adapterHost: HttpAdapterHost,
   ) {}
 
   @Post()
@@ -84,14 +82,13 @@ export class SlowController {
 
   /**
    * Its first run of a reference waits for the test once it wrote; it
-   * answers `{ run }` as a body, as a stream (`?as=stream`), or sends it
-   * itself (`?as=sent`).
+   * answers `{ run }` as a body, or as a stream (`?as=stream`).
    */
   @Post('abandoned')
   @Idempotent()
   async abandoned(
     @Body() body: { reference: string },
-    @Query('as') as: 'stream' | 'sent' | undefined,
+    @Query('as') as: 'stream' | undefined,
     // Express' response is a ServerResponse; Fastify's reply wraps one.
     @Res({ passthrough: true }) response: { raw?: ServerResponse },
   ) {
@@ -111,10 +108,6 @@ export class SlowController {
       return new StreamableFile(Buffer.from(JSON.stringify({ run })), {
         type: 'application/json',
       });
-    }
-    if (as === 'sent') {
-      this.adapterHost.httpAdapter.reply(response, { run }, 201);
-      return undefined;
     }
     return { run };
   }
