@@ -113,8 +113,18 @@ export function lazyQueryRunners(dataSource: DataSource): LazyQueryRunners {
     // (`releasePostgresConnection`): the handler's own `release()` would
     // hand it to the pool with the transaction still open on it, for the
     // next request to commit. It does nothing, as `release()` of the
-    // other data libraries' clients.
+    // other data libraries' clients, but take the runner off the driver's
+    // list of connected runners: TypeORM's `destroy()` releases each of
+    // them until the list is empty, and would loop for ever (the process
+    // at full CPU, never closing) on a runner that stays there while its
+    // handler still runs. The pool's end then waits for the connection.
     override release(): Promise<void> {
+      const runners = (driver as { connectedQueryRunners?: unknown[] })
+        .connectedQueryRunners;
+      const index = runners?.indexOf(this) ?? -1;
+      if (index !== -1) {
+        runners!.splice(index, 1);
+      }
       return Promise.resolve();
     }
 

@@ -7,10 +7,14 @@
 import { randomUUID } from 'node:crypto';
 import { Body, Controller, HttpCode, Inject, Post } from '@nestjs/common';
 import { IdempotencyContext, Idempotent } from '../../src/index.js';
+import { Barrier } from '../utils/barrier.js';
 import { idleInTransaction } from '../utils/sessions.js';
 import { PaymentsWriter } from './adapter-fixture.js';
 import { startAdapterApp, type AdapterApp } from './adapter-app.js';
 import { typeormFixture } from './typeorm.fixture.js';
+
+/** Where `POST /released/held` waits, once it wrote. */
+let held = new Barrier();
 
 @Controller('released')
 class ReleasingController {
@@ -26,6 +30,16 @@ class ReleasingController {
     const id = await this.writer.insertPayment(body.key, 40);
     await this.idempotency.manager.queryRunner!.release();
     await this.writer.insertLedger(id, 40);
+    return { id };
+  }
+
+  /** Holds its transaction open at {@link held}, once it wrote. */
+  @Post('held')
+  @HttpCode(201)
+  @Idempotent()
+  async hold(@Body() body: { key: string }): Promise<{ id: number }> {
+    const id = await this.writer.insertPayment(body.key, 40);
+    await held.wait();
     return { id };
   }
 }
@@ -74,5 +88,30 @@ describe('a TypeORM handler that releases its query runner', () => {
         { record: 'completed', payments: 1, ledger: 1 },
       ]);
     }
+  });
+});
+
+describe('a TypeORM application closed while a handler holds its transaction', () => {
+  it("closes once the handler ended: TypeORM's destroy() does not loop for ever on the handler's runner", async () => {
+    held = new Barrier();
+    const target = await startAdapterApp(typeormFixture, {
+      controllers: [ReleasingController],
+    });
+    const key = randomUUID();
+    const request = fetch(`${target.url}/released/held`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'idempotency-key': key },
+      body: JSON.stringify({ key }),
+    }).then(
+      (response) => response.status,
+      () => 'no answer',
+    );
+    await held.reached(1);
+    // Without the fix, the close spins in TypeORM's closePool() and never
+    // lets the event loop turn again: this test then hangs.
+    const closing = target.close();
+    held.open();
+    await closing;
+    expect([201, 503, 'no answer']).toContain(await request);
   });
 });
