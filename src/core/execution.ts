@@ -558,20 +558,16 @@ export class Execution implements RunningLink, RecoveryOwner, HandlerContext {
     }
     // Out of the running set first: a second release finds it gone.
     host.forget(this);
-    // Bounded, so that a retry of a release the store's client holds (see
-    // `LeaseRenewals.retryRelease`) never waits for it.
     const release = async () =>
-      (
-        await withinStoreTime(
-          host.store.release(lease, this.recovery?.derived ?? false),
-          RELEASE_WAIT_MS,
-          'release',
-        )
-      ).waiting;
+      (await host.store.release(lease, this.recovery?.derived ?? false))
+        .waiting;
     const released = (async () => {
       let waiting = false;
       try {
-        waiting = await release();
+        // Bounded, so that the answer never waits for a release the
+        // store's client holds; its retries (`LeaseRenewals.retryRelease`)
+        // are bounded there.
+        waiting = await withinStoreTime(release(), RELEASE_WAIT_MS, 'release');
       } catch (error) {
         host.warn(
           `Releasing ${host.logKeys.phrase(lease.key)} failed: it is tried again until it lands or the claim's lease runs out (${messageOf(error)})`,

@@ -256,14 +256,12 @@ export class IdempotencyExecutor
         }
         const lease = outcome.lease ?? request;
         const release = async () => {
-          await withinStoreTime(
-            this.store.release(lease, false),
-            STORE_CALL_MIN_MS,
-            'release',
-          );
+          await this.store.release(lease, false);
         };
-        await release().catch(() =>
-          this.renewals.retryRelease(release, Date.now() + request.leaseMs),
+        // The first try bounded here, its retries in `retryRelease`.
+        await withinStoreTime(release(), STORE_CALL_MIN_MS, 'release').catch(
+          () =>
+            this.renewals.retryRelease(release, Date.now() + request.leaseMs),
         );
       },
       // Failed after all: nothing to release.

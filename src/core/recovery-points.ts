@@ -136,15 +136,9 @@ export class RecoveryPoints {
     name: string,
     result: unknown,
   ): Promise<void> {
-    const { store } = this.host;
     let saved: boolean;
     try {
-      saved = await ownStatement(() =>
-        this.bounded(
-          store.saveStep(lease, name, storedStepValue(result), this.holdMs()),
-          'step save',
-        ),
-      );
+      saved = await this.saveValue(lease, name, storedStepValue(result));
     } catch (error) {
       if (!(error instanceof IdempotencyStepTooLargeError)) {
         throw error;
@@ -153,12 +147,7 @@ export class RecoveryPoints {
       const route = `${attempt.method} ${attempt.path}`;
       const unkept = { bytes: error.bytes, limitBytes: error.limitBytes };
       try {
-        saved = await ownStatement(() =>
-          this.bounded(
-            store.saveStep(lease, name, unkeptStepValue(unkept), this.holdMs()),
-            'step save',
-          ),
-        );
+        saved = await this.saveValue(lease, name, unkeptStepValue(unkept));
       } catch (markError) {
         // Not even the mark fits (the item is full of earlier steps): the
         // client is still told that a retry cannot succeed, rather than
@@ -182,6 +171,20 @@ export class RecoveryPoints {
     if (!saved) {
       throw new LeaseLostError();
     }
+  }
+
+  /** Saves `value` as the step's, fenced by the owner: whether it was. */
+  private saveValue(
+    lease: StepLease,
+    name: string,
+    value: unknown,
+  ): Promise<boolean> {
+    return ownStatement(() =>
+      this.bounded(
+        this.host.store.saveStep(lease, name, value, this.holdMs()),
+        'step save',
+      ),
+    );
   }
 
   /**
