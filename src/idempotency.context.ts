@@ -93,9 +93,10 @@ export class IdempotencyContext<Transaction = unknown> {
    * The result must be a JSON value (objects, arrays, strings, numbers,
    * booleans, `null`); `undefined`, and any value JSON has no text for (a
    * function, a symbol), is stored and returned as `null`. One that JSON
-   * cannot hold (a `BigInt`, a cycle) fails the request with a
-   * `StepResultError`, the handler's error (500): its effect ran, and runs
-   * again when the request is retried. Call the downstream
+   * cannot hold (a `BigInt`, a cycle such as an HTTP client's response
+   * object) is kept as a mark that the step ran: the request and its every
+   * retry with the same key get an `IdempotencyStepResultNotJsonException`
+   * (500), the step never run again. Call the downstream
    * service with `deriveKey(name)` as its own idempotency key, so that the
    * call itself is idempotent if the process dies between the call and the
    * commit of its result.

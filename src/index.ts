@@ -92,6 +92,7 @@ export { IdempotencyConfigurationError } from './exceptions/idempotency-configur
 export { TransactionAbortedError } from './core/transaction.errors.js';
 export { StepResultError } from './core/recovery-points.js';
 export { IdempotencyStepResultTooLargeException } from './exceptions/idempotency-step-result-too-large.exception.js';
+export { IdempotencyStepResultNotJsonException } from './exceptions/idempotency-step-result-not-json.exception.js';
 export { IdempotencyStepTooLargeError } from './exceptions/idempotency-step-too-large.error.js';
 export {
   IdempotencyDownstreamRefusedException,

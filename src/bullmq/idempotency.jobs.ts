@@ -15,6 +15,7 @@ import type {
 import { IdempotencyHttpException } from '../exceptions/idempotency-http.exception.js';
 import { IdempotencyNotReplayableException } from '../exceptions/idempotency-not-replayable.exception.js';
 import { IdempotencyStepResultTooLargeException } from '../exceptions/idempotency-step-result-too-large.exception.js';
+import { IdempotencyStepResultNotJsonException } from '../exceptions/idempotency-step-result-not-json.exception.js';
 import { newAttempt, type Attempt } from '../core/attempt.js';
 import { IdempotencyExecutor } from '../core/idempotency.executor.js';
 import { loadRequiredPeer } from '../core/optional-peer.js';
@@ -93,7 +94,8 @@ async function toJobError(error: unknown): Promise<unknown> {
   if (
     error.getStatus() === HttpStatus.CONFLICT ||
     (error.getStatus() >= 500 &&
-      !(error instanceof IdempotencyStepResultTooLargeException))
+      !(error instanceof IdempotencyStepResultTooLargeException) &&
+      !(error instanceof IdempotencyStepResultNotJsonException))
   ) {
     return error;
   }

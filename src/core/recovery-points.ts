@@ -20,6 +20,7 @@ import {
 } from './stored-step.js';
 import { IdempotencyStepTooLargeError } from '../exceptions/idempotency-step-too-large.error.js';
 import { IdempotencyStepResultTooLargeException } from '../exceptions/idempotency-step-result-too-large.exception.js';
+import { IdempotencyStepResultNotJsonException } from '../exceptions/idempotency-step-result-not-json.exception.js';
 
 /**
  * @internal What the recovery points of an attempt read of its execution
@@ -84,7 +85,7 @@ export class RecoveryPoints {
     if (read) {
       const stored = storedStep(read.result);
       if ('unkept' in stored) {
-        throw tooLarge(name, stored.unkept);
+        throw unkeptAnswer(name, stored.unkept);
       }
       return stored.result as T;
     }
@@ -113,21 +114,28 @@ export class RecoveryPoints {
       throw new LeaseLostError();
     }
     this.refuseEnded();
-    const result = jsonResult(name, await fn());
+    const json = jsonResult(await fn());
     if (this.owner.isAbandoned) {
       throw new IdempotencyUnavailableException(options.retryAfter);
     }
-    await this.save(lease, name, result);
-    return result as T;
+    if ('notJson' in json) {
+      // Its effect ran: a retry that ran it again would meet the same
+      // result, and a payment would be made twice.
+      return this.saveUnkept(
+        lease,
+        name,
+        { notJson: json.notJson },
+        `The result of step ${JSON.stringify(name)} is not a value JSON can hold (${json.notJson})`,
+      );
+    }
+    await this.save(lease, name, json.result);
+    return json.result as T;
   }
 
   /**
    * Saves a step's result, fenced by the owner. A result the store can
    * never keep (too large) is a permanent condition, unlike a store out of
-   * reach: its effect happened, and a retry that ran it again would be
-   * refused the same way, again and again. The step is saved as run
-   * without a result instead, and the request answered with a 500 that
-   * every retry gets too, from that mark, without running the step.
+   * reach: see {@link saveUnkept}.
    * @throws LeaseLostError, IdempotencyStepResultTooLargeException, or
    * the store's error (503).
    */
@@ -143,34 +151,60 @@ export class RecoveryPoints {
       if (!(error instanceof IdempotencyStepTooLargeError)) {
         throw error;
       }
-      const { attempt } = this.owner;
-      const route = `${attempt.method} ${attempt.path}`;
       const unkept = { bytes: error.bytes, limitBytes: error.limitBytes };
-      try {
-        saved = await this.saveValue(lease, name, unkeptStepValue(unkept));
-      } catch (markError) {
-        // Not even the mark fits (the item is full of earlier steps): the
-        // client is still told that a retry cannot succeed, rather than
-        // asked to retry by a 503 that would run the step again each time.
-        if (markError instanceof IdempotencyStepTooLargeError) {
-          this.host.warn(
-            `${route}: ${error.message}, and not even the mark that the step ran fits: this request is answered with a 500 (step-result-too-large), and a retry with the same key runs the step again. Keep a reference to a large result as the step's result instead.`,
-          );
-          throw tooLarge(name, unkept);
-        }
-        throw markError;
-      }
-      if (!saved) {
-        throw new LeaseLostError();
-      }
-      this.host.warn(
-        `${route}: ${error.message}. The step ran; it is saved as run without a result, and this request and its retries with the same key are answered with a 500 (step-result-too-large) without running it again. Keep a reference to a large result as the step's result instead.`,
-      );
-      throw tooLarge(name, unkept);
+      return this.saveUnkept(lease, name, unkept, error.message);
     }
     if (!saved) {
       throw new LeaseLostError();
     }
+  }
+
+  /**
+   * Saves, fenced by the owner, the mark of a step that ran without a
+   * result its store can keep (too large, or not JSON): a permanent
+   * condition, unlike a store out of reach. Its effect happened, and a
+   * retry that ran it again would be refused the same way, again and
+   * again. The request is answered with a 500 that every retry gets too,
+   * from that mark, without running the step.
+   * @param why what went wrong, for the log.
+   * @throws LeaseLostError, the step's 500 (its answer), or the store's
+   * error (503).
+   */
+  private async saveUnkept(
+    lease: StepLease,
+    name: string,
+    unkept: UnkeptStep,
+    why: string,
+  ): Promise<never> {
+    const { attempt } = this.owner;
+    const route = `${attempt.method} ${attempt.path}`;
+    const answer = unkeptAnswer(name, unkept);
+    const advice =
+      'notJson' in unkept
+        ? 'Return a JSON value from the step instead (a BigInt as a string, the fields of a response rather than the response).'
+        : "Keep a reference to a large result as the step's result instead.";
+    let saved: boolean;
+    try {
+      saved = await this.saveValue(lease, name, unkeptStepValue(unkept));
+    } catch (markError) {
+      // Not even the mark fits (the item is full of earlier steps): the
+      // client is still told that a retry cannot succeed, rather than
+      // asked to retry by a 503 that would run the step again each time.
+      if (markError instanceof IdempotencyStepTooLargeError) {
+        this.host.warn(
+          `${route}: ${why}, and not even the mark that the step ran fits: this request is answered with a 500 (${answer.slug}), and a retry with the same key runs the step again. ${advice}`,
+        );
+        throw answer;
+      }
+      throw markError;
+    }
+    if (!saved) {
+      throw new LeaseLostError();
+    }
+    this.host.warn(
+      `${route}: ${why}. The step ran; it is saved as run without a result, and this request and its retries with the same key are answered with a 500 (${answer.slug}) without running it again. ${advice}`,
+    );
+    throw answer;
   }
 
   /** Saves `value` as the step's, fenced by the owner: whether it was. */
@@ -279,11 +313,11 @@ export class RecoveryPoints {
 }
 
 /**
- * Raised by `IdempotencyContext.step()` when the step's result cannot be stored as JSON (a
- * `BigInt`, a cycle, a `toJSON` that throws): the step's effect ran, and
- * runs again when the request is retried. The handler's error (500; a
- * message's failed attempt), never the database's: a 503 would ask for
- * that retry again and again.
+ * Raised by `IdempotencyContext.step()` before 0.7 when the step's result
+ * could not be stored as JSON, whose retry ran the step again.
+ * @deprecated Never raised since 0.7: such a step is kept as run without
+ * a result, and the request and its every retry get an
+ * `IdempotencyStepResultNotJsonException` (500) without running it again.
  */
 export class StepResultError extends Error {
   constructor(name: string, cause: unknown) {
@@ -295,15 +329,19 @@ export class StepResultError extends Error {
 }
 
 /** The answer to a step that ran without a result its store could keep. */
-function tooLarge(
+function unkeptAnswer(
   name: string,
   unkept: UnkeptStep,
-): IdempotencyStepResultTooLargeException {
-  return new IdempotencyStepResultTooLargeException(
-    name,
-    unkept.bytes,
-    unkept.limitBytes,
-  );
+):
+  | IdempotencyStepResultTooLargeException
+  | IdempotencyStepResultNotJsonException {
+  return 'notJson' in unkept
+    ? new IdempotencyStepResultNotJsonException(name, unkept.notJson)
+    : new IdempotencyStepResultTooLargeException(
+        name,
+        unkept.bytes,
+        unkept.limitBytes,
+      );
 }
 
 /**
@@ -313,18 +351,21 @@ function tooLarge(
  * `Map` as `{}`, `NaN` as `null`): `null` for a value that JSON has no text
  * for (`undefined`, a function, a symbol, a `toJSON` that returns
  * nothing), which a store would otherwise keep as no JSON at all (read
- * back, it fails every retry of the key), else the value through JSON.
- * @throws StepResultError for a value that JSON cannot hold.
+ * back, it fails every retry of the key), else the value through JSON;
+ * or, for a value JSON cannot hold (a `BigInt`, a cycle, a `toJSON` that
+ * throws), why not.
  */
-function jsonResult(name: string, result: unknown): unknown {
+function jsonResult(
+  result: unknown,
+): { readonly result: unknown } | { readonly notJson: string } {
   if (result === undefined || result === null) {
-    return null;
+    return { result: null };
   }
   let json: string | undefined;
   try {
     json = JSON.stringify(result);
   } catch (error) {
-    throw new StepResultError(name, error);
+    return { notJson: messageOf(error) };
   }
-  return json === undefined ? null : (JSON.parse(json) as unknown);
+  return { result: json === undefined ? null : (JSON.parse(json) as unknown) };
 }

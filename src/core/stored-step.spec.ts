@@ -1,4 +1,9 @@
-import { storedStep, storedStepValue, unkeptStepValue } from './stored-step.js';
+import {
+  reportedStep,
+  storedStep,
+  storedStepValue,
+  unkeptStepValue,
+} from './stored-step.js';
 
 describe('stored step values', () => {
   it.each([
@@ -25,6 +30,21 @@ describe('stored step values', () => {
     ) as unknown;
     expect(storedStep(stored)).toEqual({
       unkept: { bytes: 430_082, limitBytes: 407_482 },
+    });
+  });
+
+  it('reads the mark of a step whose result was not JSON as such, its reason cut to 500 characters', () => {
+    const reason = `Do not know how to serialize a BigInt ${'x'.repeat(600)}`;
+    const stored = JSON.parse(
+      JSON.stringify(unkeptStepValue({ notJson: reason })),
+    ) as unknown;
+    expect(storedStep(stored)).toEqual({
+      unkept: { notJson: reason.slice(0, 500) },
+    });
+    expect(reportedStep({ step: 'charge', result: stored })).toEqual({
+      step: 'charge',
+      result: undefined,
+      unreadable: `it ran, and its result was not a value JSON can hold (${reason.slice(0, 500)})`,
     });
   });
 });

@@ -13,11 +13,16 @@ const UNKEPT = '$idempotency:unkept';
  */
 const VALUE = '$idempotency:value';
 
-/** @internal How large a step's result was, and what its store keeps. */
-export interface UnkeptStep {
-  readonly bytes: number;
-  readonly limitBytes: number;
-}
+/**
+ * @internal Why a step that ran has no result in its store: how large its
+ * result was and what its store keeps, or why JSON could not hold it.
+ */
+export type UnkeptStep =
+  | { readonly bytes: number; readonly limitBytes: number }
+  | { readonly notJson: string };
+
+/** The longest reason of a result JSON could not hold that a mark keeps. */
+const MAX_REASON_LENGTH = 500;
 
 /**
  * @internal What a step's stored value stands for: its result, or the mark
@@ -37,7 +42,10 @@ export function storedStepValue(result: unknown): unknown {
  */
 export function unkeptStepValue(unkept: UnkeptStep): unknown {
   return {
-    [UNKEPT]: { bytes: unkept.bytes, limitBytes: unkept.limitBytes },
+    [UNKEPT]:
+      'notJson' in unkept
+        ? { notJson: unkept.notJson.slice(0, MAX_REASON_LENGTH) }
+        : { bytes: unkept.bytes, limitBytes: unkept.limitBytes },
   };
 }
 
@@ -51,7 +59,13 @@ export function storedStep(value: unknown): StoredStep {
   if (reserved === VALUE) {
     return { result: inner };
   }
-  const { bytes, limitBytes } = (inner ?? {}) as Record<string, unknown>;
+  const { bytes, limitBytes, notJson } = (inner ?? {}) as Record<
+    string,
+    unknown
+  >;
+  if (typeof notJson === 'string') {
+    return { unkept: { notJson } };
+  }
   return {
     unkept: {
       bytes: typeof bytes === 'number' ? bytes : 0,
@@ -72,13 +86,18 @@ export function reportedStep(
     return step;
   }
   const stored = storedStep(step.result);
-  return 'unkept' in stored
-    ? {
-        step: step.step,
-        result: undefined,
-        unreadable: `it ran, and its result (${stored.unkept.bytes} bytes) was too large for the store to keep (at most ${stored.unkept.limitBytes} bytes)`,
-      }
-    : { step: step.step, result: stored.result };
+  if (!('unkept' in stored)) {
+    return { step: step.step, result: stored.result };
+  }
+  const { unkept } = stored;
+  return {
+    step: step.step,
+    result: undefined,
+    unreadable:
+      'notJson' in unkept
+        ? `it ran, and its result was not a value JSON can hold (${unkept.notJson})`
+        : `it ran, and its result (${unkept.bytes} bytes) was too large for the store to keep (at most ${unkept.limitBytes} bytes)`,
+  };
 }
 
 /** The module's own key of a one-key object, or `undefined` for another value. */

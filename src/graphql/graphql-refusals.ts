@@ -30,6 +30,9 @@ import { GraphqlRefusalError } from './graphql-refusal.error.js';
  * - `IDEMPOTENCY_STEP_RESULT_TOO_LARGE` (500): a step of the mutation ran,
  *   and its result was too large for the store to keep; a retry with the
  *   same key gets the same answer, the step never run again.
+ * - `IDEMPOTENCY_STEP_RESULT_NOT_JSON` (500): a step of the mutation ran,
+ *   and its result was not a value JSON can hold; a retry with the same
+ *   key gets the same answer, the step never run again.
  */
 export const IDEMPOTENCY_GRAPHQL_CODES = {
   'urn:idempotency:missing-key': 'IDEMPOTENCY_KEY_MISSING',
@@ -42,6 +45,7 @@ export const IDEMPOTENCY_GRAPHQL_CODES = {
   'urn:idempotency:downstream-unavailable':
     'IDEMPOTENCY_DOWNSTREAM_UNAVAILABLE',
   'urn:idempotency:step-result-too-large': 'IDEMPOTENCY_STEP_RESULT_TOO_LARGE',
+  'urn:idempotency:step-result-not-json': 'IDEMPOTENCY_STEP_RESULT_NOT_JSON',
 } as const;
 
 /**

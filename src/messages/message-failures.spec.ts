@@ -1,5 +1,6 @@
 import { HttpException } from '@nestjs/common';
 import { IdempotencyStepResultTooLargeException } from '../exceptions/idempotency-step-result-too-large.exception.js';
+import { IdempotencyStepResultNotJsonException } from '../exceptions/idempotency-step-result-not-json.exception.js';
 import { IdempotencyUnavailableException } from '../exceptions/idempotency-unavailable.exception.js';
 import { failedOutcome } from './message-failures.js';
 
@@ -7,6 +8,14 @@ describe('failedOutcome', () => {
   it('rejects a message whose step’s result was too large to keep: every redelivery would meet it again', () => {
     expect(
       failedOutcome(new IdempotencyStepResultTooLargeException('big', 2, 1)),
+    ).toBe('reject');
+  });
+
+  it('rejects a message whose step’s result was not JSON: every redelivery would meet it again', () => {
+    expect(
+      failedOutcome(
+        new IdempotencyStepResultNotJsonException('charge', 'a BigInt'),
+      ),
     ).toBe('reject');
   });
 

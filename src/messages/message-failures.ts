@@ -7,6 +7,7 @@ import { loadRequiredPeer } from '../core/optional-peer.js';
 import { IdempotencyHttpException } from '../exceptions/idempotency-http.exception.js';
 import { IdempotencyNotReplayableException } from '../exceptions/idempotency-not-replayable.exception.js';
 import { IdempotencyStepResultTooLargeException } from '../exceptions/idempotency-step-result-too-large.exception.js';
+import { IdempotencyStepResultNotJsonException } from '../exceptions/idempotency-step-result-not-json.exception.js';
 import type { MessageOutcome } from './message-transport.js';
 import { messageOf } from '../core/error-message.js';
 
@@ -34,7 +35,10 @@ export function failedOutcome(error: unknown): MessageOutcome {
     // reprocessing would run it again).
     return 'ack';
   }
-  if (error instanceof IdempotencyStepResultTooLargeException) {
+  if (
+    error instanceof IdempotencyStepResultTooLargeException ||
+    error instanceof IdempotencyStepResultNotJsonException
+  ) {
     // A step ran whose result cannot be kept: every redelivery meets the
     // same refusal (the step never runs again), as a 4xx would.
     return 'reject';

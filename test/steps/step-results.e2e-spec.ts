@@ -3,9 +3,11 @@
  * resumed retry. One that JSON has no text for (a function, a symbol, a
  * `toJSON` that returns nothing) is kept as `null`, as `undefined` is: a
  * retry after a failure resumes after the step, its effect not run again.
- * One that JSON cannot hold at all (a BigInt) fails the request as the
- * handler's error (500), never as the database's (503, which asks for the
- * retry again and again). On every store.
+ * One that JSON cannot hold at all (a BigInt, a cycle) is kept as a step
+ * that ran without a result: the request and every retry get the same
+ * 500 (`step-result-not-json`), never the database's 503 (which asks for
+ * the retry again and again), and the step never runs again. On every
+ * store.
  */
 import {
   Body,
@@ -32,6 +34,11 @@ const RESULTS: Record<string, () => unknown> = {
   symbol: () => Symbol('not JSON'),
   'to-json-undefined': () => ({ toJSON: () => undefined }),
   bigint: () => 1n,
+  cycle: () => {
+    const response: Record<string, unknown> = { status: 201 };
+    response.request = { response };
+    return response;
+  },
   date: () => new Date(0),
   map: () => new Map([['a', 1]]),
   nan: () => Number.NaN,
@@ -185,10 +192,24 @@ describe.each(STORES)(
       },
     );
 
-    it('fails a BigInt as the handler’s error (500), not as the database’s (503)', async () => {
-      const key = randomUUID();
-      expect((await post('bigint', key, key)).status).toBe(500);
-      expect((await post('bigint', key, key)).status).toBe(500);
-    });
+    it.each(['bigint', 'cycle'])(
+      'answers a %s with a 500 (not the database’s 503) that every retry gets, the step run once',
+      async (kind) => {
+        const key = randomUUID();
+        const notJson = {
+          status: 500,
+          body: JSON.stringify({
+            type: 'urn:idempotency:step-result-not-json',
+            title: 'Step result not JSON',
+            status: 500,
+            detail:
+              'A step of this request ran, but its result is not a value JSON can hold, so the idempotency store cannot keep it. The step does not run again under this idempotency key, so retrying with it cannot succeed.',
+          }),
+        };
+        expect(await post(kind, key, key)).toEqual(notJson);
+        expect(await post(kind, key, key)).toEqual(notJson);
+        expect(target.effects.counts.get(key)).toBe(1);
+      },
+    );
   },
 );
