@@ -320,9 +320,13 @@ export class IdempotencyExecutor
   /**
    * Counts a failed attempt of `attempt`'s key (its handler threw) in the
    * store, where it outlives the claim's release.
+   * Bounded as the attempt's other calls of the store (until its
+   * deadline, a round trip's time at least): a store that does not answer
+   * leaves the message to come back, not unsettled for as long as its
+   * client waits.
    * @returns the key's failed attempts so far, this one included.
    * @throws IdempotencyConfigurationError when the store cannot count.
-   * @throws the store's error when it is unreachable.
+   * @throws the store's error when it is unreachable, or StoreTimeoutError.
    */
   async countFailure(
     attempt: Attempt,
@@ -338,21 +342,32 @@ export class IdempotencyExecutor
         'Implement `countFailure()` in the store, or leave `maxAttempts` out.',
       );
     }
-    return this.store.countFailure(
-      { scope: attempt.scope, key },
-      options.ttlMs,
+    return withinStoreTime(
+      this.store.countFailure({ scope: attempt.scope, key }, options.ttlMs),
+      storeCallMs(attempt.started + options.transactionTimeoutMs),
+      'count of failed attempts',
     );
   }
 
   /**
    * Forgets the failed attempts of `attempt`'s key that the store counted,
-   * if it can (see `IdempotencyStore.forgetFailures`).
-   * @throws the store's error when it is unreachable.
+   * if it can (see `IdempotencyStore.forgetFailures`), within a round
+   * trip's time: the message it was counted for is settled then, whether
+   * or not the store answered.
+   * @throws the store's error when it is unreachable, or StoreTimeoutError.
    */
   async forgetFailures(attempt: Attempt): Promise<void> {
     const { key } = attempt;
-    if (key !== undefined) {
-      await this.store.forgetFailures?.({ scope: attempt.scope, key });
+    const forgotten =
+      key === undefined
+        ? undefined
+        : this.store.forgetFailures?.({ scope: attempt.scope, key });
+    if (forgotten) {
+      await withinStoreTime(
+        forgotten,
+        STORE_CALL_MIN_MS,
+        'forgetting of failed attempts',
+      );
     }
   }
 

@@ -2,6 +2,7 @@ import { jest } from '@jest/globals';
 import { Logger } from '@nestjs/common';
 import { KafkaContext } from '@nestjs/microservices';
 import { startTestApp, type TestApp } from '../utils/test-app.js';
+import { holdInTransaction } from '../utils/test-database.js';
 import {
   RecordedKafkaServer,
   recordedKafka,
@@ -274,6 +275,42 @@ describe('@Idempotent() on a Kafka consumer of the Nest transport (recorded kafk
       value: { reference: 'after-poison' },
     });
     expect(await orders()).toEqual(['after-poison']);
+  });
+
+  it('leaves a failed message to come back when the store does not answer its count of failed attempts: settled by the deadline, not held for as long as the store is silent', async () => {
+    const at = next();
+    // The count's statement waits for this lock for as long as it is held.
+    const failures = await holdInTransaction(
+      target.db.url,
+      'LOCK TABLE idempotency_failures IN ACCESS EXCLUSIVE MODE',
+    );
+    let settled: boolean | 'never';
+    let bound: NodeJS.Timeout | undefined;
+    try {
+      settled = await Promise.race([
+        recorded.deliver(TOPIC, 6, {
+          offset: at,
+          value: { reference: 'uncounted', failures: 'always' },
+        }),
+        // Far past the route's deadline: without a bound on the count, the
+        // delivery is still waiting then.
+        new Promise<'never'>((resolve) => {
+          bound = setTimeout(() => resolve('never'), 30_000);
+        }),
+      ]);
+    } finally {
+      clearTimeout(bound);
+      await failures.release();
+    }
+    expect(settled).toBe(false);
+    expect(recorded.calls.map((call) => call.call)).toEqual([
+      'eachMessage',
+      'failed',
+    ]);
+    expect(handlers.runs).toBe(1);
+    expect(deadLetters).toEqual([]);
+    expect(await orders()).toEqual([]);
+    expect(await records()).toEqual([]);
   });
 
   it('hands a message with a malformed key header to the dead-letter path at once, uncounted, then commits its offset', async () => {

@@ -50,6 +50,9 @@ export class PaymentsKafkaConsumer {
   @EventPattern(TOPIC)
   @Idempotent({
     acknowledge: true,
+    // A store that does not answer its count of failures settles the
+    // message failed by then.
+    transactionTimeout: '5s',
     maxAttempts: 3,
     deadLetter: (letter) => {
       deadLetters.push(letter);
