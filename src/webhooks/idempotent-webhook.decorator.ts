@@ -96,6 +96,7 @@ export function IdempotentWebhook(
     provider,
     secret: options.secret,
     toleranceMs: toMilliseconds(options.tolerance ?? '5m', 'tolerance'),
+    retryAfter: options.retryAfter,
   };
   const { scope } = options;
   return applyDecorators(

@@ -15,7 +15,9 @@ export interface WebhookRequest {
 /**
  * The secrets a receiver accepts: one, several at once (while a secret is
  * rotated, the old and the new), or a function that returns them per
- * delivery (read from a configuration service or a vault).
+ * delivery (read from a configuration service or a vault). A delivery
+ * whose function throws is answered `503` (`unavailable`, with
+ * `Retry-After`), nothing run or stored: the provider delivers it again.
  */
 export type WebhookSecrets =
   | string
@@ -70,7 +72,8 @@ export interface WebhookProvider {
   /**
    * Whether the delivery is signed by one of `secrets`. Compare signatures in
    * constant time (`crypto.timingSafeEqual`, or {@link hmacSha256Matches}).
-   * Called before anything else reads the delivery.
+   * Called before anything else reads the delivery. One that throws
+   * refuses it as unverified (`401`).
    */
   verify(
     request: WebhookRequest,
@@ -86,6 +89,7 @@ export interface WebhookProvider {
   /**
    * The verified delivery's id, timestamp, account and compared part.
    * `event` is the body parsed as JSON (`undefined` when it is not JSON).
+   * One that throws refuses the delivery as malformed (`400`).
    */
   identify(request: WebhookRequest, event: unknown): WebhookIdentity;
   /**

@@ -9,6 +9,8 @@ import {
 import { HttpAdapterHost, Reflector } from '@nestjs/core';
 import type { IncomingMessage } from 'node:http';
 import { IDEMPOTENCY_RESOLVED_OPTIONS } from '../idempotency.tokens.js';
+import { messageOf } from '../core/error-message.js';
+import { IdempotencyUnavailableException } from '../exceptions/idempotency-unavailable.exception.js';
 import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
 import type {
   WebhookProvider,
@@ -29,7 +31,12 @@ export interface WebhookReceiver {
   readonly provider: WebhookProvider;
   readonly secret: WebhookSecrets;
   readonly toleranceMs: number;
+  /** The receiver's own `retryAfter`, over the module's. */
+  readonly retryAfter?: number;
 }
+
+/** `Retry-After` of a delivery whose secrets could not be read, without the module's options. */
+const DEFAULT_RETRY_AFTER = 1;
 
 /** A request as the platforms give it, with the bytes `rawBody: true` keeps. */
 type PlatformRequest = IncomingMessage & {
@@ -87,7 +94,7 @@ function parseEvent(rawBody: Buffer, contentType: string | undefined): unknown {
 @Injectable()
 export class IdempotentWebhookGuard implements CanActivate {
   private readonly logger = new Logger('IdempotentWebhook');
-  /** The receivers warned of a delivery without raw body it refused. */
+  /** What was logged once (per receiver and kind), not for every delivery. */
   private readonly warned = new Set<string>();
 
   constructor(
@@ -113,12 +120,10 @@ export class IdempotentWebhookGuard implements CanActivate {
       // verify, so unverified (an attacker's request must not pass for a
       // misconfiguration, nor fill the log). Said once per receiver, for a
       // provider whose content type needs a parser.
-      if (!this.warned.has(name)) {
-        this.warned.add(name);
-        this.logger.warn(
-          `The webhook receiver ${name} refused a delivery without raw body (content type ${JSON.stringify(request.headers['content-type'] ?? 'none')}) as unverified. If your provider sends that content type, register a parser for it after creating the application with rawBody: true: app.useBodyParser('text') or 'raw'.`,
-        );
-      }
+      this.warnOnce(
+        name,
+        `The webhook receiver ${name} refused a delivery without raw body (content type ${JSON.stringify(request.headers['content-type'] ?? 'none')}) as unverified. If your provider sends that content type, register a parser for it after creating the application with rawBody: true: app.useBodyParser('text') or 'raw'.`,
+      );
       throw this.refuse(context, 'unverified');
     }
     if (!Buffer.isBuffer(rawBody)) {
@@ -127,7 +132,18 @@ export class IdempotentWebhookGuard implements CanActivate {
       );
       throw this.refuse(context, 'misconfigured');
     }
-    const given = await this.secrets(receiver.secret, context);
+    let given: string[];
+    try {
+      given = await this.secrets(receiver.secret, context);
+    } catch (error) {
+      // The secrets' source (a vault, a configuration service) out of
+      // reach: nothing verified, so nothing runs; the provider delivers
+      // again.
+      this.logger.error(
+        `The webhook receiver ${name} could not read its secrets (${messageOf(error)}): the delivery is answered 503 and processed when the provider delivers it again.`,
+      );
+      throw this.unavailable(context, receiver);
+    }
     const { provider } = receiver;
     const secrets = provider.usesSecret
       ? given.filter((secret) => {
@@ -155,11 +171,33 @@ export class IdempotentWebhookGuard implements CanActivate {
         return typeof value === 'string' ? value : undefined;
       },
     };
-    if (!(await provider.verify(delivery, secrets))) {
+    let verified: boolean;
+    try {
+      verified = await provider.verify(delivery, secrets);
+    } catch (error) {
+      // A check that fails (on a header it did not expect) takes nothing
+      // on trust: the request may be anyone's.
+      this.warnOnce(
+        `${name} verify`,
+        `The webhook receiver ${name} refused a delivery as unverified: its provider's verify() threw (${messageOf(error)}).`,
+      );
+      verified = false;
+    }
+    if (!verified) {
       throw this.refuse(context, 'unverified');
     }
     const event = parseEvent(rawBody, delivery.header('content-type'));
-    const identity = provider.identify(delivery, event);
+    let identity: ReturnType<WebhookProvider['identify']>;
+    try {
+      identity = provider.identify(delivery, event);
+    } catch (error) {
+      // A verified delivery that the provider cannot read an event id of.
+      this.warnOnce(
+        `${name} identify`,
+        `The webhook receiver ${name} refused a verified delivery as malformed: its provider's identify() threw (${messageOf(error)}).`,
+      );
+      throw this.refuse(context, 'malformed');
+    }
     // A timestamp that is no number (NaN) is outside any tolerance.
     if (
       identity.timestamp !== undefined &&
@@ -196,6 +234,34 @@ export class IdempotentWebhookGuard implements CanActivate {
     return list.filter(
       (entry): entry is string => typeof entry === 'string' && entry.length > 0,
     );
+  }
+
+  /** Logs `message` the first time `what` happens: a sender cannot fill the log. */
+  private warnOnce(what: string, message: string): void {
+    if (!this.warned.has(what)) {
+      this.warned.add(what);
+      this.logger.warn(message);
+    }
+  }
+
+  /**
+   * The 503 of a delivery that could not be verified for now, with its
+   * problem+json and `Retry-After` headers set on the response.
+   */
+  private unavailable(
+    context: ExecutionContext,
+    receiver: WebhookReceiver,
+  ): IdempotencyUnavailableException {
+    const error = new IdempotencyUnavailableException(
+      receiver.retryAfter ?? this.options?.retryAfter ?? DEFAULT_RETRY_AFTER,
+    ).withTypeBase(this.options?.problemTypeBaseUrl);
+    const response: unknown = context.switchToHttp().getResponse();
+    const { httpAdapter } = this.adapterHost;
+    httpAdapter.setHeader(response, 'Content-Type', 'application/problem+json');
+    for (const [field, value] of Object.entries(error.headers)) {
+      httpAdapter.setHeader(response, field, value);
+    }
+    return error;
   }
 
   /** The refusal, with its problem+json headers set on the response. */

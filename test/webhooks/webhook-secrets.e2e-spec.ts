@@ -6,6 +6,13 @@
  * is: a receiver left with none answers 500 webhook-misconfigured, and one
  * with a usable secret beside it verifies with that one alone. So is a
  * Stripe secret of `whsec_` alone, a key anyone knows.
+ *
+ * A secret function that throws (its vault out of reach) gets the
+ * delivery a 503 with `Retry-After`, nothing run or stored, and the
+ * provider's next delivery runs. A provider of one's own whose `verify()`
+ * throws (on a header it did not expect) refuses the delivery as
+ * unverified (401), one whose `identify()` throws as malformed (400):
+ * problem+json, never a bare 500.
  */
 import { Controller, HttpCode, Post } from '@nestjs/common';
 import { createHmac, randomUUID } from 'node:crypto';
@@ -15,6 +22,7 @@ import {
   IdempotentWebhook,
   WebhookDelivery,
   type VerifiedWebhook,
+  type WebhookProvider,
 } from '../../src/index.js';
 import { answer } from '../utils/problems.js';
 import { PLATFORMS, startTestApp, type TestApp } from '../utils/test-app.js';
@@ -24,6 +32,29 @@ import { SECRETS } from './signed-deliveries.js';
 const USABLE = SECRETS['standard-webhooks'][0];
 /** The deliveries the receivers ran, by event id. */
 const ran: string[] = [];
+/** Whether the vault of the `vault` receiver's secret is out of reach. */
+const vault = { down: false };
+
+/**
+ * Standard Webhooks, whose checks throw when the delivery says so
+ * (`webhook-id` starting with `throw-verify` or `throw-identify`).
+ */
+const fragile: WebhookProvider = {
+  name: 'fragile',
+  verify(request) {
+    if (request.header('webhook-id')?.startsWith('throw-verify')) {
+      throw new TypeError('cannot read the signature');
+    }
+    return true;
+  },
+  identify(request) {
+    const id = request.header('webhook-id');
+    if (id?.startsWith('throw-identify')) {
+      throw new TypeError('cannot read the event');
+    }
+    return { id };
+  },
+};
 
 @Controller('secrets')
 class SecretsController {
@@ -58,6 +89,30 @@ class SecretsController {
     secret: `${USABLE.replace(/=+$/, '')}\n`,
   })
   newline(@WebhookDelivery() delivery: VerifiedWebhook) {
+    ran.push(delivery.id);
+    return { ran: true };
+  }
+
+  @Post('vault')
+  @HttpCode(200)
+  @IdempotentWebhook('standard-webhooks', {
+    retryAfter: 7,
+    secret: () => {
+      if (vault.down) {
+        throw new Error('the vault is out of reach');
+      }
+      return USABLE;
+    },
+  })
+  fromVault(@WebhookDelivery() delivery: VerifiedWebhook) {
+    ran.push(delivery.id);
+    return { ran: true };
+  }
+
+  @Post('fragile')
+  @HttpCode(200)
+  @IdempotentWebhook(fragile, { secret: 'fragile' })
+  fragile(@WebhookDelivery() delivery: VerifiedWebhook) {
     ran.push(delivery.id);
     return { ran: true };
   }
@@ -174,5 +229,52 @@ describe.each(PLATFORMS)(
       });
       expect(ran).toContain(signed);
     });
+
+    it('answers 503 with Retry-After when the secret function throws: nothing runs or is stored, and the next delivery runs', async () => {
+      const id = `msg_${randomUUID()}`;
+      const key = Buffer.from(USABLE.slice('whsec_'.length), 'base64');
+      vault.down = true;
+      try {
+        expect(await deliver('vault', id, key)).toEqual({
+          status: 503,
+          contentType: expect.stringMatching(/^application\/problem\+json/),
+          retryAfter: '7',
+          replayed: false,
+          body: {
+            type: 'urn:idempotency:unavailable',
+            title: 'Request not completed',
+            status: 503,
+            detail:
+              'The request could not be completed. Retry it with the same idempotency key: it takes effect exactly once.',
+          },
+        });
+      } finally {
+        vault.down = false;
+      }
+      expect(ran).not.toContain(id);
+      expect(await stored(id)).toEqual([]);
+      expect(await deliver('vault', id, key)).toMatchObject({
+        status: 200,
+        body: { ran: true },
+      });
+      expect(ran.filter((each) => each === id)).toEqual([id]);
+    });
+
+    it.each([
+      ['verify', 401, 'webhook-unverified'],
+      ['identify', 400, 'webhook-malformed'],
+    ] as const)(
+      'refuses a delivery whose provider’s %s() throws with a %i problem (%s): nothing runs or is stored',
+      async (check, status, slug) => {
+        const id = `throw-${check}-${randomUUID()}`;
+        expect(await deliver('fragile', id, Buffer.alloc(0))).toMatchObject({
+          status,
+          contentType: expect.stringMatching(/^application\/problem\+json/),
+          body: { type: `urn:idempotency:${slug}`, status },
+        });
+        expect(ran).not.toContain(id);
+        expect(await stored(id)).toEqual([]);
+      },
+    );
   },
 );
