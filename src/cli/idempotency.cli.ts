@@ -296,14 +296,23 @@ const COMMANDS: Record<string, Command | undefined> = {
     }
     const abandoned: AbandonedKey[] = [];
     let removed = 0;
-    for (;;) {
-      const batch = await store.collect(batchSize, (key) => {
-        abandoned.push(key);
-      });
-      removed += batch.removed;
-      if (!batch.more) {
-        break;
+    let stopped: unknown;
+    try {
+      for (;;) {
+        const batch = await store.collect(batchSize, (key) => {
+          abandoned.push(key);
+        });
+        removed += batch.removed;
+        if (!batch.more) {
+          break;
+        }
       }
+    } catch (error) {
+      // The batches before committed their deletions: what they found
+      // abandoned is printed all the same (exit code 1), never to be
+      // reported again. The failed batch's keys, if any, were reported
+      // before a deletion that did not commit: they come again.
+      stopped = error;
     }
     // Reported as an application's collector reports them, opened with
     // the key ring: this run deletes them, and no other will report them.
@@ -328,9 +337,19 @@ const COMMANDS: Record<string, Command | undefined> = {
       );
     }
     lines.push(`Removed ${removed} expired rows.`);
+    if (stopped !== undefined) {
+      lines.push(
+        `gc stopped: ${messageOf(stopped)}. The rows above are removed; run it again for the rest.`,
+      );
+    }
     return {
       text: `${lines.join('\n')}\n`,
-      json: { removed, abandoned: reported },
+      json: {
+        removed,
+        abandoned: reported,
+        ...(stopped === undefined ? {} : { error: messageOf(stopped) }),
+      },
+      failed: stopped !== undefined,
     };
   },
   async reencrypt(admin, values) {

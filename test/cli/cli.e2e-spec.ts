@@ -388,4 +388,46 @@ describe('the command line, on the sample app’s database', () => {
       'Some abandoned steps are sealed: run gc with the key ring (--keys <file>, or IDEMPOTENCY_KEYS) to read them.',
     );
   });
+
+  it('gc that fails after a batch committed prints the abandoned steps that batch deleted, and exits 1', async () => {
+    await db.query(
+      `INSERT INTO idempotency_steps (scope, key, step, result, expires_at) VALUES
+         ('global', 'cli-gone-1', 'charge', '{"id":"ch_9"}', now() - interval '2 minutes'),
+         ('global', 'cli-poison', 'charge', '{"id":"ch_10"}', now() - interval '1 minute')`,
+    );
+    // The second batch (the later step) fails, as a lost connection would.
+    await db.query(`
+      CREATE FUNCTION cli_poison() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN
+        IF OLD.key = 'cli-poison' THEN
+          RAISE EXCEPTION 'the connection was lost';
+        END IF;
+        RETURN OLD;
+      END $$`);
+    await db.query(`
+      CREATE TRIGGER cli_poison AFTER DELETE ON idempotency_steps
+      FOR EACH ROW EXECUTE FUNCTION cli_poison()`);
+    try {
+      const { code, out, err } = await cli('gc', '--batch-size', '1', '--json');
+      expect({ code, err }).toEqual({ code: 1, err: '' });
+      expect(JSON.parse(out)).toEqual({
+        removed: 1,
+        abandoned: [
+          {
+            scope: 'global',
+            key: 'cli-gone-1',
+            steps: [{ step: 'charge', result: { id: 'ch_9' } }],
+          },
+        ],
+        error: 'the connection was lost',
+      });
+      expect(
+        await db.query(`SELECT key FROM idempotency_steps ORDER BY key`),
+      ).toEqual([{ key: 'cli-poison' }]);
+    } finally {
+      await db.query(`DROP TRIGGER cli_poison ON idempotency_steps`);
+      await db.query(`DROP FUNCTION cli_poison()`);
+      await db.query(`DELETE FROM idempotency_steps`);
+    }
+  });
 });

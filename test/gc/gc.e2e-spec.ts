@@ -311,6 +311,85 @@ describe('garbage collection', () => {
     ).toHaveLength(2);
   });
 
+  it('leaves a key of which another transaction holds a step, whole, instead of waiting for it (two collectors on one key deadlocked)', async () => {
+    const events: IdempotencyEvent[] = [];
+    const app = await start({
+      gc: false,
+      onEvent: (event) => events.push(event),
+    });
+    await seedSteps();
+    // Another instance's collector, which took one step of lost-1 first.
+    const other = await holdInTransaction(
+      db.url,
+      `SELECT 1 FROM ${IDEMPOTENCY_STEPS_TABLE_NAME} WHERE key = 'lost-1' AND step = 'receipt' FOR UPDATE`,
+    );
+    let collected: number | 'waiting';
+    let bound: NodeJS.Timeout | undefined;
+    try {
+      collected = await Promise.race([
+        app.get(IdempotencyCollector).collect(),
+        // Far longer than a collection takes: without the fix, it waits
+        // for the lock for as long as it is held.
+        new Promise<'waiting'>((resolve) => {
+          bound = setTimeout(() => resolve('waiting'), 20_000);
+        }),
+      ]);
+    } finally {
+      clearTimeout(bound);
+      await other.release();
+    }
+    // lost-2 only: lost-1 is neither deleted nor reported in part.
+    expect(collected).toBe(1);
+    expect(abandonedOf(events)).toEqual([ABANDONED[1]]);
+    expect(await stepsLeft()).toEqual([
+      'lost-1/charge',
+      'lost-1/receipt',
+      'running/charge',
+    ]);
+    // The next collection takes it whole.
+    events.length = 0;
+    expect(await app.get(IdempotencyCollector).collect()).toBe(2);
+    expect(abandonedOf(events)).toEqual([ABANDONED[0]]);
+    expect(await stepsLeft()).toEqual(['running/charge']);
+  });
+
+  it('two collectors on keys of two expired steps each never fail or wait on each other, and report each key once, whole', async () => {
+    const reported: string[] = [];
+    const onEvent = (event: IdempotencyEvent) => {
+      if (event.type === 'abandoned') {
+        reported.push(`${event.key}:${event.steps!.length}`);
+      }
+    };
+    const [a, b] = [
+      await start({ gc: false, onEvent }),
+      await start({ gc: false, onEvent }),
+    ];
+    // Each key's two steps interleave with the next key's in expiry order,
+    // so that small batches cut keys in two.
+    await db.query(
+      `INSERT INTO ${IDEMPOTENCY_STEPS_TABLE_NAME} (scope, key, step, result, expires_at)
+       SELECT 'global', 'k' || n, s, '"r"', now() - interval '1 day'
+         + (n * 2 + (s = 'b')::int) * interval '1 ms'
+       FROM generate_series(1, 600) n, unnest(array['a', 'b']) s`,
+    );
+    const collect = async (app: INestApplication) => {
+      let removed = 0;
+      for (;;) {
+        const batch = await app.get(IdempotencyCollector).collect(7);
+        removed += batch;
+        if (batch === 0) {
+          return removed;
+        }
+      }
+    };
+    const [removedA, removedB] = await Promise.all([collect(a), collect(b)]);
+    expect(removedA + removedB).toBe(1200);
+    expect(await stepsLeft()).toEqual([]);
+    expect(reported).toHaveLength(600);
+    expect(new Set(reported).size).toBe(600);
+    expect(reported.every((entry) => entry.endsWith(':2'))).toBe(true);
+  });
+
   it('reports abandoned steps again when their deletion did not commit', async () => {
     const events: IdempotencyEvent[] = [];
     const app = await start({

@@ -57,7 +57,13 @@ export async function collectExpired(
   }
   // Expired steps are those of requests that never completed: a completion
   // deletes its key's steps. Each key is reported before the deletion
-  // commits, so that a crash in between reports it again.
+  // commits, so that a crash in between reports it again, and whole: a
+  // key goes with all its expired steps or not at all. Only the rows this
+  // statement locked are deleted, and a key of which another transaction
+  // (another instance's collector) holds a step is left for a later
+  // batch: deleting all of a key's steps after locking some of them would
+  // wait for the others, and two collectors that each locked a step of
+  // the same key would wait for each other (a deadlock, which fails both).
   const steps = await connection.transaction(async (client) => {
     const { rows } = await client.query<{
       scope: string;
@@ -65,17 +71,32 @@ export async function collectExpired(
       step: string;
       result: unknown;
     }>({
-      text: `WITH expired AS (
-           SELECT scope, key FROM ${STEPS} s
-           WHERE expires_at < now() AND NOT ${LIVE_GENERATION}
-           ORDER BY expires_at
-           LIMIT $1
-           FOR UPDATE SKIP LOCKED
+      text: `WITH picked AS (
+           SELECT DISTINCT scope, key FROM (
+             SELECT scope, key FROM ${STEPS} s
+             WHERE expires_at < now() AND NOT ${LIVE_GENERATION}
+             ORDER BY expires_at
+             LIMIT $1
+           ) oldest
+         ), locked AS (
+           SELECT s.scope, s.key, s.step FROM ${STEPS} s
+           JOIN picked p ON p.scope = s.scope AND p.key = s.key
+           WHERE s.expires_at < now() AND NOT ${LIVE_GENERATION}
+           FOR UPDATE OF s SKIP LOCKED
+         ), whole AS (
+           SELECT p.scope, p.key FROM picked p
+           WHERE NOT EXISTS (
+             SELECT 1 FROM ${STEPS} s
+             WHERE s.scope = p.scope AND s.key = p.key
+               AND s.expires_at < now() AND NOT ${LIVE_GENERATION}
+               AND NOT EXISTS (
+                 SELECT 1 FROM locked l
+                 WHERE l.scope = s.scope AND l.key = s.key AND l.step = s.step))
          )
          DELETE FROM ${STEPS} s
-         USING (SELECT DISTINCT scope, key FROM expired) e
-         WHERE s.scope = e.scope AND s.key = e.key AND s.expires_at < now()
-           AND NOT ${LIVE_GENERATION}
+         USING locked l, whole w
+         WHERE l.scope = w.scope AND l.key = w.key
+           AND s.scope = l.scope AND s.key = l.key AND s.step = l.step
          RETURNING s.scope, s.key, s.step, s.result`,
       values: [batchSize - removed],
     });
