@@ -21,7 +21,10 @@ export interface IdempotencyResponseView {
   readonly headers?: Record<string, string | string[]>;
   /** Its body, when asked for and readable. */
   readonly body?: Buffer;
-  /** The id of the key it is sealed with; absent when it is not sealed. */
+  /**
+   * The id of the key it is sealed with; absent when it is not sealed (not
+   * a well-formed sealed value, even if its body begins with `IDS1`).
+   */
   readonly keyId?: string;
   /**
    * Why it cannot be opened: no key ring given, its key not in the ring, or

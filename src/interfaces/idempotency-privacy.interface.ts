@@ -21,7 +21,11 @@ export interface IdempotencyEncryptionOptions {
    * nestjs-idempotency reencrypt`) or let them expire (the longest `ttl`),
    * then deploy without it. Otherwise such a record is unreadable and its
    * duplicates get `503` until it expires. A sealed record is always
-   * opened and checked: this never lets an altered or moved one through.
+   * opened and checked: this never lets an altered or moved one through,
+   * nor one whose key left the ring. A sealed value is told by its whole
+   * shape (`IDS1`, a key id's length and a key id, room for the nonce and
+   * the tag), so an old body or step result that merely begins as one does
+   * (`IDS1-batch-1`, `idempotency-sealed:batch-1`) is read as it is.
    * @default false
    */
   readPlaintext?: boolean;

@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { IdempotencyConfigurationError } from '../exceptions/idempotency-configuration.error.js';
 import type { IdempotencyEncryptionOptions } from '../interfaces/idempotency-privacy.interface.js';
 import { IdempotencyKeyRing } from './idempotency-key-ring.js';
+import { IdempotencyPrivacy } from './idempotency-privacy.service.js';
 
 /** The error a ring of `options` is refused with. */
 function refusal(options: unknown): IdempotencyConfigurationError {
@@ -73,5 +74,90 @@ describe('IdempotencyKeyRing step results', () => {
     expect(() => ring.openStep('global', 'key', 'refund', sealed)).toThrow(
       /does not authenticate it/,
     );
+  });
+});
+
+describe('IdempotencyKeyRing values that begin as sealed ones do', () => {
+  const keys = { k1: randomBytes(32).toString('base64') };
+  const migrating = new IdempotencyKeyRing({
+    keys,
+    current: 'k1',
+    readPlaintext: true,
+  });
+  const strict = new IdempotencyKeyRing({ keys, current: 'k1' });
+  const response = (body: string | Buffer) => ({
+    status: 201,
+    headers: { 'content-type': 'text/plain' },
+    body: Buffer.from(body),
+  });
+
+  it.each([
+    ['a body of IDS1 alone', 'IDS1'],
+    ['a text body', 'IDS1-batch-1'],
+    ['a key id too short for its length', 'IDS1\u0007batch-1'],
+    ['a key id of other characters', `IDS1\u0002k!${'x'.repeat(40)}`],
+    ['no room for the nonce and tag', `IDS1\u0002k1${'x'.repeat(27)}`],
+  ])(
+    'reads %s as it is with readPlaintext only, and reseals it with readPlaintext only',
+    (_what, body) => {
+      const stored = response(body);
+      expect(migrating.keyIdOf(stored.body)).toBeUndefined();
+      expect(migrating.openResponse('global', 'key', stored)).toEqual(stored);
+      expect(() => strict.openResponse('global', 'key', stored)).toThrow(
+        /^it is not sealed: it begins as a sealed value does/,
+      );
+      const resealed = IdempotencyPrivacy.withKeys({
+        keys,
+        current: 'k1',
+        readPlaintext: true,
+      }).reencrypt('global', 'key', stored)!;
+      expect(strict.openResponse('global', 'key', resealed)).toEqual(stored);
+      expect(() =>
+        IdempotencyPrivacy.withKeys({ keys, current: 'k1' }).reencrypt(
+          'global',
+          'key',
+          stored,
+        ),
+      ).toThrow(/^it is not sealed: it begins as a sealed value does/);
+    },
+  );
+
+  it('opens a well-formed value always, with readPlaintext too: one of a key not in the ring is unreadable', () => {
+    const other = new IdempotencyKeyRing({
+      keys: { gone: randomBytes(32) },
+      current: 'gone',
+    });
+    const sealed = other.sealResponse('global', 'key', response('paid'));
+    expect(migrating.keyIdOf(sealed.body)).toBe('gone');
+    expect(() => migrating.openResponse('global', 'key', sealed)).toThrow(
+      'it was sealed with key "gone", not in the key ring',
+    );
+    const step = other.sealStep('global', 'key', 'charge', { id: 'ch_1' });
+    expect(() => migrating.openStep('global', 'key', 'charge', step)).toThrow(
+      'it was sealed with key "gone", not in the key ring',
+    );
+  });
+
+  it.each([
+    ['text that is not base64', 'idempotency-sealed:batch-1'],
+    ['base64 of a text body', `idempotency-sealed:${btoa('IDS1-batch-1')}`],
+    ['the prefix alone', 'idempotency-sealed:'],
+  ])(
+    'reads a step result of %s as it is with readPlaintext only',
+    (_what, result) => {
+      expect(migrating.stepKeyIdOf(result)).toBeUndefined();
+      expect(migrating.openStep('global', 'key', 'charge', result)).toBe(
+        result,
+      );
+      expect(() => strict.openStep('global', 'key', 'charge', result)).toThrow(
+        /^it is not sealed: it begins as a sealed value does/,
+      );
+    },
+  );
+
+  it('never reads bytes that are not a well-formed sealed value as a step result', () => {
+    expect(() =>
+      migrating.openStep('global', 'key', 'charge', Buffer.from('IDS1-x')),
+    ).toThrow(/^it is not sealed/);
   });
 });

@@ -67,21 +67,36 @@ function shapeOf(value: unknown, depth = 0): string {
 }
 
 /**
+ * Whether `value` begins as a sealed value does (`IDS1`): one that does not
+ * was stored before encryption was on. One that does may still not be a
+ * sealed value (see {@link sealedKeyId}).
+ */
+function beginsSealed(value: Buffer): boolean {
+  return (
+    value.length >= MAGIC.length &&
+    value.subarray(0, MAGIC.length).equals(MAGIC)
+  );
+}
+
+/**
  * The id of the key a stored value was sealed with, or `undefined` for a
- * value not sealed: no key is needed to read it.
+ * value that is not a well-formed sealed value: `IDS1`, the key id's length
+ * and an id of 1 to 64 characters of `[A-Za-z0-9._-]`, then room for the
+ * nonce and the tag. A value stored before encryption was on whose bytes
+ * merely begin with `IDS1` (a text body `IDS1-batch-1`) is not one; one of
+ * that whole shape cannot be told from a sealed value, and is read as one.
  */
 export function sealedKeyId(sealed: Buffer | undefined): string | undefined {
-  if (
-    !sealed ||
-    sealed.length < MAGIC.length + 1 ||
-    !sealed.subarray(0, MAGIC.length).equals(MAGIC)
-  ) {
+  if (!sealed || !beginsSealed(sealed) || sealed.length === MAGIC.length) {
     return undefined;
   }
+  const start = MAGIC.length + 1;
   const length = sealed[MAGIC.length];
-  return sealed
-    .subarray(MAGIC.length + 1, MAGIC.length + 1 + length)
-    .toString();
+  const id = sealed.subarray(start, start + length).toString('latin1');
+  return KEY_ID.test(id) &&
+    sealed.length >= start + length + IV_BYTES + TAG_BYTES
+    ? id
+    : undefined;
 }
 
 /** A value that the key ring cannot open, and why. */
@@ -166,20 +181,39 @@ export class IdempotencyKeyRing implements RecordSealing {
     ]);
   }
 
-  /** The id of the key `sealed` names, or `undefined` for a value not sealed. */
+  /**
+   * The id of the key `sealed` names, or `undefined` for a value that is not
+   * a well-formed sealed value ({@link sealedKeyId}).
+   */
   keyIdOf(sealed: Buffer): string | undefined {
     return sealedKeyId(sealed);
   }
 
   /**
+   * Whether a stored response's body was stored before encryption was on:
+   * it does not begin as a sealed value does (`IDS1`). One that begins so
+   * without being a well-formed sealed value is neither this nor sealed:
+   * it is read as it is only with `readPlaintext`.
+   */
+  isPlaintext(body: Buffer): boolean {
+    return !beginsSealed(body);
+  }
+
+  /** As {@link isPlaintext}, for a step's stored result (in either form). */
+  isPlaintextStep(result: unknown): boolean {
+    return !Buffer.isBuffer(result) && !hasStepPrefix(result);
+  }
+
+  /**
    * Opens `sealed`, bound to `context`.
-   * @throws UnreadableRecordError for a value not sealed, sealed with a key
-   * not in the ring, altered, or bound to another record.
+   * @throws UnreadableRecordError for a value not sealed (or not a
+   * well-formed sealed value), sealed with a key not in the ring, altered,
+   * or bound to another record.
    */
   open(sealed: Buffer, context: string): Buffer {
     const id = this.keyIdOf(sealed);
     if (id === undefined) {
-      throw new UnreadableRecordError('it is not sealed');
+      throw new UnreadableRecordError(notSealed(beginsSealed(sealed)));
     }
     const key = this.keys.get(id);
     if (!key) {
@@ -190,9 +224,6 @@ export class IdempotencyKeyRing implements RecordSealing {
     const start = MAGIC.length + 1 + Buffer.byteLength(id);
     const iv = sealed.subarray(start, start + IV_BYTES);
     const tag = sealed.subarray(start + IV_BYTES, start + IV_BYTES + TAG_BYTES);
-    if (tag.length !== TAG_BYTES) {
-      throw new UnreadableRecordError('it is truncated');
-    }
     try {
       const decipher = createDecipheriv('aes-256-gcm', key, iv);
       decipher.setAAD(Buffer.from(context));
@@ -231,6 +262,9 @@ export class IdempotencyKeyRing implements RecordSealing {
     key: string,
     response: StoredResponse,
   ): StoredResponse {
+    // Not a well-formed sealed value: stored before encryption was on, even
+    // if it begins with `IDS1`. A well-formed one is always opened (never
+    // replayed as its ciphertext, whether its key left the ring or not).
     if (this.readPlaintext && this.keyIdOf(response.body) === undefined) {
       return response;
     }
@@ -269,7 +303,7 @@ export class IdempotencyKeyRing implements RecordSealing {
       if (this.readPlaintext && !Buffer.isBuffer(result)) {
         return result;
       }
-      throw new UnreadableRecordError('it is not sealed');
+      throw new UnreadableRecordError(notSealed(!this.isPlaintextStep(result)));
     }
     return JSON.parse(
       this.open(sealed, stepContext(scope, key, step)).toString(),
@@ -283,18 +317,38 @@ export class IdempotencyKeyRing implements RecordSealing {
   }
 }
 
+/** Whether a step's stored result is text that begins as one sealed as text does. */
+function hasStepPrefix(result: unknown): result is string {
+  return typeof result === 'string' && result.startsWith(STEP_PREFIX);
+}
+
 /**
  * The sealed bytes of a step's stored result: the result itself when it is
- * bytes, the base64 after the prefix of one sealed as text, else
- * `undefined` (a result not sealed).
+ * bytes, the base64 after the prefix of one sealed as text, when they are a
+ * well-formed sealed value ({@link sealedKeyId}); else `undefined` (a result
+ * not sealed, such as a string result `idempotency-sealed:batch-1` stored
+ * before encryption was on).
  */
 function sealedStepBytes(result: unknown): Buffer | undefined {
   if (Buffer.isBuffer(result)) {
-    return result;
+    return sealedKeyId(result) === undefined ? undefined : result;
   }
-  return typeof result === 'string' && result.startsWith(STEP_PREFIX)
-    ? Buffer.from(result.slice(STEP_PREFIX.length), 'base64')
+  if (!hasStepPrefix(result)) {
+    return undefined;
+  }
+  const text = result.slice(STEP_PREFIX.length);
+  const sealed = Buffer.from(text, 'base64');
+  // Base64 as sealStep writes it: Buffer.from skips what is not base64.
+  return sealed.toString('base64') === text && sealedKeyId(sealed) !== undefined
+    ? sealed
     : undefined;
+}
+
+/** Why a value that is not a well-formed sealed value cannot be opened. */
+function notSealed(beginsAsSealed: boolean): string {
+  return beginsAsSealed
+    ? 'it is not sealed: it begins as a sealed value does, but is not a well-formed one (a value stored before encryption was on is read as it is only with readPlaintext)'
+    : 'it is not sealed';
 }
 
 /**
@@ -308,11 +362,12 @@ export function sealedStepText(result: unknown): unknown {
     : result;
 }
 
-/** @internal Whether a step's stored result is sealed (by any key). */
+/**
+ * @internal Whether a step's stored result is sealed (by any key): a
+ * well-formed sealed value, not merely text that begins as one does.
+ */
 export function isSealedStep(result: unknown): boolean {
-  return Buffer.isBuffer(result)
-    ? sealedKeyId(result) !== undefined
-    : typeof result === 'string' && result.startsWith(STEP_PREFIX);
+  return sealedStepBytes(result) !== undefined;
 }
 
 function responseContext(scope: string, key: string): string {

@@ -59,7 +59,10 @@ export class IdempotencyPrivacy {
    * sealed again with the current key, or `undefined` when it already is
    * (nothing to write). It opens with any key of the ring, the current one
    * included (one altered cannot be opened); a response stored before
-   * `encryption` was turned on is sealed as it is.
+   * `encryption` was turned on is sealed as it is, and so is one whose body
+   * begins as a sealed value does (`IDS1`) without being a well-formed one,
+   * with `readPlaintext` only (without it, it cannot be told from a sealed
+   * one damaged, and is refused as the module's duplicates refuse it).
    * @throws UnreadableRecordError when it cannot be opened.
    */
   reencrypt(
@@ -69,8 +72,9 @@ export class IdempotencyPrivacy {
   ): StoredResponse | undefined {
     const ring = this.ring();
     const id = ring.keyIdOf(stored.body);
-    const plain =
-      id === undefined ? stored : ring.openResponse(scope, key, stored);
+    const plain = ring.isPlaintext(stored.body)
+      ? stored
+      : ring.openResponse(scope, key, stored);
     // Opened with the current key too: one altered or moved onto another
     // record cannot be opened, which its caller must be told of.
     return id === ring.current
@@ -91,8 +95,9 @@ export class IdempotencyPrivacy {
   ): unknown {
     const ring = this.ring();
     const id = ring.stepKeyIdOf(result);
-    const plain =
-      id === undefined ? result : ring.openStep(scope, key, step, result);
+    const plain = ring.isPlaintextStep(result)
+      ? result
+      : ring.openStep(scope, key, step, result);
     // Sealed again in the form it was stored in: bytes only where the
     // store kept bytes.
     return id === ring.current

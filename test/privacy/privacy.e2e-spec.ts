@@ -7,6 +7,7 @@ import {
   type IdempotencyModuleOptions,
 } from '../../src/index.js';
 import { IDEMPOTENCY_TABLE_NAME } from '../../migrations/index.js';
+import { answer, UNAVAILABLE_ANSWER } from '../utils/problems.js';
 import {
   PLATFORMS,
   send,
@@ -176,6 +177,187 @@ describe('encryption turned on over records stored in plaintext', () => {
       headers: expect.any(Object) as unknown,
       body,
     });
+  });
+
+  /** The stored result of `step` of `key`, as the steps table holds it. */
+  async function storedStep(key: string, step: string): Promise<unknown> {
+    const [row] = await plain.db.query<{ result: unknown }>(
+      'SELECT result FROM idempotency_steps WHERE key = $1 AND step = $2',
+      [key, step],
+    );
+    return row?.result;
+  }
+
+  it('reads a plaintext body beginning with IDS1, and a step result beginning with idempotency-sealed:, as they are with readPlaintext, and reseals them (reencrypt)', async () => {
+    const first = await answer(
+      send(plain, '/privacy/lookalike', { key: 'lookalike' }),
+    );
+    expect(first).toMatchObject({
+      status: 201,
+      body: expect.stringMatching(/^IDS1-batch-\d+$/) as unknown,
+    });
+    const body = first.body as string;
+    const plainRuns = plain.app.get(PrivacyRuns);
+    plainRuns.failSteps = true;
+    expect(
+      (
+        await send(plain, '/privacy/lookalike-steps', {
+          key: 'lookalike-steps',
+        })
+      ).status,
+    ).toBe(500);
+    const batch = plainRuns.lookalike;
+    expect(batch).toMatch(/^idempotency-sealed:batch-\d+$/);
+    expect(await storedStep('lookalike-steps', 'batch')).toBe(batch);
+    const targets = [plain, strict, migrating];
+    const runs = () =>
+      targets
+        .map((target) => target.app.get(PrivacyRuns))
+        .reduce((sum, { card, charges }) => sum + card + charges, 0);
+    const ran = runs();
+
+    // Without readPlaintext: refused, as every record not sealed.
+    expect(
+      await answer(send(strict, '/privacy/lookalike', { key: 'lookalike' })),
+    ).toEqual(UNAVAILABLE_ANSWER);
+    expect(
+      await answer(
+        send(strict, '/privacy/lookalike-steps', { key: 'lookalike-steps' }),
+      ),
+    ).toEqual(UNAVAILABLE_ANSWER);
+
+    // Shown as each instance's duplicates read it: not sealed, no key id.
+    const inspect = (target: TestApp) =>
+      target.app
+        .get(IdempotencyAdmin)
+        .inspect('lookalike', 'global', { body: true });
+    const whole = {
+      status: 201,
+      headers: expect.objectContaining({
+        'content-type': expect.stringMatching(/^text\/plain/) as unknown,
+      }) as unknown,
+      body: Buffer.from(body),
+    };
+    expect((await inspect(plain)).response).toEqual(whole);
+    expect((await inspect(migrating)).response).toEqual(whole);
+    expect((await inspect(strict)).response).toEqual({
+      status: 201,
+      unreadable: expect.stringMatching(/^it is not sealed/) as unknown,
+    });
+
+    // With readPlaintext: replayed byte for byte, the step not run again.
+    expect(
+      await answer(send(migrating, '/privacy/lookalike', { key: 'lookalike' })),
+    ).toMatchObject({ status: 201, replayed: true, body });
+    const migratingRuns = migrating.app.get(PrivacyRuns);
+    migratingRuns.failSteps = true;
+    expect(
+      (
+        await send(migrating, '/privacy/lookalike-steps', {
+          key: 'lookalike-steps',
+        })
+      ).status,
+    ).toBe(500);
+    expect(migratingRuns.lookalike).toBe(batch);
+    expect(runs()).toBe(ran);
+
+    // Resealed: then read by an instance without readPlaintext.
+    const done = await migrating.app.get(IdempotencyAdmin).reencrypt();
+    expect(
+      done.unreadable.filter(({ key }) => key.startsWith('lookalike')),
+    ).toEqual([]);
+    expect(done.steps).toEqual({ resealed: 1, current: 0, changed: 0 });
+    expect(keyIdOf(await storedBody(plain, 'lookalike'))).toBe('old');
+    const step = await storedStep('lookalike-steps', 'batch');
+    expect(step).not.toBe(batch);
+    expect(
+      strict.app
+        .get(IdempotencyPrivacy)
+        .openStep('global', 'lookalike-steps', 'batch', step),
+    ).toBe(batch);
+    expect(
+      await answer(send(strict, '/privacy/lookalike', { key: 'lookalike' })),
+    ).toMatchObject({ status: 201, replayed: true, body });
+    expect(
+      await answer(
+        send(strict, '/privacy/lookalike-steps', { key: 'lookalike-steps' }),
+      ),
+    ).toMatchObject({ status: 201, replayed: false, body: { batch } });
+    expect(runs()).toBe(ran);
+  });
+
+  it('never replays a sealed response or step as its ciphertext with readPlaintext, once its key left the ring: 503, unreadable', async () => {
+    const gone = IdempotencyPrivacy.withKeys({
+      keys: { gone: randomBytes(32) },
+      current: 'gone',
+      readPlaintext: true,
+    });
+    expect(
+      (await send(plain, '/privacy/lookalike', { key: 'lookalike-gone' }))
+        .status,
+    ).toBe(201);
+    const { stored } = await storedResponse(plain, 'lookalike-gone');
+    const sealed = gone.reencrypt('global', 'lookalike-gone', stored)!;
+    await plain.db.query(
+      `UPDATE ${IDEMPOTENCY_TABLE_NAME} SET response_headers = $1, response_body = $2 WHERE key = 'lookalike-gone'`,
+      [sealed.headers, sealed.body],
+    );
+    plain.app.get(PrivacyRuns).failSteps = true;
+    expect(
+      (
+        await send(plain, '/privacy/lookalike-steps', {
+          key: 'lookalike-gone-steps',
+        })
+      ).status,
+    ).toBe(500);
+    const step = gone.reencryptStep(
+      'global',
+      'lookalike-gone-steps',
+      'batch',
+      await storedStep('lookalike-gone-steps', 'batch'),
+    );
+    await plain.db.query(
+      `UPDATE idempotency_steps SET result = $1 WHERE key = 'lookalike-gone-steps'`,
+      [JSON.stringify(step)],
+    );
+    const runs = migrating.app.get(PrivacyRuns);
+    const ran = runs.card + runs.charges;
+
+    expect(
+      await answer(
+        send(migrating, '/privacy/lookalike', { key: 'lookalike-gone' }),
+      ),
+    ).toEqual(UNAVAILABLE_ANSWER);
+    expect(
+      await answer(
+        send(migrating, '/privacy/lookalike-steps', {
+          key: 'lookalike-gone-steps',
+        }),
+      ),
+    ).toEqual(UNAVAILABLE_ANSWER);
+    expect(runs.card + runs.charges).toBe(ran);
+    const notInRing = expect.stringMatching(
+      /sealed with key "gone", not in the key ring/,
+    ) as unknown;
+    expect(
+      (
+        await migrating.app
+          .get(IdempotencyAdmin)
+          .inspect('lookalike-gone', 'global', { body: true })
+      ).response,
+    ).toEqual({ status: 201, keyId: 'gone', unreadable: notInRing });
+    const done = await migrating.app.get(IdempotencyAdmin).reencrypt();
+    expect(
+      done.unreadable.filter(({ key }) => key.startsWith('lookalike-gone')),
+    ).toEqual([
+      { scope: 'global', key: 'lookalike-gone', reason: notInRing },
+      {
+        scope: 'global',
+        key: 'lookalike-gone-steps',
+        step: 'batch',
+        reason: notInRing,
+      },
+    ]);
   });
 });
 

@@ -21,6 +21,8 @@ export class PrivacyRuns {
   charges = 0;
   /** Whether the next run of the steps handler fails after its step. */
   failSteps = false;
+  /** What the step of the last run of `/privacy/lookalike-steps` returned. */
+  lookalike: unknown;
 }
 
 /** Masks the card number and drops `X-Account` from what is stored. */
@@ -97,5 +99,34 @@ export class PrivacyController {
       throw new Error('The gateway answered, the handler failed after it');
     }
     return { charge };
+  }
+
+  /**
+   * A text body that begins with the sealed format's `IDS1`, as a plaintext
+   * record stored before encryption was on may.
+   */
+  @Post('lookalike')
+  @Idempotent()
+  @Header('Content-Type', 'text/plain')
+  lookalike() {
+    this.runs.card += 1;
+    return `IDS1-batch-${this.runs.card}`;
+  }
+
+  /** A step whose result begins as one sealed as text does. */
+  @Post('lookalike-steps')
+  @Idempotent()
+  async lookalikeSteps() {
+    this.runs.steps += 1;
+    const batch = await this.idempotency.step('batch', () => {
+      this.runs.charges += 1;
+      return `idempotency-sealed:batch-${this.runs.charges}`;
+    });
+    this.runs.lookalike = batch;
+    if (this.runs.failSteps) {
+      this.runs.failSteps = false;
+      throw new Error('The gateway answered, the handler failed after it');
+    }
+    return { batch };
   }
 }
