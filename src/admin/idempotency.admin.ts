@@ -321,10 +321,21 @@ export class IdempotencyAdmin {
   }
 }
 
+/**
+ * @throws IdempotencyAdminInputError for a name that is not a non-empty
+ * string, or that holds a NUL character: refused on every store alike, as
+ * PostgreSQL cannot hold one in text (and the default `keyValidation`
+ * pattern refuses it in a request's key).
+ */
 function checkName(what: string, value: unknown): void {
   if (typeof value !== 'string' || value.length === 0) {
     throw new IdempotencyAdminInputError(
       `The ${what} must be a non-empty string.`,
+    );
+  }
+  if (value.includes('\u0000')) {
+    throw new IdempotencyAdminInputError(
+      `The ${what} must not hold a NUL character (\\u0000).`,
     );
   }
 }

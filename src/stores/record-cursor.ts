@@ -11,7 +11,9 @@ export function encodeCursor(position: readonly string[]): string {
 /**
  * @internal The position a cursor of {@link encodeCursor} holds: `parts`
  * strings, as the store that made it writes its positions.
- * @throws IdempotencyAdminInputError when it is not one.
+ * @throws IdempotencyAdminInputError when it is not one: not base64url
+ * JSON of `parts` strings, or a string holding a NUL character (refused on
+ * every store alike, as PostgreSQL cannot hold one in text).
  */
 export function decodeCursor(cursor: string, parts: number): string[] {
   try {
@@ -21,7 +23,9 @@ export function decodeCursor(cursor: string, parts: number): string[] {
     if (
       Array.isArray(position) &&
       position.length === parts &&
-      position.every((part) => typeof part === 'string')
+      position.every(
+        (part) => typeof part === 'string' && !part.includes('\u0000'),
+      )
     ) {
       return position as string[];
     }

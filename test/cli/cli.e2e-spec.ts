@@ -323,6 +323,30 @@ describe('the command line, on the sample app’s database', () => {
         usage: true,
       });
     }
+    // A NUL character, which PostgreSQL refuses in text, is refused before
+    // the database is asked: in a cursor, a key or a scope.
+    const nulCursor = Buffer.from(JSON.stringify(['\u0000', 'x'])).toString(
+      'base64url',
+    );
+    expect(await cli('list', '--cursor', nulCursor)).toEqual({
+      code: 2,
+      out: '',
+      err: `nestjs-idempotency: The cursor "${nulCursor}" is not one that a page of records returned.\n${usage}`,
+    });
+    for (const [args, what] of [
+      [['inspect', 'a\u0000b'], 'key'],
+      [['reset', 'a\u0000b', '--force'], 'key'],
+      [['list', '--scope', 'a\u0000b'], 'scope'],
+      [['forget', '--scope', 'a\u0000b'], 'scope'],
+      [['forget', '--scope', 'global', '--key', 'a\u0000b'], 'key'],
+    ] as const) {
+      expect({ args, ...(await cli(...args)) }).toEqual({
+        args,
+        code: 2,
+        out: '',
+        err: `nestjs-idempotency: The ${what} must not hold a NUL character (\\u0000).\n${usage}`,
+      });
+    }
     expect((await cli('forget')).code).toBe(2);
     expect((await cli('inspect')).code).toBe(2);
     expect((await cli('list', '--nope')).code).toBe(2);

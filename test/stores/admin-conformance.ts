@@ -31,6 +31,16 @@ export interface AdminConformanceContext {
 
 const HOUR_MS = 3_600_000;
 
+/** The message of the input error `operation` is refused with. */
+async function refusal(operation: () => Promise<unknown>): Promise<string> {
+  const error = await operation().then(
+    () => new Error('It was not refused'),
+    (reason: unknown) => reason,
+  );
+  expect(error).toBeInstanceOf(IdempotencyAdminInputError);
+  return (error as Error).message;
+}
+
 /**
  * The store's operator operations (`inspectRecord`, `listRecords`,
  * `resetRecord`, `forgetRecords`), through `IdempotencyAdmin`; for a store
@@ -184,6 +194,39 @@ export function describeAdminConformance(
         IdempotencyAdminInputError,
       );
     }
+  });
+
+  it('admin: refuses a cursor, a scope or a key holding a NUL character as an input error, on every store alike, and changes nothing', async () => {
+    const scope = context.scope();
+    const store = context.store();
+    const done = attempt('kept');
+    await store.claim(done);
+    await store.complete(leaseOf(done), completion, undefined);
+    const nul = 'kept\u0000';
+    // Of every store's number of parts: one of them is its own, the
+    // others refused already as of no page.
+    for (const parts of [1, 2, 3]) {
+      const cursor = encodeCursor(Array.from({ length: parts }, () => nul));
+      expect(await refusal(() => admin().list({ scope, cursor }))).toEqual(
+        `The cursor "${cursor}" is not one that a page of records returned.`,
+      );
+    }
+    const refusals: Array<[string, () => Promise<unknown>]> = [
+      ['key', () => admin().inspect(nul, scope)],
+      ['scope', () => admin().inspect('kept', `${scope}\u0000`)],
+      ['key', () => admin().reset(nul, scope, { force: true })],
+      ['scope', () => admin().forget(`${scope}\u0000`)],
+      ['key', () => admin().forget(scope, { key: nul })],
+      ['scope', () => admin().list({ scope: `${scope}\u0000` })],
+    ];
+    for (const [what, operation] of refusals) {
+      expect(await refusal(operation)).toEqual(
+        `The ${what} must not hold a NUL character (\\u0000).`,
+      );
+    }
+    expect(await admin().inspect('kept', scope)).toMatchObject({
+      status: 'completed',
+    });
   });
 
   it('admin: a reset refused while the owner holds a live lease; forced, the owner is fenced out and the next request runs once', async () => {
