@@ -95,12 +95,14 @@ export class IdempotencyCollector
 
   /**
    * Runs one collection now: deletes expired records (and expired steps of
-   * requests that never finished) in batches until none is left or the time
-   * budget (`gc.maxDuration`) is spent.
+   * requests that never finished, and expired counts of failed attempts)
+   * in batches until none is left or the time budget (`gc.maxDuration`) is
+   * spent.
    *
    * @param batchSize rows per statement, a whole number from 1; defaults
    * to `gc.batchSize` (1000).
-   * @returns how many records it deleted.
+   * @returns how many rows it deleted: records, steps and counts of failed
+   * attempts together (not a count of records alone).
    * @throws IdempotencyConfigurationError for another `batchSize`.
    */
   async collect(

@@ -258,10 +258,16 @@ export class IdempotencyAdmin {
    * For key rotation under `encryption`: seals the stored response of every
    * finished record (completed or failed) of `scope` again with the ring's
    * current key, page by page, so that the old keys can leave the ring. Each
-   * record is written back only if its stored body is still the one read
-   * (a record completed, reset or taken again meanwhile is left alone and
-   * counted as `changed`). Steps, held by claims in progress only, are not
-   * resealed: they end with their claim.
+   * record is written back only if its stored body and its generation are
+   * still the ones read (a record completed, reset or taken again
+   * meanwhile, even with the same body, is left alone and counted as
+   * `changed`). Then the stored results of the steps of claims in progress
+   * (a request that failed after a step keeps its key bound to them until
+   * they expire) are resealed the same way, each written back only if it is
+   * still the result read, and counted in `steps` (`resealed`, `current`,
+   * `changed`); on a store without `readStepResults` and
+   * `replaceStepResult`, none is, and `steps` is all 0. A response or step
+   * it cannot open is named in `unreadable` and left as it is.
    * @throws IdempotencyConfigurationError without a key ring;
    * IdempotencyAdminUnsupportedError for a store without `replaceResponse`.
    */
