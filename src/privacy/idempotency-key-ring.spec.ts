@@ -94,9 +94,8 @@ describe('IdempotencyKeyRing values that begin as sealed ones do', () => {
   it.each([
     ['a body of IDS1 alone', 'IDS1'],
     ['a text body', 'IDS1-batch-1'],
-    ['a key id too short for its length', 'IDS1\u0007batch-1'],
+    ['a key id too short for its length', 'IDS1\u0008batch-1'],
     ['a key id of other characters', `IDS1\u0002k!${'x'.repeat(40)}`],
-    ['no room for the nonce and tag', `IDS1\u0002k1${'x'.repeat(27)}`],
   ])(
     'reads %s as it is with readPlaintext only, and reseals it with readPlaintext only',
     (_what, body) => {
@@ -119,6 +118,21 @@ describe('IdempotencyKeyRing values that begin as sealed ones do', () => {
           stored,
         ),
       ).toThrow(/^it is not sealed: it begins as a sealed value does/);
+    },
+  );
+
+  it.each([0, 12, 27])(
+    'never reads a sealed value cut short %i bytes after its key id as plaintext, with readPlaintext too',
+    (kept) => {
+      const sealed = migrating.sealResponse('global', 'key', response('paid'));
+      const cut = {
+        ...sealed,
+        body: sealed.body.subarray(0, 'IDS1'.length + 1 + 'k1'.length + kept),
+      };
+      expect(migrating.keyIdOf(cut.body)).toBe('k1');
+      expect(() => migrating.openResponse('global', 'key', cut)).toThrow(
+        'it is truncated',
+      );
     },
   );
 

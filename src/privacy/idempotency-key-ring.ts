@@ -81,8 +81,9 @@ function beginsSealed(value: Buffer): boolean {
 /**
  * The id of the key a stored value was sealed with, or `undefined` for a
  * value that is not a well-formed sealed value: `IDS1`, the key id's length
- * and an id of 1 to 64 characters of `[A-Za-z0-9._-]`, then room for the
- * nonce and the tag. A value stored before encryption was on whose bytes
+ * and an id of 1 to 64 characters of `[A-Za-z0-9._-]` (what follows, the
+ * nonce, the tag and the ciphertext, is checked by opening it). A value
+ * stored before encryption was on whose bytes
  * merely begin with `IDS1` (a text body `IDS1-batch-1`) is not one; one of
  * that whole shape cannot be told from a sealed value, and is read as one.
  */
@@ -93,10 +94,9 @@ export function sealedKeyId(sealed: Buffer | undefined): string | undefined {
   const start = MAGIC.length + 1;
   const length = sealed[MAGIC.length];
   const id = sealed.subarray(start, start + length).toString('latin1');
-  return KEY_ID.test(id) &&
-    sealed.length >= start + length + IV_BYTES + TAG_BYTES
-    ? id
-    : undefined;
+  // The header whole (a truncated sealed value is still one: opening it
+  // fails, it is never read as plaintext).
+  return KEY_ID.test(id) && sealed.length >= start + length ? id : undefined;
 }
 
 /** A value that the key ring cannot open, and why. */
@@ -224,6 +224,9 @@ export class IdempotencyKeyRing implements RecordSealing {
     const start = MAGIC.length + 1 + Buffer.byteLength(id);
     const iv = sealed.subarray(start, start + IV_BYTES);
     const tag = sealed.subarray(start + IV_BYTES, start + IV_BYTES + TAG_BYTES);
+    if (tag.length !== TAG_BYTES) {
+      throw new UnreadableRecordError('it is truncated');
+    }
     try {
       const decipher = createDecipheriv('aes-256-gcm', key, iv);
       decipher.setAAD(Buffer.from(context));
