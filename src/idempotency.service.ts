@@ -9,6 +9,7 @@ import {
 import { validKey } from './core/idempotency-key.js';
 import type { IdempotencyRunOptions } from './interfaces/idempotency-run-options.interface.js';
 import { validScope, type Attempt } from './core/attempt.js';
+import { boundFingerprint } from './core/request-fingerprint.js';
 import { IdempotencyExecutor } from './core/idempotency.executor.js';
 import { noTransactionError } from './core/no-transaction.js';
 
@@ -31,6 +32,11 @@ const missingManager = new Proxy({} as never, {
 
 /** Fingerprint of runs that give none: every run with the key is the same. */
 const ANY_RUN = '-';
+/**
+ * What a run's fingerprint is bound to: `run()` itself, not its `name`
+ * (every run with the key is the same, whatever its name).
+ */
+const RUN_PARTS = { method: 'RUN', route: '', params: {} };
 
 /**
  * Idempotency for any code path: queue workers, cron jobs, webhooks handled by
@@ -95,7 +101,13 @@ export class IdempotencyService {
       key: validKey(options.key, route.keyValidation, 'key', 'option'),
       method: 'RUN',
       path: options.name ?? 'run',
-      fingerprint: options.fingerprint ?? ANY_RUN,
+      // Bound to run(), as a route's fingerprint function's value is to
+      // its route: the value alone would match an HTTP request under the
+      // key whose fingerprint function returned the same (compared by its
+      // unbound value for the records of 0.6), which would get the run's
+      // result replayed. Runs of 0.6 and earlier stored the value alone.
+      fingerprint: boundFingerprint(RUN_PARTS, options.fingerprint ?? ANY_RUN),
+      unboundFingerprint: options.fingerprint ?? ANY_RUN,
     };
     const { result } = await this.executor.execute(
       attempt,

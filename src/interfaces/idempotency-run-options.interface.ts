@@ -19,7 +19,10 @@ export interface IdempotencyRunOptions {
   /**
    * What makes two runs with the same key "the same request", e.g. a hash of
    * the job's payload. A run with the same key and another fingerprint throws
-   * `IdempotencyKeyReusedException`.
+   * `IdempotencyKeyReusedException`, and so does an HTTP request or a
+   * message under the key (in the same scope), whatever its fingerprint:
+   * the record keeps it bound to `run()` (a hash of it, as `inspect`
+   * shows).
    * @default none: any run with the key is the same request
    */
   fingerprint?: string;

@@ -16,7 +16,10 @@ import { Barrier, untilWaiting } from '../utils/barrier.js';
 import { inProgress } from '../utils/problems.js';
 import { startTestApp, type TestApp } from '../utils/test-app.js';
 import { TypeOrmModule } from '@nestjs/typeorm';
-import { Module } from '@nestjs/common';
+import { Body, Controller, Module, Post } from '@nestjs/common';
+import type { Request } from 'express';
+import { Idempotent } from '../../src/index.js';
+import { answer } from '../utils/problems.js';
 
 /** `length` random letters and digits: text PostgreSQL cannot compress. */
 function randomText(length: number): string {
@@ -30,13 +33,33 @@ function randomText(length: number): string {
 @Module({ imports: [TypeOrmModule.forFeature([Order])] })
 class OrdersFeature {}
 
+/** Imports over HTTP, the same request by the hash of their content. */
+@Controller('imports')
+class ImportsController {
+  runs = 0;
+
+  @Post()
+  @Idempotent({
+    fingerprint: (context) =>
+      (context.switchToHttp().getRequest<Request>().body as { hash: string })
+        .hash,
+  })
+  create(@Body() body: { hash: string }) {
+    this.runs += 1;
+    return { imported: body.hash };
+  }
+}
+
 describe('IdempotencyService.run()', () => {
   let target: TestApp;
   let idempotency: IdempotencyService;
   let orders: Repository<Order>;
 
   beforeAll(async () => {
-    target = await startTestApp({ imports: [OrdersFeature] });
+    target = await startTestApp({
+      imports: [OrdersFeature],
+      controllers: [ImportsController],
+    });
     idempotency = target.app.get(IdempotencyService);
     orders = target.app.get(getRepositoryToken(Order));
   });
@@ -233,6 +256,58 @@ describe('IdempotencyService.run()', () => {
     expect(
       (malformed as IdempotencyKeyInvalidException).getProblem().detail,
     ).toBe('The key of the "key" option is invalid: it has an invalid format.');
+  });
+
+  it('never replays a run to an HTTP request under its key whose fingerprint function returns the run’s fingerprint: 422', async () => {
+    expect(
+      await idempotency.run({ key: 'job-9', fingerprint: 'sha-abc' }, () => ({
+        nightly: true,
+      })),
+    ).toEqual({ nightly: true });
+    const imports = target.app.get(ImportsController);
+    const post = () =>
+      answer(
+        fetch(`${target.url}/imports`, {
+          method: 'POST',
+          headers: {
+            'content-type': 'application/json',
+            'idempotency-key': 'job-9',
+          },
+          body: JSON.stringify({ hash: 'sha-abc' }),
+        }),
+      );
+    expect(await post()).toMatchObject({
+      status: 422,
+      replayed: false,
+      body: { type: 'urn:idempotency:key-reused', status: 422 },
+    });
+    expect(imports.runs).toBe(0);
+    // And the other way round: a run under an HTTP request's key.
+    await target.db.query(
+      `DELETE FROM ${IDEMPOTENCY_TABLE_NAME} WHERE key = 'job-9'`,
+    );
+    expect(await post()).toMatchObject({
+      status: 201,
+      body: { imported: 'sha-abc' },
+    });
+    await expect(
+      idempotency.run({ key: 'job-9', fingerprint: 'sha-abc' }, () => 1),
+    ).rejects.toBeInstanceOf(IdempotencyKeyReusedException);
+  });
+
+  it('replays a run stored by 0.6, whose record carries its fingerprint alone, to a run of that fingerprint', async () => {
+    let runs = 0;
+    const job = () =>
+      idempotency.run({ key: 'job-10', fingerprint: 'payload-old' }, () => {
+        runs += 1;
+        return { runs };
+      });
+    expect(await job()).toEqual({ runs: 1 });
+    await target.db.query(
+      `UPDATE ${IDEMPOTENCY_TABLE_NAME} SET fingerprint = 'payload-old' WHERE key = 'job-10'`,
+    );
+    expect(await job()).toEqual({ runs: 1 });
+    expect(runs).toBe(1);
   });
 
   it('keeps scopes apart', async () => {
