@@ -160,7 +160,9 @@ export class IdempotencyContext<Transaction = unknown> {
    * with exponential backoff and full jitter or the answer's `Retry-After`,
    * within the attempts of the `retry` options and the handler's deadline.
    * Its answer (2xx or 3xx) is stored as the step's result: a retry of the
-   * request gets the same `Response` back without calling again.
+   * request gets the same `Response` back without calling again. Its
+   * `statusText` is the downstream's reason phrase when a `Response` takes
+   * it (characters up to 0xFF), else `''`.
    *
    * Options come from the module's `outgoing` option and the init's
    * `idempotency` field. With OpenTelemetry, the call is an

@@ -39,6 +39,12 @@ const WIRE_HEADERS = new Set([
   'transfer-encoding',
 ]);
 
+/**
+ * A reason phrase as HTTP defines it (tabs, spaces, visible ASCII and
+ * obs-text: characters up to 0xFF), the only `statusText` a `Response` takes.
+ */
+const REASON_PHRASE = /^[\t\x20-\x7E\x80-\xFF]*$/;
+
 /** The replay header, as `Headers` reads it. */
 const REPLAYED_FIELD = IDEMPOTENT_REPLAYED_HEADER.toLowerCase();
 
@@ -189,14 +195,27 @@ async function store(response: Response): Promise<StoredAnswer> {
   const text = isUtf8(bytes);
   return {
     status: response.status,
-    statusText: response.statusText,
+    statusText: reasonPhrase(response.statusText),
     headers,
     body: bytes.toString(text ? 'utf8' : 'base64'),
     ...(text ? {} : { base64: true as const }),
   };
 }
 
-/** The `Response` of a stored answer: the same for the call and its reuses. */
+/**
+ * `text` when a `Response` takes it as its `statusText`, else `''`: fetch
+ * decodes a reason phrase as UTF-8 (`201 Создано`), which a `Response`
+ * refuses, and the stored answer must stay one that can be given back.
+ */
+function reasonPhrase(text: unknown): string {
+  return typeof text === 'string' && REASON_PHRASE.test(text) ? text : '';
+}
+
+/**
+ * The `Response` of a stored answer: the same for the call and its reuses.
+ * A reason phrase a `Response` refuses, as earlier versions stored it, is
+ * left out.
+ */
 function toResponse(stored: StoredAnswer): Response {
   const body = NULL_BODY_STATUSES.has(stored.status)
     ? null
@@ -205,7 +224,7 @@ function toResponse(stored: StoredAnswer): Response {
       : stored.body;
   return new Response(body, {
     status: stored.status,
-    statusText: stored.statusText,
+    statusText: reasonPhrase(stored.statusText),
     headers: stored.headers,
   });
 }

@@ -1,0 +1,268 @@
+import {
+  createServer,
+  type IncomingMessage,
+  type Server,
+  type ServerResponse,
+} from 'node:http';
+import type { AddressInfo } from 'node:net';
+import {
+  Controller,
+  Injectable,
+  InternalServerErrorException,
+  Module,
+  Post,
+} from '@nestjs/common';
+import { IdempotencyContext, Idempotent } from '../../src/index.js';
+import { answer } from '../utils/problems.js';
+import { send, startTestApp, type TestApp } from '../utils/test-app.js';
+
+/*
+ * IdempotencyContext.fetch() against a real HTTP downstream whose answer
+ * each test writes byte for byte, and a handler whose call each test
+ * writes: the answers and the calls that the common downstream of
+ * outgoing.e2e-spec.ts never makes.
+ */
+
+/** One request the downstream received. */
+interface Received {
+  readonly method: string;
+  readonly key: string | undefined;
+  readonly body: string;
+}
+
+/** A downstream that answers each request as the test says. */
+class WrittenDownstream {
+  readonly received: Received[] = [];
+  /** Answers one request. */
+  answer: (request: IncomingMessage, response: ServerResponse) => void = (
+    _request,
+    response,
+  ) => response.writeHead(204).end();
+  private server?: Server;
+  url = '';
+
+  async start(): Promise<this> {
+    this.server = createServer((request, response) => {
+      const chunks: Buffer[] = [];
+      request.on('data', (chunk: Buffer) => chunks.push(chunk));
+      request.on('end', () => {
+        const key = request.headers['idempotency-key'];
+        this.received.push({
+          method: request.method ?? '',
+          key: typeof key === 'string' ? key : undefined,
+          body: Buffer.concat(chunks).toString(),
+        });
+        this.answer(request, response);
+      });
+    });
+    await new Promise<void>((resolve) =>
+      this.server!.listen(0, '127.0.0.1', resolve),
+    );
+    this.url = `http://127.0.0.1:${(this.server.address() as AddressInfo).port}`;
+    return this;
+  }
+
+  async stop(): Promise<void> {
+    this.server?.closeAllConnections();
+    await new Promise<void>(
+      (resolve) => this.server?.close(() => resolve()) ?? resolve(),
+    );
+  }
+}
+
+/** What the handler does, set by each test. */
+@Injectable()
+class CallScript {
+  /** The handler's call. */
+  call: (idempotency: IdempotencyContext) => Promise<unknown> = () =>
+    Promise.resolve({});
+  /** Fails the handler once, after its call: its step is kept. */
+  failAfterCall = false;
+  /** What the call threw, if it did. */
+  thrown: unknown;
+}
+
+@Controller('call')
+class CallController {
+  constructor(
+    private readonly idempotency: IdempotencyContext,
+    private readonly script: CallScript,
+  ) {}
+
+  @Post()
+  @Idempotent()
+  async call(): Promise<unknown> {
+    let result: unknown;
+    try {
+      result = await this.script.call(this.idempotency);
+    } catch (error) {
+      this.script.thrown = error;
+      throw error;
+    }
+    if (this.script.failAfterCall) {
+      this.script.failAfterCall = false;
+      throw new InternalServerErrorException('failed after the call');
+    }
+    return result;
+  }
+}
+
+@Module({ controllers: [CallController], providers: [CallScript] })
+class CallModule {}
+
+/** The bytes of `text` in UTF-8, as Node.js writes a reason phrase (latin1). */
+const utf8OnTheWire = (text: string) =>
+  Buffer.from(text, 'utf8').toString('latin1');
+
+describe('IdempotencyContext.fetch(): what the downstream answers', () => {
+  let downstream: WrittenDownstream;
+  let target: TestApp;
+  let script: CallScript;
+
+  beforeAll(async () => {
+    downstream = await new WrittenDownstream().start();
+    target = await startTestApp({
+      imports: [CallModule],
+      idempotency: {
+        outgoing: {
+          retry: { attempts: 3, baseDelayMs: 5, maxDelayMs: 20 },
+          timeoutMs: 5_000,
+        },
+      },
+    });
+    script = target.app.get(CallScript);
+  });
+  afterAll(async () => {
+    await target.close();
+    await downstream.stop();
+  });
+  beforeEach(() => {
+    downstream.received.length = 0;
+    script.failAfterCall = false;
+    script.thrown = undefined;
+  });
+
+  /** The charge, its status and reason phrase, as the handler saw them. */
+  const charge = async (idempotency: IdempotencyContext) => {
+    const response = await idempotency.fetch(
+      'charge',
+      `${downstream.url}/charges`,
+      { method: 'POST', body: '{"amount":1250}' },
+    );
+    return {
+      status: response.status,
+      statusText: response.statusText,
+      charge: (await response.json()) as unknown,
+    };
+  };
+  /** The stored answer of the step `charge` of the request `key`. */
+  const storedAnswer = async (key: string) =>
+    (
+      await target.db.query<{ result: Record<string, unknown> }>(
+        `SELECT result FROM idempotency_steps WHERE key = $1 AND step = 'charge'`,
+        [key],
+      )
+    ).map((row) => row.result);
+  const FAILED_AFTER_CALL = {
+    status: 500,
+    contentType: expect.stringMatching(/^application\/json/),
+    retryAfter: null,
+    replayed: false,
+    body: {
+      statusCode: 500,
+      message: 'failed after the call',
+      error: 'Internal Server Error',
+    },
+  };
+
+  describe('a reason phrase that a Response refuses', () => {
+    it('is left out of the stored answer: the call is made once, and the request and its retry get the answer', async () => {
+      downstream.answer = (_request, response) =>
+        response
+          .writeHead(201, utf8OnTheWire('Создано'), {
+            'content-type': 'application/json',
+          })
+          .end('{"id":"ch_1"}');
+      script.call = charge;
+      script.failAfterCall = true;
+
+      const failed = await answer(
+        send(target, '/call', { key: 'reason-utf8', body: {} }),
+      );
+      expect(failed).toEqual(FAILED_AFTER_CALL);
+      expect(await storedAnswer('reason-utf8')).toEqual([
+        expect.objectContaining({
+          status: 201,
+          statusText: '',
+          body: '{"id":"ch_1"}',
+        }),
+      ]);
+
+      const retried = await answer(
+        send(target, '/call', { key: 'reason-utf8', body: {} }),
+      );
+      expect(retried).toEqual({
+        status: 201,
+        contentType: expect.stringMatching(/^application\/json/),
+        retryAfter: null,
+        replayed: false,
+        body: { status: 201, statusText: '', charge: { id: 'ch_1' } },
+      });
+      expect(script.thrown).toBeUndefined();
+      expect(downstream.received).toHaveLength(1);
+    });
+
+    it('stored by an earlier version, is left out when the answer is given back', async () => {
+      downstream.answer = (_request, response) =>
+        response
+          .writeHead(201, 'Created', { 'content-type': 'application/json' })
+          .end('{"id":"ch_2"}');
+      script.call = charge;
+      script.failAfterCall = true;
+      const failed = await answer(
+        send(target, '/call', { key: 'reason-stored', body: {} }),
+      );
+      expect(failed).toEqual(FAILED_AFTER_CALL);
+      // What an earlier version stored: the reason phrase as fetch gave it.
+      const [updated] = await target.db.query<{ n: number }>(
+        `WITH changed AS (
+           UPDATE idempotency_steps
+              SET result = jsonb_set(result, '{statusText}', to_jsonb('Создано'::text))
+            WHERE key = 'reason-stored' AND step = 'charge' RETURNING 1)
+         SELECT count(*)::int AS n FROM changed`,
+      );
+      expect(updated).toEqual({ n: 1 });
+
+      const retried = await answer(
+        send(target, '/call', { key: 'reason-stored', body: {} }),
+      );
+      expect(retried.status).toBe(201);
+      expect(retried.body).toEqual({
+        status: 201,
+        statusText: '',
+        charge: { id: 'ch_2' },
+      });
+      expect(downstream.received).toHaveLength(1);
+    });
+
+    it('keeps a reason phrase a Response takes, characters up to 0xFF included', async () => {
+      // Read by fetch as UTF-8: `é` is U+00E9, which a Response takes.
+      downstream.answer = (_request, response) =>
+        response
+          .writeHead(201, utf8OnTheWire('Créé\tOK'), {
+            'content-type': 'application/json',
+          })
+          .end('{"id":"ch_3"}');
+      script.call = charge;
+      const done = await answer(
+        send(target, '/call', { key: 'reason-latin1', body: {} }),
+      );
+      expect(done.status).toBe(201);
+      expect(done.body).toEqual({
+        status: 201,
+        statusText: 'Créé\tOK',
+        charge: { id: 'ch_3' },
+      });
+    });
+  });
+});
