@@ -87,8 +87,11 @@ export class IdempotentClient {
    * @throws RetriesExhaustedError when the attempts or the deadline ran out
    * on answers that said "try again".
    * @throws the reason of `init.signal` when it aborts.
-   * @throws TypeError for a body that cannot be sent again, or a key that
-   * differs from the key header given in `init.headers`.
+   * @throws TypeError for a body that cannot be sent again, a key that
+   * differs from the key header given in `init.headers`, or a request that
+   * fetch refuses to build (a URL with credentials or that does not parse,
+   * a GET or HEAD with a body, an invalid header), before anything is sent.
+   * Such a request is never retried.
    */
   async send(
     url: string | URL,
@@ -106,6 +109,8 @@ export class IdempotentClient {
       headers,
       body: init.body as RequestInit['body'],
     };
+    // fetch would refuse it at every attempt, the same way: before any.
+    new Request(url, request);
     const deadlineAt = performance.now() + this.retry.deadlineMs;
     for (let attempt = 1; ; attempt += 1) {
       const outcome = await this.attempt(url, request, signal, deadlineAt);

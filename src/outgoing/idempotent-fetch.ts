@@ -74,8 +74,15 @@ export async function idempotentFetch(
     );
   }
   const method = (rest.method ?? 'GET').toUpperCase();
-  const headers = new Headers(given);
-  headers.set(options.headerName, key);
+  let headers: Headers;
+  try {
+    headers = new Headers(given);
+    headers.set(options.headerName, key);
+    // fetch would refuse it at every attempt, the same way: before any.
+    new Request(url, { ...rest, method, headers });
+  } catch (error) {
+    throw unbuildable(name, error);
+  }
   const call: Call = {
     name,
     url,
@@ -181,6 +188,23 @@ function toUrl(input: string | URL): URL {
       `IdempotencyContext.fetch() needs an absolute URL, not ${JSON.stringify(String(input))}.`,
     );
   }
+}
+
+/**
+ * The error for a call that fetch refuses to build (`error`, the platform's
+ * TypeError, is its cause): its message names neither the URL nor the
+ * headers, which may hold secrets.
+ */
+function unbuildable(
+  name: string,
+  error: unknown,
+): IdempotencyConfigurationError {
+  const problem = new IdempotencyConfigurationError(
+    `fetch cannot build the request of the call of step ${JSON.stringify(name)} (the error's cause says why).`,
+    'Give a URL without a user name or password (send credentials in a header), no body with GET or HEAD, and valid header names and values.',
+  );
+  problem.cause = error;
+  return problem;
 }
 
 /** A successful answer, read whole, as its step stores it. */

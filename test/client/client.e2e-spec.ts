@@ -328,6 +328,36 @@ describe('an attempt without an answer', () => {
   );
 });
 
+describe('a request that fetch cannot build', () => {
+  it.each<[string, (url: string) => [string, IdempotentRequestInit]]>([
+    [
+      'a URL with credentials',
+      (url) => [url.replace('http://', 'http://alice:s3cr3t@') + '/x', {}],
+    ],
+    ['a URL that does not parse', () => ['api.example.com/x?token=s3cr3t', {}]],
+    ['a GET with a body', (url) => [`${url}/x`, { method: 'GET', body: '{}' }]],
+    [
+      'an invalid header value',
+      (url) => [`${url}/x`, { headers: { authorization: 'Bearer s3\ncr3t' } }],
+    ],
+  ])(
+    'rejects with the TypeError of fetch at once, nothing sent: %s',
+    async (_name, make) => {
+      const retries: RetryEvent[] = [];
+      const client = new IdempotentClient({
+        ...QUICK,
+        onRetry: (event) => retries.push(event),
+      });
+      const [url, init] = make(standIn.url);
+      const error = await rejectionOf(client.send(url, init));
+      // By name: the platform's TypeError is of another realm than the test's.
+      expect((error as Error).name).toBe('TypeError');
+      expect(retries).toEqual([]);
+      expect(standIn.total).toBe(0);
+    },
+  );
+});
+
 describe('the bounds', () => {
   const always = (answer: ScriptedAnswer) =>
     Array.from({ length: 100 }, () => answer);

@@ -12,7 +12,12 @@ import {
   Module,
   Post,
 } from '@nestjs/common';
-import { IdempotencyContext, Idempotent } from '../../src/index.js';
+import {
+  IdempotencyConfigurationError,
+  IdempotencyContext,
+  Idempotent,
+  type IdempotentFetchInit,
+} from '../../src/index.js';
 import { answer } from '../utils/problems.js';
 import { send, startTestApp, type TestApp } from '../utils/test-app.js';
 
@@ -264,5 +269,64 @@ describe('IdempotencyContext.fetch(): what the downstream answers', () => {
         charge: { id: 'ch_3' },
       });
     });
+  });
+
+  describe('a call that fetch cannot build', () => {
+    it.each<[string, (url: string) => [string, IdempotentFetchInit]]>([
+      [
+        'a URL with credentials',
+        (url) => [
+          url.replace('http://', 'http://alice:s3cr3t@') + '/charges',
+          { method: 'POST', body: '{"amount":1250}' },
+        ],
+      ],
+      [
+        'a GET with a body',
+        (url) => [`${url}/charges`, { method: 'GET', body: 's3cr3t' }],
+      ],
+      [
+        'an invalid header value',
+        (url) => [
+          `${url}/charges`,
+          {
+            method: 'POST',
+            headers: { authorization: 'Bearer s3cr3t\nx' },
+            body: '{"amount":1250}',
+          },
+        ],
+      ],
+    ])(
+      'is a configuration error before anything is sent: %s',
+      async (name, make) => {
+        script.call = (idempotency) => {
+          const [url, init] = make(downstream.url);
+          return idempotency.fetch('charge', url, init);
+        };
+        const key = `unbuildable-${name.replaceAll(' ', '-')}`;
+        // The request, then its retry: the same refusal, nothing sent.
+        for (let attempt = 1; attempt <= 2; attempt += 1) {
+          script.thrown = undefined;
+          const refused = await answer(
+            send(target, '/call', { key, body: {} }),
+          );
+          expect(refused).toEqual({
+            status: 500,
+            contentType: expect.stringMatching(/^application\/json/),
+            retryAfter: null,
+            replayed: false,
+            body: { statusCode: 500, message: 'Internal server error' },
+          });
+          expect(script.thrown).toBeInstanceOf(IdempotencyConfigurationError);
+          const thrown = script.thrown as Error;
+          expect(thrown.message).toMatch(
+            /^fetch cannot build the request of the call of step "charge"/,
+          );
+          expect(thrown.message).not.toMatch(/s3cr3t/);
+          expect((thrown.cause as Error).name).toBe('TypeError');
+        }
+        expect(downstream.received).toEqual([]);
+        expect(await storedAnswer(key)).toEqual([]);
+      },
+    );
   });
 });
