@@ -11,7 +11,10 @@ export interface RetriesExhaustedDetails {
   readonly reason: RetriesExhaustedReason;
   /** The last attempt's response, its body unread; undefined when it got none. */
   readonly response?: Response;
-  /** Why the last attempt got no response (a network error, a timeout). */
+  /**
+   * Why the last attempt got no response (a network error, a timeout): the
+   * error's `cause`; the message names only its name and code.
+   */
   readonly cause?: unknown;
 }
 
@@ -22,8 +25,10 @@ export interface RetriesExhaustedDetails {
  * is unknown: sending it again later under the same `key` is safe, and
  * tells.
  *
- * The message names neither the key nor the URL, which may be secrets: read
- * them from the error's fields.
+ * The message names neither the key nor the URL, which may be secrets, nor
+ * the message of the error that ended the last attempt (it may hold them):
+ * only that error's name and code. Read them from the error's fields, and
+ * that error from `cause`.
  */
 export class RetriesExhaustedError extends Error {
   /** The idempotency key that every attempt carried. */
@@ -56,12 +61,26 @@ export class RetriesExhaustedError extends Error {
   }
 }
 
+/** A name or code that cannot hold a URL or a header's value. */
+const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]{0,63}$/;
+
+/**
+ * The error that ended the last attempt, as the message names it: its name
+ * and code (its cause's code when it has none), never its message, which
+ * may hold the URL, a header or the key.
+ * @example describe(new TypeError('fetch failed', { cause: econnrefused })) // 'TypeError, ECONNREFUSED'
+ */
 function describe(error: unknown): string {
-  if (typeof error === 'object' && error !== null) {
-    const { name, message } = error as { name?: unknown; message?: unknown };
-    if (typeof message === 'string') {
-      return typeof name === 'string' ? `${name}: ${message}` : message;
-    }
+  if (typeof error !== 'object' || error === null) {
+    return 'an error';
   }
-  return String(error);
+  const { name, code, cause } = error as {
+    name?: unknown;
+    code?: unknown;
+    cause?: { code?: unknown } | null;
+  };
+  const parts = [name, typeof code === 'string' ? code : cause?.code].filter(
+    (part): part is string => typeof part === 'string' && IDENTIFIER.test(part),
+  );
+  return parts.length > 0 ? parts.join(', ') : 'an error';
 }

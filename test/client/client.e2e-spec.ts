@@ -410,10 +410,43 @@ describe('the bounds', () => {
       attempts: 2,
       cause: 'TypeError',
     });
+    // The error's name and its cause's code, never its message.
     expect(error.message).toMatch(
-      /^Gave up after 2 attempts \(no attempt left\): the last attempt got no response \(TypeError: .+\)\.$/,
+      /^Gave up after 2 attempts \(no attempt left\): the last attempt got no response \(TypeError, (UND_ERR_SOCKET|ECONNRESET)\)\.$/,
     );
     expect(standIn.attempts('down-1')).toHaveLength(2);
+  });
+
+  it('keep the message of the last error out of theirs: it may hold the URL', async () => {
+    // Deno's network error, which names the URL, through a `fetch` of the
+    // caller's own that sends nothing.
+    const failure = new TypeError(
+      'error sending request for url (https://alice:s3cr3t@api.example.com/x?token=tok_s3cr3t): connection refused',
+    );
+    const client = new IdempotentClient({
+      ...QUICK,
+      attempts: 2,
+      fetch: () => Promise.reject(failure),
+    });
+    const error = (await rejectionOf(
+      client.send(
+        'https://api.example.com/x?token=tok_s3cr3t',
+        operation('deno', { key: 'key-s3cr3t' }),
+      ),
+    )) as RetriesExhaustedError;
+    expect({
+      name: error.name,
+      message: error.message,
+      cause: error.cause,
+      key: error.key,
+    }).toEqual({
+      name: 'RetriesExhaustedError',
+      message:
+        'Gave up after 2 attempts (no attempt left): the last attempt got no response (TypeError).',
+      cause: failure,
+      key: 'key-s3cr3t',
+    });
+    expect(String(error)).not.toMatch(/s3cr3t/);
   });
 
   it('stop at the deadline, counted from the first attempt', async () => {
@@ -491,7 +524,7 @@ describe('the bounds', () => {
       attempts: 1,
       cause: 'TimeoutError',
       message:
-        'Gave up after 1 attempt (deadline reached): the last attempt got no response (TimeoutError: The deadline of 300 ms ran out before a response).',
+        'Gave up after 1 attempt (deadline reached): the last attempt got no response (TimeoutError).',
     });
     expect(elapsed).toBeGreaterThanOrEqual(290);
     expect(elapsed).toBeLessThan(5000);
