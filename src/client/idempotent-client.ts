@@ -13,6 +13,7 @@ import { RetriesExhaustedError } from './retries-exhausted.error.js';
 import {
   checkMilliseconds,
   isNetworkError,
+  isReplayableBody,
   isRetryableStatus,
   parseRetryAfter,
   resolveRetryOptions,
@@ -30,14 +31,6 @@ interface Attempt {
   /** Whether the deadline, not the attempt's own time, cut it short. */
   readonly deadline: boolean;
 }
-
-/** Tags of the bodies that fetch sends the same way every time. */
-const REPLAYABLE_TAGS = new Set([
-  '[object ArrayBuffer]',
-  '[object Blob]',
-  '[object File]',
-  '[object URLSearchParams]',
-]);
 
 /**
  * A client of an idempotent HTTP API: it sends each logical operation under
@@ -235,13 +228,7 @@ function newKey(): string {
  * `ReplayableBody`): for callers without the types.
  */
 function checkReplayable(body: unknown): void {
-  if (
-    body === undefined ||
-    body === null ||
-    typeof body === 'string' ||
-    ArrayBuffer.isView(body) ||
-    REPLAYABLE_TAGS.has(Object.prototype.toString.call(body))
-  ) {
+  if (isReplayableBody(body)) {
     return;
   }
   throw new TypeError(

@@ -112,6 +112,31 @@ export function isRetryableStatus(status: number, replayed = false): boolean {
   return status >= 500 && status <= 599 && status !== 501 && status !== 505;
 }
 
+/** Tags of the bodies other than strings and views that fetch sends the same way every time. */
+const REPLAYABLE_TAGS = new Set([
+  '[object ArrayBuffer]',
+  '[object Blob]',
+  '[object File]',
+  '[object URLSearchParams]',
+]);
+
+/**
+ * Whether fetch sends `body` the same way at every attempt: none, a string,
+ * bytes (an `ArrayBuffer` or a view of one), a `Blob` or `URLSearchParams`.
+ * Not a stream nor an iterable (read once), nor a `FormData` (a new
+ * multipart boundary at each send), nor anything else.
+ * @internal shared by the client and `IdempotencyContext.fetch()`
+ */
+export function isReplayableBody(body: unknown): boolean {
+  return (
+    body === undefined ||
+    body === null ||
+    typeof body === 'string' ||
+    ArrayBuffer.isView(body) ||
+    REPLAYABLE_TAGS.has(Object.prototype.toString.call(body))
+  );
+}
+
 const MONTHS = 'Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec';
 const TIME = '(\\d{2}):(\\d{2}):(\\d{2})';
 /** IMF-fixdate, the form servers send (`Sun, 06 Nov 1994 08:49:37 GMT`). */

@@ -43,9 +43,11 @@ export interface IdempotentFetchOptions {
 }
 
 /**
- * The body of an outgoing call: one that is sent again byte for byte (not a
- * stream, read once; not `FormData`, whose multipart boundary changes with
- * each sending).
+ * The body of an outgoing call: one that is sent again byte for byte, a
+ * string, bytes, a `Blob` or `URLSearchParams` (not a stream, read once;
+ * not `FormData`, whose multipart boundary changes with each sending). Any
+ * other body (a Node.js `Readable`, an async iterable) throws
+ * `IdempotencyConfigurationError` before anything is sent.
  */
 export type IdempotentFetchBody = Exclude<
   NonNullable<RequestInit['body']>,

@@ -2,6 +2,7 @@ import { isUtf8 } from 'node:buffer';
 import { setTimeout as delay } from 'node:timers/promises';
 import {
   isNetworkError,
+  isReplayableBody,
   isRetryableStatus,
   parseRetryAfter,
   retryDelay,
@@ -67,10 +68,10 @@ export async function idempotentFetch(
   const options = resolveFetchOptions(defaults, idempotency, 'idempotency');
   const url = toUrl(input);
   const body: unknown = rest.body;
-  if (body instanceof ReadableStream || body instanceof FormData) {
+  if (!isReplayableBody(body)) {
     throw new IdempotencyConfigurationError(
-      `The body of the call of step ${JSON.stringify(name)} cannot be sent again byte for byte (a stream, or FormData).`,
-      'Give a string, bytes, a Blob or URLSearchParams (encode a multipart body yourself).',
+      `The body of the call of step ${JSON.stringify(name)} cannot be sent again byte for byte (a stream, an iterable, FormData, or another kind).`,
+      'Give a string, bytes, a Blob or URLSearchParams (read a stream into bytes first; encode a multipart body yourself).',
     );
   }
   const method = (rest.method ?? 'GET').toUpperCase();

@@ -1,3 +1,4 @@
+import { Readable } from 'node:stream';
 import {
   IdempotentClient,
   RetriesExhaustedError,
@@ -647,6 +648,14 @@ describe('the body', () => {
   it.each([
     ['a FormData', () => new FormData()],
     ['a stream', () => new Blob(['x']).stream()],
+    ['a Node.js Readable', () => Readable.from([Buffer.from('x')])],
+    [
+      'an async iterable',
+      () =>
+        (async function* () {
+          yield new TextEncoder().encode('x');
+        })(),
+    ],
   ])(
     'is refused when it is %s, before anything is sent',
     async (_kind, body) => {

@@ -5,6 +5,7 @@ import {
   type ServerResponse,
 } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { Readable } from 'node:stream';
 import {
   Controller,
   Injectable,
@@ -324,6 +325,57 @@ describe('IdempotencyContext.fetch(): what the downstream answers', () => {
           expect(thrown.message).not.toMatch(/s3cr3t/);
           expect((thrown.cause as Error).name).toBe('TypeError');
         }
+        expect(downstream.received).toEqual([]);
+        expect(await storedAnswer(key)).toEqual([]);
+      },
+    );
+  });
+
+  describe('a body that cannot be sent again as it is', () => {
+    it.each<[string, () => unknown]>([
+      ['a Node.js Readable', () => Readable.from([Buffer.from('{"a":1}')])],
+      [
+        'an async iterable',
+        () =>
+          (async function* () {
+            yield new TextEncoder().encode('{"a":1}');
+          })(),
+      ],
+      ['a ReadableStream', () => new Blob(['{"a":1}']).stream()],
+      ['a FormData', () => new FormData()],
+      ['a plain object', () => ({ a: 1 })],
+    ])(
+      'is a configuration error before anything is sent: %s',
+      async (name, body) => {
+        downstream.answer = (_request, response) =>
+          response
+            .writeHead(201, { 'content-type': 'application/json' })
+            .end('{"id":"ch_4"}');
+        script.call = async (idempotency) => {
+          const response = await idempotency.fetch(
+            'charge',
+            `${downstream.url}/charges`,
+            {
+              method: 'POST',
+              body: body() as string,
+              duplex: 'half',
+            } as IdempotentFetchInit,
+          );
+          return { status: response.status };
+        };
+        const key = `body-${name.replaceAll(' ', '-')}`;
+        const refused = await answer(send(target, '/call', { key, body: {} }));
+        expect(refused).toEqual({
+          status: 500,
+          contentType: expect.stringMatching(/^application\/json/),
+          retryAfter: null,
+          replayed: false,
+          body: { statusCode: 500, message: 'Internal server error' },
+        });
+        expect(script.thrown).toBeInstanceOf(IdempotencyConfigurationError);
+        expect((script.thrown as Error).message).toMatch(
+          /^The body of the call of step "charge" cannot be sent again byte for byte/,
+        );
         expect(downstream.received).toEqual([]);
         expect(await storedAnswer(key)).toEqual([]);
       },
