@@ -1,7 +1,6 @@
 import {
   DEFAULT_ATTEMPT_TIMEOUT_MS,
   IDEMPOTENCY_KEY_HEADER,
-  IDEMPOTENT_REPLAYED_HEADER,
 } from './client.constants.js';
 import type {
   FetchFunction,
@@ -14,6 +13,7 @@ import {
   checkMilliseconds,
   isNetworkError,
   isReplayableBody,
+  isReplayed,
   isRetryableStatus,
   parseRetryAfter,
   resolveRetryOptions,
@@ -176,12 +176,11 @@ export class IdempotentClient {
       : timer.signal;
     try {
       const response = await this.fetch(url, { ...request, signal });
-      const replayed =
-        response.headers
-          .get(IDEMPOTENT_REPLAYED_HEADER)
-          ?.trim()
-          .toLowerCase() === 'true';
-      return { response, replayed, deadline: false };
+      return {
+        response,
+        replayed: isReplayed(response.headers),
+        deadline: false,
+      };
     } catch (error) {
       if (callerSignal?.aborted) {
         throw callerSignal.reason;

@@ -1,6 +1,7 @@
 import fc from 'fast-check';
 import {
   isNetworkError,
+  isReplayed,
   isRetryableStatus,
   parseRetryAfter,
   resolveRetryOptions,
@@ -260,5 +261,24 @@ describe('isNetworkError', () => {
     expect(isNetworkError('TypeError')).toBe(false);
     expect(isNetworkError(null)).toBe(false);
     expect(isNetworkError(undefined)).toBe(false);
+  });
+});
+
+describe('isReplayed', () => {
+  it.each([
+    ['true', true],
+    ['True', true],
+    [' TRUE ', true],
+    ['false', false],
+    ['1', false],
+    ['', false],
+  ])('reads Idempotent-Replayed: %p as %p', (value, replayed) => {
+    expect(isReplayed(new Headers({ 'Idempotent-Replayed': value }))).toBe(
+      replayed,
+    );
+  });
+
+  it('is false without the header', () => {
+    expect(isReplayed(new Headers())).toBe(false);
   });
 });

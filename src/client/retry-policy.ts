@@ -4,6 +4,8 @@
  * free of any platform import, so that browsers and server code share them.
  */
 
+import { IDEMPOTENT_REPLAYED_HEADER } from './client.constants.js';
+
 /** Options of the retries (all optional). */
 export interface RetryOptions {
   /** Attempts in all, the first included. @default 5 */
@@ -134,6 +136,17 @@ export function isReplayableBody(body: unknown): boolean {
     typeof body === 'string' ||
     ArrayBuffer.isView(body) ||
     REPLAYABLE_TAGS.has(Object.prototype.toString.call(body))
+  );
+}
+
+/**
+ * Whether a response says it is a replay, the stored final outcome of its
+ * key: its `Idempotent-Replayed` header reads `true`, in any case.
+ * @internal shared by the client and `IdempotencyContext.fetch()`
+ */
+export function isReplayed(headers: Headers): boolean {
+  return (
+    headers.get(IDEMPOTENT_REPLAYED_HEADER)?.trim().toLowerCase() === 'true'
   );
 }
 

@@ -3,11 +3,11 @@ import { setTimeout as delay } from 'node:timers/promises';
 import {
   isNetworkError,
   isReplayableBody,
+  isReplayed,
   isRetryableStatus,
   parseRetryAfter,
   retryDelay,
 } from '../client/retry-policy.js';
-import { IDEMPOTENT_REPLAYED_HEADER } from '../client/client.constants.js';
 import { NULL_BODY_STATUSES } from '../client/null-body-statuses.js';
 import type { OutgoingCallRecord } from '../core/attempt-telemetry.js';
 import type { HandlerContext } from '../core/handler-context.js';
@@ -45,9 +45,6 @@ const WIRE_HEADERS = new Set([
  * obs-text: characters up to 0xFF), the only `statusText` a `Response` takes.
  */
 const REASON_PHRASE = /^[\t\x20-\x7E\x80-\xFF]*$/;
-
-/** The replay header, as `Headers` reads it. */
-const REPLAYED_FIELD = IDEMPOTENT_REPLAYED_HEADER.toLowerCase();
 
 /**
  * @internal An outgoing HTTP call of a handler as its recovery point `name`
@@ -138,7 +135,7 @@ async function send(
       });
       record.status = response.status;
       lastError = undefined;
-      const replayed = response.headers.get(REPLAYED_FIELD) === 'true';
+      const replayed = isReplayed(response.headers);
       if (response.status < 400) {
         return await store(response);
       }

@@ -381,4 +381,36 @@ describe('IdempotencyContext.fetch(): what the downstream answers', () => {
       },
     );
   });
+
+  describe('a replayed error', () => {
+    it.each(['True', ' TRUE ', 'true'])(
+      'is final whatever the case of its header (%p): a 502, called once',
+      async (value) => {
+        downstream.answer = (_request, response) =>
+          response
+            .writeHead(500, {
+              'content-type': 'application/json',
+              'idempotent-replayed': value,
+            })
+            .end('{"error":"stored failure"}');
+        script.call = charge;
+        const key = `replayed-${value.trim()}`;
+        const refused = await answer(send(target, '/call', { key, body: {} }));
+        expect(refused).toEqual({
+          status: 502,
+          contentType: expect.stringMatching(/^application\/problem\+json/),
+          retryAfter: null,
+          replayed: false,
+          body: {
+            type: 'urn:idempotency:downstream-refused',
+            title: 'Downstream service refused the request',
+            status: 502,
+            detail: 'A service this request depends on answered 500.',
+          },
+        });
+        expect(downstream.received).toHaveLength(1);
+        expect(await storedAnswer(key)).toEqual([]);
+      },
+    );
+  });
 });
