@@ -36,8 +36,9 @@ interface Attempt {
  * A client of an idempotent HTTP API: it sends each logical operation under
  * one idempotency key, and sends it again, with the same key, method and
  * body, while the answers say "try again": no response (a dropped
- * connection, a timeout), 409 (the key is in progress), 429, and 5xx except
- * 501 and 505, unless the response is a replay. Waits follow `Retry-After`
+ * connection, a timeout), 409 (the key is in progress; a 409 of the
+ * operation itself cannot be told apart, and is retried too), 429, and 5xx
+ * except 501 and 505, unless the response is a replay. Waits follow `Retry-After`
  * when given, else exponential backoff with full jitter. Any other
  * response ends the operation and is returned as it is. Browser-safe: it
  * needs only `fetch`, `AbortController` and `crypto.randomUUID()`.
