@@ -254,49 +254,25 @@ export function retryDelay(
 }
 
 /**
- * The messages of the TypeError with which fetch rejects when no response
- * came back, by platform (they are not standardized).
- */
-const NETWORK_ERROR_MESSAGES = new Set([
-  'fetch failed', // Node.js (undici), and fetchFromHttpService()
-  'terminated', // Node.js (undici): the connection closed during the body
-  'Failed to fetch', // Chromium
-  'network error', // Chromium: the connection closed during the body
-  'NetworkError when attempting to fetch resource.', // Firefox
-  'Load failed', // WebKit 17+
-  'The Internet connection appears to be offline.', // WebKit 16
-  'Network request failed', // React Native, cross-fetch
-]);
-
-/** Deno's message starts so, the URL and the reason following. */
-const DENO_NETWORK_ERROR = 'error sending request for url';
-
-/**
  * Whether an error thrown by fetch is a network failure worth retrying (not
- * the caller's abort, nor a request that fetch refused to build). fetch
- * rejects with a TypeError when no response came back ("fetch failed" in
- * Node.js, "Failed to fetch", "Load failed", "NetworkError when attempting
- * to fetch resource." in browsers, "error sending request for url …" in
- * Deno), with the abort's reason (an AbortError, a TimeoutError, or what
- * the caller gave) when its signal aborted, and with a TypeError of another
- * message when it cannot build the request (a URL with credentials or that
- * does not parse, a GET or HEAD with a body, an invalid header): that one
- * would fail the same way at every attempt, and is not a network failure.
+ * the caller's abort): fetch rejects with a TypeError when no response came
+ * back ("fetch failed" in Node.js, "Failed to fetch", "Load failed",
+ * "NetworkError when attempting to fetch resource." in browsers, "error
+ * sending request for url …" in Deno: the messages are not standardized,
+ * the type is), and with the abort's reason (an AbortError, a TimeoutError,
+ * or what the caller gave) when its signal aborted. It also rejects with a
+ * TypeError when it cannot build the request (a URL with credentials or
+ * that does not parse, a GET or HEAD with a body, an invalid header),
+ * which would fail the same way at every attempt: the callers build the
+ * request with `new Request()` before the first attempt, so that such an
+ * error is thrown at once and never reaches this.
  */
 export function isNetworkError(error: unknown): boolean {
   // By name, not `instanceof`: the error may come from another realm (a
   // frame, a worker, a test runner's context).
-  if (
-    typeof error !== 'object' ||
-    error === null ||
-    (error as { name?: unknown }).name !== 'TypeError'
-  ) {
-    return false;
-  }
-  const { message } = error as { message?: unknown };
   return (
-    typeof message === 'string' &&
-    (NETWORK_ERROR_MESSAGES.has(message) ||
-      message.startsWith(DENO_NETWORK_ERROR))
+    typeof error === 'object' &&
+    error !== null &&
+    (error as { name?: unknown }).name === 'TypeError'
   );
 }
