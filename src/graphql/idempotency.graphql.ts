@@ -185,10 +185,23 @@ export class IdempotencyGraphql {
       result = await execution.run(() =>
         lastValueFrom(next.handle(), { defaultValue: undefined }),
       );
+    } catch (error) {
+      throw await this.failed(execution, error);
+    }
+    try {
       json =
         result === undefined ? undefined : JSON.stringify(result, bigintDigits);
     } catch (error) {
-      throw await this.failed(execution, error);
+      // A result JSON cannot hold (a cycle) is the resolver's error. Where
+      // the store completes in the resolver's transaction, nothing of it
+      // commits, and the key is free for the retry; on any other store its
+      // effects stay, and a retry must not run it again: the key's
+      // duplicates are refused as not replayable (as `run()` does).
+      if (this.executor.store.completesInTransaction) {
+        throw await this.failed(execution, error);
+      }
+      await execution.completeUnreplayable(jsonResponse(undefined).status);
+      throw await toGraphqlError(error, this.options.problemTypeBaseUrl);
     }
     try {
       await execution.completeWith(
