@@ -146,7 +146,15 @@ export function routeName(
  */
 @Injectable()
 export class IdempotencyRoutes {
-  private readonly routes = new WeakMap<object, DecoratedRoute | null>();
+  /**
+   * The route of each handler, by its controller then its function: a
+   * base class's method inherited by several controllers is a route of
+   * each, decorated or not as each controller says.
+   */
+  private readonly routes = new WeakMap<
+    Controller,
+    WeakMap<(...args: never[]) => unknown, DecoratedRoute | null>
+  >();
   /**
    * The decorated message handlers of each pattern: each handler function
    * with the controllers it is a handler of (a base class's method may be
@@ -166,15 +174,22 @@ export class IdempotencyRoutes {
   /**
    * The route of `handler` of `controller`, or `null` when it is not
    * decorated (a resolver class's decorator applies to its mutations
-   * only, a controller's to its routes that are not reads). Handlers the explorer did not see (registered later) are
-   * resolved on their first request.
+   * only, a controller's to its routes that are not reads). Resolved for
+   * each controller: a method inherited by several controllers is a route
+   * of each, with the options of each (or none). Handlers the explorer did
+   * not see (registered later) are resolved on their first request.
    * @throws IdempotencyConfigurationError for invalid route options.
    */
   get(
     controller: abstract new (...args: never[]) => unknown,
     handler: (...args: never[]) => unknown,
   ): DecoratedRoute | null {
-    let route = this.routes.get(handler);
+    let routes = this.routes.get(controller);
+    if (!routes) {
+      routes = new WeakMap();
+      this.routes.set(controller, routes);
+    }
+    let route = routes.get(handler);
     if (route === undefined) {
       const own = this.reflector.get<IdempotentOptions | undefined>(
         IDEMPOTENT_METADATA,
@@ -203,7 +218,7 @@ export class IdempotencyRoutes {
             variant: routeVariant(controller, handler),
           }
         : null;
-      this.routes.set(handler, route);
+      routes.set(handler, route);
     }
     return route;
   }

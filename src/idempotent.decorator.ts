@@ -14,10 +14,12 @@ import type { IdempotentOptions } from './interfaces/idempotency-options.interfa
  * message handlers (`@MessagePattern()`, `@EventPattern()`) of controllers,
  * and on GraphQL mutations (`@Mutation()`). On a controller class it applies
  * to those handlers, not to its other methods; on a resolver class, to its
- * mutations. Anywhere else (a GraphQL query, subscription or field
- * resolver, a WebSocket gateway, a queue
- * processor, a scheduled job, any other provider method) it would do
- * nothing, so the application refuses to start with an
+ * mutations. A handler inherited from a base class is a handler of each
+ * class that inherits it, idempotent as that class's decorator (or the
+ * method's own) says, and left alone in a class without one. Anywhere
+ * else (a GraphQL query, subscription or field resolver, a WebSocket
+ * gateway, a queue processor, a scheduled job, any other provider method)
+ * it would do nothing, so the application refuses to start with an
  * `IdempotencyConfigurationError` naming the method: there, inject
  * `IdempotencyService` and wrap the work in `run({ scope, key }, fn)`.
  *

@@ -386,8 +386,59 @@ const documented = new Map<
   { parameters: unknown; responses: unknown; keys: Swagger['DECORATORS'] }
 >();
 
-/** Puts back the metadata of every handler the module documented. */
+/**
+ * The methods the module defined on a controller's prototype: each
+ * delegates to the route method the controller inherits, so that the
+ * module documents the route of this controller alone (`@nestjs/swagger`
+ * reads a route's metadata from its method function, which the classes
+ * inheriting it share).
+ */
+const ownMethods: Array<{
+  readonly prototype: Record<string, unknown>;
+  readonly method: string;
+  readonly own: object;
+}> = [];
+
+/**
+ * Gives `controller` a method `method` of its own where it inherits it:
+ * one that calls the inherited one, with its name and all of its metadata
+ * (its route, guards, interceptors, `@Idempotent()`...), so that Nest routes
+ * it as before and the module can document it without touching the other
+ * classes that inherit the method.
+ */
+function ownMethod(controller: Type, method: string): void {
+  const prototype = controller.prototype as Record<string, unknown>;
+  if (Object.hasOwn(prototype, method)) {
+    return;
+  }
+  const inherited = prototype[method] as (...args: unknown[]) => unknown;
+  const own = function (this: unknown, ...args: unknown[]): unknown {
+    return inherited.apply(this, args);
+  };
+  Object.defineProperty(own, 'name', { value: inherited.name });
+  for (const key of Reflect.getOwnMetadataKeys(inherited)) {
+    Reflect.defineMetadata(key, Reflect.getOwnMetadata(key, inherited), own);
+  }
+  Object.defineProperty(prototype, method, {
+    value: own,
+    writable: true,
+    enumerable: false,
+    configurable: true,
+  });
+  ownMethods.push({ prototype, method, own });
+}
+
+/**
+ * Puts back the metadata of every handler the module documented, and
+ * takes away the methods it defined (see {@link ownMethod}).
+ */
 function restoreDeclared(): void {
+  for (const { prototype, method, own } of ownMethods.splice(0)) {
+    if (Object.getOwnPropertyDescriptor(prototype, method)?.value === own) {
+      delete prototype[method];
+    }
+    documented.delete(own);
+  }
   for (const [handler, { parameters, responses, keys }] of documented) {
     for (const [key, value] of [
       [keys.API_PARAMETERS, parameters],
@@ -417,7 +468,10 @@ async function loadSwagger(): Promise<Swagger | undefined> {
  * decorated HTTP route, when `@nestjs/swagger` is installed. It runs while
  * the application is created (a provider's factory), before
  * `SwaggerModule.createDocument()` reads the routes: the lifecycle hooks run
- * later, at `listen()` or `init()`.
+ * later, at `listen()` or `init()`. Each controller's routes are documented
+ * as its own decorators say: a decorated controller that inherits a route
+ * method gets a method of its own (see {@link ownMethod}), so that the
+ * other controllers inheriting it stay as they are.
  */
 export const IDEMPOTENCY_OPENAPI = Symbol('IDEMPOTENCY_OPENAPI');
 
@@ -441,6 +495,9 @@ export const idempotencyOpenApi: FactoryProvider<Promise<boolean>> = {
     if (!swagger) {
       return false;
     }
+    // Each route of each controller: a method that several controllers
+    // inherit is a route of each, decorated or not as each one says.
+    const decorated: Array<[Type, string, ResolvedRouteOptions]> = [];
     for (const wrapper of discovery.getControllers()) {
       const controller = wrapper.metatype as Type | null;
       if (!controller?.prototype) {
@@ -460,14 +517,22 @@ export const idempotencyOpenApi: FactoryProvider<Promise<boolean>> = {
           continue;
         }
         if (route) {
-          documentRoute(swagger, controller, method, route.options, {
-            header: options.headerName,
-            replayed: options.replayHeaderName,
-            typeBase: options.problemTypeBaseUrl,
-            expires: options.expiresHeaderName,
-          });
+          decorated.push([controller, method, route.options]);
         }
       }
+    }
+    // Every inherited method gets its own before any is documented: it
+    // starts from the metadata the application declared.
+    for (const [controller, method] of decorated) {
+      ownMethod(controller, method);
+    }
+    for (const [controller, method, routeOptions] of decorated) {
+      documentRoute(swagger, controller, method, routeOptions, {
+        header: options.headerName,
+        replayed: options.replayHeaderName,
+        typeBase: options.problemTypeBaseUrl,
+        expires: options.expiresHeaderName,
+      });
     }
     return true;
   },
