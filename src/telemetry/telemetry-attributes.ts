@@ -61,7 +61,8 @@ const HTTP_METHODS = new Set([
 /**
  * @internal What an attempt is, in low-cardinality attributes (those of
  * metrics): the method and route template of an HTTP request; otherwise the
- * kind (`message`, `run`) and the pattern or run name.
+ * kind (`message`, `run`, `mutation`, `job`) and the pattern, run name,
+ * mutation or queue.
  */
 export function routeAttributes(attempt: Attempt): TelemetryAttributes {
   return HTTP_METHODS.has(attempt.method)
