@@ -32,6 +32,7 @@ describe('resolveModuleOptions', () => {
       telemetry: { keys: 'hash' },
       outgoing: {
         headerName: 'Idempotency-Key',
+        replayHeaderName: 'Idempotent-Replayed',
         retry: {
           attempts: 5,
           baseDelayMs: 100,

@@ -22,6 +22,13 @@ export interface IdempotentClientOptions extends RetryOptions {
   /** Request header that carries the key. @default 'Idempotency-Key' */
   readonly headerName?: string;
   /**
+   * Response header whose value `true` (in any case) marks a replay, the
+   * stored final outcome of the key, which is never retried: the name the
+   * server gives it (the module's `replayHeaderName`). Matched in any case.
+   * @default 'Idempotent-Replayed'
+   */
+  readonly replayHeaderName?: string;
+  /**
    * Time one attempt may wait for its response's status and headers, in
    * ms; then it is abandoned and retried under the same key, as when the
    * connection drops. The deadline bounds it too. @default 10000
@@ -75,7 +82,7 @@ export interface IdempotentResult {
   readonly response: Response;
   /** The idempotency key that every attempt carried. */
   readonly key: string;
-  /** Whether the response is a replay (`Idempotent-Replayed: true`): the outcome stored by an earlier attempt or an earlier `send()`. */
+  /** Whether the response is a replay (`Idempotent-Replayed: true`, under the `replayHeaderName` option): the outcome stored by an earlier attempt or an earlier `send()`. */
   readonly replayed: boolean;
   /** Attempts made (1 when the first one ended it). */
   readonly attempts: number;

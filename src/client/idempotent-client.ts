@@ -1,6 +1,7 @@
 import {
   DEFAULT_ATTEMPT_TIMEOUT_MS,
   IDEMPOTENCY_KEY_HEADER,
+  IDEMPOTENT_REPLAYED_HEADER,
 } from './client.constants.js';
 import type {
   FetchFunction,
@@ -38,7 +39,8 @@ interface Attempt {
  * body, while the answers say "try again": no response (a dropped
  * connection, a timeout), 409 (the key is in progress; a 409 of the
  * operation itself cannot be told apart, and is retried too), 429, and 5xx
- * except 501 and 505, unless the response is a replay. Waits follow `Retry-After`
+ * except 501 and 505, unless the response is a replay (its
+ * `replayHeaderName` header reads `true`). Waits follow `Retry-After`
  * when given, else exponential backoff with full jitter. Any other
  * response ends the operation and is returned as it is. Browser-safe: it
  * needs only `fetch`, `AbortController` and `crypto.randomUUID()`.
@@ -53,6 +55,7 @@ interface Attempt {
 export class IdempotentClient {
   private readonly retry: ResolvedRetryOptions;
   private readonly headerName: string;
+  private readonly replayHeaderName: string;
   private readonly attemptTimeoutMs: number;
   private readonly fetch: FetchFunction;
   private readonly onRetry: IdempotentClientOptions['onRetry'];
@@ -63,6 +66,9 @@ export class IdempotentClient {
     this.headerName = options.headerName ?? IDEMPOTENCY_KEY_HEADER;
     // The platform says whether the name is a valid header name.
     new Headers().set(this.headerName, 'key');
+    this.replayHeaderName =
+      options.replayHeaderName ?? IDEMPOTENT_REPLAYED_HEADER;
+    new Headers().set(this.replayHeaderName, 'true');
     this.attemptTimeoutMs =
       options.attemptTimeoutMs ?? DEFAULT_ATTEMPT_TIMEOUT_MS;
     checkMilliseconds('attemptTimeoutMs', this.attemptTimeoutMs, 1);
@@ -179,7 +185,7 @@ export class IdempotentClient {
       const response = await this.fetch(url, { ...request, signal });
       return {
         response,
-        replayed: isReplayed(response.headers),
+        replayed: isReplayed(response.headers, this.replayHeaderName),
         deadline: false,
       };
     } catch (error) {

@@ -260,4 +260,14 @@ describe('isReplayed', () => {
   it('is false without the header', () => {
     expect(isReplayed(new Headers())).toBe(false);
   });
+
+  it('reads the header under the name given, in any case', () => {
+    const headers = new Headers({ 'Idempotency-Replayed': 'true' });
+    expect(isReplayed(headers, 'idempotency-replayed')).toBe(true);
+    expect(isReplayed(headers, 'IDEMPOTENCY-REPLAYED')).toBe(true);
+    expect(isReplayed(headers)).toBe(false);
+    expect(
+      isReplayed(new Headers({ 'Idempotent-Replayed': 'true' }), 'X-Replayed'),
+    ).toBe(false);
+  });
 });

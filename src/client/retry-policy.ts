@@ -100,7 +100,8 @@ function invalid(name: string, value: unknown, expected: string): TypeError {
 /**
  * Whether a response with this status may be retried with the same key
  * (409, 429, 5xx except 501/505), given whether it was a replay
- * (`Idempotent-Replayed: true`: never, it is the stored final outcome).
+ * (`Idempotent-Replayed: true`, or the header the server renamed it to:
+ * never, it is the stored final outcome).
  */
 export function isRetryableStatus(status: number, replayed = false): boolean {
   if (replayed) {
@@ -141,13 +142,17 @@ export function isReplayableBody(body: unknown): boolean {
 
 /**
  * Whether a response says it is a replay, the stored final outcome of its
- * key: its `Idempotent-Replayed` header reads `true`, in any case.
+ * key: its replay header reads `true`, in any case.
+ * @param headerName the name of the replay header, which a server may
+ * rename (the module's `replayHeaderName`); matched in any case.
+ * @default 'Idempotent-Replayed'
  * @internal shared by the client and `IdempotencyContext.fetch()`
  */
-export function isReplayed(headers: Headers): boolean {
-  return (
-    headers.get(IDEMPOTENT_REPLAYED_HEADER)?.trim().toLowerCase() === 'true'
-  );
+export function isReplayed(
+  headers: Headers,
+  headerName: string = IDEMPOTENT_REPLAYED_HEADER,
+): boolean {
+  return headers.get(headerName)?.trim().toLowerCase() === 'true';
 }
 
 const MONTHS = 'Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec';

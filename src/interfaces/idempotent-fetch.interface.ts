@@ -22,6 +22,15 @@ export interface IdempotentFetchOptions {
    */
   readonly headerName?: string;
   /**
+   * The response header whose value `true` (in any case) marks the
+   * downstream's answer as a replay, the stored final outcome of the key:
+   * an error answer so marked (even a 5xx) is final, never sent again. The
+   * name the downstream service gives it (this module's own
+   * `replayHeaderName` when it is one); matched in any case.
+   * @default 'Idempotent-Replayed'
+   */
+  readonly replayHeaderName?: string;
+  /**
    * How many times, and how long, a call is sent again (network errors,
    * timeouts, 409, 429, 5xx but 501 and 505), always with the same key:
    * exponential backoff with full jitter, or the answer's `Retry-After`. The

@@ -135,7 +135,7 @@ async function send(
       });
       record.status = response.status;
       lastError = undefined;
-      const replayed = isReplayed(response.headers);
+      const replayed = isReplayed(response.headers, options.replayHeaderName);
       if (response.status < 400) {
         return await store(response);
       }

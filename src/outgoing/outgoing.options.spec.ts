@@ -15,6 +15,7 @@ describe('the options of outgoing calls', () => {
       resolveFetchOptions(base, { timeoutMs: 50, fetch }, 'idempotency'),
     ).toEqual({
       headerName: 'X-Key',
+      replayHeaderName: 'Idempotent-Replayed',
       retry: { ...FETCH_DEFAULTS.retry, attempts: 2 },
       timeoutMs: 50,
       fetch,
@@ -27,6 +28,11 @@ describe('the options of outgoing calls', () => {
 
   it.each([
     [{ headerName: 'no spaces' }, '"outgoing.headerName": "no spaces"'],
+    [
+      { replayHeaderName: 'no spaces' },
+      '"outgoing.replayHeaderName": "no spaces"',
+    ],
+    [{ replayHeaderName: '' }, '"outgoing.replayHeaderName": ""'],
     [{ timeoutMs: 0 }, '"outgoing.timeoutMs": 0'],
     [{ timeoutMs: Number.NaN }, '"outgoing.timeoutMs": NaN'],
     [{ fetch: 'fetch' }, '"outgoing.fetch": it is not a function'],
@@ -41,6 +47,27 @@ describe('the options of outgoing calls', () => {
     expect(() => resolveModuleOptions({ outgoing: outgoing as never })).toThrow(
       message,
     );
+  });
+
+  it('takes the replay header name of the module, and of a call over it', () => {
+    const base = resolveFetchOptions(
+      FETCH_DEFAULTS,
+      { replayHeaderName: 'Idempotency-Replayed' },
+      'outgoing',
+    );
+    expect(base.replayHeaderName).toBe('Idempotency-Replayed');
+    expect(base.headerName).toBe('Idempotency-Key');
+    expect(
+      resolveFetchOptions(base, { timeoutMs: 50 }, 'idempotency')
+        .replayHeaderName,
+    ).toBe('Idempotency-Replayed');
+    expect(
+      resolveFetchOptions(
+        base,
+        { replayHeaderName: 'X-Replayed' },
+        'idempotency',
+      ).replayHeaderName,
+    ).toBe('X-Replayed');
   });
 
   it('refuses a value that is not an object', () => {

@@ -12,6 +12,7 @@ import { messageOf } from '../core/error-message.js';
 /** @internal {@link IdempotentFetchOptions} with every default applied. */
 export interface ResolvedFetchOptions {
   readonly headerName: string;
+  readonly replayHeaderName: string;
   readonly retry: ResolvedRetryOptions;
   readonly timeoutMs: number;
   /** `undefined`: the platform's, as it is when a call is made. */
@@ -24,6 +25,7 @@ const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
 /** The defaults of the `outgoing` option. */
 export const FETCH_DEFAULTS: ResolvedFetchOptions = {
   headerName: 'Idempotency-Key',
+  replayHeaderName: 'Idempotent-Replayed',
   retry: resolveRetryOptions(),
   timeoutMs: 10_000,
   fetch: undefined,
@@ -56,6 +58,16 @@ export function resolveFetchOptions(
       "Give an HTTP header name such as 'Idempotency-Key'.",
     );
   }
+  const replayHeaderName = options.replayHeaderName ?? base.replayHeaderName;
+  if (
+    typeof replayHeaderName !== 'string' ||
+    !HEADER_NAME.test(replayHeaderName)
+  ) {
+    throw new IdempotencyConfigurationError(
+      `Invalid "${where}.replayHeaderName": ${JSON.stringify(replayHeaderName)}.`,
+      "Give an HTTP header name such as 'Idempotent-Replayed'.",
+    );
+  }
   const timeoutMs = options.timeoutMs ?? base.timeoutMs;
   if (
     typeof timeoutMs !== 'number' ||
@@ -84,5 +96,5 @@ export function resolveFetchOptions(
       );
     }
   }
-  return { headerName, retry, timeoutMs, fetch };
+  return { headerName, replayHeaderName, retry, timeoutMs, fetch };
 }

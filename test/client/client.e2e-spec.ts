@@ -300,6 +300,82 @@ describe('an answer that ends the operation at once', () => {
   );
 });
 
+describe('a replay under a header the server renamed', () => {
+  let renamed: StandInDownstream;
+
+  beforeEach(async () => {
+    renamed = await new StandInDownstream(
+      'idempotency-key',
+      'idempotency-replayed',
+    ).start();
+    renamed.defaultScript = [500, 500, 500].map((status) => ({
+      status,
+      replayed: true,
+    }));
+  });
+  afterEach(() => renamed.stop());
+
+  it.each(['Idempotency-Replayed', 'IDEMPOTENCY-replayed'])(
+    'is the stored final outcome when replayHeaderName names it (%p, in any case): returned after one attempt',
+    async (replayHeaderName) => {
+      const retries: RetryEvent[] = [];
+      const client = new IdempotentClient({
+        ...QUICK,
+        attempts: 3,
+        replayHeaderName,
+        onRetry: (event) => retries.push(event),
+      });
+      const result = await client.send(`${renamed.url}/x`, operation('done'));
+      expect({
+        status: result.response.status,
+        replayed: result.replayed,
+        attempts: result.attempts,
+        body: (await result.response.json()) as unknown,
+      }).toEqual({
+        status: 500,
+        replayed: true,
+        attempts: 1,
+        body: { status: 500, key: result.key },
+      });
+      expect(retries).toEqual([]);
+      expect(renamed.attempts(result.key)).toHaveLength(1);
+    },
+  );
+
+  it('is taken for a fresh 500 without the option: retried until the attempts run out', async () => {
+    const client = new IdempotentClient({ ...QUICK, attempts: 3 });
+    const error = await rejectionOf(
+      client.send(`${renamed.url}/x`, operation('unnamed')),
+    );
+    expect(error).toBeInstanceOf(RetriesExhaustedError);
+    const { key, reason, status, attempts } = error as RetriesExhaustedError;
+    expect({ reason, status, attempts }).toEqual({
+      reason: 'attempts',
+      status: 500,
+      attempts: 3,
+    });
+    expect(renamed.attempts(key).map((attempt) => attempt.key)).toEqual([
+      key,
+      key,
+      key,
+    ]);
+  });
+
+  it.each(['', 'no spaces', 'caf\u00e9'])(
+    'refuses the name %p at construction',
+    (replayHeaderName) => {
+      let thrown: unknown;
+      try {
+        new IdempotentClient({ replayHeaderName });
+      } catch (error) {
+        thrown = error;
+      }
+      // By name: the platform's TypeError is of another realm than the test's.
+      expect((thrown as Error | undefined)?.name).toBe('TypeError');
+    },
+  );
+});
+
 describe('an attempt without an answer', () => {
   it.each([
     ['hang', false],

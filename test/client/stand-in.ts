@@ -12,7 +12,8 @@ import type { AddressInfo } from 'node:net';
  * - `stream`: takes effect, sends the status, the headers and a first chunk
  *   of the body, and never ends it;
  * - a status: answers it with a problem body (and `Retry-After`,
- *   `Idempotent-Replayed: true` when given), no effect.
+ *   `Idempotent-Replayed: true`, under the stand-in's name for it, when
+ *   given), no effect.
  */
 export type ScriptedAnswer =
   | 'drop'
@@ -72,7 +73,15 @@ export class StandInDownstream {
   private server?: Server;
   url = '';
 
-  constructor(private readonly headerName = 'idempotency-key') {}
+  /**
+   * @param headerName the request header of the key.
+   * @param replayHeaderName the response header that marks a replay, as a
+   * module with `replayHeaderName` renames it.
+   */
+  constructor(
+    private readonly headerName = 'idempotency-key',
+    private readonly replayHeaderName = 'idempotent-replayed',
+  ) {}
 
   /** Answers the next attempts of `key` with `answers`, in order. */
   script(key: string, answers: readonly ScriptedAnswer[]): void {
@@ -178,7 +187,7 @@ export class StandInDownstream {
           ...(next.retryAfter === undefined
             ? {}
             : { 'retry-after': next.retryAfter }),
-          ...(next.replayed ? { 'idempotent-replayed': 'true' } : {}),
+          ...(next.replayed ? { [this.replayHeaderName]: 'true' } : {}),
         })
         .end(JSON.stringify({ status: next.status, key }));
     } else {
@@ -187,7 +196,7 @@ export class StandInDownstream {
       response
         .writeHead(201, {
           'content-type': 'application/json',
-          ...(replayed ? { 'idempotent-replayed': 'true' } : {}),
+          ...(replayed ? { [this.replayHeaderName]: 'true' } : {}),
         })
         .end(body);
     }

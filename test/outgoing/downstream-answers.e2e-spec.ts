@@ -413,4 +413,145 @@ describe('IdempotencyContext.fetch(): what the downstream answers', () => {
       },
     );
   });
+
+  describe('a replayed error under a renamed header', () => {
+    beforeEach(() => {
+      // A downstream whose module renamed its replay header.
+      downstream.answer = (_request, response) =>
+        response
+          .writeHead(500, {
+            'content-type': 'application/json',
+            'idempotency-replayed': 'true',
+          })
+          .end('{"error":"stored failure"}');
+    });
+
+    it.each(['Idempotency-Replayed', 'idempotency-REPLAYED'])(
+      'is final when the call names the header (%p, in any case): a 502, called once',
+      async (replayHeaderName) => {
+        script.call = async (idempotency) => {
+          const response = await idempotency.fetch(
+            'charge',
+            `${downstream.url}/charges`,
+            {
+              method: 'POST',
+              body: '{"amount":1250}',
+              idempotency: { replayHeaderName },
+            },
+          );
+          return { status: response.status };
+        };
+        const key = `renamed-${replayHeaderName}`;
+        const refused = await answer(send(target, '/call', { key, body: {} }));
+        expect(refused).toEqual(DOWNSTREAM_REFUSED_500);
+        expect(downstream.received).toHaveLength(1);
+        expect(await storedAnswer(key)).toEqual([]);
+      },
+    );
+
+    it('is retried as a fresh 500 when the header is not named: a 503 after every attempt', async () => {
+      script.call = charge;
+      const refused = await answer(
+        send(target, '/call', { key: 'renamed-unnamed', body: {} }),
+      );
+      expect(refused).toEqual(DOWNSTREAM_UNAVAILABLE);
+      expect(downstream.received).toHaveLength(3);
+      expect(new Set(downstream.received.map(({ key }) => key)).size).toBe(1);
+      expect(await storedAnswer('renamed-unnamed')).toEqual([]);
+    });
+  });
+});
+
+/** What a request whose call got a final error answer gets. */
+const DOWNSTREAM_REFUSED_500 = {
+  status: 502,
+  contentType: expect.stringMatching(/^application\/problem\+json/),
+  retryAfter: null,
+  replayed: false,
+  body: {
+    type: 'urn:idempotency:downstream-refused',
+    title: 'Downstream service refused the request',
+    status: 502,
+    detail: 'A service this request depends on answered 500.',
+  },
+};
+
+/** What a request whose call got no final answer in time gets. */
+const DOWNSTREAM_UNAVAILABLE = {
+  status: 503,
+  contentType: expect.stringMatching(/^application\/problem\+json/),
+  retryAfter: '1',
+  replayed: false,
+  body: {
+    type: 'urn:idempotency:downstream-unavailable',
+    title: 'Downstream service unavailable',
+    status: 503,
+    detail:
+      'A service this request depends on did not answer in time. Retry it with the same idempotency key: it takes effect exactly once.',
+  },
+};
+
+describe("IdempotencyContext.fetch(): the module's replay header name for its calls", () => {
+  let downstream: WrittenDownstream;
+  let target: TestApp;
+  let script: CallScript;
+
+  beforeAll(async () => {
+    downstream = await new WrittenDownstream().start();
+    downstream.answer = (_request, response) =>
+      response
+        .writeHead(500, {
+          'content-type': 'application/json',
+          'idempotency-replayed': 'true',
+        })
+        .end('{"error":"stored failure"}');
+    target = await startTestApp({
+      imports: [CallModule],
+      idempotency: {
+        outgoing: {
+          replayHeaderName: 'Idempotency-Replayed',
+          retry: { attempts: 3, baseDelayMs: 5, maxDelayMs: 20 },
+          timeoutMs: 5_000,
+        },
+      },
+    });
+    script = target.app.get(CallScript);
+  });
+  afterAll(async () => {
+    await target.close();
+    await downstream.stop();
+  });
+  beforeEach(() => {
+    downstream.received.length = 0;
+  });
+
+  /** The handler's call, with the call's own options. */
+  const chargeWith =
+    (idempotency: IdempotentFetchInit['idempotency']) =>
+    async (context: IdempotencyContext) => {
+      const response = await context.fetch(
+        'charge',
+        `${downstream.url}/charges`,
+        { method: 'POST', body: '{"amount":1250}', idempotency },
+      );
+      return { status: response.status };
+    };
+
+  it('makes a replayed error under that name final: a 502, called once', async () => {
+    script.call = chargeWith(undefined);
+    const refused = await answer(
+      send(target, '/call', { key: 'module-renamed', body: {} }),
+    );
+    expect(refused).toEqual(DOWNSTREAM_REFUSED_500);
+    expect(downstream.received).toHaveLength(1);
+  });
+
+  it("gives way to a call's own name: the renamed header is then not read", async () => {
+    script.call = chargeWith({ replayHeaderName: 'Idempotent-Replayed' });
+    const refused = await answer(
+      send(target, '/call', { key: 'module-renamed-call', body: {} }),
+    );
+    expect(refused).toEqual(DOWNSTREAM_UNAVAILABLE);
+    expect(downstream.received).toHaveLength(3);
+  });
 });
