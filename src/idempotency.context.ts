@@ -174,7 +174,8 @@ export class IdempotencyContext<Transaction = unknown> {
    * @throws IdempotencyDownstreamUnavailableException (503, the client
    * retries with the same key) when no final answer came in time.
    * @throws IdempotencyConfigurationError outside a decorated handler, for
-   * a request without a key, a relative URL, a body that cannot be sent
+   * a request without a key, a relative URL or one whose scheme is not
+   * `http:` or `https:` (`ftp:`, `file:`, `data:`), a body that cannot be sent
    * again as it is (a stream, an async iterable, `FormData`), or a call
    * that fetch refuses to build (a URL with credentials, a GET or HEAD with
    * a body, an invalid header; the platform's TypeError is its `cause`),

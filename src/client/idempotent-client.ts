@@ -12,6 +12,7 @@ import type {
 import { RetriesExhaustedError } from './retries-exhausted.error.js';
 import {
   checkMilliseconds,
+  isHttpUrl,
   isNetworkError,
   isReplayableBody,
   isReplayed,
@@ -90,8 +91,9 @@ export class IdempotentClient {
    * @throws TypeError for a body that cannot be sent again, a key that
    * differs from the key header given in `init.headers`, or a request that
    * fetch refuses to build (a URL with credentials or that does not parse,
-   * a GET or HEAD with a body, an invalid header), before anything is sent.
-   * Such a request is never retried.
+   * a GET or HEAD with a body, an invalid header) or a URL whose scheme is
+   * not `http:` or `https:` (`ftp:`, `file:`, `data:`), before anything is
+   * sent. Such a request is never retried.
    */
   async send(
     url: string | URL,
@@ -110,7 +112,15 @@ export class IdempotentClient {
       body: init.body as RequestInit['body'],
     };
     // fetch would refuse it at every attempt, the same way: before any.
-    new Request(url, request);
+    // Its URL, resolved as fetch resolves it (against the page's in a
+    // browser), must be an HTTP one.
+    if (!isHttpUrl(new URL(new Request(url, request).url))) {
+      // The message names neither the URL nor its scheme, which may hold
+      // secrets (`alice:s3cr3t@host` parses as the scheme `alice:`).
+      throw new TypeError(
+        'The URL must be an http: or https: one, not one of another scheme.',
+      );
+    }
     const deadlineAt = performance.now() + this.retry.deadlineMs;
     for (let attempt = 1; ; attempt += 1) {
       const outcome = await this.attempt(url, request, signal, deadlineAt);

@@ -141,6 +141,17 @@ export function isReplayableBody(body: unknown): boolean {
 }
 
 /**
+ * Whether `url` is one an idempotent HTTP call may go to: its scheme is
+ * `http:` or `https:`. fetch fails on most other schemes ("fetch failed",
+ * which would be retried as a network error at every attempt) and answers
+ * some without a server (a `data:` URL): neither is an HTTP answer.
+ * @internal shared by the client and `IdempotencyContext.fetch()`
+ */
+export function isHttpUrl(url: URL): boolean {
+  return url.protocol === 'http:' || url.protocol === 'https:';
+}
+
+/**
  * Whether a response says it is a replay, the stored final outcome of its
  * key: its replay header reads `true`, in any case.
  * @param headerName the name of the replay header, which a server may
@@ -268,9 +279,10 @@ export function retryDelay(
  * or what the caller gave) when its signal aborted. It also rejects with a
  * TypeError when it cannot build the request (a URL with credentials or
  * that does not parse, a GET or HEAD with a body, an invalid header),
- * which would fail the same way at every attempt: the callers build the
- * request with `new Request()` before the first attempt, so that such an
- * error is thrown at once and never reaches this.
+ * which would fail the same way at every attempt, and with a TypeError
+ * for a scheme it cannot fetch (`ftp:`, `file:`): the callers build the
+ * request with `new Request()` and check its scheme before the first
+ * attempt, so that such an error is thrown at once and never reaches this.
  */
 export function isNetworkError(error: unknown): boolean {
   // By name, not `instanceof`: the error may come from another realm (a

@@ -1,6 +1,7 @@
 import { isUtf8 } from 'node:buffer';
 import { setTimeout as delay } from 'node:timers/promises';
 import {
+  isHttpUrl,
   isNetworkError,
   isReplayableBody,
   isReplayed,
@@ -178,14 +179,28 @@ async function send(
   );
 }
 
+/**
+ * The absolute HTTP URL of `input`. A URL of another scheme is refused
+ * without naming it, nor its scheme (`alice:s3cr3t@host` parses as the
+ * scheme `alice:`): fetch fails on it at every attempt, or answers it
+ * without any server (a `data:` URL).
+ */
 function toUrl(input: string | URL): URL {
+  let url: URL;
   try {
-    return new URL(input);
+    url = new URL(input);
   } catch {
     throw new IdempotencyConfigurationError(
       `IdempotencyContext.fetch() needs an absolute URL, not ${JSON.stringify(String(input))}.`,
     );
   }
+  if (!isHttpUrl(url)) {
+    throw new IdempotencyConfigurationError(
+      'IdempotencyContext.fetch() needs an http: or https: URL, not one of another scheme.',
+      'Call the downstream service over HTTP or HTTPS.',
+    );
+  }
+  return url;
 }
 
 /**

@@ -435,6 +435,39 @@ describe('a request that fetch cannot build', () => {
   );
 });
 
+describe('a URL whose scheme is not http: or https:', () => {
+  it.each<[string, (url: string) => string]>([
+    ['ftp:', (url) => `${url.replace('http://', 'ftp://')}/x?token=s3cr3t`],
+    ['file:', () => 'file:///tmp/s3cr3t/x'],
+    ['data:', () => 'data:application/json,{"s3cr3t":true}'],
+    ['a user taken for a scheme', (url) => `alice:s3cr3t@${url.slice(7)}/x`],
+  ])(
+    'rejects with a TypeError at once, nothing sent: %s',
+    async (_name, make) => {
+      const retries: RetryEvent[] = [];
+      let fetched = 0;
+      const client = new IdempotentClient({
+        ...QUICK,
+        onRetry: (event) => retries.push(event),
+        fetch: (input, init) => {
+          fetched += 1;
+          return fetch(input, init);
+        },
+      });
+      const error = await rejectionOf(
+        client.send(make(standIn.url), operation('scheme')),
+      );
+      expect(error).toBeInstanceOf(TypeError);
+      expect((error as Error).message).toBe(
+        'The URL must be an http: or https: one, not one of another scheme.',
+      );
+      expect(fetched).toBe(0);
+      expect(retries).toEqual([]);
+      expect(standIn.total).toBe(0);
+    },
+  );
+});
+
 describe('the bounds', () => {
   const always = (answer: ScriptedAnswer) =>
     Array.from({ length: 100 }, () => answer);

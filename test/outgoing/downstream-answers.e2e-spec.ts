@@ -331,6 +331,55 @@ describe('IdempotencyContext.fetch(): what the downstream answers', () => {
     );
   });
 
+  describe('a URL whose scheme is not http: or https:', () => {
+    it.each<[string, (url: string) => string]>([
+      ['ftp:', (url) => `${url.replace('http://', 'ftp://')}/charges?s3cr3t`],
+      ['file:', () => 'file:///tmp/s3cr3t/charges'],
+      ['data:', () => 'data:application/json,{"s3cr3t":true}'],
+      ['a user taken for a scheme', (url) => `alice:s3cr3t@${url.slice(7)}`],
+    ])(
+      'is a configuration error before anything is sent: %s',
+      async (name, make) => {
+        let fetched = 0;
+        script.call = (idempotency) =>
+          idempotency.fetch('charge', make(downstream.url), {
+            method: 'POST',
+            body: '{"amount":1250}',
+            idempotency: {
+              fetch: (input, init) => {
+                fetched += 1;
+                return fetch(input, init);
+              },
+            },
+          });
+        const key = `scheme-${name.replaceAll(' ', '-')}`;
+        // The request, then its retry: the same refusal, nothing sent.
+        for (let attempt = 1; attempt <= 2; attempt += 1) {
+          script.thrown = undefined;
+          const refused = await answer(
+            send(target, '/call', { key, body: {} }),
+          );
+          expect(refused).toEqual({
+            status: 500,
+            contentType: expect.stringMatching(/^application\/json/),
+            retryAfter: null,
+            replayed: false,
+            body: { statusCode: 500, message: 'Internal server error' },
+          });
+          expect(script.thrown).toBeInstanceOf(IdempotencyConfigurationError);
+          const thrown = script.thrown as Error;
+          expect(thrown.message).toMatch(
+            /^IdempotencyContext\.fetch\(\) needs an http: or https: URL, not one of another scheme\./,
+          );
+          expect(thrown.message).not.toMatch(/s3cr3t|alice|127\.0\.0\.1/);
+        }
+        expect(fetched).toBe(0);
+        expect(downstream.received).toEqual([]);
+        expect(await storedAnswer(key)).toEqual([]);
+      },
+    );
+  });
+
   describe('a body that cannot be sent again as it is', () => {
     it.each<[string, () => unknown]>([
       ['a Node.js Readable', () => Readable.from([Buffer.from('{"a":1}')])],
