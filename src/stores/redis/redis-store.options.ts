@@ -27,6 +27,16 @@ export interface RedisIdempotencyStoreOptions {
    * @default 3600000 (1 hour)
    */
   readonly abandonedStepsGraceMs?: number;
+  /**
+   * Start on a Redis whose `maxmemory-policy` evicts keys (any policy but
+   * `noeviction`), which the store otherwise refuses at start with an
+   * `IdempotencyConfigurationError`: when its memory is full, such a Redis
+   * drops records and steps without a word, and a dropped record runs its
+   * request again (a second charge). Only for a Redis whose memory is
+   * never full.
+   * @default false
+   */
+  readonly allowEviction?: boolean;
 }
 
 /** @internal The options with their defaults. */
@@ -37,6 +47,7 @@ export const REDIS_STORE_DEFAULTS: ResolvedRedisStoreOptions = {
   prefix: 'idempotency:',
   maxResponseBytes: 8 * 1024 * 1024,
   abandonedStepsGraceMs: 3_600_000,
+  allowEviction: false,
 };
 
 function count(name: string, value: unknown): void {
@@ -59,6 +70,7 @@ export function resolveRedisStoreOptions(
     abandonedStepsGraceMs:
       options.abandonedStepsGraceMs ??
       REDIS_STORE_DEFAULTS.abandonedStepsGraceMs,
+    allowEviction: options.allowEviction ?? REDIS_STORE_DEFAULTS.allowEviction,
   };
   if (typeof resolved.prefix !== 'string' || /[{}]/.test(resolved.prefix)) {
     throw new IdempotencyConfigurationError(

@@ -1,4 +1,4 @@
-import type { OnApplicationShutdown } from '@nestjs/common';
+import type { OnApplicationShutdown, OnModuleInit } from '@nestjs/common';
 import type { RedisOptions } from 'ioredis';
 import type {
   AbandonedKey,
@@ -42,6 +42,7 @@ import {
 import { RedisSubscription } from './redis-subscription.js';
 import { BIND, COMPLETE, RELEASE, RENEW } from './redis.scripts.js';
 import { runScript, connectRedis, type RedisClient } from './redis-client.js';
+import { refuseEviction } from './redis-eviction.js';
 
 /** A duration as the commands take it: whole ms, at least 0. */
 const ms = (value: number): number => Math.max(0, Math.ceil(value));
@@ -87,7 +88,7 @@ const ms = (value: number): number => Math.max(0, Math.ceil(value));
  * const store = new RedisIdempotencyStore(redis, { prefix: 'payments:idem:' });
  */
 export class RedisIdempotencyStore
-  implements IdempotencyStore<unknown>, OnApplicationShutdown
+  implements IdempotencyStore<unknown>, OnModuleInit, OnApplicationShutdown
 {
   /** Always false: the record commits right after the handler, in Redis. */
   readonly completesInTransaction = false;
@@ -144,6 +145,17 @@ export class RedisIdempotencyStore
     );
     store.ownsClient = true;
     return store;
+  }
+
+  /**
+   * Refuses, at start, a Redis that evicts keys when its memory is full
+   * (see `allowEviction`).
+   * @throws IdempotencyConfigurationError for such a Redis.
+   */
+  async onModuleInit(): Promise<void> {
+    if (!this.options.allowEviction) {
+      await refuseEviction(this.client);
+    }
   }
 
   /** Whether completions on other instances reach this one now (pub/sub). */
