@@ -190,8 +190,10 @@ function toUrl(input: string | URL): URL {
   try {
     url = new URL(input);
   } catch {
+    // Not named: its query may hold a token.
     throw new IdempotencyConfigurationError(
-      `IdempotencyContext.fetch() needs an absolute URL, not ${JSON.stringify(String(input))}.`,
+      'IdempotencyContext.fetch() needs an absolute URL (a scheme and a host), and the one given does not parse as one.',
+      'Give the downstream service its whole URL, such as https://api.example.com/charges.',
     );
   }
   if (!isHttpUrl(url)) {

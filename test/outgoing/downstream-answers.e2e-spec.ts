@@ -380,6 +380,27 @@ describe('IdempotencyContext.fetch(): what the downstream answers', () => {
     );
   });
 
+  it('refuses a relative URL before anything is sent, without naming it (its query may hold a token)', async () => {
+    script.call = (idempotency) =>
+      idempotency.fetch('charge', '/charges?token=s3cr3t', {
+        method: 'POST',
+        body: '{"amount":1250}',
+      });
+    script.thrown = undefined;
+    const refused = await answer(
+      send(target, '/call', { key: 'relative-url', body: {} }),
+    );
+    expect(refused.status).toBe(500);
+    expect(script.thrown).toBeInstanceOf(IdempotencyConfigurationError);
+    const thrown = script.thrown as Error;
+    expect(thrown.message).toMatch(
+      /^IdempotencyContext\.fetch\(\) needs an absolute URL \(a scheme and a host\)/,
+    );
+    expect(thrown.message).not.toMatch(/s3cr3t|token/);
+    expect(downstream.received).toEqual([]);
+    expect(await storedAnswer('relative-url')).toEqual([]);
+  });
+
   describe('a body that cannot be sent again as it is', () => {
     it.each<[string, () => unknown]>([
       ['a Node.js Readable', () => Readable.from([Buffer.from('{"a":1}')])],
