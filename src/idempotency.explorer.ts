@@ -103,7 +103,7 @@ export class IdempotencyExplorer implements OnModuleInit {
     }
     if (reads.length > 0) {
       throw new IdempotencyConfigurationError(
-        `@Idempotent() on ${reads.join(', ')}: a read must not be deduplicated. A GET, HEAD or OPTIONS request changes nothing, so a retry is already safe, and a replay would answer it with the stored, stale response of the first one (an @All() route answers reads too).`,
+        `@Idempotent() on ${reads.join(', ')}: a read must not be deduplicated. A GET, HEAD, OPTIONS, SEARCH, PROPFIND or QUERY request changes nothing, so a retry is already safe, and a replay would answer it with the stored, stale response of the first one (an @All() route answers reads too).`,
         'Remove @Idempotent() from the route; it is meant for the routes that change state (@Post(), @Put(), @Patch(), @Delete()).',
         'If the route does change state, declare it with the method that says so, such as @Post().',
       );

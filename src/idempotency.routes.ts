@@ -77,19 +77,25 @@ function patternText(pattern: unknown): string {
 
 /**
  * @internal The methods of reads, which must never be deduplicated (a
- * duplicate would get a stale answer), by name; `@All()` answers them too.
+ * duplicate would get a stale answer), by name: the safe methods of HTTP,
+ * WebDAV's `PROPFIND` and `SEARCH` and HTTP's `QUERY` among them; `@All()`
+ * answers them too.
  */
 const READ_METHODS: ReadonlyMap<unknown, string> = new Map([
   [RequestMethod.GET, 'GET'],
   [RequestMethod.HEAD, 'HEAD'],
   [RequestMethod.OPTIONS, 'OPTIONS'],
+  [RequestMethod.SEARCH, 'SEARCH'],
+  [RequestMethod.PROPFIND, 'PROPFIND'],
+  [RequestMethod.QUERY, 'QUERY'],
   [RequestMethod.ALL, 'ALL'],
 ]);
 
 /**
- * @internal The read method (`GET`, `HEAD`, `OPTIONS`, or `ALL` for
- * `@All()`) that the route `handler` answers, or `undefined` for a route
- * that changes state (or a handler that is no route).
+ * @internal The read method (`GET`, `HEAD`, `OPTIONS`, `SEARCH`,
+ * `PROPFIND`, `QUERY`, or `ALL` for `@All()`) that the route `handler`
+ * answers, or `undefined` for a route that changes state (or a handler
+ * that is no route).
  */
 export function readMethod(handler: object): string | undefined {
   return Reflect.getMetadata(PATH_METADATA, handler) === undefined

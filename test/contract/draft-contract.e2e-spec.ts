@@ -566,12 +566,34 @@ describe.each(PLATFORMS)('@Idempotent() on a read (%s)', (platform) => {
         expect(read.headers.get('idempotent-replayed')).toBeNull();
         expect(await read.json()).toEqual({ run: expected });
       }
+      for (const method of ['SEARCH', 'QUERY']) {
+        for (const expected of [1, 2]) {
+          const read = await send(target, '/class-wide', {
+            method,
+            key: `read-${method}`,
+            // Fastify asks a QUERY for its content type: a body's.
+            body: {},
+          });
+          expect({
+            method,
+            status: read.status,
+            body: await read.text(),
+          }).toEqual({
+            method,
+            status: 200,
+            body: JSON.stringify({ run: expected }),
+          });
+          expect(read.headers.get('idempotent-replayed')).toBeNull();
+        }
+      }
       for (let i = 0; i < 2; i += 1) {
         const write = await send(target, '/class-wide', { key: 'write-1' });
         expect(await write.json()).toEqual({ run: 1 });
       }
       expect(runs.counts).toMatchObject({
         'class-wide/list': 2,
+        'class-wide/search': 2,
+        'class-wide/query': 2,
         'class-wide/create': 1,
       });
       expect(

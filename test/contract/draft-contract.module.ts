@@ -9,6 +9,9 @@ import {
   Module,
   Options,
   Post,
+  Propfind,
+  QueryMethod,
+  Search,
   StreamableFile,
 } from '@nestjs/common';
 import { InjectRepository, TypeOrmModule } from '@nestjs/typeorm';
@@ -118,6 +121,16 @@ export class ClassWideController {
     return { run: this.runs.count('class-wide/list') };
   }
 
+  @Search()
+  search() {
+    return { run: this.runs.count('class-wide/search') };
+  }
+
+  @QueryMethod()
+  query() {
+    return { run: this.runs.count('class-wide/query') };
+  }
+
   @Post()
   create() {
     return { run: this.runs.count('class-wide/create') };
@@ -167,12 +180,44 @@ class AllReadController {
   }
 }
 
+@Controller('reads')
+class SearchReadController {
+  @Search()
+  @Idempotent()
+  search() {
+    return {};
+  }
+}
+
+@Controller('reads')
+class PropfindReadController {
+  @Propfind()
+  @Idempotent()
+  properties() {
+    return {};
+  }
+}
+
+@Controller('reads')
+class QueryReadController {
+  @QueryMethod()
+  @Idempotent()
+  query() {
+    return {};
+  }
+}
+
 /** A controller-wide decorator with nothing but reads to act on. */
 @Controller('reports')
 @Idempotent()
 export class ReadsOnlyController {
   @Get()
   list() {
+    return [];
+  }
+
+  @Search()
+  search() {
     return [];
   }
 }
@@ -182,6 +227,9 @@ export const READ_MODULES = {
   GET: ['GetReadController.find', GetReadController],
   HEAD: ['HeadReadController.probe', HeadReadController],
   OPTIONS: ['OptionsReadController.allowed', OptionsReadController],
+  SEARCH: ['SearchReadController.search', SearchReadController],
+  PROPFIND: ['PropfindReadController.properties', PropfindReadController],
+  QUERY: ['QueryReadController.query', QueryReadController],
   ALL: ['AllReadController.any', AllReadController],
 } as const;
 
