@@ -217,6 +217,8 @@ export class IdempotencyHttp {
       // that never are); what was sent cannot be stored, so the key is
       // marked as a stream's is. An error it sent (a 4xx or 5xx) said the
       // request was not done: rolled back, the key free, as when thrown.
+      // Its headers are out already: an `expiresHeader` set before the
+      // handler ran went with it (the one exception, documented).
       const status = raw.statusCode;
       if (status >= 400) {
         await execution.fail(new Error(`The response is a ${status}`));
@@ -238,7 +240,12 @@ export class IdempotencyHttp {
             raw.statusCode);
       if (failsAttempt(status)) {
         // As any 5xx, or a come back later: rolled back, nothing stored,
-        // the retry runs.
+        // the retry runs. The key is free again: no record expires then
+        // (nothing of the stream is sent yet).
+        const expires = this.options.expiresHeaderName;
+        if (expires !== undefined) {
+          removeHeader(response, expires);
+        }
         await execution.fail(new Error(`The response is a ${status}`));
         return;
       }
@@ -274,11 +281,13 @@ export class IdempotencyHttp {
       ) {
         // A 5xx, or an error answer that asks to come back later (a 408,
         // 425 or 429, a `Retry-After`) set on a returned answer
-        // (`@HttpCode()`, `res.status()`): as thrown, never stored.
+        // (`@HttpCode()`, `res.status()`): as thrown, never stored. The
+        // key is free again: no record expires then.
         await execution.fail(new Error(`The response is a ${captured.status}`));
-        return;
+        return expires === undefined ? undefined : [expires];
       }
       await execution.completeWith(toStored(captured, options));
+      return undefined;
     });
   }
 
@@ -326,13 +335,14 @@ export class IdempotencyHttp {
   /**
    * Lets the platform serialize the handler's result, then runs `settle` with
    * the bytes it is about to send (it completes and commits), before
-   * anything reaches the client. A client that leaves before the response is
-   * written rolls everything back instead.
+   * anything reaches the client; the headers it names go out of the
+   * response. A client that leaves before the response is written rolls
+   * everything back instead.
    */
   private commitWithResponse(
     response: HttpResponse,
     execution: Execution,
-    settle: (captured: CapturedResponse) => Promise<void>,
+    settle: (captured: CapturedResponse) => Promise<void | readonly string[]>,
   ): void {
     const raw = rawResponse(response);
     const { options } = execution;
@@ -360,7 +370,7 @@ export class IdempotencyHttp {
         }
         settled = true;
         raw.removeListener('close', abandon);
-        await settle(captured);
+        return settle(captured);
       },
       (error) => {
         if (error instanceof TransactionAbortedError) {

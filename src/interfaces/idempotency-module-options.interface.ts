@@ -197,7 +197,9 @@ export interface IdempotencyModuleOptions extends IdempotentOptions {
    * A response header that states until when the key of a request is kept
    * (an HTTP-date: the request's arrival plus `ttl`), on the first response
    * and, stored with it, on every replay; not on an error whose key was
-   * released, nor on the module's refusals. `true` names it
+   * released (thrown or returned), nor on the module's refusals, but for an
+   * error status a handler sends itself (`@Res({ passthrough: true })`),
+   * whose headers are out before the module sees it. `true` names it
    * `Idempotency-Expires`; a string names it.
    * @default false
    */
