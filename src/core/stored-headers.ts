@@ -39,7 +39,16 @@ export const NEVER_STORED_HEADERS: ReadonlySet<string> = new Set([
  * origin.
  */
 export function isNeverStored(name: string): boolean {
-  return NEVER_STORED_HEADERS.has(name) || name.startsWith('access-control-');
+  return NEVER_STORED_HEADERS.has(name) || isCorsHeader(name);
+}
+
+/**
+ * @internal Whether a response header (lower-cased) is a CORS header
+ * (`Access-Control-*`): set by the CORS layer for each request from its
+ * `Origin`, it answers the request, not the body it goes with.
+ */
+export function isCorsHeader(name: string): boolean {
+  return name.startsWith('access-control-');
 }
 
 /**

@@ -1,4 +1,5 @@
 import { ServerResponse, type OutgoingHttpHeaders } from 'node:http';
+import { isCorsHeader } from '../core/stored-headers.js';
 
 /** @internal A response as the platform was about to send it. */
 export interface CapturedResponse {
@@ -177,7 +178,8 @@ function release(response: ServerResponse): void {
  * and Fastify both end in Node's `ServerResponse`) until `settle` has run with
  * what it was about to send. When `settle` resolves, the response goes out
  * unchanged but for the headers it names, taken off; when it
- * rejects, `replace` gives the response sent instead.
+ * rejects, `replace` gives the response sent instead, with the CORS headers
+ * (`Access-Control-*`) and `Vary` of the one it replaces.
  *
  * Nothing reaches the client before `settle` resolves, so a transaction it
  * commits is durable before the client learns of the outcome.
@@ -242,20 +244,37 @@ export function holdResponse(
             target.destroy();
             return;
           }
+          // What described the answer replaced goes; the CORS headers (and
+          // `Vary`, which they extend with `Origin`) answer the request, and
+          // stay: without them a browser could not read the replacement
+          // (a 503 to retry, its `Retry-After`).
+          const kept: Record<string, string | string[]> = {};
+          for (const [name, value] of Object.entries(headers)) {
+            if (keptOnReplacement(name)) {
+              kept[name] = value;
+            }
+          }
           for (const name of target.getHeaderNames()) {
             target.removeHeader(name);
           }
-          writers.writeHead.call(
-            target,
-            replacement.status,
-            replacement.headers,
-          );
+          writers.writeHead.call(target, replacement.status, {
+            ...kept,
+            ...replacement.headers,
+          });
           endWith(target, writers.end, replacement.body, done);
         },
       );
       return target;
     },
   });
+}
+
+/**
+ * Whether a header (lower-cased) of a response replaced goes out with its
+ * replacement: a CORS header, or `Vary`.
+ */
+function keptOnReplacement(name: string): boolean {
+  return isCorsHeader(name) || name === 'vary';
 }
 
 /**
