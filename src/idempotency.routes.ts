@@ -40,6 +40,21 @@ export interface DecoratedRoute {
   readonly variant?: Readonly<Record<string, string>>;
 }
 
+/** A message handler the explorer saw, of one of its patterns. */
+interface Listener {
+  readonly pattern: string;
+  /** `Class.method`. */
+  readonly name: string;
+  /** Whether it carries `@Idempotent()` (keeps records of its own). */
+  readonly decorated: boolean;
+  /** Whether it handles events (`@EventPattern()`). */
+  readonly event: boolean;
+  /** Whether it is decorated with `acknowledge: true`. */
+  readonly acknowledges: boolean;
+  /** The transport it names, if any (else every one). */
+  readonly transport: unknown;
+}
+
 /** A version or host of a route's metadata, as text. */
 function metadataText(value: unknown): string {
   const values: unknown[] = Array.isArray(value) ? value : [value];
@@ -73,6 +88,109 @@ function routeVariant(
 /** A message pattern as a string: itself, or its JSON. */
 function patternText(pattern: unknown): string {
   return typeof pattern === 'string' ? pattern : JSON.stringify(pattern);
+}
+
+/** `Transport.REDIS` and `Transport.NATS` of @nestjs/microservices. */
+const REDIS = 1;
+const NATS = 2;
+
+/**
+ * Whether a NATS subject could match both patterns: tokens between dots,
+ * `*` any one token, `>` (last) one or more.
+ */
+function natsOverlap(a: readonly string[], b: readonly string[]): boolean {
+  for (let i = 0; ; i += 1) {
+    if (i === a.length || i === b.length) {
+      return a.length === b.length;
+    }
+    if (a[i] === '>' || b[i] === '>') {
+      return true;
+    }
+    if (a[i] !== b[i] && a[i] !== '*' && b[i] !== '*') {
+      return false;
+    }
+  }
+}
+
+/** The glob characters of a Redis pattern subscription (`PSUBSCRIBE`). */
+const REDIS_GLOB = /[*?[\\]/;
+
+/** A Redis glob pattern as a regular expression of the channels it matches. */
+function redisGlob(pattern: string): RegExp {
+  let source = '';
+  for (let i = 0; i < pattern.length; i += 1) {
+    const char = pattern[i];
+    if (char === '*') {
+      source += '[\\s\\S]*';
+    } else if (char === '?') {
+      source += '[\\s\\S]';
+    } else if (char === '\\' && i + 1 < pattern.length) {
+      i += 1;
+      source += pattern[i].replace(/[.*+?^${}()|[\]\\/-]/g, '\\$&');
+    } else if (char === '[') {
+      // A class: loosely any character, so that overlap errs towards yes.
+      const end = pattern.indexOf(']', i + 1);
+      source += '[\\s\\S]';
+      i = end === -1 ? pattern.length : end;
+    } else {
+      source += char.replace(/[.*+?^${}()|[\]\\/-]/g, '\\$&');
+    }
+  }
+  return new RegExp(`^${source}$`);
+}
+
+/**
+ * Whether a Redis channel could match both patterns, with `wildcards` (the
+ * server's `PSUBSCRIBE`). Two globs are taken to overlap unless their
+ * literal beginnings or ends tell them apart: it errs towards yes.
+ */
+function redisOverlap(a: string, b: string): boolean {
+  const aGlob = REDIS_GLOB.test(a);
+  const bGlob = REDIS_GLOB.test(b);
+  if (!aGlob || !bGlob) {
+    return aGlob ? redisGlob(a).test(b) : redisGlob(b).test(a);
+  }
+  const literal = (pattern: string) => pattern.split(REDIS_GLOB);
+  const [aStart, aEnd] = [literal(a)[0], literal(a).at(-1) ?? ''];
+  const [bStart, bEnd] = [literal(b)[0], literal(b).at(-1) ?? ''];
+  return (
+    (aStart.startsWith(bStart) || bStart.startsWith(aStart)) &&
+    (aEnd.endsWith(bEnd) || bEnd.endsWith(aEnd))
+  );
+}
+
+/**
+ * @internal Whether a message could match two different message patterns
+ * `a` and `b` of handlers on transports `aTransport` and `bTransport`
+ * (`undefined`: every transport) and be handed to both handlers. Only
+ * NATS (each pattern is a subscription of its own: `*` a token, `>` the
+ * rest) and Redis with `wildcards` (each a `PSUBSCRIBE`: `*`, `?`, `[...]`)
+ * hand one message to the handlers of every pattern it matches; RabbitMQ
+ * and MQTT hand it to one handler (the exact pattern's, else the first
+ * matching one), Kafka and TCP have no wildcards.
+ */
+export function patternsOverlap(
+  a: string,
+  b: string,
+  aTransport: unknown,
+  bTransport: unknown,
+): boolean {
+  if (
+    aTransport !== undefined &&
+    bTransport !== undefined &&
+    aTransport !== bTransport
+  ) {
+    return false;
+  }
+  const transport = aTransport ?? bTransport;
+  return (
+    ((transport === undefined || transport === NATS) &&
+      (/[*>]/.test(a) || /[*>]/.test(b)) &&
+      natsOverlap(a.split('.'), b.split('.'))) ||
+    ((transport === undefined || transport === REDIS) &&
+      (REDIS_GLOB.test(a) || REDIS_GLOB.test(b)) &&
+      redisOverlap(a, b))
+  );
 }
 
 /**
@@ -170,6 +288,13 @@ export class IdempotencyRoutes {
     string,
     Map<(...args: never[]) => unknown, Set<Controller>>
   >();
+  /**
+   * Every decorated message handler the explorer saw, with its pattern: the ones that may be handed the same message (see
+   * {@link refuseSharedSettling}).
+   */
+  private readonly listeners: Listener[] = [];
+  /** {@link sharesPattern}'s answer for each pattern, once asked. */
+  private readonly shared = new Map<string, boolean>();
 
   constructor(
     private readonly reflector: Reflector,
@@ -244,6 +369,43 @@ export class IdempotencyRoutes {
     }
   }
 
+  /** Adds a listener and refuses the acknowledging ones that share. */
+  private listen(
+    pattern: string,
+    handler: (...args: never[]) => unknown,
+    controller: Controller,
+    decorated: boolean,
+  ): void {
+    const listener: Listener = {
+      pattern,
+      decorated,
+      name: routeName(controller, handler),
+      event:
+        Reflect.getMetadata(HANDLER_METADATA.messageHandlerType, handler) ===
+        EVENT_HANDLER,
+      acknowledges:
+        decorated &&
+        this.get(controller, handler)?.options.acknowledge === true,
+      transport: Reflect.getMetadata(
+        HANDLER_METADATA.messageTransport,
+        handler,
+      ) as unknown,
+    };
+    if (
+      this.listeners.some(
+        (other) =>
+          other.pattern === pattern &&
+          other.name === listener.name &&
+          other.decorated === decorated,
+      )
+    ) {
+      return;
+    }
+    this.listeners.push(listener);
+    this.shared.clear();
+    this.refuseSharedSettling(listener);
+  }
+
   /**
    * Counts `handler` of `controller` among the handlers of `pattern`.
    * @throws IdempotencyConfigurationError when another handler of the
@@ -279,74 +441,86 @@ export class IdempotencyRoutes {
       handlers.set(handler, controllers);
     }
     controllers.add(controller);
-    this.refuseSharedSettling(pattern, handlers);
+    this.listen(pattern, handler, controller, true);
   }
 
   /**
-   * @throws IdempotencyConfigurationError when a pattern with two or more
-   * decorated handlers has one that acknowledges (`acknowledge`): each
-   * would settle the one delivery Nest hands to all of them. On RabbitMQ
-   * the first one's ack takes the message from the others (one that failed
-   * never sees it again), and the second ack of the delivery closes the
-   * channel; on Kafka the first one's commit moves the offset past the
-   * others' failures.
+   * @throws IdempotencyConfigurationError when a decorated event handler
+   * that acknowledges (`acknowledge`) may be handed the same delivery as
+   * another decorated event handler: one of the same pattern, or
+   * (NATS, Redis with `wildcards`) of a pattern that matches a message of
+   * its (see {@link patternsOverlap}). Each would settle the one delivery
+   * Nest hands to all of them. On RabbitMQ the first one's ack takes the
+   * message from the others (one that failed never sees it again), and the
+   * second ack of the delivery closes the channel; on Kafka the first
+   * one's commit moves the offset past the others' failures.
    */
-  private refuseSharedSettling(
-    pattern: string,
-    handlers: ReadonlyMap<(...args: never[]) => unknown, Set<Controller>>,
-  ): void {
+  private refuseSharedSettling(added: Listener): void {
     // Nest hands a delivery to every event handler of its pattern on the
     // server of its transport (one that names none is on every server); a
     // message (request-response) handler has the pattern to itself.
-    const events = [...handlers]
-      .filter(
-        ([handler]) =>
-          Reflect.getMetadata(HANDLER_METADATA.messageHandlerType, handler) ===
-          EVENT_HANDLER,
-      )
-      .flatMap(([handler, controllers]) =>
-        [...controllers].map((controller) => ({
-          name: routeName(controller, handler),
-          acknowledges: this.get(controller, handler)?.options.acknowledge,
-          transport: Reflect.getMetadata(
-            HANDLER_METADATA.messageTransport,
-            handler,
-          ) as unknown,
-        })),
-      );
-    // Two handlers meet on a server of a transport both listen on.
-    const meet = (a: (typeof events)[number], b: (typeof events)[number]) =>
-      a.transport === undefined ||
-      b.transport === undefined ||
-      a.transport === b.transport;
+    const events = this.listeners.filter((listener) => listener.event);
+    // Two handlers meet on a server of a transport both listen on, where a
+    // message may match both patterns.
+    const meet = (a: Listener, b: Listener) =>
+      a.pattern === b.pattern
+        ? a.transport === undefined ||
+          b.transport === undefined ||
+          a.transport === b.transport
+        : patternsOverlap(a.pattern, b.pattern, a.transport, b.transport);
     const settling = events.find(
       (route) =>
         route.acknowledges &&
+        (route === added || meet(route, added)) &&
         events.some((other) => other !== route && meet(route, other)),
     );
     if (settling) {
-      const named = events.filter((other) => meet(settling, other));
+      const named = events.filter(
+        (other) => other === settling || meet(settling, other),
+      );
+      const patterns = [...new Set(named.map((route) => route.pattern))];
       throw new IdempotencyConfigurationError(
-        `The message pattern ${pattern} has ${named.length} @Idempotent() handlers (${named.map((route) => route.name).join(', ')}), and ${settling.name} acknowledges: Nest hands each delivery to all of them, and the broker settles it once. The first handler's acknowledgement would take the message from the others, so one that failed would never see it again (RabbitMQ also closes the channel on the second acknowledgement of a delivery).`,
-        'Give each handler a queue or topic of its own (a fan-out exchange with a queue for each, a consumer group for each), or keep one @Idempotent() handler on the pattern.',
+        `The message pattern${patterns.length > 1 ? 's' : ''} ${patterns.join(', ')} ${patterns.length > 1 ? 'have' : 'has'} ${named.length} handlers that one delivery reaches (${named.map((route) => `${route.name}${route.decorated ? '' : ' without @Idempotent()'}`).join(', ')}), and ${settling.name} acknowledges: Nest hands each delivery to all of them, and the broker settles it once. The first handler's acknowledgement would take the message from the others, so one that failed would never see it again (RabbitMQ also closes the channel on the second acknowledgement of a delivery).`,
+        'Give each handler a queue or topic of its own (a fan-out exchange with a queue for each, a consumer group for each), or keep one handler on the pattern.',
       );
     }
   }
 
   /**
-   * Whether another decorated message handler listens to a pattern of
-   * `route`'s: Nest hands each event to every handler of its pattern, so
-   * each must keep records of its own. Counts the handlers the explorer
-   * registered at bootstrap.
+   * Whether another decorated message handler may be handed a message of
+   * `route`'s: one of the same pattern, or (NATS, Redis with `wildcards`)
+   * of another pattern a message may match too (`orders.*` and
+   * `orders.paid`: see {@link patternsOverlap}). Nest hands each event to
+   * every handler of its pattern, so each must keep records of its own.
+   * A handler alone on patterns no other one's overlap is not shared: its
+   * records keep the message's key as they are. Counts the handlers the
+   * explorer registered at bootstrap.
    */
   sharesPattern(route: DecoratedRoute): boolean {
     return route.patterns.some((pattern) => {
-      let count = 0;
-      for (const controllers of this.patternHandlers.get(pattern)?.values() ??
-        []) {
-        count += controllers.size;
+      let answer = this.shared.get(pattern);
+      if (answer === undefined) {
+        const own = this.listeners.filter(
+          (listener) => listener.decorated && listener.pattern === pattern,
+        );
+        answer =
+          own.length > 1 ||
+          this.listeners.some(
+            (other) =>
+              other.decorated &&
+              other.pattern !== pattern &&
+              own.some((listener) =>
+                patternsOverlap(
+                  pattern,
+                  other.pattern,
+                  listener.transport,
+                  other.transport,
+                ),
+              ),
+          );
+        this.shared.set(pattern, answer);
       }
-      return count > 1;
+      return answer;
     });
   }
 }

@@ -269,6 +269,12 @@ export interface IdempotentOptions {
    * committed, after dropping a duplicate, or after `deadLetter` took it;
    * a failed message's offset is not committed, and kafkajs delivers it
    * again.
+   *
+   * The application refuses to start when another `@Idempotent()` event
+   * handler may be handed the same delivery: one of the
+   * same pattern on a transport both listen on, or (NATS, Redis with
+   * `wildcards`) of a pattern one message matches too (`orders.*` and
+   * `orders.paid`). The broker settles a delivery once.
    * @default false
    */
   acknowledge?: boolean;

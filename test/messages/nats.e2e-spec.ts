@@ -130,6 +130,12 @@ describeNats('@Idempotent() on NATS handlers', () => {
     expect((await request(subject('A'), message)).reply).toEqual(first.reply);
     expect(handlers.runs).toBe(1);
     expect(await rows('nats-6')).toBe(1);
+    // Alone on its subjects: its records keep the message's key as it is.
+    expect([
+      ...new Set(
+        events.filter((e) => e.key?.startsWith('nats-6')).map((e) => e.key),
+      ),
+    ]).toEqual(['nats-6']);
   });
 
   it('handles a redelivered event once and drops the duplicates', async () => {
@@ -179,6 +185,44 @@ describeNats('@Idempotent() on NATS handlers', () => {
       await target.db.query(
         'SELECT source FROM orders WHERE reference = $1 ORDER BY source',
         ['nats-shared'],
+      ),
+    ).toEqual([{ source: 'ledger' }, { source: 'nats' }]);
+  });
+
+  it('runs an event once in both a wildcard handler and an exact handler of its subject, each under a key of its own', async () => {
+    handlers.barrier.open();
+    const message = {
+      idempotencyKey: 'nats-overlap',
+      reference: 'nats-overlap',
+    };
+    const keys = [
+      'nats-overlap#PaymentsConsumer.overlapA',
+      'nats-overlap#LedgerConsumer.overlapAll',
+    ];
+    const deliveries = () =>
+      events.filter((e) => e.key?.startsWith('nats-overlap'));
+    for (let i = 1; i <= 3; i += 1) {
+      await lastValueFrom(client.emit(SUBJECTS.overlapA, message), {
+        defaultValue: undefined,
+      });
+      await until(
+        async () => deliveries().length === 2 * i,
+        `delivery ${i} to both handlers`,
+      );
+    }
+    for (const key of keys) {
+      expect(events.filter((e) => e.key === key).map((e) => e.type)).toEqual([
+        'executed',
+        'replayed',
+        'replayed',
+      ]);
+    }
+    expect(deliveries().filter((e) => !keys.includes(e.key!))).toEqual([]);
+    expect(handlers.runs).toBe(2);
+    expect(
+      await target.db.query(
+        'SELECT source FROM orders WHERE reference = $1 ORDER BY source',
+        ['nats-overlap'],
       ),
     ).toEqual([{ source: 'ledger' }, { source: 'nats' }]);
   });

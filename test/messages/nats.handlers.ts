@@ -10,6 +10,9 @@ export const SUBJECTS = {
   event: `idempotency.test.${RUN}.event`,
   /** An event two handlers listen to. */
   shared: `idempotency.test.${RUN}.shared`,
+  /** A wildcard pattern whose subject `overlap.A` another handler has too. */
+  overlapAll: `idempotency.test.${RUN}.overlap.*`,
+  overlapA: `idempotency.test.${RUN}.overlap.A`,
   /** A wildcard: `accounts.A`, `accounts.B`, ... reach one handler. */
   accounts: `idempotency.test.${RUN}.accounts.*`,
 };

@@ -49,6 +49,13 @@ export class PaymentsConsumer extends PaymentHandlers {
   async shared(@Payload() message: unknown) {
     await this.create(message as PaymentMessage);
   }
+
+  /** The exact one of the two handlers an `overlap.A` event reaches. */
+  @EventPattern(SUBJECTS.overlapA)
+  @Idempotent()
+  async overlapA(@Payload() message: unknown) {
+    await this.create(message as PaymentMessage);
+  }
 }
 
 /** The other handler of `SUBJECTS.shared`: a ledger of its own. */
@@ -62,6 +69,15 @@ export class LedgerConsumer {
   @EventPattern(SUBJECTS.shared)
   @Idempotent()
   async booked(@Payload() message: unknown) {
+    this.handlers.runs += 1;
+    const { reference } = message as PaymentMessage;
+    await this.orders.save(this.orders.create({ reference, source: 'ledger' }));
+  }
+
+  /** The wildcard one of the two handlers an `overlap.A` event reaches. */
+  @EventPattern(SUBJECTS.overlapAll)
+  @Idempotent()
+  async overlapAll(@Payload() message: unknown) {
     this.handlers.runs += 1;
     const { reference } = message as PaymentMessage;
     await this.orders.save(this.orders.create({ reference, source: 'ledger' }));

@@ -317,8 +317,62 @@ describe('message handlers of one pattern', () => {
     );
     expect(failure).toBeInstanceOf(IdempotencyConfigurationError);
     expect((failure as Error).message).toContain(
-      'The message pattern orders.paid has 2 @Idempotent() handlers (AuditConsumer.audit, LedgerConsumer.book), and LedgerConsumer.book acknowledges',
+      'The message pattern orders.paid has 2 handlers that one delivery reaches (AuditConsumer.audit, LedgerConsumer.book), and LedgerConsumer.book acknowledges',
     );
+  });
+
+  /** Whether an application of `controllers` fails at bootstrap, and how. */
+  const bootstrapFailure = (controllers: (new () => unknown)[]) =>
+    startStoreApp({ store: new MemoryIdempotencyStore(), controllers }).then(
+      async (started) => {
+        await started.close();
+        return undefined;
+      },
+      (error: unknown) => error,
+    );
+
+  it('fails at bootstrap when one that acknowledges shares its NATS subjects with a wildcard handler: one delivery reaches both', async () => {
+    @Controller()
+    class AnyAccount {
+      @EventPattern('accounts.*', Transport.NATS)
+      @Idempotent()
+      any(_data: unknown): void {}
+    }
+    @Controller()
+    class AccountA {
+      @EventPattern('accounts.A')
+      @Idempotent({ acknowledge: true })
+      book(_data: unknown): void {}
+    }
+    const failure = await bootstrapFailure([AnyAccount, AccountA]);
+    expect(failure).toBeInstanceOf(IdempotencyConfigurationError);
+    expect((failure as Error).message).toContain(
+      'The message patterns accounts.*, accounts.A have 2 handlers that one delivery reaches (AnyAccount.any, AccountA.book), and AccountA.book acknowledges',
+    );
+  });
+
+  it('starts when the wildcard matches none of its subjects, or is on another transport', async () => {
+    @Controller()
+    class AnyOrder {
+      @EventPattern('orders.*.paid', Transport.NATS)
+      @Idempotent()
+      any(_data: unknown): void {}
+    }
+    @Controller()
+    class OtherAccount {
+      @EventPattern('accounts.*', Transport.KAFKA)
+      @Idempotent()
+      any(_data: unknown): void {}
+    }
+    @Controller()
+    class AccountA {
+      @EventPattern('accounts.A', Transport.NATS)
+      @Idempotent({ acknowledge: true })
+      book(_data: unknown): void {}
+    }
+    expect(
+      await bootstrapFailure([AnyOrder, OtherAccount, AccountA]),
+    ).toBeUndefined();
   });
 
   it('starts when they listen on two transports, or answer requests: no delivery is theirs both', async () => {
