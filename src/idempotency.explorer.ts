@@ -68,10 +68,15 @@ export class IdempotencyExplorer implements OnModuleInit {
           IDEMPOTENT_METADATA,
           handler,
         );
+        const kind = handlerKind(handler, inController, type);
         if (!own && !classOptions) {
+          if (kind === 'message') {
+            // Not decorated, yet handed the same deliveries as decorated
+            // handlers of its pattern: one of theirs must not settle them.
+            this.routes.registerUndecorated(type, handler);
+          }
           continue;
         }
-        const kind = handlerKind(handler, inController, type);
         const read = kind === 'route' ? readMethod(handler) : undefined;
         if (own && read) {
           reads.push(`${type.name}.${method} (${read})`);

@@ -289,7 +289,8 @@ export class IdempotencyRoutes {
     Map<(...args: never[]) => unknown, Set<Controller>>
   >();
   /**
-   * Every decorated message handler the explorer saw, with its pattern: the ones that may be handed the same message (see
+   * Every message handler the explorer saw, decorated or not, with its
+   * pattern: the ones that may be handed the same message (see
    * {@link refuseSharedSettling}).
    */
   private readonly listeners: Listener[] = [];
@@ -366,6 +367,29 @@ export class IdempotencyRoutes {
   ): void {
     for (const pattern of this.get(controller, handler)?.patterns ?? []) {
       this.listens(pattern, handler, controller);
+    }
+  }
+
+  /**
+   * Counts `handler` of `controller`, a message handler without
+   * `@Idempotent()`, among the handlers of its message patterns for the
+   * startup check of acknowledging handlers only ({@link
+   * refuseSharedSettling}): it keeps no records, so it does not make the
+   * others' keys their own ({@link sharesPattern}). Called by the explorer
+   * at bootstrap.
+   * @throws IdempotencyConfigurationError when a decorated handler that
+   * acknowledges may be handed the same message.
+   */
+  registerUndecorated(
+    controller: abstract new (...args: never[]) => unknown,
+    handler: (...args: never[]) => unknown,
+  ): void {
+    const patterns = Reflect.getMetadata(
+      HANDLER_METADATA.messagePattern,
+      handler,
+    ) as unknown[] | undefined;
+    for (const pattern of (patterns ?? []).map(patternText)) {
+      this.listen(pattern, handler, controller, false);
     }
   }
 
@@ -447,7 +471,7 @@ export class IdempotencyRoutes {
   /**
    * @throws IdempotencyConfigurationError when a decorated event handler
    * that acknowledges (`acknowledge`) may be handed the same delivery as
-   * another decorated event handler: one of the same pattern, or
+   * another event handler, decorated or not: one of the same pattern, or
    * (NATS, Redis with `wildcards`) of a pattern that matches a message of
    * its (see {@link patternsOverlap}). Each would settle the one delivery
    * Nest hands to all of them. On RabbitMQ the first one's ack takes the

@@ -270,8 +270,8 @@ export interface IdempotentOptions {
    * a failed message's offset is not committed, and kafkajs delivers it
    * again.
    *
-   * The application refuses to start when another `@Idempotent()` event
-   * handler may be handed the same delivery: one of the
+   * The application refuses to start when another event handler, with
+   * `@Idempotent()` or without, may be handed the same delivery: one of the
    * same pattern on a transport both listen on, or (NATS, Redis with
    * `wildcards`) of a pattern one message matches too (`orders.*` and
    * `orders.paid`). The broker settles a delivery once.

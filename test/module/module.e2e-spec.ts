@@ -351,6 +351,46 @@ describe('message handlers of one pattern', () => {
     );
   });
 
+  it('fails at bootstrap when one that acknowledges shares its pattern with a handler without @Idempotent(): that one acknowledges by itself', async () => {
+    @Controller()
+    class LedgerConsumer {
+      @EventPattern('orders.refunded')
+      @Idempotent({ acknowledge: true })
+      book(_data: unknown): void {}
+    }
+    @Controller()
+    class AuditConsumer {
+      @EventPattern('orders.refunded')
+      audit(_data: unknown): void {}
+    }
+    const failure = await bootstrapFailure([LedgerConsumer, AuditConsumer]);
+    expect(failure).toBeInstanceOf(IdempotencyConfigurationError);
+    expect((failure as Error).message).toContain(
+      'The message pattern orders.refunded has 2 handlers that one delivery reaches (LedgerConsumer.book, AuditConsumer.audit without @Idempotent()), and LedgerConsumer.book acknowledges',
+    );
+  });
+
+  it('starts when the handler without @Idempotent() answers requests, or listens on another transport', async () => {
+    @Controller()
+    class LedgerConsumer {
+      @EventPattern('orders.voided', Transport.RMQ)
+      @Idempotent({ acknowledge: true })
+      book(_data: unknown): void {}
+    }
+    @Controller()
+    class AuditConsumer {
+      @EventPattern('orders.voided', Transport.KAFKA)
+      audit(_data: unknown): void {}
+      @MessagePattern('orders.voided')
+      quote(_data: unknown): number {
+        return 1;
+      }
+    }
+    expect(
+      await bootstrapFailure([LedgerConsumer, AuditConsumer]),
+    ).toBeUndefined();
+  });
+
   it('starts when the wildcard matches none of its subjects, or is on another transport', async () => {
     @Controller()
     class AnyOrder {
