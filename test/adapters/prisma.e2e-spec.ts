@@ -82,24 +82,42 @@ describe('the Prisma adapter', () => {
   });
 
   it("ends the transaction at the module's deadline, before Prisma's own timeout of it: 503, its writes rolled back, its later ones refused", async () => {
-    const key = randomUUID();
-    const answer = await post(target, 'hung', { key });
-    expect(answer.status).toBe(503);
-    expect({
-      rows: await rowsOf(target, key),
-      inTransaction: await idleInTransaction(target.db),
-    }).toEqual({
-      rows: NOTHING,
-      inTransaction: [],
-    });
-
-    gates.hung.open();
-    await until(
-      () => Promise.resolve(seen.lateWrite !== undefined),
-      'the late write',
-    );
-    expect(seen.lateWrite).toBeInstanceOf(Error);
-    expect(await rowsOf(target, key)).toEqual(NOTHING);
+    // The handler's first write must be done before its deadline (1 s), for
+    // its later one to be tried after it: on a busy machine, a try whose
+    // first write took longer is answered the same way (503, nothing
+    // written), and the test tries again with a new key.
+    for (let attempt = 1; ; attempt += 1) {
+      const gate = new Barrier();
+      gates.hung = gate;
+      seen.lateWrite = undefined;
+      const key = randomUUID();
+      const answering = post(target, 'hung', { key });
+      const first = await Promise.race([
+        gate.reached().then(() => 'held' as const),
+        answering.then(() => 'answered' as const),
+      ]);
+      const answer = await answering;
+      expect(answer.status).toBe(503);
+      expect({
+        rows: await rowsOf(target, key),
+        inTransaction: await idleInTransaction(target.db),
+      }).toEqual({
+        rows: NOTHING,
+        inTransaction: [],
+      });
+      gate.open();
+      if (first === 'answered' && attempt < 5) {
+        continue;
+      }
+      expect(first).toBe('held');
+      await until(
+        () => Promise.resolve(seen.lateWrite !== undefined),
+        'the late write',
+      );
+      expect(seen.lateWrite).toBeInstanceOf(Error);
+      expect(await rowsOf(target, key)).toEqual(NOTHING);
+      return;
+    }
   });
 
   it("keeps the transaction open past Prisma's own timeout, until the handler returns within its deadline", async () => {
