@@ -11,6 +11,7 @@ import type { IncomingMessage } from 'node:http';
 import { IDEMPOTENCY_RESOLVED_OPTIONS } from '../idempotency.tokens.js';
 import { messageOf } from '../core/error-message.js';
 import { IdempotencyUnavailableException } from '../exceptions/idempotency-unavailable.exception.js';
+import type { IdempotencyHttpException } from '../exceptions/idempotency-http.exception.js';
 import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
 import type {
   WebhookProvider,
@@ -252,16 +253,12 @@ export class IdempotentWebhookGuard implements CanActivate {
     context: ExecutionContext,
     receiver: WebhookReceiver,
   ): IdempotencyUnavailableException {
-    const error = new IdempotencyUnavailableException(
-      receiver.retryAfter ?? this.options?.retryAfter ?? DEFAULT_RETRY_AFTER,
-    ).withTypeBase(this.options?.problemTypeBaseUrl);
-    const response: unknown = context.switchToHttp().getResponse();
-    const { httpAdapter } = this.adapterHost;
-    httpAdapter.setHeader(response, 'Content-Type', 'application/problem+json');
-    for (const [field, value] of Object.entries(error.headers)) {
-      httpAdapter.setHeader(response, field, value);
-    }
-    return error;
+    return this.answer(
+      context,
+      new IdempotencyUnavailableException(
+        receiver.retryAfter ?? this.options?.retryAfter ?? DEFAULT_RETRY_AFTER,
+      ),
+    );
   }
 
   /** The refusal, with its problem+json headers set on the response. */
@@ -269,14 +266,27 @@ export class IdempotentWebhookGuard implements CanActivate {
     context: ExecutionContext,
     refusal: WebhookRefusal,
   ): IdempotencyWebhookRefusedException {
-    const error = new IdempotencyWebhookRefusedException(refusal).withTypeBase(
-      this.options?.problemTypeBaseUrl,
+    return this.answer(
+      context,
+      new IdempotencyWebhookRefusedException(refusal),
     );
-    this.adapterHost.httpAdapter.setHeader(
-      context.switchToHttp().getResponse(),
-      'Content-Type',
-      'application/problem+json',
-    );
-    return error;
+  }
+
+  /**
+   * `error`, its type under the module's `problemTypeBaseUrl`, with its
+   * headers and problem+json's content type set on the response: the guard
+   * throws it before any interceptor of the module runs.
+   */
+  private answer<E extends IdempotencyHttpException>(
+    context: ExecutionContext,
+    error: E,
+  ): E {
+    const response: unknown = context.switchToHttp().getResponse();
+    const { httpAdapter } = this.adapterHost;
+    httpAdapter.setHeader(response, 'Content-Type', 'application/problem+json');
+    for (const [field, value] of Object.entries(error.headers)) {
+      httpAdapter.setHeader(response, field, value);
+    }
+    return error.withTypeBase(this.options?.problemTypeBaseUrl);
   }
 }

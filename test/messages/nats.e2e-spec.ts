@@ -155,17 +155,22 @@ describeNats('@Idempotent() on NATS handlers', () => {
     expect(await rows('nats-5')).toBe(1);
   });
 
-  it('runs an event once in each of the two handlers of its subject, each under a key of its own, and drops its duplicates in both', async () => {
+  /**
+   * Emits the event of `key` on `subject` three times, each time until both
+   * of its handlers had it: each ran it once under its own key of `keys`
+   * and replayed it twice, no other key was used, and both committed their
+   * order.
+   */
+  const deliverThriceToBoth = async (
+    subject: string,
+    key: string,
+    keys: readonly string[],
+  ) => {
     handlers.barrier.open();
-    const message = { idempotencyKey: 'nats-shared', reference: 'nats-shared' };
-    const keys = [
-      'nats-shared#PaymentsConsumer.shared',
-      'nats-shared#LedgerConsumer.booked',
-    ];
-    const deliveries = () =>
-      events.filter((e) => e.key?.startsWith('nats-shared'));
+    const message = { idempotencyKey: key, reference: key };
+    const deliveries = () => events.filter((e) => e.key?.startsWith(key));
     for (let i = 1; i <= 3; i += 1) {
-      await lastValueFrom(client.emit(SUBJECTS.shared, message), {
+      await lastValueFrom(client.emit(subject, message), {
         defaultValue: undefined,
       });
       await until(
@@ -173,45 +178,8 @@ describeNats('@Idempotent() on NATS handlers', () => {
         `delivery ${i} to both handlers`,
       );
     }
-    for (const key of keys) {
-      expect(events.filter((e) => e.key === key).map((e) => e.type)).toEqual([
-        'executed',
-        'replayed',
-        'replayed',
-      ]);
-    }
-    expect(handlers.runs).toBe(2);
-    expect(
-      await target.db.query(
-        'SELECT source FROM orders WHERE reference = $1 ORDER BY source',
-        ['nats-shared'],
-      ),
-    ).toEqual([{ source: 'ledger' }, { source: 'nats' }]);
-  });
-
-  it('runs an event once in both a wildcard handler and an exact handler of its subject, each under a key of its own', async () => {
-    handlers.barrier.open();
-    const message = {
-      idempotencyKey: 'nats-overlap',
-      reference: 'nats-overlap',
-    };
-    const keys = [
-      'nats-overlap#PaymentsConsumer.overlapA',
-      'nats-overlap#LedgerConsumer.overlapAll',
-    ];
-    const deliveries = () =>
-      events.filter((e) => e.key?.startsWith('nats-overlap'));
-    for (let i = 1; i <= 3; i += 1) {
-      await lastValueFrom(client.emit(SUBJECTS.overlapA, message), {
-        defaultValue: undefined,
-      });
-      await until(
-        async () => deliveries().length === 2 * i,
-        `delivery ${i} to both handlers`,
-      );
-    }
-    for (const key of keys) {
-      expect(events.filter((e) => e.key === key).map((e) => e.type)).toEqual([
+    for (const each of keys) {
+      expect(events.filter((e) => e.key === each).map((e) => e.type)).toEqual([
         'executed',
         'replayed',
         'replayed',
@@ -222,8 +190,22 @@ describeNats('@Idempotent() on NATS handlers', () => {
     expect(
       await target.db.query(
         'SELECT source FROM orders WHERE reference = $1 ORDER BY source',
-        ['nats-overlap'],
+        [key],
       ),
     ).toEqual([{ source: 'ledger' }, { source: 'nats' }]);
+  };
+
+  it('runs an event once in each of the two handlers of its subject, each under a key of its own, and drops its duplicates in both', async () => {
+    await deliverThriceToBoth(SUBJECTS.shared, 'nats-shared', [
+      'nats-shared#PaymentsConsumer.shared',
+      'nats-shared#LedgerConsumer.booked',
+    ]);
+  });
+
+  it('runs an event once in both a wildcard handler and an exact handler of its subject, each under a key of its own', async () => {
+    await deliverThriceToBoth(SUBJECTS.overlapA, 'nats-overlap', [
+      'nats-overlap#PaymentsConsumer.overlapA',
+      'nats-overlap#LedgerConsumer.overlapAll',
+    ]);
   });
 });

@@ -169,6 +169,28 @@ describe('IdempotencyContext.fetch(): what the downstream answers', () => {
         [key],
       )
     ).map((row) => row.result);
+  /**
+   * Sends the request `key` `times` (the first and its retries): each is
+   * refused with the handler's 500, `fetch()` having thrown an
+   * `IdempotencyConfigurationError` before anything was sent or stored.
+   * @returns that error, of the last time.
+   */
+  const refusedAsMisconfigured = async (key: string, times = 1) => {
+    for (let attempt = 1; attempt <= times; attempt += 1) {
+      script.thrown = undefined;
+      expect(await answer(send(target, '/call', { key, body: {} }))).toEqual({
+        status: 500,
+        contentType: expect.stringMatching(/^application\/json/),
+        retryAfter: null,
+        replayed: false,
+        body: { statusCode: 500, message: 'Internal server error' },
+      });
+      expect(script.thrown).toBeInstanceOf(IdempotencyConfigurationError);
+    }
+    expect(downstream.received).toEqual([]);
+    expect(await storedAnswer(key)).toEqual([]);
+    return script.thrown as Error;
+  };
   const FAILED_AFTER_CALL = {
     status: 500,
     contentType: expect.stringMatching(/^application\/json/),
@@ -303,30 +325,16 @@ describe('IdempotencyContext.fetch(): what the downstream answers', () => {
           const [url, init] = make(downstream.url);
           return idempotency.fetch('charge', url, init);
         };
-        const key = `unbuildable-${name.replaceAll(' ', '-')}`;
         // The request, then its retry: the same refusal, nothing sent.
-        for (let attempt = 1; attempt <= 2; attempt += 1) {
-          script.thrown = undefined;
-          const refused = await answer(
-            send(target, '/call', { key, body: {} }),
-          );
-          expect(refused).toEqual({
-            status: 500,
-            contentType: expect.stringMatching(/^application\/json/),
-            retryAfter: null,
-            replayed: false,
-            body: { statusCode: 500, message: 'Internal server error' },
-          });
-          expect(script.thrown).toBeInstanceOf(IdempotencyConfigurationError);
-          const thrown = script.thrown as Error;
-          expect(thrown.message).toMatch(
-            /^fetch cannot build the request of the call of step "charge"/,
-          );
-          expect(thrown.message).not.toMatch(/s3cr3t/);
-          expect((thrown.cause as Error).name).toBe('TypeError');
-        }
-        expect(downstream.received).toEqual([]);
-        expect(await storedAnswer(key)).toEqual([]);
+        const thrown = await refusedAsMisconfigured(
+          `unbuildable-${name.replaceAll(' ', '-')}`,
+          2,
+        );
+        expect(thrown.message).toMatch(
+          /^fetch cannot build the request of the call of step "charge"/,
+        );
+        expect(thrown.message).not.toMatch(/s3cr3t/);
+        expect((thrown.cause as Error).name).toBe('TypeError');
       },
     );
   });
@@ -352,30 +360,16 @@ describe('IdempotencyContext.fetch(): what the downstream answers', () => {
               },
             },
           });
-        const key = `scheme-${name.replaceAll(' ', '-')}`;
         // The request, then its retry: the same refusal, nothing sent.
-        for (let attempt = 1; attempt <= 2; attempt += 1) {
-          script.thrown = undefined;
-          const refused = await answer(
-            send(target, '/call', { key, body: {} }),
-          );
-          expect(refused).toEqual({
-            status: 500,
-            contentType: expect.stringMatching(/^application\/json/),
-            retryAfter: null,
-            replayed: false,
-            body: { statusCode: 500, message: 'Internal server error' },
-          });
-          expect(script.thrown).toBeInstanceOf(IdempotencyConfigurationError);
-          const thrown = script.thrown as Error;
-          expect(thrown.message).toMatch(
-            /^IdempotencyContext\.fetch\(\) needs an http: or https: URL, not one of another scheme\./,
-          );
-          expect(thrown.message).not.toMatch(/s3cr3t|alice|127\.0\.0\.1/);
-        }
+        const thrown = await refusedAsMisconfigured(
+          `scheme-${name.replaceAll(' ', '-')}`,
+          2,
+        );
+        expect(thrown.message).toMatch(
+          /^IdempotencyContext\.fetch\(\) needs an http: or https: URL, not one of another scheme\./,
+        );
+        expect(thrown.message).not.toMatch(/s3cr3t|alice|127\.0\.0\.1/);
         expect(fetched).toBe(0);
-        expect(downstream.received).toEqual([]);
-        expect(await storedAnswer(key)).toEqual([]);
       },
     );
   });
@@ -386,19 +380,11 @@ describe('IdempotencyContext.fetch(): what the downstream answers', () => {
         method: 'POST',
         body: '{"amount":1250}',
       });
-    script.thrown = undefined;
-    const refused = await answer(
-      send(target, '/call', { key: 'relative-url', body: {} }),
-    );
-    expect(refused.status).toBe(500);
-    expect(script.thrown).toBeInstanceOf(IdempotencyConfigurationError);
-    const thrown = script.thrown as Error;
+    const thrown = await refusedAsMisconfigured('relative-url');
     expect(thrown.message).toMatch(
       /^IdempotencyContext\.fetch\(\) needs an absolute URL \(a scheme and a host\)/,
     );
     expect(thrown.message).not.toMatch(/s3cr3t|token/);
-    expect(downstream.received).toEqual([]);
-    expect(await storedAnswer('relative-url')).toEqual([]);
   });
 
   describe('a body that cannot be sent again as it is', () => {
@@ -433,21 +419,12 @@ describe('IdempotencyContext.fetch(): what the downstream answers', () => {
           );
           return { status: response.status };
         };
-        const key = `body-${name.replaceAll(' ', '-')}`;
-        const refused = await answer(send(target, '/call', { key, body: {} }));
-        expect(refused).toEqual({
-          status: 500,
-          contentType: expect.stringMatching(/^application\/json/),
-          retryAfter: null,
-          replayed: false,
-          body: { statusCode: 500, message: 'Internal server error' },
-        });
-        expect(script.thrown).toBeInstanceOf(IdempotencyConfigurationError);
-        expect((script.thrown as Error).message).toMatch(
+        const thrown = await refusedAsMisconfigured(
+          `body-${name.replaceAll(' ', '-')}`,
+        );
+        expect(thrown.message).toMatch(
           /^The body of the call of step "charge" cannot be sent again byte for byte/,
         );
-        expect(downstream.received).toEqual([]);
-        expect(await storedAnswer(key)).toEqual([]);
       },
     );
   });
