@@ -106,8 +106,16 @@ export class IdempotencyContext<Transaction = unknown> {
    * request whose claim was taken over gets `503`). Run steps before the
    * handler's first database statement: a step that runs while the
    * handler's transaction is open keeps that connection during `fn`, and
-   * the module logs a warning once per route.
+   * the module logs a warning once per route. Give each step of a handler
+   * a name of its own, and call it once per execution.
    *
+   * @throws IdempotencyConfigurationError, a programming error, before `fn`
+   * runs: outside a decorated handler, for a request without a key, for an
+   * empty name, for a name that takes, with the request's scope and key,
+   * more than 2,560 bytes of UTF-8 (what every store keeps of a step), for
+   * one with a NUL (U+0000) or a lone surrogate, or for a name called a
+   * second time in one execution (each step once: a retry resuming after
+   * it is another execution).
    * @example
    * const charge = await this.idempotency.step('charge', () =>
    *   this.gateway.charge(dto.amount, { idempotencyKey: this.idempotency.deriveKey('charge') }),

@@ -18,7 +18,10 @@ import type {
 import type { ResolvedFetchOptions } from './outgoing/outgoing.options.js';
 import type { IdempotencyKeyRing } from './privacy/idempotency-key-ring.js';
 
-/** Longest key the record table's index takes comfortably. */
+/**
+ * Largest `keyValidation.maxLength`, in UTF-16 code units; a key is besides
+ * at most `MAX_KEY_BYTES` of UTF-8, what the record table's index takes.
+ */
 const MAX_KEY_LENGTH = 1024;
 
 /** @internal Garbage collection options, with every default applied. */

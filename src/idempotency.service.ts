@@ -99,15 +99,18 @@ export class IdempotencyService {
       scope:
         options.scope === undefined ? DEFAULT_SCOPE : validScope(options.scope),
       key: validKey(options.key, route.keyValidation, 'key', 'option'),
-      method: 'RUN',
+      method: RUN_PARTS.method,
       path: options.name ?? 'run',
       // Bound to run(), as a route's fingerprint function's value is to
       // its route: the value alone would match an HTTP request under the
-      // key whose fingerprint function returned the same (compared by its
-      // unbound value for the records of 0.6), which would get the run's
-      // result replayed. Runs of 0.6 and earlier stored the value alone.
+      // key whose fingerprint function returned the same, which would get
+      // the run's result replayed. Runs of 0.6 and earlier stored the value
+      // alone: a record of a run (any name) is still compared by it.
       fingerprint: boundFingerprint(RUN_PARTS, options.fingerprint ?? ANY_RUN),
-      unboundFingerprint: options.fingerprint ?? ANY_RUN,
+      unboundFingerprint: {
+        value: options.fingerprint ?? ANY_RUN,
+        method: RUN_PARTS.method,
+      },
     };
     const { result } = await this.executor.execute(
       attempt,

@@ -138,7 +138,9 @@ export class IdempotencyAdmin {
       response:
         record.response &&
         openedResponse(
-          this.privacy,
+          // Not replayable: its status alone was stored, never sealed, and
+          // its duplicates get it (with no body), not a 503.
+          record.status === 'not_replayable' ? undefined : this.privacy,
           scope,
           key,
           record.response,
@@ -153,7 +155,11 @@ export class IdempotencyAdmin {
       : view;
   }
 
-  /** A page of records in the query's states, oldest key order first. */
+  /**
+   * A page of records in the query's states, in the store's order
+   * (PostgreSQL: by scope, then key; Redis: its SCAN order, node by node),
+   * not by age; the page's cursor gives the next.
+   */
   async list(query: IdempotencyListQuery = {}): Promise<RecordPage> {
     const statuses =
       query.status === undefined
@@ -329,9 +335,12 @@ export class IdempotencyAdmin {
 
 /**
  * @throws IdempotencyAdminInputError for a name that is not a non-empty
- * string, or that holds a NUL character: refused on every store alike, as
- * PostgreSQL cannot hold one in text (and the default `keyValidation`
- * pattern refuses it in a request's key).
+ * string, that holds a NUL character, or that is not well-formed Unicode
+ * (a lone surrogate): refused on every store alike, as PostgreSQL cannot
+ * hold a NUL in text, and its driver writes U+FFFD in place of a lone
+ * surrogate, which would name another record (a scope with U+FFFD
+ * forgotten in its place). A request's key or scope holding either is
+ * refused too: no record has one.
  */
 function checkName(what: string, value: unknown): void {
   if (typeof value !== 'string' || value.length === 0) {
@@ -342,6 +351,11 @@ function checkName(what: string, value: unknown): void {
   if (value.includes('\u0000')) {
     throw new IdempotencyAdminInputError(
       `The ${what} must not hold a NUL character (\\u0000).`,
+    );
+  }
+  if (!value.isWellFormed()) {
+    throw new IdempotencyAdminInputError(
+      `The ${what} must be well-formed Unicode, without a lone surrogate.`,
     );
   }
 }

@@ -36,6 +36,11 @@ export interface QueueJob {
   readonly timestamp?: number;
   readonly name: string;
   readonly queueName: string;
+  /**
+   * `<prefix>:<queueName>`, the queue's identity in Redis: the same queue
+   * name under another BullMQ `prefix` is another queue.
+   */
+  readonly queueQualifiedName?: string;
   readonly data: unknown;
 }
 
@@ -71,9 +76,26 @@ function defaultJobKey(job: QueueJob): string {
     : key;
 }
 
-/** The scope of a job by default: one per queue. */
-const queueScope: IdempotencyScopeResolver = (context) =>
-  `bullmq:${context.getArgByIndex<QueueJob>(0).queueName}`;
+/** BullMQ's `prefix` when the queue's options set none. */
+const DEFAULT_PREFIX = 'bull';
+
+/**
+ * The scope of a job by default: one per queue, `bullmq:<queueName>` under
+ * BullMQ's default prefix (`bull`), else `bullmq:<prefix>:<queueName>`.
+ * A queue name under two prefixes is two queues (two tenants, two
+ * applications on one Redis): one scope would replay one's job for the
+ * other's. The default prefix keeps the scope without it, which the records
+ * of earlier versions have; a queue name has no `:`, so neither form can
+ * stand for another queue's.
+ */
+const queueScope: IdempotencyScopeResolver = (context) => {
+  const job = context.getArgByIndex<QueueJob>(0);
+  const qualified = job.queueQualifiedName;
+  return qualified === undefined ||
+    qualified === `${DEFAULT_PREFIX}:${job.queueName}`
+    ? `bullmq:${job.queueName}`
+    : `bullmq:${qualified}`;
+};
 
 /**
  * The module's refusals as a job fails with them, each with the reason
@@ -114,7 +136,8 @@ async function toJobError(error: unknown): Promise<unknown> {
  * @internal `@Idempotent()` on the `process(job, token?)` method of a
  * `@nestjs/bullmq` processor: the same shared transaction as for HTTP; the
  * processor's return value is stored with its writes, and a duplicate job
- * (the same queue and job id by default) gets it back without running.
+ * (the same queue, under the same prefix, and job id by default) gets it
+ * back without running.
  */
 @Injectable()
 export class IdempotencyJobs {
@@ -165,14 +188,19 @@ export class IdempotencyJobs {
     } catch (error) {
       throw await toJobError(error);
     }
+    let ran = false;
     try {
-      const { result } = await this.executor.execute(attempt, options, run);
+      const { result } = await this.executor.execute(attempt, options, () => {
+        ran = true;
+        return run();
+      });
       return result;
     } catch (error) {
-      if (error instanceof IdempotencyNotReplayableException) {
+      if (error instanceof IdempotencyNotReplayableException && !ran) {
         // A job processed already, whose result was not stored (over
         // maxResponseSize): done, without its result; failed, it would be
-        // retried or reprocessed as if it had not run.
+        // retried or reprocessed as if it had not run. (One that `process`
+        // met, in a nested `run()`, failed it: its writes rolled back.)
         return undefined;
       }
       throw await toJobError(error);

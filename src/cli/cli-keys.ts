@@ -12,7 +12,8 @@ export const KEYS_VARIABLE = 'IDEMPOTENCY_KEYS';
  * (which other users of the machine can read in the process list): the
  * JSON file `file` names (`--keys`), else the JSON of `IDEMPOTENCY_KEYS`;
  * `{ "keys": { "<id>": "<base64 of 32 bytes>" }, "current": "<id>" }`, as
- * the module's `encryption` option. `undefined` when neither is given.
+ * the module's `encryption` option. `undefined` when neither is given (or
+ * the variable is empty).
  * @throws CliUsageError saying what is wrong, without a key's value.
  */
 export async function cliPrivacy(
@@ -24,6 +25,13 @@ export async function cliPrivacy(
       ? [env[KEYS_VARIABLE], KEYS_VARIABLE]
       : [await readRing(file), file];
   if (text === undefined || text === '') {
+    if (file !== undefined) {
+      // Named, it is meant: never read as no ring (sealed responses shown
+      // as unreadable, reencrypt asking for the ring it was given).
+      throw new CliUsageError(
+        `The key ring file ${file} is empty: give { "keys": { "<id>": "<base64>" }, "current": "<id>" }.`,
+      );
+    }
     return undefined;
   }
   let ring: IdempotencyEncryptionOptions;

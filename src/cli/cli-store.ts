@@ -22,13 +22,20 @@ const REDIS = /^rediss?:\/\//i;
  * through the pg adapter's machinery (TypeORM is not needed), with no
  * presence session, its schema checked first; or Redis on an ioredis
  * client, with `prefix` when given.
- * @throws CliUsageError naming the URLs it takes, for any other URL.
+ * @throws CliUsageError naming the URLs it takes, for any other URL, or
+ * for a `prefix` with a PostgreSQL URL.
  */
 export async function openCliStore(
   url: string,
   prefix: string | undefined,
 ): Promise<CliStore> {
   if (POSTGRES.test(url)) {
+    if (prefix !== undefined) {
+      // Refused, never ignored: the operator meant a Redis store.
+      throw new CliUsageError(
+        `--prefix is the Redis store's key prefix: ${redactUrl(url)} is a PostgreSQL URL.`,
+      );
+    }
     const pg = await loadRequiredPeer(
       'pg',
       () => import('pg'),

@@ -50,7 +50,9 @@ Commands:
 
 Options:
   --url <url>         postgres://… or redis://… (default: DATABASE_URL, else REDIS_URL)
-  --scope <scope>     the records' scope (default: ${DEFAULT_SCOPE}; forget needs it)
+  --scope <scope>     inspect, reset: the key's scope (default: ${DEFAULT_SCOPE});
+                      list, reencrypt: only this scope (default: every scope);
+                      forget: the scope to forget (needed)
   --key <key>         forget: only this key
   --json              print JSON
   --body              inspect: include the stored body (base64 in JSON)
@@ -60,7 +62,8 @@ Options:
   --older-than <d>    list: created more than <d> ago (30s, 15m, 24h, 7d)
   --limit <n>         list: records per page (default 100, at most 1000)
   --cursor <c>        list: the next page, as the previous one printed it
-  --batch-size <n>    forget, gc: rows per batch (default 1000)
+  --batch-size <n>    forget, gc: rows per batch (default 1000, at most 10000);
+                      reencrypt: records per page (default 100, at most 1000)
   --prefix <p>        Redis: the store's key prefix
   --keys <file>       a JSON file of the key ring, as the encryption option:
                       {"keys":{"<id>":"<base64>"},"current":"<id>"} (default:

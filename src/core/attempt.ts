@@ -6,10 +6,11 @@ import {
   type IdempotencyKeyLocation,
 } from '../exceptions/idempotency-key-missing.exception.js';
 import type { ResolvedRouteOptions } from './executor.options.js';
-import { validKey } from './idempotency-key.js';
+import { textProblem, validKey } from './idempotency-key.js';
 import { isThenable } from './is-thenable.js';
 import {
   boundFingerprint,
+  isCurrentFingerprint,
   isLegacyFingerprint,
   legacyRequestFingerprint,
   requestFingerprint,
@@ -38,23 +39,72 @@ export interface Attempt {
   /**
    * The `fingerprint` function's own value, which the records of 0.6 and
    * earlier carry as their fingerprint (without the method, the route and
-   * the path parameters); they are compared by it until they expire.
+   * the path parameters); they are compared by it until they expire, and
+   * only records of the same method and path (see {@link isUnboundRecordOf}).
    */
-  readonly unboundFingerprint?: string;
+  readonly unboundFingerprint?: UnboundFingerprint;
+}
+
+/**
+ * @internal What a record written by 0.6 for a request with a `fingerprint`
+ * function carries: the function's value alone as its fingerprint, and the
+ * request's method and path beside it.
+ */
+export interface UnboundFingerprint {
+  readonly value: string;
+  readonly method: string;
+  /** `undefined`: any path (a run's, whatever its name). */
+  readonly path?: string;
 }
 
 /**
  * @internal Whether a record's `fingerprint` was written for the same
  * request as `attempt`: the same fingerprint, or, for a record written by
- * 0.1.0, the same fingerprint by 0.1.0's formula.
+ * 0.1.0, the same fingerprint by 0.1.0's formula. A record of 0.6 that
+ * carries the `fingerprint` function's value alone is not, until the record
+ * proved of the same request ({@link mayBeUnboundRecord}).
  */
 export function isSameRequest(attempt: Attempt, fingerprint: string): boolean {
   return (
     fingerprint === attempt.fingerprint ||
     (attempt.legacyFingerprint !== undefined &&
       isLegacyFingerprint(fingerprint) &&
-      fingerprint === attempt.legacyFingerprint()) ||
-    fingerprint === attempt.unboundFingerprint
+      fingerprint === attempt.legacyFingerprint())
+  );
+}
+
+/**
+ * @internal Whether a record's `fingerprint` may be the one 0.6 wrote for
+ * `attempt`'s request: the `fingerprint` function's value, which is not in
+ * the form of the fingerprints the module writes now (a function that
+ * returns one of them, as a client may make it do, never matches another
+ * request's record by it). Such a record is of the request only if it also
+ * has its method and path ({@link isUnboundRecordOf}): the value alone says
+ * nothing of the route it was returned for.
+ */
+export function mayBeUnboundRecord(
+  attempt: Attempt,
+  fingerprint: string,
+): boolean {
+  return (
+    attempt.unboundFingerprint?.value === fingerprint &&
+    !isCurrentFingerprint(fingerprint)
+  );
+}
+
+/**
+ * @internal Whether a record that {@link mayBeUnboundRecord} is of
+ * `attempt`'s request: it has its method and path (a run's, any path).
+ */
+export function isUnboundRecordOf(
+  attempt: Attempt,
+  record: { readonly method?: string; readonly path?: string },
+): boolean {
+  const unbound = attempt.unboundFingerprint;
+  return (
+    unbound !== undefined &&
+    record.method === unbound.method &&
+    (unbound.path === undefined || record.path === unbound.path)
   );
 }
 
@@ -62,43 +112,56 @@ export function isSameRequest(attempt: Attempt, fingerprint: string): boolean {
  * @internal The scope the `scope` resolver returned, or `run()` was given,
  * checked.
  * @throws IdempotencyConfigurationError for another value than a non-empty
- * string.
+ * string that every store can keep apart from every other (see
+ * {@link textProblem}), of at most {@link MAX_SCOPE_BYTES} bytes.
  */
 export function validScope(scope: unknown): string {
-  const bytes =
-    typeof scope === 'string' && scope.length > MAX_SCOPE_BYTES / 3
-      ? Buffer.byteLength(scope)
-      : 0;
-  if (
-    typeof scope !== 'string' ||
-    scope.length === 0 ||
-    bytes > MAX_SCOPE_BYTES
-  ) {
+  const problem = scopeProblem(scope);
+  if (problem !== undefined) {
     throw new IdempotencyConfigurationError(
-      `The idempotency scope is ${bytes > MAX_SCOPE_BYTES ? `${bytes} bytes long` : JSON.stringify(scope)} (as the scope resolver returned it, or run() or IdempotencyKafka.eachMessage() was given it).`,
-      `Return a non-empty string of at most ${MAX_SCOPE_BYTES} bytes (UTF-8), such as the id of the authenticated user or tenant.`,
+      `The idempotency scope ${problem} (as the scope resolver returned it, or run() or IdempotencyKafka.eachMessage() was given it).`,
+      `Return a non-empty string of well-formed Unicode (no lone surrogate), without NUL characters, of at most ${MAX_SCOPE_BYTES} bytes (UTF-8), such as the id of the authenticated user or tenant.`,
     );
   }
-  return scope;
+  return scope as string;
+}
+
+/** What is wrong with a scope, for its refusal; `undefined` when nothing. */
+function scopeProblem(scope: unknown): string | undefined {
+  if (typeof scope !== 'string' || scope.length === 0) {
+    return `is ${JSON.stringify(scope)}`;
+  }
+  const bytes =
+    scope.length > MAX_SCOPE_BYTES / 3 ? Buffer.byteLength(scope) : 0;
+  if (bytes > MAX_SCOPE_BYTES) {
+    return `is ${bytes} bytes long`;
+  }
+  const problem = textProblem(scope);
+  return problem && `is ${JSON.stringify(scope)}: ${problem}`;
 }
 
 /**
- * Longest scope, in bytes of UTF-8: with the longest key (1024 characters)
- * and suffix, the record's primary key stays within what PostgreSQL's
- * index takes (2704 bytes), which a longer one would fail at every claim
- * (a 503 for ever).
+ * Longest scope, in bytes of UTF-8: with the longest key (1024 bytes, see
+ * `MAX_KEY_BYTES`) and suffix, the record's primary key stays within
+ * what PostgreSQL's index takes (2704 bytes), which a longer one would fail
+ * at every claim (a 503 for ever).
  */
 const MAX_SCOPE_BYTES = 1024;
-/** Longest key suffix kept as it is; a longer one is kept as its digest. */
-const MAX_SUFFIX_LENGTH = 256;
+/**
+ * Longest key suffix kept as it is, in bytes of UTF-8; a longer one is kept
+ * as its digest.
+ */
+const MAX_SUFFIX_BYTES = 256;
 
 /**
  * A key's suffix as the record's key carries it: as it is, or, when longer
- * than {@link MAX_SUFFIX_LENGTH} (a GraphQL alias of kilobytes), `#~` and
+ * than {@link MAX_SUFFIX_BYTES} (a GraphQL alias of kilobytes), `#~` and
  * its SHA-256, so that the key stays within the record's index.
  */
 function boundedSuffix(suffix: string | undefined): string {
-  return suffix === undefined || suffix.length <= MAX_SUFFIX_LENGTH
+  return suffix === undefined ||
+    suffix.length <= MAX_SUFFIX_BYTES / 3 ||
+    Buffer.byteLength(suffix) <= MAX_SUFFIX_BYTES
     ? (suffix ?? '')
     : `#~${hash('sha256', suffix)}`;
 }
@@ -254,7 +317,10 @@ export async function newAttempt(
     method: parts.method,
     path: parts.route,
     fingerprint,
-    unboundFingerprint: unbound,
+    unboundFingerprint:
+      unbound === undefined
+        ? undefined
+        : { value: unbound, method: parts.method, path: parts.route },
     legacyFingerprint:
       key !== undefined && source.legacy
         ? legacyFingerprint(options, parts)

@@ -152,6 +152,11 @@ export class Execution implements RunningLink, RecoveryOwner, HandlerContext {
     return this.abandoned;
   }
 
+  /** Whether the attempt ended (failed, completing or abandoned). */
+  get isSettled(): boolean {
+    return this.settled;
+  }
+
   get scope(): string {
     return this.attempt.scope;
   }
@@ -377,7 +382,7 @@ export class Execution implements RunningLink, RecoveryOwner, HandlerContext {
         // all, the release (fenced to a claim still in progress) changes
         // nothing and the retry gets the replay; if it does not, the
         // release frees the key and the retry runs. In the handler's
-        // transaction, the transaction's own deadline bounds it.
+        // transaction, the attempt's deadline abandons the transaction.
         const alone =
           transaction.state === 'none' || transaction.state === 'idle';
         const write = await (alone
@@ -386,7 +391,7 @@ export class Execution implements RunningLink, RecoveryOwner, HandlerContext {
               storeCallMs(this.deadline),
               'completion',
             )
-          : completing);
+          : this.beforeDeadline(completing));
         if (!write.fenced) {
           throw new LeaseLostError();
         }
@@ -394,9 +399,15 @@ export class Execution implements RunningLink, RecoveryOwner, HandlerContext {
       }
       await transaction.commit();
     } catch (error) {
-      await transaction.rollback(error);
-      await this.release();
+      if (this.abandoning) {
+        // Abandoned at the deadline: rolled back there.
+        await this.abandoning;
+      } else {
+        await transaction.rollback(error);
+      }
+      await this.releaseAfterSteps();
       if (
+        !this.abandoned &&
         isAbortedTransaction(error) &&
         transientAbort(transaction.abortedBy) === undefined
       ) {
@@ -408,11 +419,45 @@ export class Execution implements RunningLink, RecoveryOwner, HandlerContext {
         throw new TransactionAbortedError();
       }
       const lost = error instanceof LeaseLostError;
-      host.emit(lost ? 'lease-lost' : 'failed', attempt, { error });
+      host.emit(
+        lost ? 'lease-lost' : this.abandoned ? 'timeout' : 'failed',
+        attempt,
+        { error },
+      );
       throw new IdempotencyUnavailableException(options.retryAfter);
     }
     host.ended(this, waiting);
     host.emit('executed', attempt, { status: completion?.response.status });
+  }
+
+  /**
+   * What `write`, the completion in the handler's transaction, resolves
+   * to, unless the attempt's deadline comes first (a round trip's time at
+   * least after it was sent): nothing on the server bounds the statement
+   * (a lock it waits on, held by another session), so the transaction is
+   * then abandoned as a hung handler's is (the statement cancelled, the
+   * transaction rolled back), and the completion fails.
+   * @throws the cancelled statement's error, or the deadline's once it
+   *   passed.
+   */
+  private async beforeDeadline<T>(write: Promise<T>): Promise<T> {
+    const ms = storeCallMs(this.deadline);
+    this.timer = setTimeout(() => {
+      this.abandoned = true;
+      this.abandoning = this.transaction.abandon();
+    }, ms).unref();
+    try {
+      const written = await write;
+      if (this.abandoned) {
+        // Written as the deadline went off: rolled back all the same.
+        throw new Error(
+          `The completion ran past the deadline (transactionTimeout, ${this.options.transactionTimeoutMs} ms)`,
+        );
+      }
+      return written;
+    } finally {
+      this.stopTimer();
+    }
   }
 
   /**
@@ -447,10 +492,15 @@ export class Execution implements RunningLink, RecoveryOwner, HandlerContext {
           true);
     const { abortedBy } = this.transaction;
     const rolledBack = await this.transaction.rollback(error);
-    let kind: FailureKind = this.abandoned
-      ? 'timeout'
-      : classifyFailure(error, { lost, rolledBack });
-    let cause = error;
+    // Its steps still under way (siblings of the one that failed, in a
+    // `Promise.all`) keep the key: freed now, a retry would run them again
+    // beside them. Their results are saved as usual, for the retry.
+    const stepsSettled = await this.stepsSettled();
+    let kind: FailureKind =
+      this.abandoned || !stepsSettled
+        ? 'timeout'
+        : classifyFailure(error, { lost, rolledBack });
+    let cause = stepsSettled ? error : stepsUnderWay(this.options);
     if (keepClaim && kind === 'handler') {
       // An error answer that may be stored is checked against what failed
       // of the handler's statements, as a success is at its completion: a
@@ -474,10 +524,58 @@ export class Execution implements RunningLink, RecoveryOwner, HandlerContext {
         { error: cause },
       );
     }
-    if (!keepClaim || kind !== 'handler') {
+    if (!stepsSettled) {
+      this.leaveToLease();
+    } else if (!keepClaim || kind !== 'handler') {
       await this.release();
     }
     return kind;
+  }
+
+  /**
+   * Waits until no step of the attempt is under way, at most until its
+   * deadline: whether none is (nor was: a lost claim is no longer the
+   * attempt's to keep).
+   */
+  private stepsSettled(): Promise<boolean> {
+    return this.recovery && !this.lost
+      ? this.recovery.settled(this.deadline)
+      : Promise.resolve(true);
+  }
+
+  /**
+   * Releases the claim once no step of the attempt is under way; at the
+   * deadline with one still under way, leaves it to its lease instead.
+   */
+  private async releaseAfterSteps(): Promise<void> {
+    if (await this.stepsSettled()) {
+      await this.release();
+    } else {
+      this.leaveToLease();
+    }
+  }
+
+  /**
+   * Gives the claim up without releasing it, with a step of the attempt
+   * still under way at its deadline: it is no longer renewed, and lapses
+   * with its lease, which renewals never carried past the deadline. A
+   * retry then takes the key over and resumes after the steps saved,
+   * deriving the same downstream keys (the key stays bound to its
+   * request). The late step's result is saved if its store still takes it
+   * from this claim (PostgreSQL and the memory store do until a retry took
+   * the key over; Redis fences by the lease too), for the retry to read.
+   */
+  private leaveToLease(): void {
+    const { host, lease, attempt } = this;
+    this.stopTimer();
+    host.telemetry.released(attempt);
+    if (!lease || !host.holds(this)) {
+      return;
+    }
+    host.forget(this);
+    host.warn(
+      `${attempt.method} ${attempt.path}: a step of a failed attempt still ran at its deadline (transactionTimeout, ${this.options.transactionTimeoutMs} ms): ${host.logKeys.phrase(lease.key)} is not released but left to its lease. Its retry resumes after the steps saved, and runs that one again under the same derived keys unless its result was saved by then.`,
+    );
   }
 
   /**
@@ -600,6 +698,13 @@ export class Execution implements RunningLink, RecoveryOwner, HandlerContext {
     });
     await this.release();
   }
+}
+
+/** Why a failed attempt answers 503: a step of its still ran at its deadline. */
+function stepsUnderWay(options: ResolvedRouteOptions): Error {
+  return new Error(
+    `A step of the failed attempt still ran at its deadline (transactionTimeout, ${options.transactionTimeoutMs} ms)`,
+  );
 }
 
 /**

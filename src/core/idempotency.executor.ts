@@ -11,6 +11,7 @@ import {
   IdempotencyStore,
   type ClaimOutcome,
   type ClaimRequest,
+  type Lease,
   type StoredRecord,
   type StoredResponse,
 } from '../interfaces/idempotency-store.interface.js';
@@ -19,7 +20,12 @@ import { IdempotencyConflictException } from '../exceptions/idempotency-conflict
 import { IdempotencyKeyReusedException } from '../exceptions/idempotency-key-reused.exception.js';
 import { IdempotencyNotReplayableException } from '../exceptions/idempotency-not-replayable.exception.js';
 import { IdempotencyUnavailableException } from '../exceptions/idempotency-unavailable.exception.js';
-import { isSameRequest, type Attempt } from './attempt.js';
+import {
+  isSameRequest,
+  isUnboundRecordOf,
+  mayBeUnboundRecord,
+  type Attempt,
+} from './attempt.js';
 import { AttemptTelemetry } from './attempt-telemetry.js';
 import { Execution, type ExecutionHost } from './execution.js';
 import { ExecutorEvents } from './executor.events.js';
@@ -51,6 +57,11 @@ import {
  * the owner's lease would run out, or when the presence session drops.
  */
 const POLL_MS = 250;
+/**
+ * How many times a claim is tried again when the record it found changed
+ * before it was read back (see `isUnboundRecord`), before a 503.
+ */
+const MAX_REREADS = 3;
 
 /** Of a duplicate: the record to replay, or the attempt to run. */
 export type Beginning =
@@ -160,6 +171,8 @@ export class IdempotencyExecutor
     const owner = randomUUID();
     const wait = options.concurrency === 'wait';
     const waitUntil = Date.now() + options.waitTimeoutMs;
+    // Claims again when a record read to compare it changed meanwhile.
+    let rereads = MAX_REREADS;
     for (;;) {
       let outcome;
       const request: ClaimRequest = {
@@ -190,8 +203,13 @@ export class IdempotencyExecutor
           'claim',
         );
       } catch (error) {
-        if (error instanceof StoreTimeoutError) {
-          this.releaseLateClaim(claiming, request);
+        // Whether the claim landed is unknown (a late answer, a connection
+        // lost after the store wrote it): released by its owner, which
+        // frees nothing but this attempt's own claim; a claim that failed
+        // is released before the 503, so that the retry finds the key free.
+        const releasing = this.releaseLateClaim(claiming, request);
+        if (!(error instanceof StoreTimeoutError)) {
+          await releasing;
         }
         this.emit('failed', attempt, { error });
         throw new IdempotencyUnavailableException(options.retryAfter);
@@ -207,13 +225,29 @@ export class IdempotencyExecutor
         this.renewals.add(execution);
         return { execution };
       }
-      if (outcome.state === 'finished') {
-        return { replay: outcome.record };
+      const found =
+        outcome.state === 'finished'
+          ? outcome.record.fingerprint
+          : outcome.fingerprint;
+      const same = found === undefined || isSameRequest(attempt, found);
+      const unbound = same
+        ? false
+        : await this.isUnboundRecord(attempt, options, found);
+      if (unbound === 'changed') {
+        if (--rereads < 0) {
+          throw new IdempotencyUnavailableException(options.retryAfter);
+        }
+        continue;
       }
-      if (
-        outcome.fingerprint !== undefined &&
-        !isSameRequest(attempt, outcome.fingerprint)
-      ) {
+      if (outcome.state === 'finished') {
+        // A record of 0.6 of the same request: replayed as its own.
+        return {
+          replay: unbound
+            ? { ...outcome.record, fingerprint: attempt.fingerprint }
+            : outcome.record,
+        };
+      }
+      if (!same && !unbound) {
         this.emit('mismatch', attempt, { status: 422 });
         throw new IdempotencyKeyReusedException(key);
       }
@@ -239,33 +273,72 @@ export class IdempotencyExecutor
   }
 
   /**
-   * Releases the claim of a request answered with a 503 because its store
-   * did not answer in time, should it land after all (the store's client
-   * sent it once the store was back): the key is free for the retry at
-   * once, not a lease later. A release that fails is tried again until the
-   * claim's lease runs out (see `LeaseRenewals.retryRelease`).
+   * Whether the record of `attempt`'s key, whose fingerprint the claim
+   * found to be `fingerprint`, is a record of 0.6 of the same request
+   * (see `mayBeUnboundRecord`): read back for its method and path, which the
+   * claim does not return. `'changed'` when the record read is no longer
+   * the one the claim found. Never with a store that cannot read a record.
+   * @throws IdempotencyUnavailableException when the store is unreachable.
+   */
+  private async isUnboundRecord(
+    attempt: Attempt,
+    options: ResolvedRouteOptions,
+    fingerprint: string,
+  ): Promise<boolean | 'changed'> {
+    const { store } = this;
+    if (
+      !mayBeUnboundRecord(attempt, fingerprint) ||
+      store.inspectRecord === undefined
+    ) {
+      return false;
+    }
+    let record;
+    try {
+      record = await withinStoreTime(
+        store.inspectRecord(attempt.scope, attempt.key!, false),
+        storeCallMs(attempt.started + options.transactionTimeoutMs),
+        'claim',
+      );
+    } catch (error) {
+      this.emit('failed', attempt, { error });
+      throw new IdempotencyUnavailableException(options.retryAfter);
+    }
+    return record === undefined || record.fingerprint !== fingerprint
+      ? 'changed'
+      : isUnboundRecordOf(attempt, record);
+  }
+
+  /**
+   * Releases the claim of a request answered with a 503 because its claim
+   * failed, should it have landed all the same: one the store's client
+   * sent once the store was back (it did not answer in time), or one the
+   * store wrote before its answer was lost with the connection. The key is
+   * free for the retry at once, not a lease later. The release is fenced by
+   * the claim's owner, this attempt's own: it frees no other claim. One
+   * that fails is tried again until the claim's lease runs out (see
+   * `LeaseRenewals.retryRelease`).
+   * @returns once the release was tried (bounded), or found needless.
    */
   private releaseLateClaim(
     claiming: Promise<ClaimOutcome>,
     request: ClaimRequest,
-  ): void {
-    void claiming.then(
-      async (outcome) => {
-        if (outcome.state !== 'claimed') {
-          return;
-        }
-        const lease = outcome.lease ?? request;
-        const release = async () => {
-          await this.store.release(lease, false);
-        };
-        // The first try bounded here, its retries in `retryRelease`.
-        await withinStoreTime(release(), STORE_CALL_MIN_MS, 'release').catch(
-          () =>
-            this.renewals.retryRelease(release, Date.now() + request.leaseMs),
-        );
-      },
-      // Failed after all: nothing to release.
-      () => undefined,
+  ): Promise<void> {
+    const releaseClaim = async (lease: Lease) => {
+      const release = async () => {
+        await this.store.release(lease, false);
+      };
+      // The first try bounded here, its retries in `retryRelease`.
+      await withinStoreTime(release(), STORE_CALL_MIN_MS, 'release').catch(() =>
+        this.renewals.retryRelease(release, Date.now() + request.leaseMs),
+      );
+    };
+    return claiming.then(
+      (outcome) =>
+        outcome.state === 'claimed'
+          ? releaseClaim(outcome.lease ?? request)
+          : undefined,
+      // Failed: it may have been written before its answer was lost.
+      () => releaseClaim(request),
     );
   }
 

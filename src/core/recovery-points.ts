@@ -11,6 +11,7 @@ import { derivedKey } from './derived-key.js';
 import type { ResolvedRouteOptions } from './executor.options.js';
 import { LeaseLostError } from './failures.js';
 import { ownStatement } from './own-statement.js';
+import { checkStepName, duplicateStepError } from './step-name.js';
 import { storeCallMs, withinStoreTime } from './store-deadline.js';
 import {
   storedStep,
@@ -36,6 +37,8 @@ export interface RecoveryOwner {
   readonly isLeaseLost: boolean;
   /** Whether the attempt was abandoned at its deadline. */
   readonly isAbandoned: boolean;
+  /** Whether the attempt ended (failed, completing or abandoned). */
+  readonly isSettled: boolean;
 }
 
 /** @internal What the recovery points of an attempt need of the executor. */
@@ -54,6 +57,16 @@ export interface RecoveryHost {
 export class RecoveryPoints {
   /** Whether a key was derived for a downstream call (see {@link deriveKey}). */
   private keysDerived = false;
+  /**
+   * The steps under way, from their read to their save: the attempt's
+   * failure waits for them before it frees the key (see {@link settled}).
+   */
+  private readonly running = new Set<Promise<unknown>>();
+  /**
+   * The names of the steps called in this execution: each once (a retry,
+   * another execution, reads back what an earlier one saved).
+   */
+  private readonly names = new Set<string>();
 
   constructor(
     private readonly owner: RecoveryOwner,
@@ -73,12 +86,52 @@ export class RecoveryPoints {
   /**
    * A recovery point (see `IdempotencyContext.step`): the stored result of
    * step `name` of this key, else `fn`'s, committed at once, fenced by the
-   * owner.
+   * owner. Tracked until it settles (see {@link settled}).
    */
-  async step<T>(name: string, fn: () => T | Promise<T>): Promise<T> {
+  step<T>(name: string, fn: () => T | Promise<T>): Promise<T> {
+    const running: Promise<T> = this.run(name, fn).finally(() => {
+      this.running.delete(running);
+    });
+    this.running.add(running);
+    return running;
+  }
+
+  /**
+   * Resolves once no step of the attempt is under way (`true`), or at
+   * `deadline` (epoch ms) while one still is (`false`). A step started in
+   * the meantime is waited for too (though, the attempt ended, it is
+   * refused before its effect).
+   */
+  async settled(deadline: number): Promise<boolean> {
+    while (this.running.size > 0) {
+      const left = deadline - Date.now();
+      if (left <= 0) {
+        return false;
+      }
+      let timer: NodeJS.Timeout | undefined;
+      const timedOut = await Promise.race([
+        Promise.allSettled([...this.running]).then(() => false),
+        new Promise<boolean>((resolve) => {
+          timer = setTimeout(resolve, left, true);
+        }),
+      ]);
+      clearTimeout(timer);
+      if (timedOut) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  private async run<T>(name: string, fn: () => T | Promise<T>): Promise<T> {
     const { host } = this;
     const { attempt, options, transaction } = this.owner;
     const lease = this.named('step', name);
+    checkStepName(lease.scope, lease.key, name);
+    if (this.names.has(name)) {
+      throw duplicateStepError(name);
+    }
+    this.names.add(name);
     const read = await ownStatement(() =>
       this.bounded(host.store.readStep(lease, name), 'step read'),
     );
@@ -254,16 +307,17 @@ export class RecoveryPoints {
   /**
    * Refuses to start a step's effect for an attempt that cannot commit
    * (and would run it beside the retry's): one whose claim a renewal found
-   * taken over, whose transaction was lost, or that was abandoned at its
-   * deadline (its claim released for the retry).
+   * taken over, whose transaction was lost, that was abandoned at its
+   * deadline (its claim released for the retry), or that ended already
+   * (its handler failed or returned: a step it did not await).
    * @throws LeaseLostError, IdempotencyUnavailableException (503).
    */
   private refuseEnded(): void {
-    const { isLeaseLost, isAbandoned, transaction, options } = this.owner;
+    const { isLeaseLost, isSettled, transaction, options } = this.owner;
     if (isLeaseLost) {
       throw new LeaseLostError();
     }
-    if (isAbandoned || transaction.state === 'lost') {
+    if (isSettled || transaction.state === 'lost') {
       throw new IdempotencyUnavailableException(options.retryAfter);
     }
   }

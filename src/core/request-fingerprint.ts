@@ -1,128 +1,6 @@
 import { hash } from 'node:crypto';
 import { IdempotencyBodyUnreadableException } from '../exceptions/idempotency-body-unreadable.exception.js';
-
-/**
- * JSON with the keys of every object in code-point order, so that two bodies
- * that differ only in key order have the same text: recursively for the
- * usual body, iteratively for one nested deeper than {@link RECURSION_DEPTH}
- * (which then cannot exhaust the stack). Both write the same text.
- *
- * Values that JSON cannot write are written apart from every other value
- * (see {@link scalarJson}), so that two bodies the handler sees differently
- * never share a text.
- */
-function canonicalJson(root: unknown): string {
-  return recursiveJson(root, 0) ?? iterativeJson(root);
-}
-
-/** How deep {@link recursiveJson} goes before leaving a body to {@link iterativeJson}. */
-const RECURSION_DEPTH = 32;
-
-/** The canonical JSON of `value`, or `undefined` when it is nested too deep. */
-function recursiveJson(value: unknown, depth: number): string | undefined {
-  if (value === null || typeof value !== 'object') {
-    return scalarJson(value);
-  }
-  if (depth >= RECURSION_DEPTH) {
-    return undefined;
-  }
-  if (Array.isArray(value)) {
-    let out = '[';
-    for (let i = 0; i < value.length; i += 1) {
-      const item = recursiveJson(value[i] as unknown, depth + 1);
-      if (item === undefined) {
-        return undefined;
-      }
-      out += i > 0 ? `,${item}` : item;
-    }
-    return `${out}]`;
-  }
-  const record = value as Record<string, unknown>;
-  const names = Object.keys(record).sort();
-  let out = '{';
-  for (const name of names) {
-    const field = record[name];
-    if (field === undefined) {
-      continue;
-    }
-    const item = recursiveJson(field, depth + 1);
-    if (item === undefined) {
-      return undefined;
-    }
-    out += `${out.length > 1 ? ',' : ''}${JSON.stringify(name)}:${item}`;
-  }
-  return `${out}}`;
-}
-
-/** {@link canonicalJson} with a stack of its own, for any depth. */
-function iterativeJson(root: unknown): string {
-  let out = '';
-  // Text still to write (literal, or a value's JSON) and objects or arrays
-  // still to expand, in reverse order.
-  const work: Array<string | Nested> = [jsonOf(root)];
-  while (work.length > 0) {
-    const item = work.pop()!;
-    if (typeof item === 'string') {
-      out += item;
-      continue;
-    }
-    const { value } = item;
-    if (Array.isArray(value)) {
-      out += '[';
-      work.push(']');
-      for (let i = value.length - 1; i >= 0; i -= 1) {
-        work.push(jsonOf(value[i] as unknown));
-        if (i > 0) {
-          work.push(',');
-        }
-      }
-      continue;
-    }
-    const record = value as Record<string, unknown>;
-    const names = Object.keys(record)
-      .filter((name) => record[name] !== undefined)
-      .sort();
-    out += '{';
-    work.push('}');
-    for (let i = names.length - 1; i >= 0; i -= 1) {
-      work.push(jsonOf(record[names[i]]));
-      work.push(`${i > 0 ? ',' : ''}${JSON.stringify(names[i])}:`);
-    }
-  }
-  return out;
-}
-
-/** An object or array that {@link iterativeJson} has yet to expand. */
-class Nested {
-  constructor(readonly value: object) {}
-}
-
-/** A scalar's JSON, or an object or array to expand. */
-function jsonOf(value: unknown): string | Nested {
-  return value !== null && typeof value === 'object'
-    ? new Nested(value)
-    : scalarJson(value);
-}
-
-/**
- * A scalar's JSON; for the numbers JSON writes as another value (`Infinity`,
- * `-Infinity` and `NaN` as `null`, `-0` as `0`: a JSON parser reads
- * `1e309` as `Infinity`) and for a `bigint` (which JSON refuses), a token
- * that no JSON text contains outside a string.
- */
-function scalarJson(value: unknown): string {
-  if (typeof value === 'number') {
-    return Number.isFinite(value)
-      ? Object.is(value, -0)
-        ? '-0'
-        : JSON.stringify(value)
-      : String(value);
-  }
-  if (typeof value === 'bigint') {
-    return `${value}n`;
-  }
-  return JSON.stringify(value) ?? 'null';
-}
+import { canonicalJson, fieldsOf } from './canonical-json.js';
 
 /**
  * @internal A name or value of a query string whose percent-escapes do not
@@ -312,8 +190,11 @@ function partNames(
 }
 
 /**
- * @internal Keeps the `include`d top-level fields of a JSON object body (all
- * by default) minus the `exclude`d ones. Other bodies are kept whole. Names
+ * @internal Keeps the `include`d top-level fields of an object body (all by
+ * default) minus the `exclude`d ones: of a JSON object, or of an instance of
+ * a class (which a parser of the application's own may give), which stays
+ * marked as one. Other bodies are kept whole: arrays, a `Buffer`, a value
+ * written through its `toJSON()` (a `Date`), a `Map`, a `Set`. Names
  * prefixed `query.` apply to the query only, and `body.` to the body only.
  */
 export function selectFields(
@@ -325,19 +206,27 @@ export function selectFields(
     (include === undefined && exclude === undefined) ||
     body === null ||
     typeof body !== 'object' ||
-    Array.isArray(body) ||
     Buffer.isBuffer(body) ||
-    body instanceof UnreadableBody
+    body instanceof UnreadableBody ||
+    fieldsOf(body) === undefined
   ) {
     return body;
   }
   const fields = body as Record<string, unknown>;
-  // Without a prototype: a `__proto__` field of a parsed JSON body is a
-  // field as any other, never the object's prototype.
-  const selected = Object.create(null) as Record<string, unknown>;
+  // Without a prototype for a JSON object: its `__proto__` field is a field
+  // as any other, never the object's prototype. An instance's keeps its
+  // class's, defined rather than set (no setter of the class runs).
+  const selected = Object.create(
+    fieldsOf(body) === 'plain' ? null : (Object.getPrototypeOf(body) as object),
+  ) as Record<string, unknown>;
   for (const name of include ?? Object.keys(fields)) {
     if (Object.hasOwn(fields, name) && !exclude?.includes(name)) {
-      selected[name] = fields[name];
+      Object.defineProperty(selected, name, {
+        value: fields[name],
+        enumerable: true,
+        writable: true,
+        configurable: true,
+      });
     }
   }
   return selected;
@@ -355,10 +244,9 @@ export function selectQuery(
   const { include, exclude } = partNames(selection, 'query');
   return query.filter((parameter) => {
     const name = parameterName(parameter);
-    // `tag` names `tag[]`, `tag[0]` and `tag[x]` too: `qs` gives the
-    // handler all of them as `query.tag`.
-    const root =
-      name === undefined ? undefined : (BRACKETED_NAME.exec(name)?.[1] ?? name);
+    // `tag` names `tag[]`, `tag[0]`, `tag[x]` and `[tag]` too: `qs` gives
+    // the handler all of them as `query.tag`.
+    const root = name === undefined ? undefined : qsRoot(name);
     const named = (names: readonly string[]) =>
       names.includes(name!) || names.includes(root!);
     return (
@@ -396,6 +284,13 @@ const FINGERPRINT_VERSION = 'v2:';
 const ARRAY_NAME = /^([^[]+)(?:\[\d*\])+$/;
 /** A name with brackets (`page[size]`, `a[0][x]`), and its root. */
 const BRACKETED_NAME = /^([^[]+)\[/;
+/**
+ * A bracket group that begins a name, its content, and what follows it up
+ * to the next `[` (which `qs` drops): `[a]`, `[a]x[b]`.
+ */
+const LEADING_GROUP = /^\[([^[\]]*)\][^[]*/;
+/** A root `qs` may read as an array index. */
+const INDEX = /^\d+$/;
 
 const NO_ROOTS: ReadonlySet<string> = new Set();
 
@@ -405,24 +300,51 @@ function sentName([name]: QueryParameter): string {
 }
 
 /**
+ * A name as `qs` reads it: one that begins with a bracket group as that
+ * group's content followed by its other groups (`[a]` is `a`, `[a][b]` is
+ * `a[b]`, `[a]x[b]` is `a[b]`); any other as it is. `undefined` for one that
+ * begins with an empty group (`[]`, `[][x]`): an array whose items `qs`
+ * spreads over the root's indexes `0`, `1`, …
+ */
+function qsName(sent: string): string | undefined {
+  const group = LEADING_GROUP.exec(sent);
+  if (!group) {
+    return sent;
+  }
+  return group[1] === '' ? undefined : group[1] + sent.slice(group[0].length);
+}
+
+/** The root of a name as `qs` reads it (`a` of `a`, `a[]`, `[a][b]`). */
+function qsRoot(sent: string): string | undefined {
+  const name = qsName(sent);
+  return name === undefined
+    ? undefined
+    : (BRACKETED_NAME.exec(name)?.[1] ?? name);
+}
+
+/**
  * The roots whose names `qs` merges into one value in the order they are
  * sent: an object name (`a[b]`, `a[0][x]`) beside another of its root that
  * is no object name (`a`, `a[]`, `a[0]`), or beside one it extends or that
  * extends it (`a[b]` and `a[b][c]`). `a=2&a[b]=1` is `["2", {"b": "1"}]`,
  * the other way round `[{"b": "1"}, "2"]`. Object names of distinct
- * fields alone (`page[size]`, `page[number]`) are not merged.
+ * fields alone (`page[size]`, `page[number]`) are not merged. Names are
+ * read as `qs` reads them ({@link qsName}): `[a]` is `a`.
  */
 function mergedRoots(query: readonly QueryParameter[]): ReadonlySet<string> {
   const objects = new Map<string, string[]>();
   const others = new Set<string>();
   for (const parameter of query) {
-    const sent = sentName(parameter);
-    const array = ARRAY_NAME.exec(sent)?.[1];
-    const object = array ? undefined : BRACKETED_NAME.exec(sent)?.[1];
+    const name = qsName(sentName(parameter));
+    if (name === undefined) {
+      continue;
+    }
+    const array = ARRAY_NAME.exec(name)?.[1];
+    const object = array ? undefined : BRACKETED_NAME.exec(name)?.[1];
     if (object) {
-      objects.set(object, [...(objects.get(object) ?? []), sent]);
+      objects.set(object, [...(objects.get(object) ?? []), name]);
     } else {
-      others.add(array ?? sent);
+      others.add(array ?? name);
     }
   }
   const merged = new Set<string>();
@@ -440,25 +362,42 @@ function mergedRoots(query: readonly QueryParameter[]): ReadonlySet<string> {
 }
 
 /**
- * The name `parameter` sorts by: as decoded, or as sent; for an array
- * name (`a[]`, `a[0]`), or any name of a root that {@link mergedRoots}
- * finds merged, its root. Parameters of one root keep their order (the sort is
- * stable): `qs` (Express's `extended` parser, Fastify's
- * `querystringParser`) merges `a`, `a[]` and `a[0]` into one array in the
- * order they are sent. Object names alone (`page[size]`) sort whole: their
- * order does not count.
+ * What the names `qs` spreads over indexes sort by, when a name begins
+ * with `[]`: those and every bracketed name of an index root (`[0]`,
+ * `0[x]`), which `qs` merges with them in the order they are sent.
+ */
+const SPREAD = '';
+
+/**
+ * The name `parameter` sorts by: as `qs` reads it ({@link qsName}); for an
+ * array name (`a[]`, `a[0]`), or any name of a root that
+ * {@link mergedRoots} finds merged, its root. Parameters of one root keep
+ * their order (the sort is stable): `qs` (Express's `extended` parser,
+ * Fastify's `querystringParser`) merges `a`, `[a]`, `a[]` and `a[0]` into
+ * one array in the order they are sent. Object names alone (`page[size]`)
+ * sort whole: their order does not count. With a name that begins with
+ * `[]` (`spread`), that name and every bracketed one of an index root sort
+ * as one ({@link SPREAD}).
  */
 function sortName(
   parameter: QueryParameter,
   merged: ReadonlySet<string>,
+  spread: boolean,
 ): string {
   const sent = sentName(parameter);
-  const array = ARRAY_NAME.exec(sent)?.[1];
+  const name = qsName(sent);
+  if (
+    name === undefined ||
+    (spread && sent.includes('[') && INDEX.test(qsRoot(sent)!))
+  ) {
+    return SPREAD;
+  }
+  const array = ARRAY_NAME.exec(name)?.[1];
   if (array) {
     return array;
   }
-  const root = merged.size === 0 ? undefined : BRACKETED_NAME.exec(sent)?.[1];
-  return root !== undefined && merged.has(root) ? root : sent;
+  const root = merged.size === 0 ? undefined : BRACKETED_NAME.exec(name)?.[1];
+  return root !== undefined && merged.has(root) ? root : name;
 }
 
 /**
@@ -469,13 +408,15 @@ function sortName(
  * @throws IdempotencyBodyUnreadableException for a body that could not be read.
  */
 export function requestFingerprint(parts: FingerprintParts): string {
-  const merged = parts.query.some((parameter) =>
+  const bracketed = parts.query.some((parameter) =>
     sentName(parameter).includes('['),
-  )
-    ? mergedRoots(parts.query)
-    : NO_ROOTS;
+  );
+  const merged = bracketed ? mergedRoots(parts.query) : NO_ROOTS;
+  const spread =
+    bracketed &&
+    parts.query.some((parameter) => qsName(sentName(parameter)) === undefined);
   const query = [...parts.query].sort((a, b) => {
-    const [x, y] = [sortName(a, merged), sortName(b, merged)];
+    const [x, y] = [sortName(a, merged, spread), sortName(b, merged, spread)];
     return x < y ? -1 : x > y ? 1 : 0;
   });
   const head = `${parts.method}\n${parts.route}\n${canonicalJson(parts.params)}\n${JSON.stringify(query)}\n`;
@@ -515,6 +456,17 @@ export function legacyRequestFingerprint(
     'sha256',
     withBody(`${parts.method}\n${parts.route}\n`, parts.body),
     'hex',
+  );
+}
+
+/**
+ * @internal Whether a stored fingerprint has the form of those the module
+ * writes now (`v2:` and a sha256 hex digest).
+ */
+export function isCurrentFingerprint(fingerprint: string): boolean {
+  return (
+    fingerprint.startsWith(FINGERPRINT_VERSION) &&
+    isLegacyFingerprint(fingerprint.slice(FINGERPRINT_VERSION.length))
   );
 }
 

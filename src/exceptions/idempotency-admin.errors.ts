@@ -12,9 +12,10 @@ export class IdempotencyAdminError extends Error {
 
 /**
  * Bad input, refused before the store is asked anything: an empty scope or
- * key, or one holding a NUL character, a limit or batch size out of range,
- * an unknown status, an invalid date, a cursor of no page (or holding a NUL
- * character). The command line exits 2 on it, as on any other usage error.
+ * key, or one holding a NUL character or a lone surrogate (not well-formed
+ * Unicode), a limit or batch size out of range, an unknown status, an
+ * invalid date, a cursor of no page (or holding a NUL character or a lone
+ * surrogate). The command line exits 2 on it, as on any other usage error.
  */
 export class IdempotencyAdminInputError extends IdempotencyAdminError {}
 

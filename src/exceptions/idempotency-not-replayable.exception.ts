@@ -12,6 +12,9 @@ import {
  *
  * A message is acknowledged with it (a duplicate event is dropped, never
  * dead-lettered), and a BullMQ job completes without a result instead.
+ * Thrown by a message handler or a processor (met in a nested `run()`), it
+ * is a 4xx that handler threw: its writes roll back, and the message is
+ * rejected (handed to `deadLetter`), the job failed (`UnrecoverableError`).
  * An HTTP route never answers with it: a duplicate of an HTTP request whose
  * response was not stored (a stream, a body over `maxResponseSize`) gets the
  * original status with an empty body, `Idempotent-Replayed: true` (or the

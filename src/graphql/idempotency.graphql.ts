@@ -228,12 +228,16 @@ export class IdempotencyGraphql {
         this.options.problemTypeBaseUrl,
       );
     }
+    // What the client gets, and so what a duplicate gets back: one of the
+    // module's refusals that the resolver threw (a nested `run()`'s) as its
+    // GraphQL error, with its code and problem details.
+    const answer = await toGraphqlError(error, this.options.problemTypeBaseUrl);
     if (storing) {
       const status = errorStatus(error);
       let stored: ReturnType<typeof storeError> | null = null;
       try {
         stored = execution.storesError(status, error)
-          ? storeError(error, status)
+          ? storeError(answer, status)
           : null;
       } catch (failure) {
         // An error JSON cannot hold (a BigInt, a cycle in its response):
@@ -248,7 +252,7 @@ export class IdempotencyGraphql {
         await execution.release();
       }
     }
-    return toGraphqlError(error, this.options.problemTypeBaseUrl);
+    return answer;
   }
 
   /**

@@ -1,5 +1,6 @@
 import { HttpException } from '@nestjs/common';
 import type { StoredResponse } from '../interfaces/idempotency-store.interface.js';
+import { GraphqlRefusalError } from './graphql-refusal.error.js';
 
 /**
  * What is kept of an error a mutation threw, when the error policy stores it:
@@ -58,9 +59,10 @@ export function storeError(error: unknown, status: number): StoredResponse {
 
 /**
  * @internal The error to throw again for a stored one: an `HttpException`
- * with the same response, status and message, or an `Error` with the same
- * name, message and `extensions` (which GraphQL copies into the error it
- * answers with).
+ * with the same response, status and message, a refusal of the module's
+ * (which the resolver threw) as such, unlogged as it was, or an `Error`
+ * with the same name, message and `extensions` (which GraphQL copies into
+ * the error it answers with).
  */
 export function restoreError(response: StoredResponse): Error {
   const stored = JSON.parse(response.body.toString('utf8')) as StoredError;
@@ -69,7 +71,9 @@ export function restoreError(response: StoredResponse): Error {
         stored.http.response as string | Record<string, unknown>,
         stored.http.status,
       )
-    : new Error(stored.message);
+    : stored.name === 'GraphqlRefusalError' && stored.extensions
+      ? new GraphqlRefusalError(stored.message, stored.extensions)
+      : new Error(stored.message);
   error.name = stored.name;
   error.message = stored.message;
   if (stored.extensions) {

@@ -317,4 +317,43 @@ describe('keyProblem', () => {
     );
     expect(keyProblem('k 1', DEFAULT_RULES)).toBe('it has an invalid format');
   });
+
+  it('refuses a key with a lone surrogate, which PostgreSQL would keep as another key (U+FFFD), whatever the pattern lets through, before validate', () => {
+    const validate = jest.fn(() => true);
+    const anyText = { ...DEFAULT_RULES, pattern: /^[\s\S]+$/, validate };
+    for (const key of ['k\ud800', '\udfffk', 'k\ude00\ud83d']) {
+      expect(keyProblem(key, anyText)).toBe(
+        'it is not well-formed Unicode (it has a lone surrogate)',
+      );
+    }
+    expect(validate).not.toHaveBeenCalled();
+    expect(keyProblem('k\ufffd', anyText)).toBe(undefined);
+    expect(keyProblem('k\ud83d\ude00', anyText)).toBe(undefined);
+  });
+
+  it('refuses a key of more than 1024 bytes of UTF-8, whatever maxLength counts', () => {
+    const anyText = {
+      ...DEFAULT_RULES,
+      pattern: /^[\s\S]+$/,
+      maxLength: 1024,
+    };
+    expect(keyProblem('é'.repeat(513), anyText)).toBe(
+      'it is 1026 bytes long in UTF-8, more than the 1024 a key may have',
+    );
+    expect(keyProblem('\u{1f600}'.repeat(257), anyText)).toBe(
+      'it is 1028 bytes long in UTF-8, more than the 1024 a key may have',
+    );
+    expect(keyProblem('é'.repeat(512), anyText)).toBe(undefined);
+    expect(keyProblem('\u{1f600}'.repeat(256), anyText)).toBe(undefined);
+    expect(keyProblem('k'.repeat(1024), anyText)).toBe(undefined);
+  });
+
+  it('refuses a key with a NUL character, which PostgreSQL refuses, whatever the pattern lets through', () => {
+    const anyText = { ...DEFAULT_RULES, pattern: /^[\s\S]+$/ };
+    for (const key of ['\0', 'k\0', '\0k']) {
+      expect(keyProblem(key, anyText)).toBe(
+        'it has a NUL character (U+0000), which PostgreSQL cannot store',
+      );
+    }
+  });
 });

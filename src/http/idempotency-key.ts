@@ -3,41 +3,13 @@ import type { ExecutionContext } from '@nestjs/common';
 import type { ResolvedRouteOptions } from '../core/executor.options.js';
 import { validKey } from '../core/idempotency-key.js';
 import { isThenable } from '../core/is-thenable.js';
+import { readKeyValues, type KeyReading } from '../core/key-header.js';
 import { IdempotencyKeyInvalidException } from '../exceptions/idempotency-key-invalid.exception.js';
 import type { IdempotencyKeyLocation } from '../exceptions/idempotency-key-missing.exception.js';
 
-/** @internal A key, or why the header does not carry a usable one. */
-export type KeyReading = { key: string } | { problem: string } | undefined;
-
-/**
- * Reads an RFC 8941 sf-string (`"..."` with `\"` and `\\` escapes).
- * @returns the string, or `undefined` when the value is not a valid sf-string.
- */
-function parseSfString(value: string): string | undefined {
-  let result = '';
-  for (let i = 1; i < value.length; i += 1) {
-    const char = value[i];
-    if (char === '\\') {
-      const escaped = value[i + 1];
-      if (escaped !== '"' && escaped !== '\\') {
-        return undefined;
-      }
-      result += escaped;
-      i += 1;
-    } else if (char === '"') {
-      return i === value.length - 1 ? result : undefined;
-    } else if (char < ' ' || char > '~') {
-      return undefined;
-    } else {
-      result += char;
-    }
-  }
-  return undefined;
-}
-
 /**
  * @internal Reads the key header of a request: a plain token or a quoted
- * sf-string, sent once.
+ * sf-string, sent once (see {@link readKeyValues}).
  */
 export function readKeyHeader(
   request: IncomingMessage,
@@ -47,26 +19,21 @@ export function readKeyHeader(
   if (value === undefined) {
     return undefined;
   }
-  let count = 0;
+  // Node.js joins the lines of a header into one value: each line is a
+  // value sent.
+  const lines: string[] = [];
   const { rawHeaders } = request;
   for (let i = 0; i < rawHeaders.length; i += 2) {
     // Only a name of the field's length can be it: the others are not
     // lower-cased (a string each).
     const name = rawHeaders[i];
     if (name.length === field.length && name.toLowerCase() === field) {
-      count += 1;
+      lines.push(rawHeaders[i + 1]);
     }
   }
-  if (typeof value !== 'string' || count > 1) {
-    return { problem: 'it is repeated' };
-  }
-  if (!value.startsWith('"')) {
-    return { key: value };
-  }
-  const key = parseSfString(value);
-  return key === undefined
-    ? { problem: 'it is not a valid quoted string' }
-    : { key };
+  return readKeyValues(
+    typeof value !== 'string' ? value : lines.length > 1 ? lines : [value],
+  );
 }
 
 /**

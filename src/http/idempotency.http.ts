@@ -249,9 +249,10 @@ export class IdempotencyHttp {
         await execution.fail(new Error(`The response is a ${status}`));
         return;
       }
-      if (raw.destroyed) {
+      if (raw.destroyed && this.executor.store.completesInTransaction) {
         // The client left before any of it was sent: rolled back, the key
-        // free for its retry, as for an answer the module writes.
+        // free for its retry, as for an answer the module writes. (On any
+        // other store the handler's effects stay: marked as below.)
         await execution.fail(new Error('The response was never written'));
         return;
       }
@@ -273,7 +274,26 @@ export class IdempotencyHttp {
         new Date(Date.now() + options.ttlMs).toUTCString(),
       );
     }
-    this.commitWithResponse(response, execution, async (captured) => {
+    // The status the route (or the handler, through `res.status()`) chose,
+    // before the platform sends the result.
+    const chosen =
+      (response as { statusCode?: number }).statusCode ?? raw.statusCode;
+    this.commitWithResponse(response, execution, chosen, async (captured) => {
+      if (
+        captured.status >= 500 &&
+        chosen < 500 &&
+        !this.executor.store.completesInTransaction
+      ) {
+        // The handler returned, and its answer failed before it was sent:
+        // a result the platform cannot serialize (a cycle, a BigInt), an
+        // interceptor outside the module's that threw on it. Its effects
+        // happened, and on this store they stay: a retry must not run it
+        // again, so its duplicates get this status replayed without a
+        // body. (Where the store completes in the handler's transaction,
+        // its writes roll back with the record below, and the retry runs.)
+        await execution.completeUnreplayable(captured.status);
+        return undefined;
+      }
       if (
         failsAttempt(captured.status) ||
         (captured.status >= 400 &&
@@ -336,32 +356,42 @@ export class IdempotencyHttp {
    * Lets the platform serialize the handler's result, then runs `settle` with
    * the bytes it is about to send (it completes and commits), before
    * anything reaches the client; the headers it names go out of the
-   * response. A client that leaves before the response is written rolls
-   * everything back instead.
+   * response. Where the store completes in the handler's transaction, a
+   * client that leaves before the response is written rolls everything
+   * back instead. On any other store the handler's effects stay whatever
+   * the client does: the response is stored all the same (the platform
+   * still writes it), or, if it never comes, the key is kept as not
+   * replayable with the status the route chose (`status`).
    */
   private commitWithResponse(
     response: HttpResponse,
     execution: Execution,
+    status: number,
     settle: (captured: CapturedResponse) => Promise<void | readonly string[]>,
   ): void {
     const raw = rawResponse(response);
     const { options } = execution;
+    const rollsBack = this.executor.store.completesInTransaction;
     let settled = false;
     const abandon = () => {
       if (!settled) {
         settled = true;
         raw.removeListener('close', abandon);
-        void execution.fail(new Error('The response was never written'));
+        void (rollsBack
+          ? execution.fail(new Error('The response was never written'))
+          : execution.completeUnreplayable(status).catch(() => undefined));
       }
     };
     // The response may never be written (the client left, or the platform
     // gave up on it): the connection still goes back to the pool.
     execution.awaitResponse(abandon);
-    if (raw.destroyed) {
-      abandon();
-      return;
+    if (rollsBack) {
+      if (raw.destroyed) {
+        abandon();
+        return;
+      }
+      raw.on('close', abandon);
     }
-    raw.on('close', abandon);
     holdResponse(
       raw,
       async (captured) => {

@@ -9,7 +9,9 @@
  *   job, `run()` or GraphQL mutation is refused with 422);
  * - `stored-error`: an error response was stored by the error policy;
  * - `timeout`: the handler ran past its deadline (`transactionTimeout`) and was
- *   abandoned (503), or the server cancelled one of its statements;
+ *   abandoned (503), the server cancelled one of its statements, or the
+ *   handler failed while one of its steps was still under way at the
+ *   deadline (503, its key left to its lease);
  * - `failed`: the transaction could not begin or commit (503), or a message
  *   handler threw (its message is then requeued or rejected);
  * - `lease-lost`: the request's claim was taken over while it ran (its lease

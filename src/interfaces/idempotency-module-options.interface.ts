@@ -105,7 +105,11 @@ export interface IdempotencyModuleOptions extends IdempotentOptions {
    */
   dataSource?: string;
   /**
-   * Request header that carries the idempotency key.
+   * Request header that carries the idempotency key, and the key header of
+   * messages (NATS and RabbitMQ headers, MQTT 5 user properties, Kafka
+   * headers), read by the same rules: sent once (twice, or under two
+   * spellings of its name, it is refused as repeated), a token or a quoted
+   * sf-string (`"k-1"` is the key `k-1`), an empty one refused.
    * @default 'Idempotency-Key'
    */
   headerName?: string;

@@ -27,7 +27,10 @@ export type IdempotencyIsolationLevel =
 /**
  * Resolves the scope of a request: keys are unique per scope, and a record is
  * never visible to a request of another scope. Typically the authenticated
- * user or tenant.
+ * user or tenant. It must be a non-empty string of well-formed Unicode (no
+ * lone surrogate, which PostgreSQL would keep as U+FFFD, sharing another
+ * scope's records), without NUL characters, of at most 1024 bytes of
+ * UTF-8: another value fails the request as a configuration error (500).
  *
  * @example
  * scope: (context) => context.switchToHttp().getRequest().user.id
@@ -53,7 +56,10 @@ export type IdempotencyKeyResolver = (
 ) => string | undefined | Promise<string | undefined>;
 
 /**
- * What makes a key valid. A key that breaks any rule gets `400`.
+ * What makes a key valid. A key that breaks any rule gets `400`, and so does
+ * a key that is not well-formed Unicode (a lone surrogate, which PostgreSQL
+ * would keep as U+FFFD: another key's record) or has a NUL character (which
+ * PostgreSQL refuses), whatever the rules.
  */
 export interface IdempotencyKeyValidation {
   /**
@@ -62,7 +68,10 @@ export interface IdempotencyKeyValidation {
    */
   minLength?: number;
   /**
-   * Longest key accepted, at most 1024.
+   * Longest key accepted, at most 1024, in UTF-16 code units (as
+   * JavaScript's `length` counts). Whatever it, a key of more than 1024
+   * bytes of UTF-8 (342 CJK characters) gets `400`: no more
+   * fits the record's index on PostgreSQL.
    * @default 255
    */
   maxLength?: number;
@@ -82,8 +91,12 @@ export interface IdempotencyKeyValidation {
  * Which fields of the body and the query make up the request fingerprint.
  * The method, the route template and the path parameters always count.
  *
- * A name is a top-level field of a JSON body and a query parameter alike;
- * prefix it with `body.` or `query.` to apply it to one of them only.
+ * A name is a top-level field of an object body (a JSON object, or an
+ * instance of a class that a parser of the application's own makes) and a
+ * query parameter alike, with the names `qs` gives the handler under it
+ * (`tag` selects `tag[]`, `tag[x]` and `[tag]` too); prefix it with `body.`
+ * or `query.` to apply it to one of them only. Another body (an array, a
+ * `Date`, a `Map`, a `Set`) counts whole.
  *
  * @example
  * // A client's cache-busting `?_=1700000000` and `sentAt` field do not count.
@@ -159,8 +172,9 @@ export interface IdempotentOptions {
    * Deadline of a decorated handler, from the request's arrival. A handler
    * still running then is abandoned: the client gets `503`, the statement it
    * runs is cancelled, its transaction rolls back, the key is freed at once,
-   * and nothing the handler does afterwards commits. At most `'24d'` (the
-   * longest a Node.js timer waits).
+   * and nothing the handler does afterwards commits. So is a completion
+   * still writing in the handler's transaction (waiting on a lock of its
+   * record). At most `'24d'` (the longest a Node.js timer waits).
    * @default '30s'
    */
   transactionTimeout?: IdempotencyDuration;
@@ -168,7 +182,8 @@ export interface IdempotentOptions {
    * Scope resolver; keys are unique per scope. A BullMQ processor takes only
    * its own (see src/bullmq/README.md).
    * @default a single global scope (`'global'`); for a BullMQ job, one per
-   * queue (`'bullmq:<queueName>'`)
+   * queue (`'bullmq:<queueName>'` under BullMQ's default prefix `bull`,
+   * `'bullmq:<prefix>:<queueName>'` under another)
    */
   scope?: IdempotencyScopeResolver;
   /**

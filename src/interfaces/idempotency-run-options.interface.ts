@@ -12,7 +12,9 @@ export interface IdempotencyRunOptions {
   /** The idempotency key, validated like a header key (`keyValidation`). */
   key: string;
   /**
-   * Scope of the key.
+   * Scope of the key: a non-empty string of well-formed Unicode, without
+   * NUL characters, of at most 1024 bytes of UTF-8 (another value throws an
+   * `IdempotencyConfigurationError`).
    * @default 'global'
    */
   scope?: string;

@@ -371,8 +371,12 @@ export interface IdempotencyStore<Transaction = unknown> {
   ): Promise<{ readonly removed: number; readonly more: boolean }>;
   /**
    * Reads a record and its steps for an operator, the response's body only
-   * when `withBody`; `undefined` when the key has no record.
-   * @default absent: `IdempotencyAdmin.inspect` refuses the store
+   * when `withBody`; `undefined` when the key has no record. The module
+   * also reads a record back with it (its `method` and `path`) when the
+   * record's fingerprint may be one that 0.6 wrote for a `fingerprint`
+   * function's value, to replay it only to a request of its method and path.
+   * @default absent: `IdempotencyAdmin.inspect` refuses the store, and a
+   * record that 0.6 wrote for a `fingerprint` function gets 422
    */
   inspectRecord?(
     scope: string,

@@ -4,7 +4,7 @@ import type { EntityManager } from 'typeorm';
 import { validScope, type Attempt } from '../core/attempt.js';
 import { validKey } from '../core/idempotency-key.js';
 import type { ResolvedKeyValidation } from '../core/executor.options.js';
-import { headerValue } from './message-transport.js';
+import { headerKey, usableKey } from './message-transport.js';
 import { IdempotencyExecutor } from '../core/idempotency.executor.js';
 import { IDEMPOTENCY_RESOLVED_OPTIONS } from '../idempotency.tokens.js';
 import {
@@ -140,6 +140,7 @@ export class IdempotencyKafka {
     return async (payload) => {
       const { topic, partition, message } = payload;
       let attempt: Attempt | undefined;
+      let ran = false;
       try {
         attempt = {
           started: Date.now(),
@@ -161,14 +162,15 @@ export class IdempotencyKafka {
             ]),
           ),
         };
-        await this.executor.execute(attempt, route, (transaction) =>
-          handler(
+        await this.executor.execute(attempt, route, (transaction) => {
+          ran = true;
+          return handler(
             payload,
             (transaction.state === 'none'
               ? undefined
               : transaction.manager) as Transaction,
-          ),
-        );
+          );
+        });
       } catch (error) {
         const outcome = await afterFailure(
           this.executor,
@@ -176,6 +178,7 @@ export class IdempotencyKafka {
           route,
           error,
           { pattern: topic, data: message.value, context: payload },
+          ran,
         );
         // Dead-lettered, or processed already (a duplicate whose result
         // was not stored): done. Refused for good: dropped, not to hold up
@@ -207,8 +210,8 @@ function kafkaAttemptKey(
   headerNames: readonly string[],
   rules: ResolvedKeyValidation,
 ): string {
-  const header = headerValue(message.headers, headerNames);
-  return header === undefined
+  const carried = usableKey(headerKey(message.headers, headerNames));
+  return carried === undefined
     ? kafkaPosition(topic, partition, message)
-    : validKey(header, rules, headerNames[0]);
+    : validKey(carried.key, rules, carried.header ?? headerNames[0]);
 }

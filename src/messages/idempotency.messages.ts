@@ -8,7 +8,6 @@ import { lastValueFrom } from 'rxjs';
 import { IDEMPOTENCY_KEY_HEADER } from '../client/client.constants.js';
 import { newAttempt, type Attempt } from '../core/attempt.js';
 import { IdempotencyExecutor } from '../core/idempotency.executor.js';
-import { IdempotencyHttpException } from '../exceptions/idempotency-http.exception.js';
 import { IDEMPOTENCY_RESOLVED_OPTIONS } from '../idempotency.tokens.js';
 import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
 import {
@@ -17,11 +16,12 @@ import {
 } from '../idempotency.routes.js';
 import {
   afterFailure,
+  isHandlerFailure,
   logDropped,
   toRpcException,
 } from './message-failures.js';
 import { messageTransport } from './message-transports.js';
-import type { MessageTransport } from './message-transport.js';
+import { usableKey, type MessageTransport } from './message-transport.js';
 
 /** Field of a message's data that carries its key by default. */
 export const MESSAGE_KEY_FIELD = 'idempotencyKey';
@@ -37,6 +37,15 @@ export function messageHeaderNames(headerName: string): readonly string[] {
     : [headerName, IDEMPOTENCY_KEY_HEADER];
 }
 
+/** A message's key as found, and where a refusal of it says it was. */
+interface MessageKey {
+  readonly key: unknown;
+  /** Whether it is the handler's own (its place in a log). */
+  readonly handlers: boolean;
+  /** The key header it came in, if it did; else the data's field. */
+  readonly header?: string;
+}
+
 /**
  * The key of a message by default: its data's `idempotencyKey` field, else
  * what the broker carries (RabbitMQ's `messageId`, a key header), else its
@@ -44,14 +53,13 @@ export function messageHeaderNames(headerName: string): readonly string[] {
  * `<Class>.<method>@<topic>/<partition>/<offset>@<timestamp>`: every handler of a topic
  * processes the message once, where the position alone would let the
  * first one's record stand for the others'.
- * @returns the key, and whether it is the handler's own (the position's).
  */
 function defaultMessageKey(
   data: unknown,
   transport: MessageTransport,
   headerNames: readonly string[],
   handlerName: string,
-): { readonly key: unknown; readonly handlers: boolean } {
+): MessageKey {
   const field =
     data !== null && typeof data === 'object'
       ? (data as Record<string, unknown>)[MESSAGE_KEY_FIELD]
@@ -60,9 +68,9 @@ function defaultMessageKey(
   if (field !== undefined && field !== null) {
     return { key: field, handlers: false };
   }
-  const key = transport.key(headerNames);
-  if (key !== undefined || transport.position === undefined) {
-    return { key, handlers: false };
+  const carried = usableKey(transport.key(headerNames));
+  if (carried !== undefined || transport.position === undefined) {
+    return { key: carried?.key, header: carried?.header, handlers: false };
   }
   return { key: `${handlerName}@${transport.position}`, handlers: true };
 }
@@ -115,8 +123,9 @@ export class IdempotencyMessages {
     const transport = messageTransport(rpc.getContext());
     let attempt: Attempt | undefined;
     let result: unknown;
+    let ran = false;
     try {
-      const { key, handlers } = options.key
+      const { key, handlers, header }: MessageKey = options.key
         ? { key: await options.key(context), handlers: false }
         : defaultMessageKey(data, transport, this.headerNames, handlerName);
       attempt = await newAttempt(context, options, {
@@ -129,8 +138,9 @@ export class IdempotencyMessages {
           !handlers && this.routes.sharesPattern(route)
             ? `#${handlerName}`
             : undefined,
-        keyField: MESSAGE_KEY_FIELD,
-        keyLocation: 'field',
+        ...(header === undefined
+          ? { keyField: MESSAGE_KEY_FIELD, keyLocation: 'field' }
+          : { keyField: header, keyLocation: 'header' }),
         parts: {
           method: 'MESSAGE',
           route: pattern,
@@ -141,11 +151,12 @@ export class IdempotencyMessages {
         legacy: true,
         made: handlers,
       });
-      ({ result } = await this.executor.execute(attempt, options, () =>
-        lastValueFrom(next.handle(), { defaultValue: undefined }),
-      ));
+      ({ result } = await this.executor.execute(attempt, options, () => {
+        ran = true;
+        return lastValueFrom(next.handle(), { defaultValue: undefined });
+      }));
     } catch (error) {
-      if (attempt && !(error instanceof IdempotencyHttpException)) {
+      if (attempt && isHandlerFailure(error)) {
         // Transports do not log a failed event handler: the module does.
         this.executor.emit('failed', attempt, { error });
       }
@@ -155,6 +166,7 @@ export class IdempotencyMessages {
         options,
         error,
         { pattern, data, context: rpc.getContext() },
+        ran,
       );
       if (outcome === 'reject' && transport.dropsRefused) {
         logDropped(pattern, error);

@@ -1,4 +1,4 @@
-import { headerValue, type MessageTransport } from './message-transport.js';
+import { headerKey, type MessageTransport } from './message-transport.js';
 
 /** What the module reads of a kafkajs message (`KafkaMessage`). */
 export interface KafkaMessageLike {
@@ -91,7 +91,7 @@ export function kafkaTransport(context: unknown): MessageTransport | undefined {
   const message = kafka.getMessage();
   return {
     channel: topic,
-    key: (names) => headerValue(message.headers, names),
+    key: (names) => headerKey(message.headers, names),
     position: kafkaPosition(topic, partition, message),
     dropsRefused: !awaitsReply(message),
     settle: async (outcome, options) => {

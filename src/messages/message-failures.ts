@@ -4,6 +4,8 @@ import type { ResolvedRouteOptions } from '../core/executor.options.js';
 import { RETRY_LATER_STATUSES } from '../core/failures.js';
 import type { IdempotencyExecutor } from '../core/idempotency.executor.js';
 import { loadRequiredPeer } from '../core/optional-peer.js';
+import { IdempotencyDownstreamRefusedException } from '../exceptions/idempotency-downstream-refused.exception.js';
+import { IdempotencyDownstreamUnavailableException } from '../exceptions/idempotency-downstream-unavailable.exception.js';
 import { IdempotencyHttpException } from '../exceptions/idempotency-http.exception.js';
 import { IdempotencyNotReplayableException } from '../exceptions/idempotency-not-replayable.exception.js';
 import { IdempotencyStepResultTooLargeException } from '../exceptions/idempotency-step-result-too-large.exception.js';
@@ -27,9 +29,12 @@ const RETRYABLE_CLIENT_STATUSES = new Set([...RETRY_LATER_STATUSES, 409]);
  * for a duplicate of a message processed already whose result was not
  * stored (refused, not failed); requeued otherwise (a database outage, a concurrent duplicate in reject mode, any
  * other error).
+ * @param ran whether the message's handler ran: then a refusal as not
+ * replayable is one it met (a nested `run()`'s) and threw, its writes
+ * rolled back, a 4xx as any other, not the answer to a duplicate.
  */
-export function failedOutcome(error: unknown): MessageOutcome {
-  if (error instanceof IdempotencyNotReplayableException) {
+export function failedOutcome(error: unknown, ran = false): MessageOutcome {
+  if (error instanceof IdempotencyNotReplayableException && !ran) {
     // A duplicate of a message processed already, whose result was not
     // stored: done, not failed (never to a dead-letter queue, whose
     // reprocessing would run it again).
@@ -54,6 +59,21 @@ export function failedOutcome(error: unknown): MessageOutcome {
   return 'requeue';
 }
 
+/**
+ * @internal Whether `error` is a failure of the handler (what it threw, or
+ * what its outgoing call, `IdempotencyContext.fetch()`, threw in it: the
+ * downstream's refusal or its silence), not a refusal of the module's
+ * (the key, a duplicate, a lost transaction): counted for `maxAttempts`,
+ * and logged as `failed`.
+ */
+export function isHandlerFailure(error: unknown): boolean {
+  return (
+    !(error instanceof IdempotencyHttpException) ||
+    error instanceof IdempotencyDownstreamRefusedException ||
+    error instanceof IdempotencyDownstreamUnavailableException
+  );
+}
+
 /** @internal The message a failed attempt was of, for `deadLetter`. */
 export interface FailedMessage {
   readonly pattern: string;
@@ -71,6 +91,7 @@ export interface FailedMessage {
  * leaves the message to come back.
  * @param attempt `undefined` when the message was refused before it had
  * one (its key).
+ * @param ran whether the handler ran (see {@link failedOutcome}).
  */
 export async function afterFailure(
   executor: IdempotencyExecutor,
@@ -78,17 +99,17 @@ export async function afterFailure(
   options: ResolvedRouteOptions,
   error: unknown,
   message: FailedMessage,
+  ran: boolean,
 ): Promise<MessageOutcome | 'dead-lettered'> {
-  const outcome = failedOutcome(error);
+  const outcome = failedOutcome(error, ran);
   const { maxAttempts, deadLetter } = options;
   if (maxAttempts === undefined || !deadLetter) {
     return outcome;
   }
-  // The module's own refusals are no failure of the handler, and a keyless
-  // message has nothing to count by: only what a redelivery repeats is
-  // handed over at once.
-  const counted =
-    attempt?.key !== undefined && !(error instanceof IdempotencyHttpException);
+  // The module's own refusals are no failure of the handler (its outgoing
+  // calls' are), and a keyless message has nothing to count by: only what
+  // a redelivery repeats is handed over at once.
+  const counted = attempt?.key !== undefined && isHandlerFailure(error);
   if (outcome === 'ack' || (!counted && outcome !== 'reject')) {
     return outcome;
   }

@@ -1,4 +1,6 @@
 import type { ResolvedRouteOptions } from '../core/executor.options.js';
+import { readKeyValues } from '../core/key-header.js';
+import { IdempotencyKeyInvalidException } from '../exceptions/idempotency-key-invalid.exception.js';
 
 /**
  * How a message is settled after its attempt: acknowledged (its effects
@@ -20,10 +22,11 @@ export interface MessageTransport {
    */
   readonly channel: unknown;
   /**
-   * The key the broker carries: its message id, a header named by one of
-   * `headerNames` (in that order, case aside), or its position in a log.
+   * The key the broker carries: its message id, or a header named by one
+   * of `headerNames` (in that order, case aside); its position in a log is
+   * {@link position}.
    */
-  key(headerNames: readonly string[]): unknown;
+  key(headerNames: readonly string[]): CarriedKey;
   /**
    * The message's place in a log (Kafka's `<topic>/<partition>/<offset>@<timestamp>`),
    * which every redelivery of it shares: its key when it carries none,
@@ -47,35 +50,74 @@ export interface MessageTransport {
   readonly dropsRefused?: boolean;
 }
 
-/** The key header's value among `headers` (names compared case aside). */
-export function headerValue(
+/**
+ * @internal A key a broker carries, and the key header it came in (named as
+ * the module names it), if it came in one; or why its key header carries
+ * no usable key; `undefined` when it carries none.
+ */
+export type CarriedKey =
+  | { readonly key: string; readonly header?: string }
+  | { readonly problem: string; readonly header: string }
+  | undefined;
+
+/**
+ * The key header among `headers` (names compared case aside), read by the
+ * rules of HTTP's (`readKeyValues`): one sent under two spellings of its
+ * name, or with a list of values, is repeated; a quoted sf-string is
+ * unquoted; an empty one is an empty key, which the key rules refuse
+ * (read as none, a route that does not require a key would run the
+ * message unguarded).
+ */
+export function headerKey(
   headers: Readonly<Record<string, unknown>> | undefined,
   names: readonly string[],
-): string | undefined {
+): CarriedKey {
   if (!headers) {
     return undefined;
   }
   const entries = Object.entries(headers);
   for (const name of names) {
     const wanted = name.toLowerCase();
-    const found = entries.find(([header]) => header.toLowerCase() === wanted);
-    const value = headerText(found?.[1]);
-    if (value !== undefined) {
-      return value;
+    const reading = readKeyValues(
+      entries
+        .filter(([header]) => header.toLowerCase() === wanted)
+        .flatMap(([, value]) => headerValues(value)),
+    );
+    if (reading) {
+      return { ...reading, header: name };
     }
   }
   return undefined;
 }
 
-/** A header's text: a string, the bytes of a Buffer, the first of a list. */
-function headerText(value: unknown): string | undefined {
-  const first: unknown = Array.isArray(value) ? value[0] : value;
-  const text = Buffer.isBuffer(first)
-    ? first.toString('utf8')
-    : typeof first === 'string'
-      ? first
-      : undefined;
-  return text === '' ? undefined : text;
+/**
+ * The values a header was sent with: each of a list (a header sent more
+ * than once), the text of bytes; none for a header of no value.
+ */
+function headerValues(value: unknown): unknown[] {
+  if (value === undefined || value === null) {
+    return [];
+  }
+  // An empty list is a header sent with something other than text.
+  const values: unknown[] =
+    Array.isArray(value) && value.length > 0 ? value : [value];
+  return values.map((one) =>
+    Buffer.isBuffer(one) ? one.toString('utf8') : one,
+  );
+}
+
+/**
+ * @internal The key a broker carries, if any.
+ * @throws IdempotencyKeyInvalidException for a key header that carries no
+ * usable key (repeated, a quoted string malformed, no text).
+ */
+export function usableKey(
+  carried: CarriedKey,
+): { readonly key: string; readonly header?: string } | undefined {
+  if (carried !== undefined && 'problem' in carried) {
+    throw new IdempotencyKeyInvalidException(carried.header, carried.problem);
+  }
+  return carried;
 }
 
 /** A transport that tells nothing and settles nothing. */

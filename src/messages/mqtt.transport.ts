@@ -1,4 +1,4 @@
-import { headerValue, type MessageTransport } from './message-transport.js';
+import { headerKey, type MessageTransport } from './message-transport.js';
 
 /** What the adapter reads of Nest's `MqttContext`. */
 interface MqttContextLike {
@@ -19,7 +19,7 @@ export function mqttTransport(context: unknown): MessageTransport | undefined {
   return {
     channel: mqtt.getTopic(),
     key: (names) =>
-      headerValue(mqtt.getPacket()?.properties?.userProperties, names),
+      headerKey(mqtt.getPacket()?.properties?.userProperties, names),
     settle: () => Promise.resolve(),
   };
 }

@@ -1,10 +1,15 @@
-import type { MessageTransport } from './message-transport.js';
+import { headerKey, type MessageTransport } from './message-transport.js';
 
 /** What the adapter reads of Nest's `NatsContext`. */
 interface NatsContextLike {
   getSubject(): unknown;
   getHeaders():
-    { get?: (name: string) => unknown; keys?: () => string[] } | undefined;
+    | {
+        get?: (name: string) => unknown;
+        values?: (name: string) => unknown[];
+        keys?: () => string[];
+      }
+    | undefined;
 }
 
 /**
@@ -21,17 +26,18 @@ export function natsTransport(context: unknown): MessageTransport | undefined {
     key: (names) => {
       const headers = nats.getHeaders();
       // NATS headers match names exactly; a key header is named case aside,
-      // as on the other transports (and in HTTP).
+      // as on the other transports (and in HTTP). A name holds every value
+      // it was sent with.
       const present = headers?.keys?.() ?? [];
-      for (const name of names) {
-        const wanted = name.toLowerCase();
-        const found = present.find((key) => key.toLowerCase() === wanted);
-        const value = headers?.get?.(found ?? name);
-        if (typeof value === 'string' && value !== '') {
-          return value;
-        }
-      }
-      return undefined;
+      return headerKey(
+        Object.fromEntries(
+          present.map((key) => [
+            key,
+            headers?.values?.(key) ?? headers?.get?.(key),
+          ]),
+        ),
+        names,
+      );
     },
     settle: () => Promise.resolve(),
   };

@@ -1,6 +1,6 @@
 import type { ResolvedRouteOptions } from '../core/executor.options.js';
 import {
-  headerValue,
+  headerKey,
   type MessageOutcome,
   type MessageTransport,
 } from './message-transport.js';
@@ -42,8 +42,8 @@ export function rabbitmqTransport(
     key: (names) => {
       const messageId = properties?.messageId;
       return messageId !== undefined && messageId !== null && messageId !== ''
-        ? String(messageId)
-        : headerValue(properties?.headers, names);
+        ? { key: String(messageId) }
+        : headerKey(properties?.headers, names);
     },
     settle: (outcome, options) => {
       settle(rmq, options, outcome);

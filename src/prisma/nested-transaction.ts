@@ -49,7 +49,9 @@ const NOT_QUERIES =
  *   record, or none. Prisma's own batch would take a connection of the pool
  *   and commit at once, apart from the handler's transaction.
  *
- * Returns `tx` itself on a Prisma whose handles have no `$transaction()`.
+ * Its queries refuse a batch of the PrismaClient itself (see
+ * {@link keptInTransaction}); on a Prisma whose handles have no
+ * `$transaction()`, that is all it changes.
  */
 export function withNestedTransactions<Tx>(
   tx: Tx,
@@ -57,7 +59,7 @@ export function withNestedTransactions<Tx>(
 ): Tx {
   const nested = (tx as { $transaction?: unknown }).$transaction;
   if (typeof nested !== 'function') {
-    return tx;
+    return keptInTransaction(tx);
   }
   const $transaction: $Transaction = async (work, options) => {
     const queries = typeof work === 'function' ? undefined : asQueries(work);
@@ -78,12 +80,109 @@ export function withNestedTransactions<Tx>(
       options,
     );
   };
+  return keptInTransaction(tx, $transaction);
+}
+
+/**
+ * `tx`, a handle of the handler's interactive transaction (with
+ * `$transaction` in place of its own, if given), whose queries refuse to
+ * run in a batch transaction. Prisma runs a query in the transaction of the
+ * batch it is given to, whichever handle made it: in
+ * `prisma.$transaction([tx.payment.create(...)])` on the PrismaClient
+ * itself, a statement of the handler's would commit on another connection,
+ * apart from the record (and again at each retry). The batch then fails
+ * before any of its queries runs, as Prisma fails one given something else
+ * than its queries. The handle's own batch (`tx.$transaction([...])`) runs
+ * them in the handler's transaction (see {@link runIn}).
+ *
+ * The queries are those the handle's methods return: its model delegates'
+ * (`tx.payment.create()`) and its own (`tx.$executeRaw`), each checked as
+ * it is made. The handle itself is left as Prisma made it: its layers are
+ * the PrismaClient's, which a change would reach.
+ */
+function keptInTransaction<Tx>(tx: Tx, $transaction?: $Transaction): Tx {
+  const members = new Map<string, { of: unknown; kept: unknown }>();
   return new Proxy(tx as object, {
-    get: (target, property) =>
-      property === '$transaction'
-        ? $transaction
-        : (Reflect.get(target, property) as unknown),
+    get: (target, property) => {
+      if (property === '$transaction' && $transaction) {
+        return $transaction;
+      }
+      const value = Reflect.get(target, property) as unknown;
+      if (typeof property !== 'string' || property.startsWith('_')) {
+        return value;
+      }
+      const known = members.get(property);
+      if (known !== undefined && known.of === value) {
+        return known.kept;
+      }
+      const kept =
+        typeof value === 'function'
+          ? makingQueries(value as (...args: unknown[]) => unknown)
+          : typeof value === 'object' && value !== null
+            ? delegateOf(value)
+            : value;
+      members.set(property, { of: value, kept });
+      return kept;
+    },
   }) as Tx;
+}
+
+/** A model delegate of the handle, whose queries refuse batches. */
+function delegateOf(delegate: object): object {
+  const methods = new Map<PropertyKey, { of: unknown; kept: unknown }>();
+  return new Proxy(delegate, {
+    get: (target, property) => {
+      const value = Reflect.get(target, property) as unknown;
+      if (typeof value !== 'function') {
+        return value;
+      }
+      const known = methods.get(property);
+      if (known !== undefined && known.of === value) {
+        return known.kept;
+      }
+      const kept = makingQueries(value as (...args: unknown[]) => unknown);
+      methods.set(property, { of: value, kept });
+      return kept;
+    },
+  });
+}
+
+/** `method`, whose queries refuse to run in a batch transaction. */
+function makingQueries(
+  method: (...args: unknown[]) => unknown,
+): (...args: unknown[]) => unknown {
+  return function (this: unknown, ...args: unknown[]) {
+    const made = method.apply(this, args);
+    const query = made as
+      | { [Symbol.toStringTag]?: unknown; requestTransaction?: unknown }
+      | null
+      | undefined;
+    const request = query?.requestTransaction;
+    if (
+      query?.[Symbol.toStringTag] === 'PrismaPromise' &&
+      typeof request === 'function'
+    ) {
+      try {
+        query.requestTransaction = (transaction: unknown) => {
+          if (
+            (transaction as { kind?: unknown } | undefined)?.kind === 'batch'
+          ) {
+            throw new IdempotencyConfigurationError(
+              "A query of the @Idempotent() handler's transaction was given to a batch $transaction([...]) of the PrismaClient itself, which would commit it on another connection, apart from the idempotency record.",
+              "Run the batch on the handler's transaction: tx.$transaction([tx.payment.create(...), ...]), a savepoint of it.",
+            );
+          }
+          return (request as (transaction: unknown) => unknown).call(
+            query,
+            transaction,
+          );
+        };
+      } catch {
+        // A query Prisma froze: left as it is.
+      }
+    }
+    return made;
+  };
 }
 
 /**

@@ -12,8 +12,9 @@ export function encodeCursor(position: readonly string[]): string {
  * @internal The position a cursor of {@link encodeCursor} holds: `parts`
  * strings, as the store that made it writes its positions.
  * @throws IdempotencyAdminInputError when it is not one: not base64url
- * JSON of `parts` strings, or a string holding a NUL character (refused on
- * every store alike, as PostgreSQL cannot hold one in text).
+ * JSON of `parts` strings, or a string holding a NUL character or a lone
+ * surrogate (refused on every store alike: PostgreSQL cannot hold a NUL in
+ * text, and its driver writes U+FFFD in place of a lone surrogate).
  */
 export function decodeCursor(cursor: string, parts: number): string[] {
   try {
@@ -24,7 +25,10 @@ export function decodeCursor(cursor: string, parts: number): string[] {
       Array.isArray(position) &&
       position.length === parts &&
       position.every(
-        (part) => typeof part === 'string' && !part.includes('\u0000'),
+        (part) =>
+          typeof part === 'string' &&
+          !part.includes('\u0000') &&
+          part.isWellFormed(),
       )
     ) {
       return position as string[];

@@ -102,6 +102,28 @@ function redirecting(name: string, original: AnyFunction): AnyFunction {
  * @returns a function that gives the methods back.
  */
 function patchManagers(prototype: object): () => void {
+  return patchMethods(
+    prototype,
+    (proto) =>
+      Object.getOwnPropertyNames(proto).filter(
+        (name) => !NOT_REDIRECTED.has(name),
+      ),
+    redirecting,
+  );
+}
+
+/**
+ * Replaces the methods `names` gives of each class of `prototype`'s chain
+ * (the writable functions among them) with `redirect`'s of each.
+ * @returns a function that gives them back: a method another library
+ * wrapped after this one keeps its wrapper, and the redirect under it,
+ * which does nothing once no DataSource is bound.
+ */
+function patchMethods(
+  prototype: object,
+  names: (proto: object) => Iterable<string>,
+  redirect: (name: string, original: AnyFunction) => AnyFunction,
+): () => void {
   const patches: Array<{
     target: Record<string, AnyFunction>;
     name: string;
@@ -113,30 +135,89 @@ function patchManagers(prototype: object): () => void {
     proto && proto !== Object.prototype;
     proto = Object.getPrototypeOf(proto) as Record<string, AnyFunction> | null
   ) {
-    for (const name of Object.getOwnPropertyNames(proto)) {
+    for (const name of names(proto)) {
       const descriptor = Object.getOwnPropertyDescriptor(proto, name);
-      if (
-        typeof descriptor?.value === 'function' &&
-        descriptor.writable &&
-        !NOT_REDIRECTED.has(name)
-      ) {
+      if (typeof descriptor?.value === 'function' && descriptor.writable) {
         const original = descriptor.value as AnyFunction;
-        const redirect = redirecting(name, original);
-        proto[name] = redirect;
-        patches.push({ target: proto, name, original, redirect });
+        const replaced = redirect(name, original);
+        proto[name] = replaced;
+        patches.push({ target: proto, name, original, redirect: replaced });
       }
     }
   }
   return () => {
-    // A method another library wrapped after this one keeps its wrapper,
-    // and this redirect under it, which does nothing once no DataSource
-    // is bound.
-    for (const { target, name, original, redirect } of patches) {
-      if (target[name] === redirect) {
+    for (const { target, name, original, redirect: replaced } of patches) {
+      if (target[name] === replaced) {
         target[name] = original;
       }
     }
   };
+}
+
+/**
+ * Counts one more binding of the patch of `prototype` in `patches`,
+ * patching it on the first.
+ * @returns a function that counts it off, giving the methods back on the
+ * last.
+ */
+function bindPatch(
+  patches: Map<object, PatchedManagers>,
+  prototype: object,
+  patch: (prototype: object) => () => void,
+): () => void {
+  const patched = patches.get(prototype) ?? {
+    bindings: 0,
+    restore: patch(prototype),
+  };
+  patches.set(prototype, patched);
+  patched.bindings += 1;
+  return () => {
+    patched.bindings -= 1;
+    if (patched.bindings === 0) {
+      patches.delete(prototype);
+      patched.restore();
+    }
+  };
+}
+
+/** The query builder classes patched, by their prototype. */
+const patchedBuilders = new Map<object, PatchedManagers>();
+
+/**
+ * Makes the query builders of `prototype`'s class (and of the classes it
+ * extends, TypeORM's `QueryBuilder` among them) take the handler's query
+ * runner, where they have none of their own, while a decorated handler runs
+ * on their DataSource, once for all the DataSources that use them.
+ *
+ * A query builder made without a runner (`dataSource.createQueryBuilder()`,
+ * a repository's `createQueryBuilder()`, outside of a handler: at startup,
+ * in a provider's constructor, to be cloned by each request) takes
+ * `dataSource.createQueryRunner()` (a pool connection, in autocommit) when
+ * it runs, in `obtainQueryRunner()`: made before the request and run in the
+ * handler, its insert would commit at once, apart from the record, and
+ * again with each retry. One made in the handler has the runner already
+ * (see {@link bindAmbientTransaction}); one made on a runner of its own
+ * keeps it, and one made by an `untransactedManager` (nestjs-cls's
+ * `NotSupported`) runs out of the handler's context, on a connection of
+ * its own.
+ *
+ * @returns a function that gives the methods back.
+ */
+function patchQueryBuilders(prototype: object): () => void {
+  return patchMethods(
+    prototype,
+    () => ['obtainQueryRunner'],
+    (_name, original) =>
+      function (this: ManagerFields, ...args: unknown[]) {
+        if (this.queryRunner === undefined) {
+          const tx = ambientTransactionOf(this);
+          if (tx) {
+            return tx.queryRunner;
+          }
+        }
+        return original.apply(this, args) as unknown;
+      },
+  );
 }
 
 /**
@@ -147,7 +228,8 @@ function patchManagers(prototype: object): () => void {
  * `dataSource.createEntityManager()` and `new EntityManager(dataSource)`),
  * every repository built on one (`@InjectRepository`,
  * `dataSource.getRepository()`, custom repositories, `extend()`),
- * `dataSource.query()` and `dataSource.createQueryBuilder()`. A manager
+ * `dataSource.query()` and `dataSource.createQueryBuilder()`, and the query
+ * builders made without a runner, whenever they were made. A manager
  * made on a query runner (`queryRunner.manager`,
  * `createEntityManager(queryRunner)`) keeps its runner.
  * Outside a handler (no ambient transaction of this DataSource) every call
@@ -171,12 +253,13 @@ export function bindAmbientTransaction(dataSource: DataSource): () => void {
   const prototype = Object.getPrototypeOf(
     dataSource.createEntityManager(),
   ) as object;
-  const patched = patchedManagers.get(prototype) ?? {
-    bindings: 0,
-    restore: patchManagers(prototype),
-  };
-  patchedManagers.set(prototype, patched);
-  patched.bindings += 1;
+  const unbindManagers = bindPatch(patchedManagers, prototype, patchManagers);
+  // The same for its query builders, read from one made and thrown away.
+  const unbindBuilders = bindPatch(
+    patchedBuilders,
+    Object.getPrototypeOf(dataSource.createQueryBuilder()) as object,
+    patchQueryBuilders,
+  );
   // A method another library set on the default manager itself hides the
   // class's: it is wrapped in place, and given back as it was.
   const manager = dataSource.manager as unknown as Record<string, AnyFunction>;
@@ -227,11 +310,8 @@ export function bindAmbientTransaction(dataSource: DataSource): () => void {
     } else {
       boundSources.delete(dataSource);
     }
-    patched.bindings -= 1;
-    if (patched.bindings === 0) {
-      patchedManagers.delete(prototype);
-      patched.restore();
-    }
+    unbindManagers();
+    unbindBuilders();
     for (const [name, original] of ownMethods) {
       manager[name] = original;
     }

@@ -54,9 +54,19 @@ export function outsideHandlerTransaction<T>(fn: () => T): T {
  * builders it makes are bound to it, or to no runner of the handler's.
  */
 export function untransactedManager(dataSource: DataSource): EntityManager {
-  const manager = dataSource.createEntityManager();
+  return runningOutside(dataSource.createEntityManager());
+}
+
+/**
+ * `target`, each of whose methods runs out of the handler's context (see
+ * {@link outsideHandlerTransaction}); a query builder a method makes is the
+ * same. A query builder without a runner takes the handler's when it runs
+ * in the handler's context (see `patchQueryBuilders`): one made by an
+ * {@link untransactedManager} runs out of it, on a connection of its own.
+ */
+function runningOutside<T extends object>(target: T): T {
   const methods = new Map<PropertyKey, unknown>();
-  return new Proxy(manager, {
+  return new Proxy(target, {
     get(target, property, receiver) {
       const value = Reflect.get(target, property, receiver) as unknown;
       if (typeof value !== 'function' || property === 'constructor') {
@@ -66,15 +76,29 @@ export function untransactedManager(dataSource: DataSource): EntityManager {
       if (method === undefined) {
         const original = value as (...args: unknown[]) => unknown;
         // Called on the proxy: what the method makes (a repository) holds
-        // the proxy as its manager.
+        // the proxy as its manager, and a query builder's methods that
+        // return it return the proxy.
         method = function (this: unknown, ...args: unknown[]) {
-          return outsideHandlerTransaction(() =>
+          const made = outsideHandlerTransaction(() =>
             Reflect.apply(original, this, args),
           );
+          return made !== this && isQueryBuilder(made)
+            ? runningOutside(made)
+            : made;
         };
         methods.set(property, method);
       }
       return method;
     },
   });
+}
+
+/** Whether `value` is a TypeORM query builder. */
+function isQueryBuilder(value: unknown): value is object {
+  return (
+    typeof value === 'object' &&
+    value !== null &&
+    typeof (value as { obtainQueryRunner?: unknown }).obtainQueryRunner ===
+      'function'
+  );
 }

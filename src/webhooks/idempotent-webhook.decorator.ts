@@ -142,7 +142,7 @@ export function IdempotentWebhook(
         : (context) =>
             withAccount(
               context,
-              `webhook:${deliveryOf(context).verified.provider}:${context.getClass().name}.${context.getHandler().name}`,
+              `webhook:${deliveryOf(context).verified.provider}:${context.getClass().name}.${context.getHandler().name}${pathParameters(context)}`,
             ),
       fingerprint: eventFingerprint,
     }),
@@ -157,6 +157,36 @@ function eventFingerprint(context: ExecutionContext): string {
   return `webhook:${createHash('sha256').update(deliveryOf(context).compared).digest('hex')}`;
 }
 WHOLE_FINGERPRINTS.add(eventFingerprint);
+
+/** Beyond this many bytes, the path parameters' part of a scope is a hash. */
+const MAX_PARAMETERS_BYTES = 256;
+
+/**
+ * The path parameters of the delivery's route, as a part of its default
+ * scope: `:<name>=<value>` each, by name, URI-encoded (`''` without any).
+ * A route per tenant (`tenants/:tenant/acme`) keeps each tenant's events
+ * apart: a provider whose event ids are its accounts' own (sequential)
+ * gives two tenants the same id, which one scope would take for one event
+ * (the second tenant's refused, or answered with the first one's
+ * response). A long part is its SHA-256, within the scope's bounds.
+ */
+function pathParameters(context: ExecutionContext): string {
+  const params = context.switchToHttp().getRequest<{ params?: unknown }>()
+    .params as Record<string, unknown> | undefined;
+  if (!params || typeof params !== 'object') {
+    return '';
+  }
+  const part = Object.keys(params)
+    .sort()
+    .map(
+      (name) =>
+        `:${encodeURIComponent(name)}=${encodeURIComponent(String(params[name]))}`,
+    )
+    .join('');
+  return Buffer.byteLength(part) > MAX_PARAMETERS_BYTES
+    ? `:params-sha256=${createHash('sha256').update(part).digest('hex')}`
+    : part;
+}
 
 /**
  * `scope`, and `:<account>` for an event of a provider account (Stripe

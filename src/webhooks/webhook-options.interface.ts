@@ -18,6 +18,9 @@ export interface WebhookRequest {
  * delivery (read from a configuration service or a vault). A delivery
  * whose function throws is answered `503` (`unavailable`, with
  * `Retry-After`), nothing run or stored: the provider delivers it again.
+ * One for which it returns no secret (`[]` or `''`: a route per tenant,
+ * asked for a tenant it does not know) is refused as unverified (`401`);
+ * a fixed secret that is empty is a misconfiguration (`500`).
  */
 export type WebhookSecrets =
   | string
@@ -54,14 +57,21 @@ export interface WebhookIdentity {
  * your own for any other provider.
  *
  * @example
+ * // Signed: `<delivery id>.<timestamp>.<body>`. What identify() reads
+ * // must be signed, or a captured delivery runs again under another id.
  * const acme: WebhookProvider = {
  *   name: 'acme',
- *   verify: (request, secrets) =>
- *     secrets.some((secret) =>
- *       hmacSha256Matches(secret, request.rawBody, request.header('x-acme-signature'), 'hex'),
- *     ),
+ *   verify: (request, secrets) => {
+ *     const id = request.header('x-acme-delivery');
+ *     const timestamp = request.header('x-acme-timestamp');
+ *     const signed = Buffer.concat([Buffer.from(`${id}.${timestamp}.`), request.rawBody]);
+ *     return secrets.some((secret) =>
+ *       hmacSha256Matches(secret, signed, request.header('x-acme-signature'), 'hex'),
+ *     );
+ *   },
  *   identify: (request, event) => ({
  *     id: request.header('x-acme-delivery'),
+ *     timestamp: Number(request.header('x-acme-timestamp')),
  *     compared: (event as { type?: string }).type,
  *   }),
  * };
@@ -156,13 +166,18 @@ export interface IdempotentWebhookOptions extends Pick<
   waitTimeout?: IdempotentOptions['waitTimeout'];
   /**
    * The scope of the receiver's records, instead of
-   * `webhook:<provider>:<Controller>.<method>`; `:<account>` is added to
-   * either for a Stripe Connect event. Two routes that must share their
-   * events (an old and a new path of one endpoint) give the same scope.
+   * `webhook:<provider>:<Controller>.<method>` followed by the route's path
+   * parameters, `:<name>=<value>` each by name (a route per tenant,
+   * `tenants/:tenant/acme`, keeps each tenant's events apart, whose ids a
+   * provider may repeat across accounts; SHA-256 of them past 256 bytes);
+   * `:<account>` is added to either for a Stripe Connect event. Two
+   * routes that must share their events (an old and a new path of one
+   * endpoint) give the same scope.
    * Give one to each of two receivers whose classes and methods have the
    * same names (in two modules): the application refuses to start
    * otherwise, as their default scopes would be one.
-   * @default one scope per receiver method and provider account
+   * @default one scope per receiver method, path parameters and provider
+   * account
    */
   scope?: IdempotentOptions['scope'];
 }

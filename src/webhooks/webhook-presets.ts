@@ -98,10 +98,37 @@ function standardKey(secret: string): Buffer {
 }
 
 /**
+ * The `webhook-id`, `webhook-timestamp` and `webhook-signature` headers of a
+ * Standard Webhooks delivery, or, when it has no `webhook-signature`, the
+ * `svix-id`, `svix-timestamp` and `svix-signature` of one that Svix sends
+ * under its own names (its default; the `webhook-` ones are its
+ * white-label option): the same scheme, as Svix's own library reads them.
+ * All three come from one set, for `verify()` and `identify()` alike.
+ */
+function standardHeaders(request: WebhookRequest): {
+  readonly id: string | undefined;
+  readonly timestamp: string | undefined;
+  readonly signature: string | undefined;
+} {
+  const prefix =
+    request.header('webhook-signature') === undefined &&
+    request.header('svix-signature') !== undefined
+      ? 'svix-'
+      : 'webhook-';
+  return {
+    id: request.header(`${prefix}id`),
+    timestamp: request.header(`${prefix}timestamp`),
+    signature: request.header(`${prefix}signature`),
+  };
+}
+
+/**
  * Standard Webhooks (Svix and the providers that follow the specification):
  * `webhook-signature: v1,<base64> [v1,<base64>...]`, the HMAC-SHA256 of
  * `<webhook-id>.<webhook-timestamp>.<body>` under the base64 secret after
- * `whsec_`. The key is `webhook-id`; compared: the payload's `type`.
+ * `whsec_` (or the same under Svix's `svix-` names, see
+ * {@link standardHeaders}). The key is `webhook-id`; compared: the
+ * payload's `type`.
  */
 const standardWebhooks: WebhookProvider = {
   name: 'standard-webhooks',
@@ -116,8 +143,7 @@ const standardWebhooks: WebhookProvider = {
     );
   },
   verify(request: WebhookRequest, secrets) {
-    const id = request.header('webhook-id');
-    const timestamp = request.header('webhook-timestamp');
+    const { id, timestamp, signature } = standardHeaders(request);
     if (id === undefined || epochSeconds(timestamp) === undefined) {
       return false;
     }
@@ -125,7 +151,7 @@ const standardWebhooks: WebhookProvider = {
       Buffer.from(`${id}.${timestamp}.`),
       request.rawBody,
     ]);
-    const signatures = (request.header('webhook-signature') ?? '')
+    const signatures = (signature ?? '')
       .split(' ')
       .filter((entry) => entry.startsWith('v1,'))
       .map((entry) => entry.slice('v1,'.length));
@@ -137,9 +163,10 @@ const standardWebhooks: WebhookProvider = {
     });
   },
   identify(request, event) {
+    const { id, timestamp } = standardHeaders(request);
     return {
-      id: request.header('webhook-id'),
-      timestamp: epochSeconds(request.header('webhook-timestamp')),
+      id,
+      timestamp: epochSeconds(timestamp),
       compared: field(event, 'type') ?? '',
     };
   },

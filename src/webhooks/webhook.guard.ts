@@ -156,6 +156,18 @@ export class IdempotentWebhookGuard implements CanActivate {
           }
         })
       : given;
+    if (given.length === 0 && typeof receiver.secret === 'function') {
+      // A function with no secret for this delivery (a route per tenant,
+      // asked for a tenant it does not know): the request is no one's
+      // delivery, refused as unverified, and said once, so that such
+      // requests cannot fill the log. A function whose secrets the
+      // provider cannot sign with is a misconfiguration, as below.
+      this.warnOnce(
+        `${name} no secret`,
+        `The webhook receiver ${name} refused a delivery as unverified: its secret function returned no secret for it.`,
+      );
+      throw this.refuse(context, 'unverified');
+    }
     if (secrets.length === 0) {
       this.logger.error(
         given.length === 0

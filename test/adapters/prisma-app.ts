@@ -75,6 +75,11 @@ export type Nesting =
   | 'savepoint'
   | 'failed-savepoint'
   | 'client'
+  /**
+   * The PrismaClient's own batch `$transaction([...])`, given a query of the
+   * handle, then the handler fails.
+   */
+  | 'client-batch'
   /** A nested `$transaction()` at the handler's level, said. */
   | 'same-level'
   /** A nested `$transaction()` at another level than the handler's. */
@@ -165,6 +170,16 @@ class PrismaController {
       await this.prisma.$transaction((other) =>
         this.pay(other, `outside:${key}`, 4),
       );
+      throw new InternalServerErrorException('the handler failed');
+    }
+    if (how === 'client-batch') {
+      try {
+        await this.prisma.$transaction([
+          tx.payment.create({ data: { key, amount: 5 } }),
+        ]);
+      } catch (error) {
+        seen.nested = error;
+      }
       throw new InternalServerErrorException('the handler failed');
     }
     try {

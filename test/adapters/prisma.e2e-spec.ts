@@ -306,6 +306,21 @@ describe('the Prisma adapter', () => {
     });
   });
 
+  it("refuses a query of the handle in the PrismaClient's own batch $transaction([...]), before it runs apart from the record", async () => {
+    const key = randomUUID();
+    seen.nested = undefined;
+    const response = await post(target, 'nested', {
+      key,
+      how: 'client-batch',
+    });
+    expect(response.status).toBe(500);
+    expect(await rowsOf(target, key)).toEqual(NOTHING);
+    expect(seen.nested).toBeInstanceOf(IdempotencyConfigurationError);
+    expect((seen.nested as Error).message).toMatch(
+      /given to a batch \$transaction\(\[\.\.\.\]\) of the PrismaClient itself/,
+    );
+  });
+
   it("runs IdempotencyService.run()'s function in the transaction, on Prisma's handle, once", async () => {
     const key = randomUUID();
     const service = target.app.get(IdempotencyService);

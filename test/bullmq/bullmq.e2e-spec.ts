@@ -14,6 +14,7 @@ import {
 import {
   IdempotencyConflictException,
   IdempotencyModule,
+  IdempotencyNotReplayableException,
   IdempotencyUnavailableException,
   type IdempotencyEvent,
 } from '../../src/index.js';
@@ -23,6 +24,8 @@ import { describeWithBroker } from '../utils/broker.js';
 import { startSample, type SampleProcess } from '../utils/sample-process.js';
 import { startTestApp, type TestApp } from '../utils/test-app.js';
 import {
+  DEFAULT_PREFIX_QUEUE,
+  DefaultPrefixProcessor,
   gates,
   MisdecoratedProcessor,
   OrdersProcessor,
@@ -30,6 +33,7 @@ import {
   QUEUES,
   REDIS,
   RejectingProcessor,
+  StatementsProcessor,
   WaitingProcessor,
   LargeResultProcessor,
   type OrderJob,
@@ -89,6 +93,7 @@ describeRedis('@Idempotent() on BullMQ processors', () => {
         RejectingProcessor,
         WaitingProcessor,
         LargeResultProcessor,
+        StatementsProcessor,
       ],
       idempotency: { onEvent: (event) => events.push(event) },
     });
@@ -154,7 +159,7 @@ describeRedis('@Idempotent() on BullMQ processors', () => {
     expect(result).toEqual({ id: order.id, reference: 'once-1', attempt: 1 });
     expect(await records(`${QUEUES.orders}:once-1`)).toEqual([
       {
-        scope: `bullmq:${QUEUES.orders}`,
+        scope: `bullmq:${PREFIX}:${QUEUES.orders}`,
         status: 'completed',
         method: 'JOB',
         path: QUEUES.orders,
@@ -200,6 +205,33 @@ describeRedis('@Idempotent() on BullMQ processors', () => {
     expect(await orders('large-1')).toHaveLength(1);
   });
 
+  it('fails a job whose process threw the refusal of a nested run() whose result was not stored (UnrecoverableError): its write rolled back, never completed as a duplicate of its own', async () => {
+    await processed(
+      QUEUES.statements,
+      { reference: 'statement-a', orderId: 'statement-1' },
+      { jobId: 'statement-a' },
+    );
+    const failure = nextFailure(target.app.get(StatementsProcessor));
+    // Before the fix the job completed without a result, as a duplicate of
+    // a job processed already: its write rolled back, lost for good.
+    await expect(
+      processed(
+        QUEUES.statements,
+        { reference: 'statement-b', orderId: 'statement-1' },
+        { jobId: 'statement-b', attempts: 3 },
+      ),
+    ).rejects.toThrow('Response not replayable');
+    const [, error] = await failure;
+    expect(error).toBeInstanceOf(UnrecoverableError);
+    expect(error.cause).toBeInstanceOf(IdempotencyNotReplayableException);
+    const job = await reread(QUEUES.statements, 'statement-b');
+    expect(await job.isFailed()).toBe(true);
+    expect(job.attemptsMade).toBe(1);
+    expect(await orders('statement-a')).toHaveLength(1);
+    expect(await orders('statement-b')).toEqual([]);
+    expect(await records(`${QUEUES.statements}:statement-b`)).toEqual([]);
+  });
+
   it("keys a job without a jobId by BullMQ's own id and its creation time: a new job given that id again once the queue's counter started over runs", async () => {
     const { queue } = queues.get(QUEUES.orders)!;
     const { job, result } = await processed(QUEUES.orders, {
@@ -210,7 +242,7 @@ describeRedis('@Idempotent() on BullMQ processors', () => {
       await records(`${QUEUES.orders}:${job.id}@${job.timestamp}`),
     ).toEqual([
       expect.objectContaining({
-        scope: `bullmq:${QUEUES.orders}`,
+        scope: `bullmq:${PREFIX}:${QUEUES.orders}`,
         body: JSON.stringify(result),
       }),
     ]);
@@ -258,10 +290,10 @@ describeRedis('@Idempotent() on BullMQ processors', () => {
       rows.map((row) => row.id).sort(),
     );
     expect(await records(`${QUEUES.orders}:both-1`)).toEqual([
-      expect.objectContaining({ scope: `bullmq:${QUEUES.orders}` }),
+      expect.objectContaining({ scope: `bullmq:${PREFIX}:${QUEUES.orders}` }),
     ]);
     expect(await records(`${QUEUES.parcels}:both-1`)).toEqual([
-      expect.objectContaining({ scope: `bullmq:${QUEUES.parcels}` }),
+      expect.objectContaining({ scope: `bullmq:${PREFIX}:${QUEUES.parcels}` }),
     ]);
 
     for (const [index, queue] of [QUEUES.orders, QUEUES.parcels].entries()) {
@@ -274,6 +306,146 @@ describeRedis('@Idempotent() on BullMQ processors', () => {
       expect(again.result).toEqual(first[index].result);
     }
     expect(await orders('both-1')).toHaveLength(2);
+  });
+
+  describe('one queue name under two BullMQ prefixes, two applications on one database', () => {
+    /** An application of the orders queue under its prefix, and its producer. */
+    interface Tenant {
+      readonly app: TestApp;
+      readonly queue: TestQueue;
+    }
+    const tenants = new Map<string, Tenant>();
+
+    const startTenant = async (
+      name: string,
+      queueName: string,
+      processor: typeof OrdersProcessor,
+      prefix?: string,
+    ): Promise<Tenant> => {
+      const app = await startTestApp({
+        database: target.db,
+        imports: [
+          BullModule.forRoot({ connection, prefix }),
+          BullModule.registerQueue({ name: queueName }),
+          TypeOrmModule.forFeature([Order]),
+        ],
+        providers: [processor],
+      });
+      const queue = new Queue<OrderJob>(queueName, { connection, prefix });
+      const queueEvents = new QueueEvents(queueName, { connection, prefix });
+      await Promise.all([queue.waitUntilReady(), queueEvents.waitUntilReady()]);
+      const tenant = { app, queue: { queue, events: queueEvents } };
+      tenants.set(name, tenant);
+      return tenant;
+    };
+    const tenantPrefix = (name: string) => `${PREFIX}-${name}`;
+
+    beforeAll(async () => {
+      for (const name of ['tenantA', 'tenantB']) {
+        await startTenant(
+          name,
+          QUEUES.orders,
+          OrdersProcessor,
+          tenantPrefix(name),
+        );
+      }
+    });
+    afterAll(async () => {
+      for (const { app, queue } of tenants.values()) {
+        await closeQueue(queue);
+        await app.close();
+      }
+    });
+
+    /** Adds a job on a tenant's queue and waits for its result. */
+    const processedBy = async (
+      tenant: string,
+      data: OrderJob,
+      jobId: string,
+    ): Promise<OrderResult> => {
+      const { queue, events: jobEvents } = tenants.get(tenant)!.queue;
+      const job = await queue.add('order', data, { jobId });
+      const result = (await job.waitUntilFinished(jobEvents)) as OrderResult;
+      await job.remove();
+      return result;
+    };
+
+    it("runs the same job id with the same data under each prefix, each with a record in its prefix's scope, and replays each its own result", async () => {
+      const first = {
+        tenantA: await processedBy(
+          'tenantA',
+          { reference: 'tenant-1' },
+          'tenant-1',
+        ),
+        tenantB: await processedBy(
+          'tenantB',
+          { reference: 'tenant-1' },
+          'tenant-1',
+        ),
+      };
+      const rows = await orders('tenant-1');
+      expect(rows).toHaveLength(2);
+      expect([first.tenantA.id, first.tenantB.id]).toEqual(
+        rows.map((row) => row.id),
+      );
+      expect(await records(`${QUEUES.orders}:tenant-1`)).toEqual(
+        ['tenantA', 'tenantB'].map((tenant) =>
+          expect.objectContaining({
+            scope: `bullmq:${tenantPrefix(tenant)}:${QUEUES.orders}`,
+            status: 'completed',
+            body: JSON.stringify(first[tenant as keyof typeof first]),
+          }),
+        ),
+      );
+
+      expect(
+        await processedBy('tenantB', { reference: 'tenant-1' }, 'tenant-1'),
+      ).toEqual(first.tenantB);
+      expect(
+        await processedBy('tenantA', { reference: 'tenant-1' }, 'tenant-1'),
+      ).toEqual(first.tenantA);
+      expect(await orders('tenant-1')).toHaveLength(2);
+    });
+
+    it('runs the same job id with other data under another prefix instead of refusing it as a reused key', async () => {
+      const a = await processedBy(
+        'tenantA',
+        { reference: 'tenant-2' },
+        'tenant-2',
+      );
+      const b = await processedBy(
+        'tenantB',
+        { reference: 'tenant-2', orderId: 'another' },
+        'tenant-2',
+      );
+      const rows = await orders('tenant-2');
+      expect(rows.map((row) => row.id)).toEqual([a.id, b.id]);
+      expect(b).toEqual({ id: rows[1].id, reference: 'tenant-2', attempt: 1 });
+    });
+
+    it("keeps the scope bullmq:<queueName> under BullMQ's default prefix (bull), which the records of earlier versions have", async () => {
+      await startTenant(
+        'default',
+        DEFAULT_PREFIX_QUEUE,
+        DefaultPrefixProcessor,
+      );
+      const first = await processedBy(
+        'default',
+        { reference: 'bull-1' },
+        'bull-1',
+      );
+      expect(await records(`${DEFAULT_PREFIX_QUEUE}:bull-1`)).toEqual([
+        expect.objectContaining({
+          scope: `bullmq:${DEFAULT_PREFIX_QUEUE}`,
+          status: 'completed',
+          body: JSON.stringify(first),
+        }),
+      ]);
+      expect(
+        await processedBy('default', { reference: 'bull-1' }, 'bull-1'),
+      ).toEqual(first);
+      expect(await orders('bull-1')).toHaveLength(1);
+    });
   });
 
   it.each<[string, Partial<OrderJob>, string]>([

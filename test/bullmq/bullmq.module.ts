@@ -1,9 +1,10 @@
+import { randomUUID } from 'node:crypto';
 import { Injectable } from '@nestjs/common';
 import { Processor, WorkerHost } from '@nestjs/bullmq';
 import { InjectRepository } from '@nestjs/typeorm';
 import type { Job } from 'bullmq';
 import type { Repository } from 'typeorm';
-import { Idempotent } from '../../src/index.js';
+import { Idempotent, IdempotencyService } from '../../src/index.js';
 import { Order } from '../fixtures/order.entity.js';
 import { Barrier } from '../utils/barrier.js';
 
@@ -17,7 +18,14 @@ export const QUEUES = {
   rejecting: 'idempotency-keyed-reject',
   waiting: 'idempotency-keyed-wait',
   large: 'idempotency-large-results',
+  statements: 'idempotency-nested-statements',
 } as const;
+
+/**
+ * A queue under BullMQ's default prefix (`bull`), which the suite's other
+ * queues avoid: named for this run only.
+ */
+export const DEFAULT_PREFIX_QUEUE = `idempotency-default-prefix-${randomUUID().slice(0, 8)}`;
 
 /** What the producers of this suite send. */
 export interface OrderJob {
@@ -84,6 +92,9 @@ export class OrdersProcessor extends OrdersHost {}
 @Processor(QUEUES.parcels)
 export class ParcelsProcessor extends OrdersHost {}
 
+@Processor(DEFAULT_PREFIX_QUEUE)
+export class DefaultPrefixProcessor extends OrdersHost {}
+
 /** Keyed by the order id in the job's data, in a scope of its own. */
 const byOrderId = {
   key: (context: { getArgByIndex<T>(index: number): T }) =>
@@ -103,6 +114,31 @@ export class LargeResultProcessor extends WorkerHost {
   @Idempotent({ maxResponseSize: 10 })
   async process(job: Job<OrderJob>): Promise<OrderResult> {
     return writeOrder(this.orders, job);
+  }
+}
+
+/**
+ * Writes its order, then makes the statement its data names in a nested
+ * `run()`, whose result is over the module's maxResponseSize (1 MiB): the
+ * statement's next `run()` is refused as not replayable.
+ */
+@Processor(QUEUES.statements)
+export class StatementsProcessor extends WorkerHost {
+  constructor(
+    @InjectRepository(Order) private readonly orders: Repository<Order>,
+    private readonly idempotency: IdempotencyService,
+  ) {
+    super();
+  }
+
+  @Idempotent()
+  async process(job: Job<OrderJob>): Promise<OrderResult> {
+    const result = await writeOrder(this.orders, job);
+    await this.idempotency.run(
+      { key: job.data.orderId!, scope: 'statements' },
+      () => Promise.resolve('x'.repeat(1_100_000)),
+    );
+    return result;
   }
 }
 

@@ -287,6 +287,8 @@ describe('the command line, on the sample app’s database', () => {
     const keys = await mkdtemp(join(tmpdir(), 'cli-keys-'));
     const notJson = join(keys, 'not-json.json');
     await writeFile(notJson, '{', { mode: 0o600 });
+    const empty = join(keys, 'empty.json');
+    await writeFile(empty, '', { mode: 0o600 });
     const shortKey = join(keys, 'short.json');
     await writeFile(
       shortKey,
@@ -301,6 +303,8 @@ describe('the command line, on the sample app’s database', () => {
     for (const args of [
       ['list', '--keys', join(keys, 'missing.json')],
       ['list', '--keys', notJson],
+      ['list', '--keys', empty],
+      ['reencrypt', '--keys', empty],
       ['list', '--keys', shortKey],
       ['reencrypt'],
       ['list', '--status', 'stuck'],
@@ -311,6 +315,8 @@ describe('the command line, on the sample app’s database', () => {
       ['forget', '--scope', 'x', '--batch-size', '0'],
       ['gc', '--batch-size', '0'],
       ['gc', '--batch-size', '20000'],
+      // A Redis option with a PostgreSQL URL: refused, never ignored.
+      ['list', '--prefix', 'app:'],
     ]) {
       const refused = await cli(...args);
       expect({
@@ -323,6 +329,12 @@ describe('the command line, on the sample app’s database', () => {
         usage: true,
       });
     }
+    // An empty key file named is refused, never read as no ring given.
+    expect(await cli('inspect', 'no-such-key', '--keys', empty)).toEqual({
+      code: 2,
+      out: '',
+      err: `nestjs-idempotency: The key ring file ${empty} is empty: give { "keys": { "<id>": "<base64>" }, "current": "<id>" }.\n${usage}`,
+    });
     // A NUL character, which PostgreSQL refuses in text, is refused before
     // the database is asked: in a cursor, a key or a scope.
     const nulCursor = Buffer.from(JSON.stringify(['\u0000', 'x'])).toString(
@@ -347,6 +359,43 @@ describe('the command line, on the sample app’s database', () => {
         err: `nestjs-idempotency: The ${what} must not hold a NUL character (\\u0000).\n${usage}`,
       });
     }
+    // A lone surrogate, which PostgreSQL's driver writes as U+FFFD, is
+    // refused too: it would name the record of the scope or key with
+    // U+FFFD in its place, which inspect showed and forget deleted.
+    await db.query(
+      `INSERT INTO idempotency_records (scope, key, fingerprint, method, path, status, response_status, response_headers, response_body, expires_at)
+       VALUES ('tenant-\uFFFD', 'key-\uFFFD', 'f', 'POST', '/x', 'completed', 201, '{}', 'kept', now() + interval '1 hour')`,
+    );
+    const loneCursor = Buffer.from(
+      JSON.stringify(['tenant-\uD800', 'x']),
+    ).toString('base64url');
+    expect(await cli('list', '--cursor', loneCursor)).toEqual({
+      code: 2,
+      out: '',
+      err: `nestjs-idempotency: The cursor "${loneCursor}" is not one that a page of records returned.\n${usage}`,
+    });
+    for (const [args, what] of [
+      [['inspect', 'key-\uD800', '--scope', 'tenant-\uFFFD'], 'key'],
+      [['reset', 'key-\uFFFD', '--scope', 'tenant-\uDC00'], 'scope'],
+      [['list', '--scope', 'tenant-\uD800', '--status', 'completed'], 'scope'],
+      [['forget', '--scope', 'tenant-\uD800'], 'scope'],
+      [['forget', '--scope', 'tenant-\uFFFD', '--key', 'key-\uDFFF'], 'key'],
+    ] as const) {
+      expect({ args, ...(await cli(...args)) }).toEqual({
+        args,
+        code: 2,
+        out: '',
+        err: `nestjs-idempotency: The ${what} must be well-formed Unicode, without a lone surrogate.\n${usage}`,
+      });
+    }
+    expect(
+      await count(
+        `SELECT count(*)::int AS n FROM idempotency_records WHERE scope = 'tenant-\uFFFD'`,
+      ),
+    ).toBe(1);
+    await db.query(
+      `DELETE FROM idempotency_records WHERE scope = 'tenant-\uFFFD'`,
+    );
     expect((await cli('forget')).code).toBe(2);
     expect((await cli('inspect')).code).toBe(2);
     expect((await cli('list', '--nope')).code).toBe(2);
@@ -367,6 +416,38 @@ describe('the command line, on the sample app’s database', () => {
     const help = await cli('--help');
     expect(help.code).toBe(0);
     expect(help.out).toMatch(/^Usage: nestjs-idempotency <command>/);
+  });
+
+  it('lists every scope without --scope and inspects in the global scope, as its help says', async () => {
+    await db.query(
+      `INSERT INTO idempotency_records (scope, key, fingerprint, method, path, status, response_status, response_headers, response_body, expires_at)
+       VALUES ('help-a', 'k', 'f', 'POST', '/x', 'failed', 500, '{}', 'a', now() + interval '1 hour'),
+              ('help-b', 'k', 'f', 'POST', '/x', 'failed', 500, '{}', 'b', now() + interval '1 hour')`,
+    );
+    const page = await json<{ records: Array<{ scope: string }> }>(
+      'list',
+      '--status',
+      'failed',
+    );
+    expect(
+      page.records
+        .map((record) => record.scope)
+        .filter((scope) => scope.startsWith('help-')),
+    ).toEqual(['help-a', 'help-b']);
+    expect((await cli('inspect', 'k')).code).toBe(1);
+
+    const { out } = await cli('--help');
+    expect(out).toContain(
+      "--scope <scope>     inspect, reset: the key's scope (default: global);\n" +
+        '                      list, reencrypt: only this scope (default: every scope);\n' +
+        '                      forget: the scope to forget (needed)\n',
+    );
+    expect(out).toContain(
+      'reencrypt: records per page (default 100, at most 1000)',
+    );
+    await db.query(
+      `DELETE FROM idempotency_records WHERE scope IN ('help-a', 'help-b')`,
+    );
   });
 
   it('gc reports the abandoned steps it deletes opened with the key ring, as the application would: this run is the last to see them', async () => {

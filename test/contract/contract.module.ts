@@ -95,6 +95,18 @@ export class KeysController {
   derivedOrNone(@Body() body: Payload) {
     return { run: this.runs.count('keys/derived-or-none'), body };
   }
+
+  /** Its key is the body's `orderId`, any text the rules let through. */
+  @Post('any-text')
+  @Idempotent({
+    key: (context) =>
+      context.switchToHttp().getRequest<{ body: Payload }>().body.orderId as
+        string | undefined,
+    keyValidation: { pattern: /^[\s\S]+$/, maxLength: 1024 },
+  })
+  anyText(@Body() body: Payload) {
+    return { run: this.runs.count('keys/any-text'), body };
+  }
 }
 
 @Controller('fingerprint')

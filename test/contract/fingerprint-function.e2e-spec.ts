@@ -4,7 +4,9 @@
  * reused on another route, or on another path parameter, with a body the
  * function maps to the same value, is another request: 422, never the
  * first route's response. Records written by 0.6, whose fingerprint was the
- * function's value alone, are still matched by it until they expire.
+ * function's value alone, are still matched by it until they expire, on
+ * their own method and route only; a value in the form of the module's own
+ * fingerprints (which a client may make the function return) never is.
  */
 import { Body, Controller, HttpCode, Param, Post } from '@nestjs/common';
 import type { ExecutionContext } from '@nestjs/common';
@@ -37,6 +39,13 @@ const amountOnly = (context: ExecutionContext) =>
       .amount,
   )}`;
 
+/** The request's `Content-Digest`, which the client chooses. */
+const contentDigest = (context: ExecutionContext) =>
+  String(
+    context.switchToHttp().getRequest<{ headers: Record<string, string> }>()
+      .headers['content-digest'],
+  );
+
 /** What the handlers ran, in order. */
 const ran: string[] = [];
 
@@ -54,6 +63,14 @@ class FingerprintFunctionController {
   charge(@Body() body: { amount: number }) {
     ran.push('charge');
     return { charged: body.amount };
+  }
+
+  /** Its fingerprint is a header the client sends, as it is. */
+  @Post('upload/:id')
+  @Idempotent({ fingerprint: contentDigest })
+  upload(@Param('id') id: string) {
+    ran.push(`upload ${id}`);
+    return { uploaded: id };
   }
 }
 
@@ -146,6 +163,70 @@ describe.each(PLATFORMS)('a fingerprint function (%s)', (platform) => {
     });
     expect(await post('/fp/refund/A', key, { amount: 21 })).toMatchObject({
       status: 422,
+    });
+    expect(ran).toEqual(['refund A']);
+  });
+
+  const fingerprintOf = async (key: string) =>
+    (
+      await target.db.query<{ fingerprint: string }>(
+        `SELECT fingerprint FROM ${IDEMPOTENCY_TABLE_NAME} WHERE key = $1`,
+        [key],
+      )
+    )[0].fingerprint;
+  const upload = (path: string, key: string, digest: string) =>
+    answer(
+      fetch(`${target.url}${path}`, {
+        method: 'POST',
+        headers: { 'idempotency-key': key, 'content-digest': digest },
+      }),
+    );
+  const REUSED = {
+    status: 422,
+    replayed: false,
+    body: { type: 'urn:idempotency:key-reused' },
+  };
+
+  it("never matches a record by a value the function returns that is the record's stored fingerprint: another route's, or its own for another value or path parameter, gets 422", async () => {
+    const key = randomUUID();
+    expect(await post('/fp/charge', key, { amount: 10 })).toMatchObject({
+      status: 201,
+    });
+    const charge = await fingerprintOf(key);
+    expect(await upload('/fp/upload/A', key, charge)).toMatchObject(REUSED);
+
+    const own = randomUUID();
+    expect(await upload('/fp/upload/A', own, 'sha-256=:abc=:')).toMatchObject({
+      status: 201,
+      replayed: false,
+    });
+    const stored = await fingerprintOf(own);
+    for (const path of ['/fp/upload/A', '/fp/upload/B']) {
+      expect(await upload(path, own, stored)).toMatchObject(REUSED);
+    }
+    expect(await upload('/fp/upload/A', own, 'sha-256=:abc=:')).toMatchObject({
+      status: 201,
+      replayed: true,
+      body: { uploaded: 'A' },
+    });
+    expect(ran).toEqual(['charge', 'upload A']);
+  });
+
+  it("matches a record of 0.6 by the function's value only on the method and route it was written for: another route's gets 422", async () => {
+    const key = randomUUID();
+    expect(await post('/fp/refund/A', key, { amount: 30 })).toMatchObject({
+      status: 201,
+    });
+    // As 0.6 wrote it: the function's value, nothing else.
+    await target.db.query(
+      `UPDATE ${IDEMPOTENCY_TABLE_NAME} SET fingerprint = 'amount:30' WHERE key = $1`,
+      [key],
+    );
+    expect(await post('/fp/charge', key, { amount: 30 })).toMatchObject(REUSED);
+    expect(await post('/fp/refund/A', key, { amount: 30 })).toMatchObject({
+      status: 201,
+      replayed: true,
+      body: { refunded: 'A', amount: 30 },
     });
     expect(ran).toEqual(['refund A']);
   });

@@ -1,6 +1,7 @@
 import { request as httpRequest } from 'node:http';
 import { IDEMPOTENCY_TABLE_NAME } from '../../migrations/index.js';
 import { send, PLATFORMS, type TestApp } from '../utils/test-app.js';
+import { answer } from '../utils/problems.js';
 import { useContractApp } from './contract-app.js';
 import type { Runs } from './contract.module.js';
 
@@ -184,6 +185,75 @@ describe.each(PLATFORMS)('idempotency keys (%s)', (platform) => {
     expect(derived.status).toBe(201);
     expect(runs.counts['keys/derived-or-none']).toBe(1);
     expect(await records()).toContain('order-1');
+  });
+
+  it('refuses a key with a lone surrogate with 400, whatever its pattern lets through, running and storing nothing: it never shares the record of the key PostgreSQL writes in its place (U+FFFD)', async () => {
+    const post = (orderId: string) =>
+      answer(send(target, '/keys/any-text', { body: { orderId } }));
+    expect(await post('order-\ud800')).toEqual({
+      status: 400,
+      contentType: expect.stringMatching(/^application\/problem\+json/),
+      retryAfter: null,
+      replayed: false,
+      body: {
+        type: 'urn:idempotency:invalid-key',
+        title: 'Invalid idempotency key',
+        status: 400,
+        detail:
+          'The key of the "key" option is invalid: it is not well-formed Unicode (it has a lone surrogate).',
+      },
+    });
+    expect(runs.counts['keys/any-text']).toBeUndefined();
+    expect(await records()).not.toContain('order-\ufffd');
+    expect(await post('order-\ufffd')).toMatchObject({
+      status: 201,
+      replayed: false,
+      body: { run: 1, body: { orderId: 'order-\ufffd' } },
+    });
+  });
+
+  it('refuses a key with a NUL character, which PostgreSQL refuses, with 400, whatever its pattern lets through, never a 503 to retry for ever', async () => {
+    const before = { ...runs.counts };
+    const response = await answer(
+      send(target, '/keys/any-text', { body: { orderId: 'order\u0000x' } }),
+    );
+    expect(response).toMatchObject({
+      status: 400,
+      retryAfter: null,
+      body: {
+        type: 'urn:idempotency:invalid-key',
+        detail:
+          'The key of the "key" option is invalid: it has a NUL character (U+0000), which PostgreSQL cannot store.',
+      },
+    });
+    expect(runs.counts).toEqual(before);
+  });
+
+  it('refuses a key longer than 1,024 bytes of UTF-8 with 400, whatever maxLength (1,024 UTF-16 code units) lets through: PostgreSQL’s index cannot take it', async () => {
+    const before = { ...runs.counts };
+    const key = '鍵'.repeat(1024);
+    const response = await answer(
+      send(target, '/keys/any-text', { body: { orderId: key } }),
+    );
+    expect(response).toMatchObject({
+      status: 400,
+      retryAfter: null,
+      body: {
+        type: 'urn:idempotency:invalid-key',
+        detail:
+          'The key of the "key" option is invalid: it is 3072 bytes long in UTF-8, more than the 1024 a key may have.',
+      },
+    });
+    expect(runs.counts).toEqual(before);
+    // The longest that fits.
+    const longest = `${'鍵'.repeat(341)}k`;
+    for (const replayed of [false, true]) {
+      expect(
+        await answer(
+          send(target, '/keys/any-text', { body: { orderId: longest } }),
+        ),
+      ).toMatchObject({ status: 201, replayed });
+    }
   });
 
   it('derives the key from the request when the route says so', async () => {

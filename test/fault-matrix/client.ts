@@ -50,8 +50,11 @@ export interface MatrixApp {
   charged(key: string): Promise<boolean>;
   /** What the store holds for `key`, as a refused request must leave it. */
   held(key: string): Promise<unknown>;
-  /** Whether a live claim holds `key`. */
-  claimed(key: string): Promise<boolean>;
+  /**
+   * When the live claim that holds `key` ends, in epoch ms of the store's
+   * clock (the machine's); 0 when no live claim holds it.
+   */
+  claimEnds(key: string): Promise<number>;
 }
 
 /** The client of one cell: its request, its retries, the binding's probes. */
@@ -98,19 +101,14 @@ export interface ClientCell {
   /**
    * Whether the fault failed the release of the claim (the store's client
    * still away when the handler failed): the instance tries it again until
-   * it lands, which frees the key within {@link RELEASED_WITHIN_MS} of the
-   * failed answer, long before the claim's lease ({@link LIVE_LEASE_MS})
-   * would. The client waits for that after each failed answer, then
-   * retries: never a 409.
+   * it lands, which frees the key once the store answers (a few of its
+   * retries, every 500 ms), long before the claim's lease
+   * ({@link LIVE_LEASE_MS}) would. The client waits for that after each
+   * failed answer, and fails unless the key was free before the lease's
+   * end (a release, not a lapse), then retries: never a 409.
    */
   readonly releasedLate?: boolean;
 }
-
-/**
- * How soon a release that failed lands once the store answers again: a few
- * of its retries (every 500 ms), far within {@link LIVE_LEASE_MS}.
- */
-export const RELEASED_WITHIN_MS = 6_000;
 
 /**
  * The client of the cell at `point`/`when` (a key of its own). After each
@@ -152,9 +150,10 @@ export function cellClient(
   };
 
   /** Waits until no live claim holds the key: within its lease, or it is stuck. */
+  const claimed = async () => (await app.claimEnds(key)) > 0;
   const untilClaimFree = () =>
     until(
-      async () => !(await app.claimed(key)),
+      async () => !(await claimed()),
       `the claim of ${key} to lapse within its lease`,
       app.leaseMs + 1_000,
     );
@@ -165,11 +164,20 @@ export function cellClient(
     probed: [],
     async released() {
       if (cell.releasedLate) {
+        // Bounded by the lease, not by a guess of how soon (a busy machine
+        // may hold the store's client back for seconds): a key found free
+        // before its lease's end was released, not lapsed.
+        const ends = await app.claimEnds(key);
+        if (ends === 0) {
+          // Already free: released while the answer was read.
+          return;
+        }
         await until(
-          async () => !(await app.claimed(key)),
+          async () => !(await claimed()),
           `the release of the claim of ${key} to land once the store answers`,
-          RELEASED_WITHIN_MS,
+          Math.max(0, ends - Date.now()) + 1_000,
         );
+        expect(Date.now()).toBeLessThan(ends);
       }
     },
     send: () => post(url, path, key, body),
@@ -180,14 +188,16 @@ export function cellClient(
         const reply = await read(next);
         replies.push(reply);
         await app.checkAnswer(client, reply);
+        if (reply.status === 503) {
+          // Before the probe: a release still being retried would change
+          // the store under the probe's comparison.
+          await client.released();
+        }
         if (failed(reply) && (await bound())) {
           await probe(label(reply));
         }
         if (reply.status !== 503 && reply.status !== 409) {
           return replies;
-        }
-        if (reply.status === 503) {
-          await client.released();
         }
         if (replies.length >= MAX_TRIES) {
           throw new Error(
@@ -199,7 +209,7 @@ export function cellClient(
             // I4: the instance lives, and its key is still claimed.
             throw new Error(
               `${key}: refused with 409 after ${replies.slice(0, -1).map(label).join(', ') || 'nothing'}: ` +
-                `a claim of the key was left behind (live: ${await app.claimed(key)}), ` +
+                `a claim of the key was left behind (live: ${await claimed()}), ` +
                 `the retry waits for its lease (${app.leaseMs} ms) instead of running at once`,
             );
           }

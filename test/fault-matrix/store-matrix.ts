@@ -158,10 +158,11 @@ export function failingFastCells(options: {
   return storeCells((point, when) => {
     switch (point) {
       case 'claim':
-        // Written, unknown to its attempt: it holds the key for its lease.
+        // After: written, its answer lost: released by its owner (tried
+        // again until the client is back).
         return when === 'before'
           ? { expected: ['503', '201'] }
-          : { expected: ['503', '409', '201'], claimLeft: true };
+          : { expected: ['503', '201'], releasedLate };
       case 'step read':
         return { expected: ['503', '201'], releasedLate };
       case 'step save':
@@ -309,9 +310,11 @@ function describeCells<Call>(
         checkAnswer: ready,
         charged: async (key) => (await target.steps(key)).includes('charge'),
         held: (key) => target.snapshot(key),
-        async claimed(key) {
+        async claimEnds(key) {
           const record = await target.record(key);
-          return record?.state === 'in_progress' && record.live;
+          return record?.state === 'in_progress' && record.live
+            ? record.leaseEnds
+            : 0;
         },
       },
       cell,

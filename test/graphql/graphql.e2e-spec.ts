@@ -574,6 +574,45 @@ function graphqlMutations(driver: GraphqlDriver, platform: Platform): void {
     },
   );
 
+  it("storeErrors: the module's refusal that a resolver threw (a nested run()'s 422) is stored, and replayed as the same GraphQL error, its code and problem details", async () => {
+    const reference = `${driver}-${platform}-nested-reused`;
+    const key = `nested-reused-${driver}-${platform}`;
+    const document = `mutation { placeOrderRefused(reference: "${reference}") { id } }`;
+    const refused = await graphql(document, { key });
+    expect(refused).toEqual({
+      status: 200,
+      body: {
+        data: null,
+        errors: [
+          {
+            message:
+              'This idempotency key was already used for a different request. Use a new key for a new request.',
+            locations: [{ line: 1, column: 12 }],
+            path: ['placeOrderRefused'],
+            extensions: {
+              code: 'IDEMPOTENCY_KEY_REUSED',
+              status: 422,
+              type: 'urn:idempotency:key-reused',
+              title: 'Idempotency key reused',
+              detail:
+                'This idempotency key was already used for a different request. Use a new key for a new request.',
+              key: reference,
+            },
+          },
+        ],
+      },
+    });
+    expect(await records(`${key}%`)).toEqual([
+      expect.objectContaining({ status: 'failed' }),
+    ]);
+    // Before the fix the duplicate got the stored error thrown again as an
+    // HttpException, which the drivers answer with their own code and
+    // without the problem details.
+    expect(await graphql(document, { key })).toEqual(refused);
+    expect(gate.runs).toEqual({ placeOrderRefused: 1 });
+    expect(await rows(reference)).toBe(0);
+  });
+
   it('storeErrors: an error the policy does not store (a 500) releases the key: the retry runs again', async () => {
     const document = `mutation { placeOrderRefused(reference: "crash") { id } }`;
     const key = `crash-${driver}-${platform}`;

@@ -21,7 +21,7 @@ import type { MercuriusDriverConfig } from '@nestjs/mercurius';
 import { InjectRepository, TypeOrmModule } from '@nestjs/typeorm';
 import { GraphQLError, GraphQLScalarType, Kind } from 'graphql';
 import type { Repository } from 'typeorm';
-import { Idempotent } from '../../src/index.js';
+import { Idempotent, IdempotencyService } from '../../src/index.js';
 import { Order } from '../fixtures/order.entity.js';
 import { Barrier } from '../utils/barrier.js';
 import { describeWithRequireEsm } from '../utils/jest-esm.js';
@@ -137,6 +137,7 @@ export class OrdersResolver {
   constructor(
     @InjectRepository(Order) private readonly orders: Repository<Order>,
     private readonly gate: Gate,
+    private readonly idempotency: IdempotencyService,
   ) {}
 
   private async write(reference: string, note?: string): Promise<PlacedOrder> {
@@ -265,6 +266,16 @@ export class OrdersResolver {
     }
     if (reference === 'crash') {
       throw new Error('The stock service crashed');
+    }
+    if (reference.endsWith('nested-reused')) {
+      // A nested run() under a key a run() of other work took: the
+      // module's 422, thrown through the resolver.
+      for (const fingerprint of ['reserve', 'release']) {
+        await this.idempotency.run(
+          { key: reference, scope: 'stock', fingerprint },
+          () => Promise.resolve(fingerprint),
+        );
+      }
     }
     if (reference.endsWith('sold-out')) {
       throw new GraphQLError(`Sold out: ${reference}`, {

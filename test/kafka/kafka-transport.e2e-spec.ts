@@ -1,6 +1,11 @@
 import { jest } from '@jest/globals';
 import { Logger } from '@nestjs/common';
 import { KafkaContext } from '@nestjs/microservices';
+import type { IHeaders } from 'kafkajs';
+import {
+  IdempotencyNotReplayableException,
+  type IdempotencyHttpException,
+} from '../../src/index.js';
 import { startTestApp, type TestApp } from '../utils/test-app.js';
 import { holdInTransaction } from '../utils/test-database.js';
 import {
@@ -277,6 +282,40 @@ describe('@Idempotent() on a Kafka consumer of the Nest transport (recorded kafk
     expect(await orders()).toEqual(['after-poison']);
   });
 
+  it('hands to the dead-letter path at once a message whose handler threw the refusal of a nested run() whose result was not stored, never acknowledging it as a duplicate of its own: its write rolled back', async () => {
+    const first = next();
+    const second = next();
+    await recorded.deliver(TOPIC, 4, {
+      offset: first,
+      value: { reference: 'statement-a', statement: 'statement-1' },
+    });
+    await recorded.deliver(TOPIC, 4, {
+      offset: second,
+      value: { reference: 'statement-b', statement: 'statement-1' },
+    });
+    expect(handlers.runs).toBe(2);
+    // Before the fix: acknowledged (its offset committed) as a duplicate
+    // whose result was not stored, with nothing handed over or logged.
+    expect(deadLetters).toEqual([
+      expect.objectContaining({
+        key: `PaymentsKafkaConsumer.paid@${TOPIC}/4/${second}@${SENT_AT}`,
+        attempts: 0,
+        error: expect.any(IdempotencyNotReplayableException),
+      }),
+    ]);
+    expect(
+      recorded.calls.map((call) =>
+        call.call === 'commitOffsets' ? call.offsets[0].offset : call.call,
+      ),
+    ).toEqual([
+      'eachMessage',
+      String(Number(first) + 1),
+      'eachMessage',
+      String(Number(second) + 1),
+    ]);
+    expect(await orders()).toEqual(['statement-a']);
+  });
+
   it('leaves a failed message to come back when the store does not answer its count of failed attempts: settled by the deadline, not held for as long as the store is silent', async () => {
     const at = next();
     // The count's statement waits for this lock for as long as it is held.
@@ -313,32 +352,69 @@ describe('@Idempotent() on a Kafka consumer of the Nest transport (recorded kafk
     expect(await records()).toEqual([]);
   });
 
-  it('hands a message with a malformed key header to the dead-letter path at once, uncounted, then commits its offset', async () => {
-    const at = next();
-    const done = await recorded.deliver(TOPIC, 5, {
-      offset: at,
-      value: { reference: 'bad-key' },
-      headers: { 'Idempotency-Key': 'not a key' },
-    });
-    expect(done).toBe(true);
-    expect(handlers.runs).toBe(0);
-    expect(deadLetters).toEqual([
-      expect.objectContaining({
-        scope: undefined,
-        key: undefined,
-        attempts: 0,
-        data: { reference: 'bad-key' },
-        error: expect.objectContaining({ status: 400 }),
-      }),
-    ]);
-    expect(recorded.calls.map((call) => call.call)).toEqual([
-      'eachMessage',
-      'commitOffsets',
-    ]);
-    expect(await target.db.query('SELECT 1 FROM idempotency_failures')).toEqual(
-      [],
-    );
-  });
+  it.each<[string, IHeaders, string]>([
+    [
+      'a malformed key header',
+      { 'Idempotency-Key': 'not a key' },
+      'it has an invalid format',
+    ],
+    // Read as no key, it would be keyed by its place in the log: a copy
+    // produced again would run again.
+    [
+      'an empty key header',
+      { 'Idempotency-Key': '' },
+      'it must be 1 to 255 characters long',
+    ],
+    [
+      'an empty key header of bytes',
+      { 'Idempotency-Key': Buffer.alloc(0) },
+      'it must be 1 to 255 characters long',
+    ],
+    [
+      'a key header under two spellings of its name, as repeated',
+      { 'Idempotency-Key': 'k-1', 'idempotency-key': 'k-2' },
+      'it is repeated',
+    ],
+    [
+      'a malformed quoted key header',
+      { 'Idempotency-Key': '"k-1' },
+      'it is not a valid quoted string',
+    ],
+  ])(
+    'hands a message with %s to the dead-letter path at once, uncounted, then commits its offset',
+    async (_what, headers, reason) => {
+      const at = next();
+      const done = await recorded.deliver(TOPIC, 5, {
+        offset: at,
+        value: { reference: 'bad-key' },
+        headers,
+      });
+      expect(done).toBe(true);
+      expect(handlers.runs).toBe(0);
+      expect(deadLetters).toEqual([
+        expect.objectContaining({
+          scope: undefined,
+          key: undefined,
+          attempts: 0,
+          data: { reference: 'bad-key' },
+          error: expect.objectContaining({ status: 400 }),
+        }),
+      ]);
+      expect(
+        (deadLetters[0].error as IdempotencyHttpException).getProblem(),
+      ).toMatchObject({
+        type: 'urn:idempotency:invalid-key',
+        detail: `The "Idempotency-Key" header is invalid: ${reason}.`,
+      });
+      expect(recorded.calls.map((call) => call.call)).toEqual([
+        'eachMessage',
+        'commitOffsets',
+      ]);
+      expect(
+        await target.db.query('SELECT 1 FROM idempotency_failures'),
+      ).toEqual([]);
+    },
+  );
 
   it('drops an event refused for good on a route with no deadLetter (the key of another message): its offset committed, the partition moving on', async () => {
     const logged = jest.spyOn(Logger.prototype, 'error');

@@ -2,7 +2,11 @@ import { Controller, Injectable, Module } from '@nestjs/common';
 import { EventPattern, Payload } from '@nestjs/microservices';
 import { InjectRepository, TypeOrmModule } from '@nestjs/typeorm';
 import type { Repository } from 'typeorm';
-import { Idempotent, type IdempotencyDeadLetter } from '../../src/index.js';
+import {
+  Idempotent,
+  IdempotencyService,
+  type IdempotencyDeadLetter,
+} from '../../src/index.js';
 import { Order } from '../fixtures/order.entity.js';
 
 export const TOPIC = 'payments';
@@ -21,6 +25,12 @@ export interface PaymentEvent {
   reference: string;
   /** How many of its deliveries fail before one succeeds (or all: `'always'`). */
   failures?: number | 'always';
+  /**
+   * A statement the handler makes in a nested `run()` under this key, whose
+   * result is over `maxResponseSize` (1 MiB): the key's next `run()` is
+   * refused as not replayable.
+   */
+  statement?: string;
 }
 
 @Injectable()
@@ -45,6 +55,7 @@ export class PaymentsKafkaConsumer {
   constructor(
     @InjectRepository(Order) private readonly orders: Repository<Order>,
     private readonly handlers: KafkaHandlers,
+    private readonly idempotency: IdempotencyService,
   ) {}
 
   @EventPattern(TOPIC)
@@ -63,6 +74,12 @@ export class PaymentsKafkaConsumer {
     await this.orders.save(
       this.orders.create({ reference: event.reference, source: 'kafka' }),
     );
+    if (event.statement) {
+      await this.idempotency.run(
+        { key: event.statement, scope: 'statements' },
+        () => Promise.resolve('x'.repeat(1_100_000)),
+      );
+    }
     this.handlers.fail(event);
   }
 }

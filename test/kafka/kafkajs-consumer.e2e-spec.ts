@@ -1,12 +1,20 @@
 import { jest } from '@jest/globals';
 import { Logger } from '@nestjs/common';
-import type { EachMessagePayload } from 'kafkajs';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { EachMessagePayload, IHeaders } from 'kafkajs';
 import type { EntityManager } from 'typeorm';
 import {
   IdempotencyConfigurationError,
+  IdempotencyContext,
+  IdempotencyDownstreamRefusedException,
+  IdempotencyDownstreamUnavailableException,
   IdempotencyKafka,
+  IdempotencyNotReplayableException,
+  IdempotencyService,
   MemoryIdempotencyStore,
   type IdempotencyDeadLetter,
+  type IdempotencyHttpException,
   type IdempotentKafkaOptions,
 } from '../../src/index.js';
 import { Order } from '../fixtures/order.entity.js';
@@ -128,6 +136,25 @@ describe('IdempotencyKafka.eachMessage() in a kafkajs consumer (recorded, no bro
     ]);
   });
 
+  it('reads a quoted key header as HTTP does: "invoice-8" and invoice-8 are one key', async () => {
+    const recorded = await consumerOf({ scope: 'billing' });
+    for (const [offset, key] of [
+      ['30', '"invoice-8"'],
+      ['31', 'invoice-8'],
+    ]) {
+      await recorded.deliver(TOPIC, 0, {
+        offset,
+        value: { reference: 'i-8' },
+        headers: { 'Idempotency-Key': key },
+      });
+    }
+    expect(runs).toBe(1);
+    expect(await orders()).toEqual(['i-8']);
+    expect(
+      await target.db.query('SELECT key FROM idempotency_records'),
+    ).toEqual([{ key: 'invoice-8' }]);
+  });
+
   it("keys a message without a key header by its place in the log, which the clients' key rules do not apply to: it runs once", async () => {
     // A topic name of 248 characters (Kafka takes 249): its place is
     // longer than the default rules' 255 characters.
@@ -223,28 +250,205 @@ describe('IdempotencyKafka.eachMessage() in a kafkajs consumer (recorded, no bro
     expect(await orders()).toEqual([]);
   });
 
-  it('hands a message with a malformed key header to deadLetter at once, running nothing', async () => {
-    const recorded = await consumerOf({
-      scope: 'billing',
-      maxAttempts: 3,
-      deadLetter: (letter) => {
-        deadLetters.push(letter);
-      },
+  it.each([
+    [
+      'refuses it (a 400: downstream-refused)',
+      400,
+      IdempotencyDownstreamRefusedException,
+    ],
+    [
+      'is down (a 503: downstream-unavailable)',
+      503,
+      IdempotencyDownstreamUnavailableException,
+    ],
+  ])(
+    'counts the failures of a handler whose outgoing call %s, and hands the message to deadLetter after maxAttempts: the partition moves on',
+    async (_what, status, thrown) => {
+      const downstream = createServer((_request, response) => {
+        response.statusCode = status;
+        response.end('no');
+      });
+      await new Promise<void>((listening) =>
+        downstream.listen(0, '127.0.0.1', listening),
+      );
+      try {
+        const { port } = downstream.address() as AddressInfo;
+        const idempotencyContext = target.app.get(IdempotencyContext);
+        const { kafka, recorded } = recordedKafka('ledger');
+        const consumer = kafka.consumer({ groupId: 'ledger' });
+        await consumer.run({
+          autoCommit: false,
+          eachMessage: idempotency.eachMessage(
+            async ({ message }, manager: EntityManager) => {
+              runs += 1;
+              await manager.insert(Order, {
+                reference: String(message.value),
+                source: 'kafkajs',
+              });
+              await idempotencyContext.fetch(
+                'ledger',
+                `http://127.0.0.1:${port}/entries`,
+                {
+                  method: 'POST',
+                  body: 'entry',
+                  idempotency: { retry: { attempts: 1 } },
+                },
+              );
+            },
+            {
+              scope: 'ledger',
+              consumer,
+              maxAttempts: 2,
+              deadLetter: (letter) => {
+                deadLetters.push(letter);
+              },
+            },
+          ),
+        });
+        // Before the fix the module took the downstream's exception for a
+        // refusal of its own: never counted, the message came back for ever.
+        expect(
+          await recorded.deliver(
+            TOPIC,
+            9,
+            { offset: '40', value: { reference: 'l-1' } },
+            4,
+          ),
+        ).toBe(true);
+        expect(runs).toBe(2);
+        expect(recorded.calls.map((call) => call.call)).toEqual([
+          'eachMessage',
+          'failed',
+          'eachMessage',
+          'commitOffsets',
+        ]);
+        expect(deadLetters).toEqual([
+          expect.objectContaining({
+            key: `${TOPIC}/9/40@${SENT_AT}`,
+            attempts: 2,
+            error: expect.any(thrown),
+          }),
+        ]);
+        expect(await orders()).toEqual([]);
+      } finally {
+        downstream.close();
+      }
+    },
+  );
+
+  it('hands to deadLetter a message whose handler threw the refusal of a nested run() whose result was not stored: failed, its write rolled back, never acknowledged as a duplicate of its own', async () => {
+    const service = target.app.get(IdempotencyService);
+    const { kafka, recorded } = recordedKafka('statements');
+    const consumer = kafka.consumer({ groupId: 'statements' });
+    await consumer.run({
+      autoCommit: false,
+      eachMessage: idempotency.eachMessage(
+        async ({ message }, manager: EntityManager) => {
+          runs += 1;
+          await manager.insert(Order, {
+            reference: String(message.value),
+            source: 'kafkajs',
+          });
+          // A result over maxResponseSize (1 MiB): not stored, its key's
+          // next run() refused as not replayable.
+          await service.run({ key: 'statement-1', scope: 'statements' }, () =>
+            Promise.resolve('x'.repeat(1_100_000)),
+          );
+        },
+        {
+          scope: 'statements',
+          consumer,
+          maxAttempts: 3,
+          deadLetter: (letter) => {
+            deadLetters.push(letter);
+          },
+        },
+      ),
     });
-    await recorded.deliver(TOPIC, 7, {
-      offset: '14',
-      value: { reference: 'i-6' },
-      headers: { 'Idempotency-Key': 'x'.repeat(300) },
-    });
-    expect(runs).toBe(0);
+    await recorded.deliver(TOPIC, 3, { offset: '50', value: 's-1' });
+    await recorded.deliver(TOPIC, 3, { offset: '51', value: 's-2' });
+    expect(runs).toBe(2);
+    // Before the fix the second one was acknowledged as a duplicate whose
+    // result was not stored: its offset committed, nothing handed over,
+    // nothing logged, and its write lost.
     expect(deadLetters).toEqual([
-      expect.objectContaining({ key: undefined, attempts: 0 }),
+      expect.objectContaining({
+        key: `${TOPIC}/3/51@${SENT_AT}`,
+        attempts: 0,
+        error: expect.any(IdempotencyNotReplayableException),
+      }),
     ]);
-    expect(recorded.calls.map((call) => call.call)).toEqual([
-      'eachMessage',
-      'commitOffsets',
+    expect(await orders()).toEqual(['"s-1"']);
+    expect(
+      await target.db.query(
+        `SELECT key, status FROM idempotency_records WHERE scope = 'statements' ORDER BY key`,
+      ),
+    ).toEqual([
+      { key: `${TOPIC}/3/50@${SENT_AT}`, status: 'completed' },
+      { key: 'statement-1', status: 'not_replayable' },
     ]);
   });
+
+  it.each<[string, IHeaders, string]>([
+    [
+      'a key header too long',
+      { 'Idempotency-Key': 'x'.repeat(300) },
+      'it must be 1 to 255 characters long',
+    ],
+    // Read as no key, it would be keyed by its place in the log: a copy
+    // produced again would run again.
+    [
+      'an empty key header',
+      { 'Idempotency-Key': '' },
+      'it must be 1 to 255 characters long',
+    ],
+    [
+      'an empty key header of bytes',
+      { 'Idempotency-Key': Buffer.alloc(0) },
+      'it must be 1 to 255 characters long',
+    ],
+    // kafkajs gives the values of a header sent twice as a list.
+    [
+      'a key header sent twice, as repeated',
+      { 'Idempotency-Key': ['invoice-6', 'invoice-6'] },
+      'it is repeated',
+    ],
+    [
+      'a key header under two spellings of its name, as repeated',
+      { 'Idempotency-Key': 'invoice-6', 'idempotency-key': 'invoice-7' },
+      'it is repeated',
+    ],
+  ])(
+    'hands a message with %s to deadLetter at once, running nothing',
+    async (_what, headers, reason) => {
+      const recorded = await consumerOf({
+        scope: 'billing',
+        maxAttempts: 3,
+        deadLetter: (letter) => {
+          deadLetters.push(letter);
+        },
+      });
+      await recorded.deliver(TOPIC, 7, {
+        offset: '14',
+        value: { reference: 'i-6' },
+        headers,
+      });
+      expect(runs).toBe(0);
+      expect(deadLetters).toEqual([
+        expect.objectContaining({ key: undefined, attempts: 0 }),
+      ]);
+      expect(
+        (deadLetters[0].error as IdempotencyHttpException).getProblem(),
+      ).toMatchObject({
+        type: 'urn:idempotency:invalid-key',
+        detail: `The "Idempotency-Key" header is invalid: ${reason}.`,
+      });
+      expect(recorded.calls.map((call) => call.call)).toEqual([
+        'eachMessage',
+        'commitOffsets',
+      ]);
+    },
+  );
 
   it.each([
     ['the key of another message', 'invoice-9', 422],

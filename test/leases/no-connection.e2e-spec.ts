@@ -1,4 +1,11 @@
-import { busyConnections, poolOf } from '../utils/statement-counter.js';
+import { until } from '../utils/barrier.js';
+import { lockWaiters } from '../utils/sessions.js';
+import {
+  busyConnections,
+  logStatements,
+  poolOf,
+} from '../utils/statement-counter.js';
+import { holdInTransaction } from '../utils/test-database.js';
 import {
   PLATFORMS,
   send,
@@ -93,3 +100,61 @@ describe.each(PLATFORMS)(
     });
   },
 );
+
+describe('renewals behind a record that another session locks', () => {
+  const POOL_SIZE = 6;
+  let target: TestApp;
+
+  beforeAll(async () => {
+    target = await startTestApp({
+      imports: [NoConnectionTestModule],
+      typeorm: { poolSize: POOL_SIZE },
+      // A renewal every 100 ms, each given a second.
+      idempotency: { gc: false, lease: '300ms' },
+    });
+  });
+  afterAll(() => target.close());
+
+  it(`hold no more than one or two connections while the lock lasts, however many turns pass: the pool of ${POOL_SIZE} stays free, then the request commits`, async () => {
+    const gate = target.app.get(Gate);
+    const answer = send(target, '/no-connection', {
+      key: 'locked-1',
+      body: { reference: 'ref-locked-1' },
+    });
+    await gate.barrier.reached(1);
+    // An operator's session, or a completion whose COMMIT is slow.
+    const lock = await holdInTransaction(
+      target.db.url,
+      `SELECT 1 FROM idempotency_records WHERE key = 'locked-1' FOR UPDATE`,
+    );
+    try {
+      const log = logStatements(target.dataSource);
+      const renewals = () =>
+        log.statements.filter((text) => text.includes('idempotency_renew'))
+          .length;
+      // As many renewals as the pool has connections, each behind the lock.
+      await until(
+        () => Promise.resolve(renewals() >= POOL_SIZE),
+        `${POOL_SIZE} renewals`,
+      );
+      log.stop();
+      // Each gave up on the lock before the next was sent: one waits at
+      // most (two as one turn follows another).
+      expect(
+        (await lockWaiters(target.db, 'idempotency_records')).length,
+      ).toBeLessThanOrEqual(2);
+      expect(busyConnections(target.dataSource)).toBeLessThanOrEqual(2);
+      expect(poolOf(target.dataSource).waitingCount).toBe(0);
+    } finally {
+      await lock.release();
+    }
+    gate.barrier.open();
+    const response = await answer;
+    expect(response.status).toBe(201);
+    expect(
+      await target.db.query(
+        `SELECT status FROM idempotency_records WHERE key = 'locked-1'`,
+      ),
+    ).toEqual([{ status: 'completed' }]);
+  }, 30_000);
+});

@@ -3,6 +3,7 @@ import {
   MARK_WAITING,
 } from '../../src/stores/postgres/postgres-statements.js';
 import { Barrier, untilWaiting } from '../utils/barrier.js';
+import { lockWaiters } from '../utils/sessions.js';
 import { listen, type Listener } from '../utils/notifications.js';
 import { logStatements } from '../utils/statement-counter.js';
 import {
@@ -13,6 +14,7 @@ import {
 } from '../utils/test-app.js';
 import {
   createTestDatabase,
+  holdInTransaction,
   type TestDatabase,
 } from '../utils/test-database.js';
 import { Gate, waitModeModule } from './wait-mode.module.js';
@@ -226,3 +228,63 @@ describe.each(PLATFORMS)(
     });
   },
 );
+
+describe('waiting duplicates of a record that another session locks', () => {
+  const POOL_SIZE = 3;
+  let target: TestApp;
+
+  beforeAll(async () => {
+    target = await startTestApp({
+      imports: [waitModeModule('A')],
+      typeorm: { poolSize: POOL_SIZE },
+      // The held request's lease runs out at its deadline: its duplicates
+      // mark it waited for, then try to take it over.
+      idempotency: { gc: false, transactionTimeout: '2s' },
+    });
+  });
+  afterAll(async () => {
+    target?.app.get(Gate).barrier.open();
+    await target?.close();
+  });
+
+  it(`get 503 without leaving a statement waiting on the lock: after ${2 * POOL_SIZE} of them, the pool of ${POOL_SIZE} still serves other keys`, async () => {
+    const gate = target.app.get(Gate);
+    gate.held.add('ref-locked');
+    const held = inFlight(
+      send(target, '/wait-mode/wait', {
+        key: 'locked',
+        body: { reference: 'ref-locked' },
+      }),
+    );
+    await gate.barrier.reached(1);
+    // An operator's session, or a completion whose COMMIT is slow.
+    const lock = await holdInTransaction(
+      target.db.url,
+      `SELECT 1 FROM idempotency_records WHERE key = 'locked' FOR UPDATE`,
+    );
+    try {
+      for (let i = 0; i < 2 * POOL_SIZE; i++) {
+        const duplicate = await send(target, '/wait-mode/wait', {
+          key: 'locked',
+          body: { reference: 'ref-locked' },
+        });
+        expect(duplicate.status).toBe(503);
+      }
+      const other = await answer(
+        send(target, '/wait-mode/wait', {
+          key: 'other',
+          body: { reference: 'ref-other' },
+        }),
+      );
+      expect(other.status).toBe(201);
+      // The held request's release, tried again, may wait its second.
+      expect(
+        (await lockWaiters(target.db, 'idempotency_records')).length,
+      ).toBeLessThanOrEqual(1);
+    } finally {
+      await lock.release();
+      gate.barrier.open();
+    }
+    expect((await held).status).toBe(503);
+  }, 30_000);
+});

@@ -34,15 +34,20 @@ describeNats(
       handlers.runs = 0;
     });
 
-    /** The reply of a request with these headers, or the error given back. */
+    /**
+     * The reply of a request with these headers (a list: the values of one
+     * name, appended), or the error given back.
+     */
     const request = (
       subject: string,
       data: unknown,
-      with_: Record<string, string> = {},
+      with_: Record<string, string | string[]> = {},
     ) => {
       const natsHeaders = headers();
       for (const [name, value] of Object.entries(with_)) {
-        natsHeaders.set(name, value);
+        for (const one of [value].flat()) {
+          natsHeaders.append(name, one);
+        }
       }
       return nats.request(
         subject,
@@ -115,6 +120,95 @@ describeNats(
       );
       expect(await records('header-key-3')).toEqual(['completed']);
       expect(await records('legacy-key-3')).toEqual([]);
+    });
+
+    /** The records of the key routes' messages. */
+    const routeRecords = () =>
+      target.db.query(
+        `SELECT key FROM idempotency_records WHERE path = ANY($1) ORDER BY key`,
+        [[KEY_SUBJECTS.keyed, KEY_SUBJECTS.optional]],
+      );
+
+    it.each(['X-Request-Id', 'Idempotency-Key'])(
+      'refuses an empty %s header as an invalid key, as HTTP does, where a key is not required too: it runs nothing and stores nothing',
+      async (name) => {
+        const before = await routeRecords();
+        for (const subject of [KEY_SUBJECTS.optional, KEY_SUBJECTS.keyed]) {
+          for (let copy = 0; copy < 2; copy += 1) {
+            const refused = await request(
+              subject,
+              { reference: 'empty-1' },
+              { [name]: '' },
+            );
+            expect(refused.error).toMatchObject({
+              type: 'urn:idempotency:invalid-key',
+              status: 400,
+              detail: `The "${name}" header is invalid: it must be 1 to 255 characters long.`,
+            });
+          }
+        }
+        expect(handlers.runs).toBe(0);
+        expect(await rows('empty-1')).toBe(0);
+        expect(await routeRecords()).toEqual(before);
+      },
+    );
+
+    it.each<[string, Record<string, string | string[]>]>([
+      ['with two values', { 'X-Request-Id': ['dup-1', 'dup-2'] }],
+      ['twice with one value', { 'X-Request-Id': ['dup-3', 'dup-3'] }],
+      [
+        'under two spellings of its name',
+        { 'X-Request-Id': 'case-1', 'x-request-id': 'case-2' },
+      ],
+    ])(
+      'refuses a key header sent %s as repeated, as HTTP does: it runs nothing',
+      async (_how, sent) => {
+        const before = await routeRecords();
+        for (const subject of [KEY_SUBJECTS.keyed, KEY_SUBJECTS.optional]) {
+          const refused = await request(
+            subject,
+            { reference: 'repeated-1' },
+            sent,
+          );
+          expect(refused.error).toMatchObject({
+            type: 'urn:idempotency:invalid-key',
+            status: 400,
+            detail: 'The "X-Request-Id" header is invalid: it is repeated.',
+          });
+        }
+        expect(handlers.runs).toBe(0);
+        expect(await rows('repeated-1')).toBe(0);
+        expect(await routeRecords()).toEqual(before);
+      },
+    );
+
+    it('reads a quoted key header as HTTP does: "quoted-1" and quoted-1 are one key', async () => {
+      const message = { reference: 'quoted-1' };
+      const first = await request(KEY_SUBJECTS.keyed, message, {
+        'X-Request-Id': '"quoted-1"',
+      });
+      expect(first.reply).toEqual({ orderId: expect.any(Number), run: 1 });
+      const again = await request(KEY_SUBJECTS.keyed, message, {
+        'X-Request-Id': 'quoted-1',
+      });
+      expect(again.reply).toEqual(first.reply);
+      expect(handlers.runs).toBe(1);
+      expect(await records('quoted-1')).toEqual(['completed']);
+      expect(await records('"quoted-1"')).toEqual([]);
+
+      const malformed = await request(
+        KEY_SUBJECTS.keyed,
+        { reference: 'quoted-2' },
+        { 'X-Request-Id': '"quoted-2' },
+      );
+      expect(malformed.error).toMatchObject({
+        type: 'urn:idempotency:invalid-key',
+        status: 400,
+        detail:
+          'The "X-Request-Id" header is invalid: it is not a valid quoted string.',
+      });
+      expect(handlers.runs).toBe(1);
+      expect(await rows('quoted-2')).toBe(0);
     });
 
     it('refuses a message without a key where one is required', async () => {

@@ -1,17 +1,22 @@
 import { Transport } from '@nestjs/microservices';
 import amqp from 'amqplib';
-import type { IdempotencyEvent } from '../../src/index.js';
+import type {
+  IdempotencyEvent,
+  IdempotencyHttpException,
+} from '../../src/index.js';
 import { until } from '../utils/barrier.js';
 import { startTestApp, type TestApp } from '../utils/test-app.js';
 import { describeWithBroker } from '../utils/broker.js';
 import {
   Deliveries,
+  HEADER_KEY_PATTERN,
   PATTERN,
   LARGE_PATTERN,
   POISON_PATTERN,
   QUEUE,
   RabbitTestModule,
   deadLetters,
+  refusedKeys,
 } from './rabbitmq.module.js';
 
 const HOST = '127.0.0.1';
@@ -155,6 +160,114 @@ describeRabbit(
       await until(settled, 'the queue to drain');
       expect(deliveries.runs - before).toBe(1);
       expect(await rows('rmq-header')).toBe(1);
+    });
+
+    /**
+     * Publishes copies of a message without a message id, with these key
+     * headers, on the header-keyed route; resolves once each was run or
+     * refused (handed to deadLetter).
+     */
+    const publishKeyed = async (
+      reference: string,
+      headers: Record<string, unknown>,
+      copies: number,
+    ) => {
+      const deliveries = target.app.get(Deliveries);
+      const before = deliveries.headerKeyedRuns + refusedKeys.length;
+      for (let copy = 0; copy < copies; copy += 1) {
+        publish('', reference, HEADER_KEY_PATTERN, { headers });
+      }
+      await until(
+        async () =>
+          deliveries.headerKeyedRuns + refusedKeys.length === before + copies,
+        `${copies} deliveries of ${reference}`,
+      );
+      await until(settled, 'the queue to drain');
+    };
+    /** The problems of the messages refused since `from`. */
+    const refusals = (from: number) =>
+      refusedKeys
+        .slice(from)
+        .map((letter) =>
+          (letter.error as IdempotencyHttpException).getProblem(),
+        );
+
+    it('refuses a message with an empty key header as an invalid key, as HTTP does, where no key is required: handed to deadLetter, never run', async () => {
+      const deliveries = target.app.get(Deliveries);
+      const [runs, refused] = [deliveries.headerKeyedRuns, refusedKeys.length];
+      await publishKeyed('rmq-empty-key', { 'Idempotency-Key': '' }, 2);
+      expect(refusals(refused)).toEqual(
+        [1, 2].map(() =>
+          expect.objectContaining({
+            type: 'urn:idempotency:invalid-key',
+            detail:
+              'The "Idempotency-Key" header is invalid: it must be 1 to 255 characters long.',
+          }),
+        ),
+      );
+      expect(deliveries.headerKeyedRuns).toBe(runs);
+      expect(await rows('rmq-empty-key')).toBe(0);
+    });
+
+    it.each<[string, Record<string, unknown>, string]>([
+      [
+        'sent under two spellings of its name, as repeated',
+        { 'Idempotency-Key': 'rmq-k-1', 'idempotency-key': 'rmq-k-2' },
+        'it is repeated',
+      ],
+      [
+        'with a list of values, as repeated',
+        { 'Idempotency-Key': ['rmq-k-3', 'rmq-k-4'] },
+        'it is repeated',
+      ],
+      ['that is no text', { 'Idempotency-Key': 42 }, 'it is not a string'],
+      [
+        'quoted and malformed',
+        { 'Idempotency-Key': '"rmq-k-5' },
+        'it is not a valid quoted string',
+      ],
+    ])(
+      'refuses a key header %s, as HTTP does: handed to deadLetter, never run',
+      async (_what, headers, reason) => {
+        const deliveries = target.app.get(Deliveries);
+        const [runs, refused] = [
+          deliveries.headerKeyedRuns,
+          refusedKeys.length,
+        ];
+        await publishKeyed('rmq-bad-key', headers, 1);
+        expect(refusals(refused)).toEqual([
+          expect.objectContaining({
+            type: 'urn:idempotency:invalid-key',
+            detail: `The "Idempotency-Key" header is invalid: ${reason}.`,
+          }),
+        ]);
+        expect(deliveries.headerKeyedRuns).toBe(runs);
+        expect(await rows('rmq-bad-key')).toBe(0);
+      },
+    );
+
+    it('reads a quoted key header as HTTP does: "rmq-q-1" and rmq-q-1 are one key', async () => {
+      const deliveries = target.app.get(Deliveries);
+      const [runs, refused] = [deliveries.headerKeyedRuns, refusedKeys.length];
+      for (const key of ['"rmq-q-1"', 'rmq-q-1']) {
+        publish('', 'rmq-quoted', HEADER_KEY_PATTERN, {
+          headers: { 'Idempotency-Key': key },
+        });
+      }
+      await until(
+        async () => events.filter((e) => e.key === 'rmq-q-1').length === 2,
+        'both copies',
+      );
+      await until(settled, 'the queue to drain');
+      expect(
+        events
+          .filter((e) => e.key === 'rmq-q-1')
+          .map((e) => e.type)
+          .sort(),
+      ).toEqual(['executed', 'replayed']);
+      expect(deliveries.headerKeyedRuns - runs).toBe(1);
+      expect(refusedKeys.length).toBe(refused);
+      expect(await rows('rmq-quoted')).toBe(1);
     });
 
     it('hands a message that keeps failing to deadLetter after maxAttempts, and acknowledges it: nothing of it committed', async () => {

@@ -20,12 +20,23 @@ export const POISON_PATTERN = 'payments.poison';
 /** Messages whose result is over the route's maxResponseSize (10 bytes). */
 export const LARGE_PATTERN = 'payments.large';
 
+/**
+ * Messages keyed by a header, where no key is required: a key refused is
+ * handed to the dead-letter path at once.
+ */
+export const HEADER_KEY_PATTERN = 'payments.header-keyed';
+
 /** What the poison route's dead-letter path was handed. */
 export const deadLetters: IdempotencyDeadLetter[] = [];
+
+/** What the header-keyed route's dead-letter path was handed. */
+export const refusedKeys: IdempotencyDeadLetter[] = [];
 
 @Injectable()
 export class Deliveries {
   runs = 0;
+  /** Runs of the header-keyed route. */
+  headerKeyedRuns = 0;
   /** Keys whose first attempt fails after writing, to force a redelivery. */
   readonly failOnce = new Set<string>();
   /** Keys whose every attempt is refused as a client error (4xx). */
@@ -102,9 +113,38 @@ export class LargeResultConsumer {
   }
 }
 
+@Controller()
+export class HeaderKeyedConsumer {
+  constructor(
+    @InjectRepository(Order) private readonly orders: Repository<Order>,
+    private readonly deliveries: Deliveries,
+  ) {}
+
+  @EventPattern(HEADER_KEY_PATTERN)
+  @Idempotent({
+    acknowledge: true,
+    concurrency: 'wait',
+    required: false,
+    maxAttempts: 1,
+    deadLetter: (letter) => {
+      refusedKeys.push(letter);
+    },
+  })
+  async keyed(@Payload() message: unknown) {
+    const { reference } = message as { reference: string };
+    this.deliveries.headerKeyedRuns += 1;
+    await this.orders.insert({ reference, source: 'rabbitmq' });
+  }
+}
+
 @Module({
   imports: [TypeOrmModule.forFeature([Order])],
-  controllers: [CapturesConsumer, PoisonConsumer, LargeResultConsumer],
+  controllers: [
+    CapturesConsumer,
+    PoisonConsumer,
+    LargeResultConsumer,
+    HeaderKeyedConsumer,
+  ],
   providers: [Deliveries],
 })
 export class RabbitTestModule {}

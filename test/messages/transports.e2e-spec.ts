@@ -109,9 +109,13 @@ describeMqtt(
     afterAll(() => app.close());
 
     /** The reply to a message whose user properties are `properties`. */
-    const request = (reference: string, properties: Record<string, string>) =>
+    const request = (
+      reference: string,
+      properties: Record<string, string | string[]>,
+      subject = KEY_SUBJECTS.keyed,
+    ) =>
       app.request(
-        KEY_SUBJECTS.keyed,
+        subject,
         new MqttRecordBuilder({ reference })
           .setProperties({ userProperties: properties })
           .build(),
@@ -137,6 +141,57 @@ describeMqtt(
       ).toEqual(legacy);
       expect(app.target.app.get(KeyHandlers).runs).toBe(2);
       expect(await keys()).toEqual(['mqtt-key-1', 'mqtt-key-2']);
+    });
+
+    it('refuses a key user property sent twice as repeated, as HTTP does, and reads a quoted one unquoted', async () => {
+      const handlers = app.target.app.get(KeyHandlers);
+      const runs = handlers.runs;
+      const refused = await request(
+        'mqtt-4',
+        { 'X-Request-Id': ['mqtt-key-4', 'mqtt-key-5'] },
+        KEY_SUBJECTS.optional,
+      );
+      expect(refused.error).toMatchObject({
+        type: 'urn:idempotency:invalid-key',
+        status: 400,
+        detail: 'The "X-Request-Id" header is invalid: it is repeated.',
+      });
+      expect(handlers.runs).toBe(runs);
+      expect(await app.orders('mqtt-4')).toBe(0);
+
+      const quoted = await request('mqtt-6', {
+        'X-Request-Id': '"mqtt-key-6"',
+      });
+      expect(quoted.reply).toEqual({
+        orderId: expect.any(Number),
+        run: runs + 1,
+      });
+      expect(await request('mqtt-6', { 'X-Request-Id': 'mqtt-key-6' })).toEqual(
+        quoted,
+      );
+      expect(handlers.runs).toBe(runs + 1);
+      expect(await keys()).toContain('mqtt-key-6');
+    });
+
+    it('refuses an empty key user property as an invalid key, as HTTP does, where no key is required: it runs nothing', async () => {
+      const handlers = app.target.app.get(KeyHandlers);
+      const [runs, stored] = [handlers.runs, await keys()];
+      for (let copy = 0; copy < 2; copy += 1) {
+        const refused = await request(
+          'mqtt-3',
+          { 'X-Request-Id': '' },
+          KEY_SUBJECTS.optional,
+        );
+        expect(refused.error).toMatchObject({
+          type: 'urn:idempotency:invalid-key',
+          status: 400,
+          detail:
+            'The "X-Request-Id" header is invalid: it must be 1 to 255 characters long.',
+        });
+      }
+      expect(handlers.runs).toBe(runs);
+      expect(await app.orders('mqtt-3')).toBe(0);
+      expect(await keys()).toEqual(stored);
     });
   },
 );

@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import { Controller, Post } from '@nestjs/common';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -7,6 +8,7 @@ import {
   IdempotencyAdmin,
   IdempotencyPrivacy,
   IdempotencyStore,
+  Idempotent,
   MemoryIdempotencyStore,
   type IdempotencyModuleOptions,
 } from '../../src/index.js';
@@ -17,6 +19,16 @@ import { PrivacyController, PrivacyRuns, SECRETS } from './privacy.module.js';
 
 const OLD_KEY = randomBytes(32);
 const NEW_KEY = randomBytes(32);
+
+/** A response too large to store: its record keeps its status alone. */
+@Controller('not-stored')
+class NotStoredController {
+  @Post()
+  @Idempotent({ maxResponseSize: 10 })
+  create() {
+    return { data: 'x'.repeat(100) };
+  }
+}
 
 describe('IdempotencyAdmin.inspect of a record encrypted at rest (PostgreSQL)', () => {
   let target: TestApp;
@@ -29,7 +41,7 @@ describe('IdempotencyAdmin.inspect of a record encrypted at rest (PostgreSQL)', 
         gc: false,
         encryption: { keys: { old: OLD_KEY }, current: 'old' },
       },
-      controllers: [PrivacyController],
+      controllers: [PrivacyController, NotStoredController],
       providers: [PrivacyRuns],
     });
     store = target.app.get<IdempotencyStore>(IdempotencyStore);
@@ -91,6 +103,41 @@ describe('IdempotencyAdmin.inspect of a record encrypted at rest (PostgreSQL)', 
       unreadable:
         'it is sealed with key "old", and no key ring was given to open it',
     });
+  });
+
+  it('shows the status of a record not replayable as its duplicates get it, never as a response it cannot open', async () => {
+    expect(
+      (await send(target, '/not-stored', { key: 'not-stored-1' })).status,
+    ).toBe(201);
+    const duplicate = await send(target, '/not-stored', {
+      key: 'not-stored-1',
+    });
+    expect(duplicate.status).toBe(201);
+    expect(duplicate.headers.get('idempotent-body-omitted')).toBe('true');
+
+    const admin = target.app.get(IdempotencyAdmin);
+    const record = await admin.inspect('not-stored-1', 'global', {
+      body: true,
+    });
+    expect(record.status).toBe('not_replayable');
+    expect(record.response).toEqual({
+      status: 201,
+      headers: {},
+      body: Buffer.alloc(0),
+    });
+    let out = '';
+    expect(
+      await runCli(['inspect', 'not-stored-1'], {
+        out: (text) => (out += text),
+        err: () => undefined,
+        env: {
+          DATABASE_URL: target.db.url,
+          IDEMPOTENCY_KEYS: ringJson({ old: OLD_KEY }, 'old'),
+        },
+      }),
+    ).toBe(0);
+    expect(out).toContain('response status: 201\n');
+    expect(out).not.toContain('cannot be opened');
   });
 });
 

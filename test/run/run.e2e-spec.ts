@@ -1,4 +1,4 @@
-import { randomBytes } from 'node:crypto';
+import { randomBytes, randomInt } from 'node:crypto';
 import { getRepositoryToken } from '@nestjs/typeorm';
 import type { Repository } from 'typeorm';
 import {
@@ -28,6 +28,13 @@ function randomText(length: number): string {
   return [...randomBytes(length)]
     .map((byte) => letters[byte % letters.length])
     .join('');
+}
+
+/** `length` random CJK ideographs (three bytes each in UTF-8), incompressible. */
+function randomCjk(length: number): string {
+  return String.fromCodePoint(
+    ...Array.from({ length }, () => 0x4e00 + randomInt(0x5000)),
+  );
 }
 
 @Module({ imports: [TypeOrmModule.forFeature([Order])] })
@@ -310,6 +317,111 @@ describe('IdempotencyService.run()', () => {
     expect(runs).toBe(1);
   });
 
+  it('never replays an HTTP response to a run whose fingerprint is the stored fingerprint of the HTTP request, nor its value in a record of 0.6: 422', async () => {
+    const imports = target.app.get(ImportsController);
+    const post = (key: string) =>
+      answer(
+        fetch(`${target.url}/imports`, {
+          method: 'POST',
+          headers: {
+            'content-type': 'application/json',
+            'idempotency-key': key,
+          },
+          body: JSON.stringify({ hash: 'sha-def' }),
+        }),
+      );
+    const before = imports.runs;
+    for (const key of ['job-11', 'job-12']) {
+      expect(await post(key)).toMatchObject({ status: 201 });
+    }
+    const [{ fingerprint }] = await target.db.query<{ fingerprint: string }>(
+      `SELECT fingerprint FROM ${IDEMPOTENCY_TABLE_NAME} WHERE key = 'job-11'`,
+    );
+    // As 0.6 wrote it: the fingerprint function's value alone.
+    await target.db.query(
+      `UPDATE ${IDEMPOTENCY_TABLE_NAME} SET fingerprint = 'sha-def' WHERE key = 'job-12'`,
+    );
+    let runs = 0;
+    for (const [key, value] of [
+      ['job-11', fingerprint],
+      ['job-12', 'sha-def'],
+    ]) {
+      await expect(
+        idempotency.run({ key, fingerprint: value }, () => {
+          runs += 1;
+        }),
+      ).rejects.toBeInstanceOf(IdempotencyKeyReusedException);
+    }
+    expect(runs).toBe(0);
+    expect(imports.runs).toBe(before + 2);
+    // The record of 0.6 still replays to its own route.
+    expect(await post('job-12')).toMatchObject({
+      status: 201,
+      replayed: true,
+      body: { imported: 'sha-def' },
+    });
+  });
+
+  it('refuses a request of another kind under the key of a run of 0.6 in progress with 422, and a run of its value with 409', async () => {
+    const held = new Barrier();
+    const running = idempotency.run(
+      { key: 'job-14', fingerprint: 'sha-ghi' },
+      async () => {
+        await held.wait();
+        return 'held';
+      },
+    );
+    await held.reached();
+    // As 0.6 wrote it: the value alone.
+    await target.db.query(
+      `UPDATE ${IDEMPOTENCY_TABLE_NAME} SET fingerprint = 'sha-ghi' WHERE key = 'job-14'`,
+    );
+    const imports = target.app.get(ImportsController);
+    const before = imports.runs;
+    expect(
+      await answer(
+        fetch(`${target.url}/imports`, {
+          method: 'POST',
+          headers: {
+            'content-type': 'application/json',
+            'idempotency-key': 'job-14',
+          },
+          body: JSON.stringify({ hash: 'sha-ghi' }),
+        }),
+      ),
+    ).toMatchObject({
+      status: 422,
+      body: { type: 'urn:idempotency:key-reused' },
+    });
+    await expect(
+      idempotency.run({ key: 'job-14', fingerprint: 'sha-ghi' }, () => 'again'),
+    ).rejects.toBeInstanceOf(IdempotencyConflictException);
+    held.open();
+    expect(await running).toBe('held');
+    expect(imports.runs).toBe(before);
+  });
+
+  it('replays a run stored by 0.6 to a run of another name (0.6 did), and never a run’s fingerprint of another run', async () => {
+    let runs = 0;
+    const job = (name: string, fingerprint: string) =>
+      idempotency.run({ key: 'job-13', name, fingerprint }, () => {
+        runs += 1;
+        return { runs };
+      });
+    expect(await job('nightly', 'payload-1')).toEqual({ runs: 1 });
+    const [{ fingerprint }] = await target.db.query<{ fingerprint: string }>(
+      `SELECT fingerprint FROM ${IDEMPOTENCY_TABLE_NAME} WHERE key = 'job-13'`,
+    );
+    await expect(job('nightly', fingerprint)).rejects.toBeInstanceOf(
+      IdempotencyKeyReusedException,
+    );
+    await target.db.query(
+      `UPDATE ${IDEMPOTENCY_TABLE_NAME} SET fingerprint = 'payload-1' WHERE key = 'job-13'`,
+    );
+    expect(await job('hourly', 'payload-1')).toEqual({ runs: 1 });
+    expect(runs).toBe(1);
+  });
+
   it('keeps scopes apart', async () => {
     expect(
       await idempotency.run({ key: 'job-6', scope: 'tenant-a' }, () => 'a'),
@@ -328,6 +440,11 @@ describe('IdempotencyService.run()', () => {
     // would fail at every retry (a 503 for ever).
     ['a scope of 1,025 bytes', randomText(1025)],
     ['a scope of 1,026 bytes in 513 characters', 'é'.repeat(513)],
+    // PostgreSQL's driver writes U+FFFD in its place: it would share the
+    // record of another scope.
+    ['a scope with a lone surrogate', 'tenant-\ud800'],
+    // PostgreSQL refuses it: every retry would get a 503.
+    ['a scope with a NUL character', 'tenant\u0000x'],
   ])(
     'refuses %s, as a scope resolver’s, and runs nothing',
     async (_what, scope) => {
@@ -340,6 +457,124 @@ describe('IdempotencyService.run()', () => {
       expect(ran).toBe(false);
     },
   );
+});
+
+describe('IdempotencyService.run() with keys of any text', () => {
+  let target: TestApp;
+  let idempotency: IdempotencyService;
+
+  beforeAll(async () => {
+    target = await startTestApp({
+      idempotency: { keyValidation: { pattern: /^[\s\S]+$/, maxLength: 1024 } },
+    });
+    idempotency = target.app.get(IdempotencyService);
+  });
+  afterAll(() => target?.close());
+
+  /** The refusal of a run with `key` (its problem's detail), and whether it ran. */
+  const refusal = async (options: { key: string; scope?: string }) => {
+    let ran = false;
+    const error: unknown = await idempotency
+      .run(options, () => {
+        ran = true;
+      })
+      .catch((caught: unknown) => caught);
+    return {
+      ran,
+      detail:
+        error instanceof IdempotencyKeyInvalidException
+          ? error.getProblem().detail
+          : error,
+    };
+  };
+  const records = (key: string) =>
+    target.db.query<{ scope: string; key: string }>(
+      `SELECT scope, key FROM ${IDEMPOTENCY_TABLE_NAME} WHERE key LIKE $1`,
+      [`${key}%`],
+    );
+
+  it('keeps apart two tenants whose scopes differ by a lone surrogate: the scope PostgreSQL would write as the other is refused, the other runs its own', async () => {
+    await expect(
+      idempotency.run({ scope: 'tenant-\ud800', key: 'invoice-1' }, () => ({
+        tenant: 'A',
+      })),
+    ).rejects.toBeInstanceOf(IdempotencyConfigurationError);
+    expect(
+      await idempotency.run(
+        { scope: 'tenant-\ufffd', key: 'invoice-1' },
+        () => ({
+          tenant: 'B',
+        }),
+      ),
+    ).toEqual({ tenant: 'B' });
+    expect(await records('invoice-1')).toEqual([
+      { scope: 'tenant-\ufffd', key: 'invoice-1' },
+    ]);
+  });
+
+  it('refuses a key longer than 1,024 bytes of UTF-8, which PostgreSQL’s index cannot take, with 400 (invalid key) whatever maxLength counts, never a 503 to retry for ever', async () => {
+    for (const [key, bytes] of [
+      [randomCjk(1024), 3072],
+      [randomCjk(342), 1026],
+    ] as const) {
+      for (let attempt = 0; attempt < 2; attempt += 1) {
+        expect(await refusal({ key })).toEqual({
+          ran: false,
+          detail: `The key of the "key" option is invalid: it is ${bytes} bytes long in UTF-8, more than the 1024 a key may have.`,
+        });
+      }
+    }
+    expect(
+      await target.db.query(
+        `SELECT 1 FROM ${IDEMPOTENCY_TABLE_NAME} WHERE length(key) >= 342`,
+      ),
+    ).toEqual([]);
+  });
+
+  it('claims, completes and replays a key of 1,024 bytes of UTF-8 in a scope of 1,024 bytes, neither compressible: within the index', async () => {
+    const key = `${randomCjk(341)}k`;
+    const scope = `${randomCjk(341)}s`;
+    let runs = 0;
+    const work = () => {
+      runs += 1;
+      return 'done';
+    };
+    expect(await idempotency.run({ key, scope }, work)).toBe('done');
+    expect(await idempotency.run({ key, scope }, work)).toBe('done');
+    expect(runs).toBe(1);
+  });
+
+  it('refuses a key with a NUL character, which PostgreSQL refuses, with 400 (invalid key), never a 503 to retry for ever', async () => {
+    for (let attempt = 0; attempt < 2; attempt += 1) {
+      expect(await refusal({ key: 'nul\u0000key' })).toEqual({
+        ran: false,
+        detail:
+          'The key of the "key" option is invalid: it has a NUL character (U+0000), which PostgreSQL cannot store.',
+      });
+    }
+    expect(await records('nul')).toEqual([]);
+  });
+
+  it('refuses a key with a lone surrogate with 400 (invalid key), whatever its pattern lets through, and runs nothing: it never shares the record of the key with U+FFFD', async () => {
+    for (const key of ['order-\ud800', 'order-\udc00x', 'order-\ud800\ud800']) {
+      expect(await refusal({ key })).toEqual({
+        ran: false,
+        detail:
+          'The key of the "key" option is invalid: it is not well-formed Unicode (it has a lone surrogate).',
+      });
+    }
+    expect(await records('order-')).toEqual([]);
+    expect(await idempotency.run({ key: 'order-\ufffd' }, () => 'own')).toBe(
+      'own',
+    );
+    // A pair of surrogates is one character: valid.
+    expect(
+      await idempotency.run({ key: 'order-\ud83d\ude00' }, () => 'pair'),
+    ).toBe('pair');
+    expect(
+      await idempotency.run({ key: 'order-\ud83d\ude00' }, () => 'again'),
+    ).toBe('pair');
+  });
 });
 
 describe('IdempotencyService.run() with the longest scope and key', () => {

@@ -7,6 +7,16 @@ import {
   type TestApp,
 } from '../utils/test-app.js';
 import { ScopeTestModule, TenantRuns } from './scope.module.js';
+import { answer } from '../utils/problems.js';
+
+/** The answer to a request whose scope resolver returned an invalid scope. */
+const CONFIGURATION_ERROR = {
+  status: 500,
+  contentType: expect.stringMatching(/^application\/json/),
+  retryAfter: null,
+  replayed: false,
+  body: { statusCode: 500, message: 'Internal server error' },
+};
 
 const tenantOf = (context: ExecutionContext) =>
   String(
@@ -81,5 +91,56 @@ describe.each(PLATFORMS)('scopes (%s)', (platform) => {
     runs.barrier.open();
     expect((await first).status).toBe(201);
     expect(tenantRuns).toMatchObject({ 'tenant-e': 1, 'tenant-f': 1 });
+  });
+});
+
+/** The scope of a request: its body's `tenant`, whatever text it holds. */
+const bodyTenant = (context: ExecutionContext) =>
+  context.switchToHttp().getRequest<{ body: { tenant: string } }>().body.tenant;
+
+describe.each(PLATFORMS)('scopes of any text (%s)', (platform) => {
+  let target: TestApp;
+  let tenantRuns: Record<string, number>;
+
+  beforeAll(async () => {
+    target = await startTestApp({
+      imports: [ScopeTestModule],
+      idempotency: { scope: bodyTenant },
+      platform,
+    });
+    tenantRuns = target.app.get(TenantRuns).perTenant;
+  });
+  afterAll(() => target.close());
+
+  const post = (tenant: string, key: string) =>
+    answer(send(target, '/scoped', { key, body: { tenant, amount: 1 } }));
+  const rows = (key: string) =>
+    target.db.query<{ scope: string }>(
+      `SELECT scope FROM ${IDEMPOTENCY_TABLE_NAME} WHERE key = $1`,
+      [key],
+    );
+
+  it('refuses a scope with a lone surrogate as a configuration error (500), running and storing nothing: it never shares the record of the scope PostgreSQL writes in its place (U+FFFD)', async () => {
+    expect(await post('tenant-\ud800', 'lone-1')).toEqual(CONFIGURATION_ERROR);
+    expect(tenantRuns['tenant-\ud800']).toBeUndefined();
+    expect(await rows('lone-1')).toEqual([]);
+    // The tenant whose scope PostgreSQL would have written runs its own.
+    expect(await post('tenant-\ufffd', 'lone-1')).toEqual(
+      expect.objectContaining({
+        status: 201,
+        replayed: false,
+        body: { tenant: 'tenant-\ufffd', amount: 1 },
+      }),
+    );
+    expect(tenantRuns['tenant-\ufffd']).toBe(1);
+    expect(await rows('lone-1')).toEqual([{ scope: 'tenant-\ufffd' }]);
+  });
+
+  it('refuses a scope with a NUL character, which PostgreSQL refuses, as any other invalid scope: a configuration error (500, no Retry-After), never a 503 to retry for ever', async () => {
+    for (let attempt = 0; attempt < 2; attempt += 1) {
+      expect(await post('tenant\u0000x', 'nul-1')).toEqual(CONFIGURATION_ERROR);
+    }
+    expect(tenantRuns['tenant\u0000x']).toBeUndefined();
+    expect(await rows('nul-1')).toEqual([]);
   });
 });

@@ -350,6 +350,10 @@ describe('step result sizes on PostgreSQL', () => {
     app = await startTestApp({
       controllers: [SizedStepController],
       providers: [Effects],
+      // Saving 256 MiB is refused only once PostgreSQL has read it all: on
+      // a busy machine that took longer than the default 30 s deadline,
+      // whose 503 (the attempt abandoned) is not the answer under test.
+      idempotency: { transactionTimeout: '3m' },
     });
   });
   afterAll(() => app?.close());
@@ -379,5 +383,5 @@ describe('step result sizes on PostgreSQL', () => {
         },
       },
     ]);
-  }, 60_000);
+  }, 420_000);
 });

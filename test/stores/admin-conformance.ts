@@ -229,6 +229,38 @@ export function describeAdminConformance(
     });
   });
 
+  it('admin: refuses a cursor, a scope or a key that is not well-formed Unicode (a lone surrogate) as an input error, on every store alike, never reaching the record with U+FFFD in its place', async () => {
+    const scope = context.scope();
+    const store = context.store();
+    // Where PostgreSQL's driver would write a lone surrogate: U+FFFD.
+    const done = attempt('kept\uFFFD');
+    await store.claim(done);
+    await store.complete(leaseOf(done), completion, undefined);
+    const lone = 'kept\uD800';
+    for (const parts of [1, 2, 3]) {
+      const cursor = encodeCursor(Array.from({ length: parts }, () => lone));
+      expect(await refusal(() => admin().list({ scope, cursor }))).toEqual(
+        `The cursor "${cursor}" is not one that a page of records returned.`,
+      );
+    }
+    const refusals: Array<[string, () => Promise<unknown>]> = [
+      ['key', () => admin().inspect(lone, scope)],
+      ['scope', () => admin().inspect('kept', `${scope}\uDC00`)],
+      ['key', () => admin().reset(lone, scope, { force: true })],
+      ['scope', () => admin().forget(`${scope}\uD800`)],
+      ['key', () => admin().forget(scope, { key: lone })],
+      ['scope', () => admin().list({ scope: `${scope}\uD800` })],
+    ];
+    for (const [what, operation] of refusals) {
+      expect(await refusal(operation)).toEqual(
+        `The ${what} must be well-formed Unicode, without a lone surrogate.`,
+      );
+    }
+    expect(await admin().inspect('kept\uFFFD', scope)).toMatchObject({
+      status: 'completed',
+    });
+  });
+
   it('admin: a reset refused while the owner holds a live lease; forced, the owner is fenced out and the next request runs once', async () => {
     const scope = context.scope();
     const store = context.store();

@@ -1,6 +1,7 @@
 import type { IdempotencyEvent } from '../../src/index.js';
 import { IDEMPOTENCY_TABLE_NAME } from '../../migrations/index.js';
 import { Barrier, until } from '../utils/barrier.js';
+import { holdInTransaction, type HeldLocks } from '../utils/test-database.js';
 import {
   PLATFORMS,
   send,
@@ -20,7 +21,12 @@ describe.each(PLATFORMS)('a hung handler (%s)', (platform) => {
       idempotency: { onEvent: (event) => events.push(event) },
     });
   });
-  afterAll(() => target.close());
+  // Released by its test, or here should the test fail while it holds it.
+  let recordLock: HeldLocks | undefined;
+  afterAll(async () => {
+    await recordLock?.release();
+    await target.close();
+  });
 
   const record = (key: string) =>
     target.db.query<{ status: string }>(
@@ -130,6 +136,62 @@ describe.each(PLATFORMS)('a hung handler (%s)', (platform) => {
       ),
     ).toEqual([{ source: 'run-2' }]);
   });
+
+  it("abandons the completion at the deadline when it waits on a lock of the key's record: 503 while the lock is held, nothing committed, the key free once the lock goes", async () => {
+    const hang = target.app.get(Hang);
+    const key = 'completion-1';
+    const request = send(target, '/slow/completion', {
+      key,
+      body: { reference: 'completion' },
+    });
+    await hang.returning.reached(1);
+    // Another session locks the record: the completion, in the handler's
+    // transaction, waits on it, past the deadline (1 s).
+    recordLock = await holdInTransaction(
+      target.db.url,
+      `SELECT 1 FROM ${IDEMPOTENCY_TABLE_NAME} WHERE key = $1 FOR UPDATE`,
+      [key],
+    );
+    hang.returning.open();
+    // Answered while the lock is still held.
+    expect(await problem(await request)).toEqual(UNAVAILABLE);
+    expect(
+      events.filter((event) => event.type === 'timeout' && event.key === key),
+    ).toHaveLength(1);
+    // Rolled back: its order is gone, and its connection is back in the
+    // pool, out of its transaction.
+    expect(
+      await target.db.query(
+        `SELECT 1 FROM orders WHERE reference = 'completion'`,
+      ),
+    ).toEqual([]);
+    expect(
+      await target.db.query(
+        `SELECT 1 FROM pg_stat_activity
+         WHERE datname = current_database() AND pid <> pg_backend_pid()
+           AND query LIKE '%idempotency_records%' AND wait_event_type = 'Lock'
+           AND query NOT LIKE '%idempotency_release%'`,
+      ),
+    ).toEqual([]);
+    await recordLock.release();
+    // Its release, tried again, lands once the lock is gone.
+    await until(
+      async () => (await record(key)).length === 0,
+      'the claim to be released',
+    );
+
+    const retry = await send(target, '/slow/completion', {
+      key,
+      body: { reference: 'completion' },
+    });
+    expect(retry.status).toBe(201);
+    expect(await retry.json()).toEqual({ run: 2 });
+    expect(
+      await target.db.query(
+        `SELECT source FROM orders WHERE reference = 'completion'`,
+      ),
+    ).toEqual([{ source: 'run-2' }]);
+  }, 20_000);
 
   it.each([
     ['a body', ''],

@@ -36,6 +36,9 @@ export class Hang {
   cancelledRuns = 0;
   /** Runs of `/slow/lock-timeout`. */
   lockRuns = 0;
+  /** Holds the first run of `/slow/completion` once it wrote, before it returns. */
+  readonly returning = new Barrier();
+  completionRuns = 0;
 }
 
 @Controller('slow')
@@ -135,6 +138,17 @@ export class SlowController {
       // lock_timeout (55P03).
       await this.orders.query(`SET LOCAL lock_timeout = '50ms'`);
       await this.orders.query('SELECT pg_advisory_xact_lock($1)', [LOCKED]);
+    }
+    return { run };
+  }
+
+  @Post('completion')
+  @Idempotent({ transactionTimeout: '1s' })
+  async completion(@Body() body: { reference: string }) {
+    const run = await this.order(body, ++this.hang.completionRuns);
+    if (run === 1) {
+      // The test locks the key's record now: the completion waits on it.
+      await this.hang.returning.wait();
     }
     return { run };
   }

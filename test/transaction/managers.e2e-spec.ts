@@ -1,4 +1,4 @@
-import { EntityManager } from 'typeorm';
+import { EntityManager, QueryBuilder, SelectQueryBuilder } from 'typeorm';
 import { IDEMPOTENCY_TABLE_NAME } from '../../migrations/index.js';
 import {
   PLATFORMS,
@@ -10,6 +10,13 @@ import { ManagersService, ManagersTestModule } from './managers.module.js';
 
 /** EntityManager's methods as TypeORM defines them, before any app starts. */
 const pristine = Object.getOwnPropertyDescriptors(EntityManager.prototype);
+/** How query builders take a runner, as TypeORM defines it. */
+const pristineRunners = [
+  QueryBuilder.prototype,
+  SelectQueryBuilder.prototype,
+].map((prototype) =>
+  Object.getOwnPropertyDescriptor(prototype, 'obtainQueryRunner'),
+);
 
 const WAYS = [
   'customRepository',
@@ -21,6 +28,8 @@ const WAYS = [
   'newEntityManagerTransaction',
   'createdManagerRepository',
   'withRepository',
+  'prebuiltQueryBuilder',
+  'prebuiltRepositoryQueryBuilder',
 ] as const;
 
 describe.each(PLATFORMS)(
@@ -177,5 +186,10 @@ describe("EntityManager's methods", () => {
     ).toEqual([]);
     await close(second);
     expect(current()).toEqual(pristine);
+    expect(
+      [QueryBuilder.prototype, SelectQueryBuilder.prototype].map((prototype) =>
+        Object.getOwnPropertyDescriptor(prototype, 'obtainQueryRunner'),
+      ),
+    ).toEqual(pristineRunners);
   });
 });

@@ -7,7 +7,12 @@ import {
   ServiceUnavailableException,
 } from '@nestjs/common';
 import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
-import { DataSource, EntityManager, Repository } from 'typeorm';
+import {
+  DataSource,
+  EntityManager,
+  Repository,
+  type SelectQueryBuilder,
+} from 'typeorm';
 import { Idempotent } from '../../src/index.js';
 import { Order } from '../fixtures/order.entity.js';
 
@@ -56,6 +61,9 @@ export class ManagersService {
   private readonly manager: EntityManager;
   private readonly created: EntityManager;
   private readonly ledger: LedgerRepository;
+  /** Query builders made at startup, with no runner, cloned by each request. */
+  private readonly prebuilt: SelectQueryBuilder<Order>;
+  private readonly prebuiltOrders: SelectQueryBuilder<Order>;
 
   constructor(
     readonly orders: OrderRepository,
@@ -64,6 +72,8 @@ export class ManagersService {
     this.manager = new EntityManager(dataSource);
     this.created = dataSource.createEntityManager();
     this.ledger = new LedgerRepository(Order, dataSource.createEntityManager());
+    this.prebuilt = dataSource.createQueryBuilder();
+    this.prebuiltOrders = orders.createQueryBuilder();
   }
 
   /** One insert of `reference` per way of writing, with `via` as its source. */
@@ -113,6 +123,19 @@ export class ManagersService {
       this.manager
         .withRepository(this.ledger)
         .record(reference, 'withRepository'),
+    prebuiltQueryBuilder: (reference) =>
+      this.prebuilt
+        .clone()
+        .insert()
+        .into(Order)
+        .values({ reference, source: 'prebuiltQueryBuilder' })
+        .execute(),
+    prebuiltRepositoryQueryBuilder: (reference) =>
+      this.prebuiltOrders
+        .clone()
+        .insert()
+        .values({ reference, source: 'prebuiltRepositoryQueryBuilder' })
+        .execute(),
   };
 
   /** Writes with `request.via`, then fails the first `failures` attempts. */

@@ -86,6 +86,7 @@ describeCls.each(PLATFORMS)('@nestjs-cls/transactional (%s)', (platform) => {
         'audit',
         'unsupported',
         'unsupported-repository',
+        'unsupported-query-builder',
         'api',
       ],
       record: 'completed',
@@ -109,6 +110,7 @@ describeCls.each(PLATFORMS)('@nestjs-cls/transactional (%s)', (platform) => {
       'audit',
       'unsupported',
       'unsupported-repository',
+      'unsupported-query-builder',
       'nested',
       'api',
     ]);
@@ -124,6 +126,7 @@ describeCls.each(PLATFORMS)('@nestjs-cls/transactional (%s)', (platform) => {
       'audit',
       'unsupported',
       'unsupported-repository',
+      'unsupported-query-builder',
     ]);
     expect(
       await target.db.query(

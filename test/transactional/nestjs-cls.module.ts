@@ -75,13 +75,22 @@ export class AccountsService {
     return this.txid();
   }
 
-  /** Outside of any transaction: through the manager and a repository. */
+  /**
+   * Outside of any transaction: through the manager, a repository and a
+   * query builder.
+   */
   @Transactional(Propagation.NotSupported)
   async unsupported(reference: string): Promise<void> {
     await this.txHost.tx.insert(Order, { reference, source: 'unsupported' });
     await this.txHost.tx
       .getRepository(Order)
       .insert({ reference, source: 'unsupported-repository' });
+    await this.txHost.tx
+      .createQueryBuilder()
+      .insert()
+      .into(Order)
+      .values({ reference, source: 'unsupported-query-builder' })
+      .execute();
   }
 
   @Transactional(Propagation.Nested)

@@ -61,7 +61,14 @@ export interface TestAppOptions extends ModuleMetadata {
   database?: TestDatabase;
   /** Keeps each request's raw body (`rawBody: true`), as a webhook receiver needs. */
   rawBody?: boolean;
+  /** Options of the Fastify instance (a `querystringParser`), on Fastify. */
+  fastify?: FastifyOptions;
 }
+
+/** Options of a Fastify instance, as `FastifyAdapter` takes them. */
+export type FastifyOptions = NonNullable<
+  ConstructorParameters<typeof FastifyAdapter>[0]
+>;
 
 /**
  * Boots a Nest application on a new database (migrations run at startup) and
@@ -76,6 +83,7 @@ export async function startTestApp(options: TestAppOptions): Promise<TestApp> {
     configure,
     database,
     rawBody,
+    fastify,
     imports = [],
     ...metadata
   } = options;
@@ -107,7 +115,13 @@ export async function startTestApp(options: TestAppOptions): Promise<TestApp> {
         ...imports,
       ],
     }).compile();
-    const app = await listenOn(moduleRef, platform, configure, rawBody);
+    const app = await listenOn(
+      moduleRef,
+      platform,
+      configure,
+      rawBody,
+      fastify,
+    );
     const dataSource = app.get<DataSource>(getDataSourceToken(typeorm?.name));
     return {
       app,
@@ -129,13 +143,14 @@ export async function startTestApp(options: TestAppOptions): Promise<TestApp> {
 /**
  * Creates the application of `moduleRef` on `platform`, lets `configure`
  * prepare it, and listens on a random loopback port; `rawBody` keeps each
- * request's raw body.
+ * request's raw body, `fastify` are the Fastify instance's options.
  */
 export async function listenOn(
   moduleRef: TestingModule,
   platform: Platform,
   configure?: (app: INestApplication) => void,
   rawBody?: boolean,
+  fastify?: FastifyOptions,
 ): Promise<INestApplication> {
   const appOptions: NestApplicationOptions = {
     rawBody,
@@ -150,7 +165,7 @@ export async function listenOn(
   const app: INestApplication =
     platform === 'fastify'
       ? moduleRef.createNestApplication<NestFastifyApplication>(
-          new FastifyAdapter(),
+          new FastifyAdapter(fastify),
           appOptions,
         )
       : moduleRef.createNestApplication(appOptions);

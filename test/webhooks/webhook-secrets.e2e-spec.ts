@@ -7,6 +7,11 @@
  * with a usable secret beside it verifies with that one alone. So is a
  * Stripe secret of `whsec_` alone, a key anyone knows.
  *
+ * A secret function that returns no secret for a delivery (a tenant it
+ * does not know) refuses it as unverified (401), not as a misconfiguration.
+ * Such a route per tenant keeps each tenant's events apart (its path
+ * parameters are in the default scope): one event id of two tenants runs
+ * for each.
  * A secret function that throws (its vault out of reach) gets the
  * delivery a 503 with `Retry-After`, nothing run or stored, and the
  * provider's next delivery runs. A provider of one's own whose `verify()`
@@ -14,7 +19,12 @@
  * unverified (401), one whose `identify()` throws as malformed (400):
  * problem+json, never a bare 500.
  */
-import { Controller, HttpCode, Post } from '@nestjs/common';
+import {
+  Controller,
+  HttpCode,
+  Post,
+  type ExecutionContext,
+} from '@nestjs/common';
 import { createHmac, randomUUID } from 'node:crypto';
 import Stripe from 'stripe';
 import { IDEMPOTENCY_TABLE_NAME } from '../../migrations/index.js';
@@ -105,6 +115,22 @@ class SecretsController {
     },
   })
   fromVault(@WebhookDelivery() delivery: VerifiedWebhook) {
+    ran.push(delivery.id);
+    return { ran: true };
+  }
+
+  @Post('tenants/:tenant')
+  @HttpCode(200)
+  @IdempotentWebhook('standard-webhooks', {
+    // A secret per tenant; none for a tenant the application does not know.
+    secret: (context: ExecutionContext) => {
+      const { tenant } = context
+        .switchToHttp()
+        .getRequest<{ params: Record<string, string> }>().params;
+      return tenant === 'known' || tenant === 'other' ? [USABLE] : [];
+    },
+  })
+  perTenant(@WebhookDelivery() delivery: VerifiedWebhook) {
     ran.push(delivery.id);
     return { ran: true };
   }
@@ -206,6 +232,56 @@ describe.each(PLATFORMS)(
       });
       expect(ran).not.toContain(id);
       expect(await stored(id)).toEqual([]);
+    });
+
+    it('refuses a delivery to a tenant its secret function has no secret for as unverified (401), not as a misconfiguration (500): nothing runs or is stored', async () => {
+      const key = Buffer.from(USABLE.slice('whsec_'.length), 'base64');
+      const unknown = `msg_${randomUUID()}`;
+      for (const forged of [Buffer.alloc(0), key]) {
+        expect(await deliver('tenants/unknown', unknown, forged)).toMatchObject(
+          {
+            status: 401,
+            contentType: expect.stringMatching(/^application\/problem\+json/),
+            body: { type: 'urn:idempotency:webhook-unverified', status: 401 },
+          },
+        );
+      }
+      expect(ran).not.toContain(unknown);
+      expect(await stored(unknown)).toEqual([]);
+      const known = `msg_${randomUUID()}`;
+      expect(await deliver('tenants/known', known, key)).toMatchObject({
+        status: 200,
+        body: { ran: true },
+      });
+      expect(ran).toContain(known);
+    });
+
+    it('keeps the events of two tenants apart on a route per tenant: one event id, one body, each runs once in a scope of its own', async () => {
+      const key = Buffer.from(USABLE.slice('whsec_'.length), 'base64');
+      // A provider whose ids are each account's own gives two tenants one id.
+      const id = `msg_${randomUUID()}`;
+      for (const tenant of ['known', 'other', 'known', 'other']) {
+        expect(await deliver(`tenants/${tenant}`, id, key)).toMatchObject({
+          status: 200,
+          body: { ran: true },
+        });
+      }
+      expect(ran.filter((each) => each === id)).toEqual([id, id]);
+      expect(
+        await target.db.query(
+          `SELECT scope FROM ${IDEMPOTENCY_TABLE_NAME} WHERE key = $1 ORDER BY scope`,
+          [id],
+        ),
+      ).toEqual([
+        {
+          scope:
+            'webhook:standard-webhooks:SecretsController.perTenant:tenant=known',
+        },
+        {
+          scope:
+            'webhook:standard-webhooks:SecretsController.perTenant:tenant=other',
+        },
+      ]);
     });
 
     it('takes a secret with a newline after it and no padding, as read from a file', async () => {

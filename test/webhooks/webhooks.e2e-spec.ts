@@ -319,6 +319,52 @@ describe.each(PLATFORMS)('webhook receivers (%s)', (platform) => {
     });
   });
 
+  it('Standard Webhooks: runs a delivery as Svix sends it by default, its headers named svix-id, svix-timestamp and svix-signature, once, and replays its redelivery', async () => {
+    /** The same delivery, under Svix's own names (`svix-` for `webhook-`). */
+    const svix = ({ headers, body }: SignedDelivery): SignedDelivery => ({
+      headers: Object.fromEntries(
+        Object.entries(headers).map(([name, value]) => [
+          name.replace(/^webhook-/, 'svix-'),
+          value,
+        ]),
+      ),
+      body,
+    });
+    const id = eventId('standard-webhooks');
+    const first = svix(sent('standard-webhooks', id));
+    expect(Object.keys(first.headers).sort()).toEqual([
+      'content-type',
+      'svix-id',
+      'svix-signature',
+      'svix-timestamp',
+    ]);
+    // Before the fix: 401 webhook-unverified, for every delivery of Svix.
+    expect((await deliver(ROUTES['standard-webhooks'], first)).status).toBe(
+      200,
+    );
+    // A redelivery under either names is the same event.
+    for (const redelivery of [
+      svix(sent('standard-webhooks', id)),
+      sent('standard-webhooks', id),
+    ]) {
+      expect(
+        await answer(deliver(ROUTES['standard-webhooks'], redelivery)),
+      ).toMatchObject({ status: 200, replayed: true });
+    }
+    expect(await rows(id)).toEqual(['standard-webhooks']);
+    // Signed with another secret under Svix's names: still unverified.
+    const forged = svix(
+      signedDelivery('standard-webhooks', {
+        id: eventId('standard-webhooks'),
+        payload: payloadOf('standard-webhooks', id),
+        secret: FOREIGN_SECRETS['standard-webhooks'],
+      }),
+    );
+    expect(
+      await answer(deliver(ROUTES['standard-webhooks'], forged)),
+    ).toMatchObject({ status: 401, body: UNVERIFIED });
+  });
+
   it('Stripe Connect: one event id in two accounts is two events', async () => {
     const id = eventId('stripe');
     for (const account of ['acct_one', 'acct_two', 'acct_one']) {
@@ -375,13 +421,18 @@ describe.each(PLATFORMS)('webhook receivers (%s)', (platform) => {
   });
 
   describe('a provider of its own', () => {
-    const acme = (id: string, timestamp: string | undefined, type = 'ping') => {
+    const acme = (
+      id: string,
+      timestamp: string | undefined,
+      type = 'ping',
+      signedId = id,
+    ) => {
       const body = JSON.stringify({ type });
       const headers: Record<string, string> = {
         'content-type': 'application/json',
         'x-acme-delivery': id,
         'x-acme-signature': createHmac('sha256', ACME_SECRET)
-          .update(`${timestamp}.${body}`)
+          .update(`${signedId}.${timestamp}.${body}`)
           .digest('hex'),
       };
       if (timestamp !== undefined) {
@@ -404,6 +455,20 @@ describe.each(PLATFORMS)('webhook receivers (%s)', (platform) => {
       });
       expect((await acme(id, now(), 'other')).status).toBe(422);
       expect(await rows(id)).toEqual(['acme']);
+    });
+
+    it('refuses a captured delivery sent again under another id (the README signs the id), running nothing', async () => {
+      const id = eventId('github');
+      const other = eventId('github');
+      expect(await answer(acme(id, now()))).toMatchObject({ status: 200 });
+      const resent = await answer(acme(other, now(), 'ping', id));
+      expect(resent).toMatchObject({
+        status: 401,
+        contentType: expect.stringMatching(/^application\/problem\+json/),
+      });
+      expect(await records(other)).toBe(0);
+      expect(await rows(id)).toEqual(['acme']);
+      expect(await rows(other)).toEqual([]);
     });
 
     it('refuses a timestamp outside its tolerance (1 minute), or none (NaN), as a replay', async () => {

@@ -24,8 +24,9 @@ import { SECRETS } from './signed-deliveries.js';
 export const ACME_SECRET = 'acme-secret';
 
 /**
- * A provider of one's own: `X-Acme-Signature`, the hex HMAC-SHA256 of
- * `<X-Acme-Timestamp>.<body>`; the key `X-Acme-Delivery`.
+ * A provider of one's own, as the README's: `X-Acme-Signature`, the hex
+ * HMAC-SHA256 of `<X-Acme-Delivery>.<X-Acme-Timestamp>.<body>`; the key
+ * `X-Acme-Delivery`.
  */
 const acme: WebhookProvider = {
   name: 'acme',
@@ -34,7 +35,9 @@ const acme: WebhookProvider = {
       hmacSha256Matches(
         secret,
         Buffer.concat([
-          Buffer.from(`${request.header('x-acme-timestamp')}.`),
+          Buffer.from(
+            `${request.header('x-acme-delivery')}.${request.header('x-acme-timestamp')}.`,
+          ),
           request.rawBody,
         ]),
         request.header('x-acme-signature'),

@@ -90,13 +90,28 @@ export class PostgresStatements {
 const STEPS = `"${IDEMPOTENCY_STEPS_TABLE_NAME}"`;
 
 /**
+ * How long a claim's takeover, a duplicate's mark, a renewal or a release
+ * waits for a lock of a record (held by another session: a completion
+ * whose COMMIT is slow, an operator's `SELECT … FOR UPDATE`) before it
+ * fails (`lock_timeout`, 55P03). Each is tried again (the renewal at its
+ * next turn, the release until the lease runs out, a claim by its client
+ * after its `503`), and the module stops waiting for it after a second at
+ * least: left waiting in the server, each try would hold a connection of
+ * the pool until the lock goes, one more every turn, until the pool is
+ * exhausted and every request of the instance fails.
+ */
+const LOCK_WAIT = `set_config('lock_timeout', '1s', true) <> ''`;
+/**
  * @internal Claims a key, taking it over where it may, and returns its
  * generation, or reads what holds it (migration
  * KeepIdempotencyGenerations1764000000005): after {@link CLAIM}, for a key
  * that may be taken over or that it did not see.
  */
 export const ACQUIRE = postgresStatement(
-  `SELECT * FROM idempotency_acquire_generation($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+  // The lock timeout (see LOCK_WAIT) is set in an argument: before the
+  // function runs.
+  `SELECT * FROM idempotency_acquire_generation($1, $2, $3, $4, $5, $6, $7,
+     $8, $9, CASE WHEN ${LOCK_WAIT} THEN $10::boolean END)`,
 );
 /**
  * @internal The claim's fast path, one plain statement: a new key is
@@ -178,7 +193,8 @@ export interface ClaimRow {
  */
 export const MARK_WAITING = postgresStatement(
   `UPDATE "idempotency_records" t SET waiting = true
-     FROM (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit
+     FROM (SELECT set_config('synchronous_commit', 'off', true), ${LOCK_WAIT})
+       AS async_commit
     WHERE t.scope = $1 AND t.key = $2 AND t.owner = $3
       AND t.status = 'in_progress'
    RETURNING true AS marked`,
@@ -282,11 +298,14 @@ export const COMPLETE_ALONE = postgresStatement(
 );
 /** @internal Gives a claim up, fenced by its owner, binding its key to its request or not. */
 export const RELEASE = postgresStatement(
-  `SELECT * FROM idempotency_release($1, $2, $3, $4)`,
+  // The lock timeout is set in an argument: before the function runs.
+  `SELECT * FROM idempotency_release($1, $2, $3,
+     CASE WHEN ${LOCK_WAIT} THEN $4::boolean END)`,
 );
 /** @internal Renews the leases of claims, fenced by their owners. */
 export const RENEW = postgresStatement(
-  `SELECT owner FROM idempotency_renew($1, $2, $3, $4) AS owner`,
+  `SELECT owner FROM idempotency_renew($1, $2, $3,
+     CASE WHEN ${LOCK_WAIT} THEN $4::float8[] END) AS owner`,
 );
 /**
  * @internal Binds a claim's key to its request before a step runs, fenced by

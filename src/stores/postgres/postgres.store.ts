@@ -95,10 +95,20 @@ const POSTGRES_COLUMNS = [
 const FAILURES = '"idempotency_failures"';
 /** SQLSTATE of a table that does not exist. */
 const UNDEFINED_TABLE = '42P01';
-/** SQLSTATE of a value over one of PostgreSQL's limits (a `jsonb` too large). */
+/**
+ * SQLSTATE of a value over one of PostgreSQL's limits: a `jsonb` too large,
+ * but also an index row too large (a step's name that, with its scope and
+ * key, the steps' primary key cannot hold).
+ */
 const PROGRAM_LIMIT_EXCEEDED = '54000';
 /** The most a `jsonb` string, array or object holds: 256 MiB less a byte. */
 const JSONB_LIMIT_BYTES = 268_435_455;
+/**
+ * How many times the bytes of its JSON text a `jsonb` value takes at most
+ * (a digit takes 12 bytes with its entry, `0,` two): a result whose text is
+ * smaller than the limit divided by this never reaches `jsonb`'s limits.
+ */
+const JSONB_MAX_GROWTH = 8;
 /** Longest NOTIFY payload PostgreSQL takes is 8000 bytes. */
 const MAX_PAYLOAD_BYTES = 7_900;
 
@@ -366,11 +376,17 @@ export class PostgresIdempotencyStore
       return rows[0].saved;
     } catch (error) {
       // `jsonb` holds no string, array or object over its limit, whatever
-      // the retry: refused before anything was written.
-      if (sqlState(error) === PROGRAM_LIMIT_EXCEEDED) {
+      // the retry: refused before anything was written. The same SQLSTATE
+      // for a small result is another limit (an index row too large): not
+      // the result's size, which a 500 would answer for ever.
+      const bytes = Buffer.byteLength(json);
+      if (
+        sqlState(error) === PROGRAM_LIMIT_EXCEEDED &&
+        bytes * JSONB_MAX_GROWTH > JSONB_LIMIT_BYTES
+      ) {
         throw new IdempotencyStepTooLargeError(
           step,
-          Buffer.byteLength(json),
+          bytes,
           JSONB_LIMIT_BYTES,
           `PostgreSQL's jsonb refused it (${messageOf(error)})`,
         );
