@@ -2,6 +2,7 @@ import {
   Inject,
   Injectable,
   Logger,
+  type BeforeApplicationShutdown,
   type OnApplicationShutdown,
   type OnModuleInit,
 } from '@nestjs/common';
@@ -76,7 +77,11 @@ export type Beginning =
  */
 @Injectable()
 export class IdempotencyExecutor
-  implements ExecutionHost, OnModuleInit, OnApplicationShutdown
+  implements
+    ExecutionHost,
+    OnModuleInit,
+    BeforeApplicationShutdown,
+    OnApplicationShutdown
 {
   private readonly logger = new Logger('Idempotency');
   private readonly waiters = new Waiters();
@@ -144,8 +149,23 @@ export class IdempotencyExecutor
     this.renewals.start();
   }
 
-  onApplicationShutdown(): void {
-    this.renewals.stop();
+  /**
+   * Tries the releases that failed and wait for their retry once more, while
+   * the store's connections are still open (Nest runs this hook before it
+   * closes the HTTP server and before any `onApplicationShutdown`, where a
+   * data library closes its pool): a key whose release failed just before
+   * a shutdown is free at once, not a lease later.
+   */
+  beforeApplicationShutdown(): Promise<void> {
+    return this.renewals.releasePending();
+  }
+
+  /**
+   * Stops renewing, and tries the releases still pending a last time
+   * (those of requests that ended while the server closed), each bounded.
+   */
+  onApplicationShutdown(): Promise<void> {
+    return this.renewals.stop();
   }
 
   /**

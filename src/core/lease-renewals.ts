@@ -48,12 +48,36 @@ export class LeaseRenewals {
     ).unref();
   }
 
-  stop(): void {
+  /**
+   * Stops renewing, and tries the releases still pending (see
+   * {@link retryRelease}) a last time, at once and together, each bounded
+   * as a retry is: an instance that shuts down within a lease of a failed
+   * release frees that key if the store answers by then, instead of
+   * leaving it to its lease. Never rejects.
+   */
+  async stop(): Promise<void> {
     clearInterval(this.timer);
     this.timer = undefined;
     clearInterval(this.releaseTimer);
     this.releaseTimer = undefined;
+    const pending = [...this.releases];
     this.releases.clear();
+    await Promise.all(pending.map((release) => this.tryRelease(release)));
+  }
+
+  /**
+   * Tries the releases still pending once now, at once and together (the
+   * application is shutting down: the periodic retry may not come again);
+   * those that fail stay pending. Never rejects.
+   */
+  async releasePending(): Promise<void> {
+    await Promise.all(
+      [...this.releases].map(async (pending) => {
+        if (await this.tryRelease(pending)) {
+          this.releases.delete(pending);
+        }
+      }),
+    );
   }
 
   /**
@@ -96,21 +120,9 @@ export class LeaseRenewals {
     this.releasing = true;
     try {
       for (const pending of [...this.releases]) {
-        if (pending.untilMs <= Date.now()) {
+        // Still out of reach: the next turn tries again.
+        if (await this.tryRelease(pending)) {
           this.releases.delete(pending);
-          continue;
-        }
-        try {
-          // Bounded: one release that the store's client holds must not
-          // hold up the others (nor every later turn).
-          await withinStoreTime(
-            pending.release(),
-            STORE_CALL_MIN_MS,
-            'release',
-          );
-          this.releases.delete(pending);
-        } catch {
-          // Still out of reach: the next turn tries again.
         }
       }
     } finally {
@@ -119,6 +131,24 @@ export class LeaseRenewals {
         clearInterval(this.releaseTimer);
         this.releaseTimer = undefined;
       }
+    }
+  }
+
+  /**
+   * Tries a pending release once, unless its lease ran out (the key is
+   * free anyway): whether it is done with. Bounded: one release that the
+   * store's client holds must not hold up the others (nor every later
+   * turn).
+   */
+  private async tryRelease(pending: PendingRelease): Promise<boolean> {
+    if (pending.untilMs <= Date.now()) {
+      return true;
+    }
+    try {
+      await withinStoreTime(pending.release(), STORE_CALL_MIN_MS, 'release');
+      return true;
+    } catch {
+      return false;
     }
   }
 
