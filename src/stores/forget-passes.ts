@@ -40,15 +40,26 @@ interface Pass<T, P> {
   pending: T[];
   /** Rows deleted in this pass. */
   deleted: number;
+  /** Which pass of the forget this is, from 1. */
+  number: number;
 }
+
+/**
+ * How many passes a forget makes at most: one that deleted anything is
+ * followed by another, up to this many. A scope that keeps getting
+ * requests has new keys in every pass; its forget must end all the same
+ * (the caller is told to run it again then, as on PostgreSQL).
+ */
+const MAX_FORGET_PASSES = 3;
 
 /**
  * @internal The batches of the forgets of scopes under way on one store,
  * each a pass over the keyspace from where its previous batch ended. A
- * pass that deleted anything is followed by another from the start, so
- * that the last batch says no more only when a whole pass found nothing of
- * the scope: a key written while the forget ran, or left by a forget that
- * stopped half way, is found too.
+ * pass that deleted anything is followed by another from the start (up to
+ * {@link MAX_FORGET_PASSES}), so that a key written while the forget ran,
+ * or left by a forget that stopped half way, is found too; the last batch
+ * says no more once a whole pass found nothing of the scope, or after the
+ * last pass.
  */
 export class ForgetPasses<T, P> {
   private readonly passes = new Map<string, Pass<T, P>>();
@@ -74,11 +85,11 @@ export class ForgetPasses<T, P> {
             pass.scanned = next === undefined;
             continue;
           }
-          if (pass.deleted === 0) {
+          if (pass.deleted === 0 || pass.number >= MAX_FORGET_PASSES) {
             this.passes.delete(scope);
             return { records, steps, more: false };
           }
-          Object.assign(pass, fresh<T, P>());
+          Object.assign(pass, fresh<T, P>(pass.number + 1));
           continue;
         }
         const taken = this.take(
@@ -133,6 +144,12 @@ export class ForgetPasses<T, P> {
   }
 }
 
-function fresh<T, P>(): Pass<T, P> {
-  return { position: undefined, scanned: false, pending: [], deleted: 0 };
+function fresh<T, P>(number = 1): Pass<T, P> {
+  return {
+    position: undefined,
+    scanned: false,
+    pending: [],
+    deleted: 0,
+    number,
+  };
 }
