@@ -166,7 +166,11 @@ export interface RecordInspection {
    * reset keeps, and the downstream keys derive from.
    */
   readonly generation?: string;
-  /** Whether the key is bound to its request (a step began). */
+  /**
+   * Whether the key is bound to its request: an unfinished record (held or
+   * released) of an attempt that began a step. A finished record is
+   * replayed, and bound to no request that must run it: `false`.
+   */
   readonly bound: boolean;
   readonly createdAt?: Date;
   readonly completedAt?: Date;

@@ -100,6 +100,8 @@ export function describeAdminConformance(
     expect(done).toMatchObject({
       status: 'completed',
       owner: undefined,
+      // Replayed: no longer bound to a request that must run it.
+      bound: false,
       response: {
         status: 201,
         headers: {

@@ -53,7 +53,7 @@ function summaryOf(id: string, record: MemoryAdminRecord): RecordSummary {
         ? dateOf(record.leaseExpiresAt)
         : undefined,
     generation: record.generation,
-    bound: record.bound,
+    bound: record.status === 'in_progress' && record.bound,
     createdAt: dateOf(record.createdAt),
     completedAt: dateOf(record.completedAt),
     expiresAt: new Date(record.expiresAt),

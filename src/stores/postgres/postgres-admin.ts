@@ -63,7 +63,8 @@ function summaryOf(row: SummaryRow): RecordSummary {
     owner: (claim && row.owner) || undefined,
     leaseExpiresAt: (claim && row.lease_expires_at) || undefined,
     generation: row.generation,
-    bound: row.has_steps,
+    // A finished record is replayed: no request is bound to run it.
+    bound: claim && row.has_steps,
     createdAt: row.created_at,
     completedAt: row.completed_at ?? undefined,
     expiresAt: row.expires_at,
