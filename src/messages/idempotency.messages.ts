@@ -16,7 +16,6 @@ import {
 } from '../idempotency.routes.js';
 import {
   afterFailure,
-  isHandlerFailure,
   logDropped,
   toRpcException,
 } from './message-failures.js';
@@ -156,10 +155,6 @@ export class IdempotencyMessages {
         return lastValueFrom(next.handle(), { defaultValue: undefined });
       }));
     } catch (error) {
-      if (attempt && isHandlerFailure(error)) {
-        // Transports do not log a failed event handler: the module does.
-        this.executor.emit('failed', attempt, { error });
-      }
       const outcome = await afterFailure(
         this.executor,
         attempt,

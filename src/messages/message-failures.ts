@@ -88,7 +88,8 @@ export interface FailedMessage {
  * `maxAttempts`, counted in the store, or a redelivery can only fail the
  * same way: a 4xx, a missing or malformed key, another message's key),
  * else how it is settled as failed. A count or a hand-over that fails
- * leaves the message to come back.
+ * leaves the message to come back. A failure of the handler's is reported
+ * as a `failed` event first.
  * @param attempt `undefined` when the message was refused before it had
  * one (its key).
  * @param ran whether the handler ran (see {@link failedOutcome}).
@@ -101,6 +102,11 @@ export async function afterFailure(
   message: FailedMessage,
   ran: boolean,
 ): Promise<MessageOutcome | 'dead-lettered'> {
+  if (attempt && isHandlerFailure(error)) {
+    // Transports do not log a failed event handler, nor kafkajs a failed
+    // eachMessage: the module does.
+    executor.emit('failed', attempt, { error });
+  }
   const outcome = failedOutcome(error, ran);
   const { maxAttempts, deadLetter } = options;
   if (maxAttempts === undefined || !deadLetter) {

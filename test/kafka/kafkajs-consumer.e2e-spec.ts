@@ -14,6 +14,7 @@ import {
   IdempotencyService,
   MemoryIdempotencyStore,
   type IdempotencyDeadLetter,
+  type IdempotencyEvent,
   type IdempotencyHttpException,
   type IdempotentKafkaOptions,
 } from '../../src/index.js';
@@ -32,6 +33,7 @@ describe('IdempotencyKafka.eachMessage() in a kafkajs consumer (recorded, no bro
   let target: TestApp;
   let idempotency: IdempotencyKafka;
   const deadLetters: IdempotencyDeadLetter[] = [];
+  const events: IdempotencyEvent[] = [];
   let runs = 0;
 
   /** Pays an invoice in the message's transaction; `poison` always fails. */
@@ -78,13 +80,16 @@ describe('IdempotencyKafka.eachMessage() in a kafkajs consumer (recorded, no bro
   };
 
   beforeAll(async () => {
-    target = await startTestApp({});
+    target = await startTestApp({
+      idempotency: { onEvent: (event) => events.push(event) },
+    });
     idempotency = target.app.get(IdempotencyKafka);
   });
   afterAll(() => target?.close());
   beforeEach(async () => {
     runs = 0;
     deadLetters.length = 0;
+    events.length = 0;
     await target.db.query(
       'TRUNCATE orders, idempotency_records, idempotency_failures',
     );
@@ -248,6 +253,15 @@ describe('IdempotencyKafka.eachMessage() in a kafkajs consumer (recorded, no bro
       },
     ]);
     expect(await orders()).toEqual([]);
+    // Each failure is reported, as a transport's is.
+    expect(
+      events
+        .filter((event) => event.type === 'failed')
+        .map(({ key, error }) => [key, (error as Error).message]),
+    ).toEqual([
+      [`${TOPIC}/5/12@${SENT_AT}`, 'cannot pay poison-1'],
+      [`${TOPIC}/5/12@${SENT_AT}`, 'cannot pay poison-1'],
+    ]);
   });
 
   it.each([
