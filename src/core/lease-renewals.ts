@@ -60,14 +60,13 @@ export class LeaseRenewals {
     this.timer = undefined;
     clearInterval(this.releaseTimer);
     this.releaseTimer = undefined;
-    const pending = [...this.releases];
+    await this.releasePending();
     this.releases.clear();
-    await Promise.all(pending.map((release) => this.tryRelease(release)));
   }
 
   /**
-   * Tries the releases still pending once now, at once and together (the
-   * application is shutting down: the periodic retry may not come again);
+   * Tries the releases still pending once now, at once and together (each
+   * turn of the retry, and at shutdown, when the next turn may not come);
    * those that fail stay pending. Never rejects.
    */
   async releasePending(): Promise<void> {
@@ -119,12 +118,8 @@ export class LeaseRenewals {
     }
     this.releasing = true;
     try {
-      for (const pending of [...this.releases]) {
-        // Still out of reach: the next turn tries again.
-        if (await this.tryRelease(pending)) {
-          this.releases.delete(pending);
-        }
-      }
+      // Those still out of reach stay for the next turn.
+      await this.releasePending();
     } finally {
       this.releasing = false;
       if (this.releases.size === 0) {
