@@ -40,17 +40,22 @@ export async function renewalLost(
     if (!reached) {
       throw new Error(`${key} answered ${label(await read(first))} first`);
     }
+    // Renewals come every third of the lease. The waits are longer than
+    // that, for a machine that pauses: what the cell shows is that a
+    // renewal comes after the lost one (the store fences a renewal by its
+    // owner, not by its lease), not how soon on a busy machine.
+    const waitMs = 4 * options.leaseMs;
     await until(
       () => Promise.resolve(fault.hit),
       `a renewal of ${key}`,
-      options.leaseMs,
+      waitMs,
     );
     await fault.injected;
     const lost = await options.leaseEnds();
     await until(
       async () => (await options.leaseEnds()) > lost,
-      `a renewal of ${key} after the lost one`,
-      options.leaseMs,
+      `a renewal of ${key} after the lost one (its lease then ended at ${lost})`,
+      waitMs,
     );
     const duplicate = await read(client.send());
     expect(label(duplicate)).toBe('409');
