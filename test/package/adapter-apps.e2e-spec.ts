@@ -101,15 +101,104 @@ const APPS: readonly AdapterAppSpec[] = [
   },
 ];
 
-let tarball: string;
 let packed: string;
+/** Each application's folder, ready to run, once its build ended. */
+const builds = new Map<string, Promise<string>>();
 
+/** `npm install`s `packages` in `dir`, at the repository's versions but the tarball. */
+async function install(dir: string, packages: readonly string[]) {
+  await npm(
+    [
+      'install',
+      '--prefer-offline',
+      '--no-audit',
+      '--no-fund',
+      '--ignore-scripts',
+      '--loglevel=error',
+      ...(await Promise.all(
+        packages.map(async (name) =>
+          name.endsWith('.tgz')
+            ? name
+            : `${name}@${await installedVersion(name)}`,
+        ),
+      )),
+    ],
+    dir,
+  );
+}
+
+/**
+ * Builds `spec`'s application in `appDir`, a copy of `base` (the package
+ * and BASE installed): its data library added with npm, its files, its
+ * `prepare`, then compiled.
+ */
+async function build(
+  spec: AdapterAppSpec,
+  base: string,
+  appDir: string,
+): Promise<string> {
+  await run('cp', ['-a', base, appDir]);
+  if (spec.packages.length > 0) {
+    await install(appDir, spec.packages);
+  }
+  for (const file of ['payments.ts', `${spec.name}.app.ts`]) {
+    await copyFile(
+      join(root, 'test/package/adapter-apps', file),
+      join(appDir, file),
+    );
+  }
+  await spec.prepare?.(appDir);
+  await writeFile(
+    join(appDir, 'tsconfig.json'),
+    JSON.stringify({
+      compilerOptions: {
+        strict: true,
+        skipLibCheck: true,
+        module: 'nodenext',
+        moduleResolution: 'nodenext',
+        target: 'es2022',
+        types: ['node'],
+        experimentalDecorators: true,
+        emitDecoratorMetadata: true,
+      },
+      files: ['payments.ts', `${spec.name}.app.ts`],
+    }),
+  );
+  await run(
+    process.execPath,
+    [join(root, 'node_modules/typescript/bin/tsc'), '-p', appDir],
+    { cwd: appDir, env: childEnv() },
+  ).catch((error: { stdout?: string }) => {
+    throw new Error(`the application does not compile:\n${error.stdout}`);
+  });
+  return appDir;
+}
+
+// The package and BASE are installed once, in a folder beside the tarball;
+// each application starts as a copy of it (at the same depth, so that its
+// `file:` dependency on the tarball still resolves) and adds its data
+// library. The applications build at the same time, each test group then
+// waits for its own.
 beforeAll(async () => {
   await assertBuilt();
   packed = await mkdtemp(join(tmpdir(), 'idempotency-packed-'));
-  ({ tarball } = await packLibrary(packed));
-}, 60_000);
+  const { tarball } = await packLibrary(packed);
+  const base = join(packed, 'base');
+  await mkdir(base);
+  await writeFile(
+    join(base, 'package.json'),
+    JSON.stringify({ name: 'adapter-app', private: true, type: 'module' }),
+  );
+  await install(base, [tarball, ...BASE]);
+  for (const spec of APPS) {
+    const building = build(spec, base, join(packed, spec.name));
+    // Awaited by its test group; a failure fails that group only.
+    building.catch(() => undefined);
+    builds.set(spec.name, building);
+  }
+}, 120_000);
 afterAll(async () => {
+  await Promise.allSettled(builds.values());
   if (packed) {
     await rm(packed, { recursive: true, force: true });
   }
@@ -118,73 +207,14 @@ afterAll(async () => {
 describe.each(APPS.map((spec) => [spec.name, spec] as const))(
   'the packed library on %s, outside the repository',
   (_name, spec) => {
-    let scratch: string;
+    let appDir: string;
     let db: TestDatabase | undefined;
     let child: ChildProcess | undefined;
     let url: string;
     const output: AppOutput = { lines: [], stderr: '' };
 
     beforeAll(async () => {
-      scratch = await mkdtemp(join(tmpdir(), `idempotency-${spec.name}-app-`));
-      const appDir = join(scratch, 'app');
-      await mkdir(appDir);
-      await writeFile(
-        join(appDir, 'package.json'),
-        JSON.stringify({
-          name: `${spec.name}-app`,
-          private: true,
-          type: 'module',
-        }),
-      );
-      const packages = await Promise.all(
-        [...BASE, ...spec.packages].map(
-          async (name) => `${name}@${await installedVersion(name)}`,
-        ),
-      );
-      await npm(
-        [
-          'install',
-          '--prefer-offline',
-          '--no-audit',
-          '--no-fund',
-          '--ignore-scripts',
-          '--loglevel=error',
-          tarball,
-          ...packages,
-        ],
-        appDir,
-      );
-      for (const file of ['payments.ts', `${spec.name}.app.ts`]) {
-        await copyFile(
-          join(root, 'test/package/adapter-apps', file),
-          join(appDir, file),
-        );
-      }
-      await spec.prepare?.(appDir);
-      await writeFile(
-        join(appDir, 'tsconfig.json'),
-        JSON.stringify({
-          compilerOptions: {
-            strict: true,
-            skipLibCheck: true,
-            module: 'nodenext',
-            moduleResolution: 'nodenext',
-            target: 'es2022',
-            types: ['node'],
-            experimentalDecorators: true,
-            emitDecoratorMetadata: true,
-          },
-          files: ['payments.ts', `${spec.name}.app.ts`],
-        }),
-      );
-      await run(
-        process.execPath,
-        [join(root, 'node_modules/typescript/bin/tsc'), '-p', appDir],
-        { cwd: appDir, env: childEnv() },
-      ).catch((error: { stdout?: string }) => {
-        throw new Error(`the application does not compile:\n${error.stdout}`);
-      });
-
+      appDir = await builds.get(spec.name)!;
       db = await createTestDatabase();
       // The schema as an application without TypeORM applies it: the
       // package's SQL files, in order, with psql.
@@ -217,14 +247,11 @@ describe.each(APPS.map((spec) => [spec.name, spec] as const))(
         await stop(child);
       }
       await db?.drop();
-      if (scratch) {
-        await rm(scratch, { recursive: true, force: true });
-      }
     }, 30_000);
 
     it('has neither TypeORM nor another data library installed', async () => {
       const installed = (name: string) =>
-        access(join(scratch, 'app/node_modules', name)).then(
+        access(join(appDir, 'node_modules', name)).then(
           () => name,
           () => undefined,
         );
@@ -241,7 +268,7 @@ describe.each(APPS.map((spec) => [spec.name, spec] as const))(
       );
       expect(found.filter(Boolean)).toEqual([]);
       expect(output.lines[0]).toBe(
-        `library: file://${join(scratch, 'app/node_modules/nestjs-idempotency/dist/src/index.js')}`,
+        `library: file://${join(appDir, 'node_modules/nestjs-idempotency/dist/src/index.js')}`,
       );
     });
 
@@ -249,7 +276,6 @@ describe.each(APPS.map((spec) => [spec.name, spec] as const))(
 
     if (spec.name === 'pg') {
       it("runs the package's command line with pg alone: `npx nestjs-idempotency --help`, and `inspect --json` of a completed key", async () => {
-        const appDir = join(scratch, 'app');
         const npx = (...args: string[]) =>
           run('npx', ['--no-install', 'nestjs-idempotency', ...args], {
             cwd: appDir,
