@@ -198,7 +198,11 @@ export class IdempotencyAdmin {
    * from its owner as a takeover takes it: the owner's completion is fenced
    * out (its request gets 503, its writes roll back), and a key bound to its
    * request by a step stays so, the same request resuming after its last
-   * step (forget the key to drop that too).
+   * step (forget the key to drop that too). The key's count of failed
+   * attempts (a message route's `maxAttempts`) starts anew as well, also
+   * when the key has no record (a failing message's claim is released
+   * after each failure): else the next failure could hand the message to
+   * `deadLetter` at once.
    * @returns `fenced`: whether a claim was taken from its owner.
    * @throws IdempotencyRecordNotFoundError, IdempotencyLeaseHeldError
    */
@@ -214,6 +218,9 @@ export class IdempotencyAdmin {
       key,
       options.force ?? false,
     );
+    if (outcome.state !== 'held') {
+      await this.store.forgetFailures?.({ scope, key });
+    }
     switch (outcome.state) {
       case 'absent':
         throw new IdempotencyRecordNotFoundError(scope, key);

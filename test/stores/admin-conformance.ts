@@ -394,6 +394,40 @@ export function describeAdminConformance(
     );
   });
 
+  it("admin: a reset starts the key's count of failed attempts anew (of a finished record, a forced claim, a key without a record), not while refused, nor another key's", async () => {
+    const scope = context.scope();
+    const store = context.store();
+    const count = (key: string) => store.countFailure!({ scope, key }, HOUR_MS);
+    const finished = attempt('failing-finished');
+    await store.claim(finished);
+    await store.complete(leaseOf(finished), completion, undefined);
+    const held = attempt('failing-held', { leaseMs: 60_000 });
+    await store.claim(held);
+    for (const key of ['failing-finished', 'failing-held', 'failing-free']) {
+      await count(key);
+      await count(key);
+    }
+    await count('other');
+
+    expect(await admin().reset('failing-finished', scope)).toEqual({
+      fenced: false,
+    });
+    await expect(admin().reset('failing-held', scope)).rejects.toThrow(
+      IdempotencyLeaseHeldError,
+    );
+    await expect(admin().reset('failing-free', scope)).rejects.toThrow(
+      IdempotencyRecordNotFoundError,
+    );
+    expect(await count('failing-finished')).toBe(1);
+    expect(await count('failing-held')).toBe(3);
+    expect(await count('failing-free')).toBe(1);
+    expect(await admin().reset('failing-held', scope, { force: true })).toEqual(
+      { fenced: true },
+    );
+    expect(await count('failing-held')).toBe(1);
+    expect(await count('other')).toBe(2);
+  });
+
   it("admin: a forget deletes the failure counts of what it forgets (a key's alone, a scope's: of a claim's key and of a released one's), not another scope's", async () => {
     const scope = context.scope();
     const store = context.store();
