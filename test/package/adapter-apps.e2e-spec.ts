@@ -31,7 +31,7 @@ import {
   childEnv,
   installedVersion,
   listening,
-  npm,
+  npmInstall,
   packLibrary,
   root,
   stop,
@@ -107,23 +107,15 @@ const builds = new Map<string, Promise<string>>();
 
 /** `npm install`s `packages` in `dir`, at the repository's versions but the tarball. */
 async function install(dir: string, packages: readonly string[]) {
-  await npm(
-    [
-      'install',
-      '--prefer-offline',
-      '--no-audit',
-      '--no-fund',
-      '--ignore-scripts',
-      '--loglevel=error',
-      ...(await Promise.all(
-        packages.map(async (name) =>
-          name.endsWith('.tgz')
-            ? name
-            : `${name}@${await installedVersion(name)}`,
-        ),
-      )),
-    ],
+  await npmInstall(
     dir,
+    await Promise.all(
+      packages.map(async (name) =>
+        name.endsWith('.tgz')
+          ? name
+          : `${name}@${await installedVersion(name)}`,
+      ),
+    ),
   );
 }
 

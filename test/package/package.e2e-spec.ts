@@ -21,7 +21,7 @@ import {
   childEnv,
   installedVersion,
   listening,
-  npm,
+  npmInstall,
   packLibrary,
   root,
   stop,
@@ -256,19 +256,7 @@ describe('the published package', () => {
           async (name) => `${name}@${await installedVersion(name)}`,
         ),
       );
-      await npm(
-        [
-          'install',
-          '--prefer-offline',
-          '--no-audit',
-          '--no-fund',
-          '--ignore-scripts',
-          '--loglevel=error',
-          tarball,
-          ...peers,
-        ],
-        appDir,
-      );
+      await npmInstall(appDir, [tarball, ...peers]);
 
       db = await createTestDatabase();
       child = spawn(process.execPath, ['app.js'], {

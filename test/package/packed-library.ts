@@ -52,6 +52,29 @@ export async function npm(args: string[], cwd: string): Promise<string> {
 }
 
 /**
+ * `npm install`s `packages` (names with versions, or tarballs) in `cwd` as
+ * an application would: from npm's cache when it has them, without running
+ * install scripts.
+ */
+export async function npmInstall(
+  cwd: string,
+  packages: readonly string[],
+): Promise<void> {
+  await npm(
+    [
+      'install',
+      '--prefer-offline',
+      '--no-audit',
+      '--no-fund',
+      '--ignore-scripts',
+      '--loglevel=error',
+      ...packages,
+    ],
+    cwd,
+  );
+}
+
+/**
  * Packs the repository as `npm publish` would into `destination`: the
  * tarball's path and the paths it holds (each under `package/`).
  */
