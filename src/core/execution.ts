@@ -405,17 +405,20 @@ export class Execution implements RunningLink, RecoveryOwner, HandlerContext {
       } else {
         await transaction.rollback(error);
       }
-      await this.releaseAfterSteps();
-      if (
+      // The handler's own doing, which its retry repeats: its error, not
+      // a 503 that asks for that retry. (One a retry may not meet, a
+      // deadlock, a serialization failure or a timeout the handler
+      // caught, keeps its 503.) Told before the release, which ends the
+      // attempt's telemetry with it.
+      const aborted =
         !this.abandoned &&
         isAbortedTransaction(error) &&
-        transientAbort(transaction.abortedBy) === undefined
-      ) {
-        // The handler's own doing, which its retry repeats: its error, not
-        // a 503 that asks for that retry. (One a retry may not meet, a
-        // deadlock, a serialization failure or a timeout the handler
-        // caught, keeps its 503.)
+        transientAbort(transaction.abortedBy) === undefined;
+      if (aborted) {
         host.telemetry.failed(attempt, 'handler');
+      }
+      await this.releaseAfterSteps();
+      if (aborted) {
         throw new TransactionAbortedError();
       }
       const lost = error instanceof LeaseLostError;

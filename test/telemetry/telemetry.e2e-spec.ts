@@ -325,6 +325,47 @@ describe.each(PLATFORMS)('OpenTelemetry (%s)', (platform) => {
     ).toEqual({ error: 1 });
   });
 
+  it('ends the commit span of a handler that returned with its transaction aborted, and counts the outcome as an error', async () => {
+    const key = `otel-swallowed-${platform}`;
+    const swallowed = await post('/telemetry/swallowed', key, {
+      reference: key,
+    });
+    expect(swallowed.response.status).toBe(500);
+    expect(Object.keys(swallowed.children).sort()).toEqual([
+      CLAIM,
+      COMMIT,
+      HANDLER,
+    ]);
+    const commit = swallowed.children[COMMIT];
+    expect(commit.attributes).toEqual({
+      ...route('/telemetry/swallowed'),
+      'idempotency.key.hash': hash(key),
+      'idempotency.outcome': 'error',
+    });
+    expect(commit.status).toEqual({
+      code: SpanStatusCode.ERROR,
+      message: 'error',
+    });
+    expect(swallowed.children[HANDLER].status.code).toBe(SpanStatusCode.UNSET);
+    expect(swallowed.server.attributes['idempotency.outcome']).toBe('error');
+    expect(
+      await target.db.query(`SELECT * FROM orders WHERE reference = $1`, [key]),
+    ).toEqual([]);
+    expect(
+      await target.db.query(
+        `SELECT * FROM idempotency_records WHERE key = $1`,
+        [key],
+      ),
+    ).toEqual([]);
+    const swallowedRoute = route('/telemetry/swallowed');
+    expect(await counts('idempotency.requests', swallowedRoute)).toEqual({
+      error: 1,
+    });
+    expect(await counts('idempotency.commit.duration', swallowedRoute)).toEqual(
+      { error: 1 },
+    );
+  });
+
   it('records run() under the span active where it is called, by the name of the run', async () => {
     const service = target.app.get(IdempotencyService);
     const key = `otel-run-${platform}`;

@@ -83,6 +83,18 @@ export class TelemetryController {
     await this.orders.insert({ reference: body.reference });
     throw new HttpException('card declined', 402);
   }
+
+  /**
+   * Writes, then catches the failure of a statement of its own and returns:
+   * its transaction is aborted, nothing commits, and the client gets a 500.
+   */
+  @Post('swallowed')
+  @Idempotent()
+  async swallowed(@Body() body: Payload) {
+    await this.orders.insert({ reference: body.reference });
+    await this.orders.query('SELECT 1 / 0').catch(() => undefined);
+    return { reference: body.reference };
+  }
 }
 
 @Module({
