@@ -317,8 +317,9 @@ export class Execution implements RunningLink, RecoveryOwner, HandlerContext {
     try {
       stored = await redacted(response, options);
     } catch (error) {
-      // Nothing unredacted is ever stored: the attempt fails instead.
-      await this.fail(error);
+      // Nothing unredacted is ever stored: the attempt fails instead, with
+      // the module's 503, reported as such (not as the handler's error).
+      await this.fail(error, false, true);
       throw new IdempotencyUnavailableException(options.retryAfter);
     }
     return this.complete({
@@ -467,12 +468,19 @@ export class Execution implements RunningLink, RecoveryOwner, HandlerContext {
    * Ends an attempt whose handler failed: rolls its transaction back, and
    * releases the claim (unless `keepClaim`: the error response may be stored
    * by `storeError()` or released by `release()`).
+   * @param ofModule `error` is not the handler's but of the completion
+   * of its answer (a `redact` hook that threw): answered with a 503 and
+   * reported as a `failed` event, never as the handler's own error.
    * @returns how the failure is answered. With `keepClaim`, the handler's
    * own error is answered with a 503 (and its claim released) when the
    * handler's transaction tells of a failure a retry may not meet (see
    * {@link transientAbort}), as a success is at its completion.
    */
-  async fail(error: unknown, keepClaim = false): Promise<FailureKind> {
+  async fail(
+    error: unknown,
+    keepClaim = false,
+    ofModule = false,
+  ): Promise<FailureKind> {
     if (this.settled) {
       // Abandoned at the deadline, the handler may fail before the deadline's
       // own rejection (its statement cancelled, no place for a transaction):
@@ -503,6 +511,9 @@ export class Execution implements RunningLink, RecoveryOwner, HandlerContext {
       this.abandoned || !stepsSettled
         ? 'timeout'
         : classifyFailure(error, { lost, rolledBack });
+    if (ofModule && kind === 'handler') {
+      kind = 'unavailable';
+    }
     let cause = stepsSettled ? error : stepsUnderWay(this.options);
     if (keepClaim && kind === 'handler') {
       // An error answer that may be stored is checked against what failed

@@ -12,8 +12,9 @@
  *   abandoned (503), the server cancelled one of its statements, or the
  *   handler failed while one of its steps was still under way at the
  *   deadline (503, its key left to its lease);
- * - `failed`: the transaction could not begin or commit (503), or a message
- *   handler threw (its message is then requeued or rejected);
+ * - `failed`: the transaction could not begin or commit, or the `redact`
+ *   hook threw (503), or a message handler threw (its message is then
+ *   requeued or rejected);
  * - `lease-lost`: the request's claim was taken over while it ran (its lease
  *   ran out, or its instance's presence session dropped): nothing of it
  *   committed (503);

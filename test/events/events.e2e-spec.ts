@@ -127,6 +127,32 @@ describe.each(PLATFORMS)('events for metrics (%s)', (platform) => {
     ).toEqual([]);
   });
 
+  it('reports a response whose redact hook threw as failed, with its error, answered 503 with nothing committed', async () => {
+    const answer = await send(target, '/responses/unredactable', {
+      key: 'ev-7',
+      body: { reference: 'ev-7' },
+    });
+    expect(answer.status).toBe(503);
+    expect(events).toEqual([
+      expect.objectContaining({
+        type: 'failed',
+        key: 'ev-7',
+        path: '/responses/unredactable',
+        error: new Error('the redact hook failed'),
+      }),
+    ]);
+    expect(
+      await target.db.query(
+        `SELECT reference FROM orders WHERE reference = 'ev-7'`,
+      ),
+    ).toEqual([]);
+    expect(
+      await target.db.query(
+        `SELECT key FROM idempotency_records WHERE key = 'ev-7'`,
+      ),
+    ).toEqual([]);
+  });
+
   it('reports garbage collections with the rows removed', async () => {
     await target.db.query(
       `UPDATE idempotency_records SET expires_at = now() - interval '1 minute'`,

@@ -63,6 +63,18 @@ export class EventsController {
     throw new BadRequestException('declined');
   }
 
+  /** Its answer cannot be stored: its `redact` hook throws (503). */
+  @Post('responses/unredactable')
+  @Idempotent({
+    redact: () => {
+      throw new Error('the redact hook failed');
+    },
+  })
+  async unredactable(@Body() body: Payload) {
+    await this.orders.insert({ reference: String(body.reference) });
+    return { body };
+  }
+
   /** A streamed response: executed, but a duplicate cannot be replayed. */
   @Post('responses/stream')
   @Idempotent()
