@@ -8,6 +8,7 @@ import type {
   IdempotencyEventType,
 } from './interfaces/idempotency-event.interface.js';
 import { messageOf } from './core/error-message.js';
+import { isThenable } from './core/is-thenable.js';
 
 /**
  * Log level of each event. Per-request outcomes are debug-level, the
@@ -67,10 +68,17 @@ export class IdempotencyEvents implements ExecutorEvents {
       this.logger[level](logfmt(event, this.keys));
     }
     if (this.options.onEvent) {
-      try {
-        this.options.onEvent(event);
-      } catch (error) {
+      const threw = (error: unknown) =>
         this.logger.warn(`onEvent threw: ${messageOf(error)}`);
+      try {
+        // An async listener's rejection is its throw: logged, never left
+        // unhandled (which would end the process).
+        const returned: unknown = this.options.onEvent(event);
+        if (isThenable(returned)) {
+          returned.then(undefined, threw);
+        }
+      } catch (error) {
+        threw(error);
       }
     }
   }

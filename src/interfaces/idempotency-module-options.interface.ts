@@ -77,7 +77,8 @@ export interface IdempotencyModuleOptions extends IdempotentOptions {
   /**
    * Called with every event of the module (executed, replayed, conflict,
    * mismatch, stored error, timeout, GC run, ...), e.g. to feed metrics.
-   * Must not throw (what it throws is logged and ignored).
+   * Must not throw (what it throws, or the promise it returns rejects
+   * with, is logged as a warning and ignored).
    * @default none (events are only logged)
    * @example
    * onEvent: (event) => idempotencyEvents.inc({ type: event.type })

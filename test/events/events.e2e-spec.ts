@@ -4,6 +4,7 @@ import {
 } from '../../src/index.js';
 import { EventsTestModule, Runs } from './events.module.js';
 import { Barrier } from '../utils/barrier.js';
+import { CapturedLogger } from '../telemetry/captured-logger.js';
 import { takeOver } from '../utils/claims.js';
 import {
   send,
@@ -163,4 +164,56 @@ describe.each(PLATFORMS)('events for metrics (%s)', (platform) => {
       { type: 'gc', removed, durationMs: expect.any(Number) },
     ]);
   });
+});
+
+describe.each(PLATFORMS)('a failing onEvent listener (%s)', (platform) => {
+  let target: TestApp | undefined;
+  afterEach(async () => {
+    await target?.close();
+    target = undefined;
+  });
+
+  it.each([
+    [
+      'throws',
+      (): void => {
+        throw new Error('metrics backend down');
+      },
+    ],
+    [
+      'returns a promise that rejects (an async listener)',
+      (): Promise<void> => Promise.reject(new Error('metrics backend down')),
+    ],
+  ])(
+    'is logged as a warning when it %s, and the request is answered all the same',
+    async (_, onEvent) => {
+      const logger = new CapturedLogger();
+      target = await startTestApp({
+        platform,
+        imports: [EventsTestModule],
+        idempotency: { gc: false, onEvent },
+        configure: (app) => app.useLogger(logger),
+      });
+      logger.clear();
+      const first = await send(target, '/keys/default', {
+        key: 'ev-listener',
+        body: { a: 1 },
+      });
+      expect(first.status).toBe(201);
+      const replay = await send(target, '/keys/default', {
+        key: 'ev-listener',
+        body: { a: 1 },
+      });
+      expect([
+        replay.status,
+        replay.headers.get('idempotent-replayed'),
+      ]).toEqual([201, 'true']);
+      expect(
+        logger.of('Idempotency').filter((line) => !line.startsWith('debug ')),
+      ).toEqual([
+        'warn onEvent threw: metrics backend down',
+        'warn onEvent threw: metrics backend down',
+      ]);
+    },
+  );
 });
