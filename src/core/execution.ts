@@ -293,7 +293,7 @@ export class Execution implements RunningLink, RecoveryOwner, HandlerContext {
   completeWith(response: StoredResponse): Promise<void> {
     const { lease, attempt, options } = this;
     if (!lease) {
-      return this.complete(undefined);
+      return this.complete(undefined, response.status);
     }
     if (response.body.length <= options.maxResponseSize) {
       return options.redact
@@ -343,6 +343,7 @@ export class Execution implements RunningLink, RecoveryOwner, HandlerContext {
             ttlMs: this.options.ttlMs,
           }
         : undefined,
+      status,
     );
   }
 
@@ -354,7 +355,11 @@ export class Execution implements RunningLink, RecoveryOwner, HandlerContext {
    * commit failed: nothing of the attempt committed (or, for a failed
    * COMMIT, its outcome is unknown and a retry finds out).
    */
-  private async complete(completion: Completion | undefined): Promise<void> {
+  private async complete(
+    completion: Completion | undefined,
+    /** The status answered, for a request without a key (no completion). */
+    status?: number,
+  ): Promise<void> {
     const { host, lease, attempt, options, transaction } = this;
     if (this.abandoned || this.settled) {
       throw new IdempotencyUnavailableException(options.retryAfter);
@@ -426,12 +431,14 @@ export class Execution implements RunningLink, RecoveryOwner, HandlerContext {
       host.emit(
         lost ? 'lease-lost' : this.abandoned ? 'timeout' : 'failed',
         attempt,
-        { error },
+        { status: 503, error },
       );
       throw new IdempotencyUnavailableException(options.retryAfter);
     }
     host.ended(this, waiting);
-    host.emit('executed', attempt, { status: completion?.response.status });
+    host.emit('executed', attempt, {
+      status: completion?.response.status ?? status,
+    });
   }
 
   /**
@@ -529,13 +536,14 @@ export class Execution implements RunningLink, RecoveryOwner, HandlerContext {
       }
     }
     host.telemetry.failed(attempt, kind);
+    // Either is answered with a 503 (`IdempotencyUnavailableException`).
     if (kind === 'timeout') {
-      host.emit('timeout', attempt, { error: cause });
+      host.emit('timeout', attempt, { status: 503, error: cause });
     } else if (kind === 'unavailable') {
       host.emit(
         error instanceof LeaseLostError || this.lost ? 'lease-lost' : 'failed',
         attempt,
-        { error: cause },
+        { status: 503, error: cause },
       );
     }
     if (!stepsSettled) {
@@ -706,6 +714,7 @@ export class Execution implements RunningLink, RecoveryOwner, HandlerContext {
     this.settled = true;
     await this.transaction.abandon();
     this.host.emit('timeout', this.attempt, {
+      status: 503,
       error: new Error(
         `The handler ran past its deadline (transactionTimeout, ${this.options.transactionTimeoutMs} ms)`,
       ),

@@ -231,7 +231,7 @@ export class IdempotencyExecutor
         if (!(error instanceof StoreTimeoutError)) {
           await releasing;
         }
-        this.emit('failed', attempt, { error });
+        this.emit('failed', attempt, { status: 503, error });
         throw new IdempotencyUnavailableException(options.retryAfter);
       }
       if (outcome.state === 'claimed') {
@@ -320,7 +320,7 @@ export class IdempotencyExecutor
         'claim',
       );
     } catch (error) {
-      this.emit('failed', attempt, { error });
+      this.emit('failed', attempt, { status: 503, error });
       throw new IdempotencyUnavailableException(options.retryAfter);
     }
     return record === undefined || record.fingerprint !== fingerprint

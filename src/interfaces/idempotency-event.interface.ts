@@ -54,7 +54,13 @@ export interface IdempotencyEvent {
    * matched, less the global prefix (`/v1/orders` under URI versioning).
    */
   readonly path?: string;
-  /** Status of the response sent, where there is one. */
+  /**
+   * Status of the response sent, where there is one: the module's own
+   * answer (`409`, `422`, and `503` for a `timeout`, a `lease-lost` and a
+   * `failed` claim, transaction or completion, on every transport alike),
+   * or the handler's stored or replayed one. None for a message handler
+   * that threw (`failed`), `abandoned` and `gc`.
+   */
   readonly status?: number;
   /** Milliseconds the request (or the collection) took. */
   readonly durationMs?: number;

@@ -46,6 +46,22 @@ describe.each(PLATFORMS)('events for metrics (%s)', (platform) => {
     expect(events[1]).toMatchObject({ key: 'ev-1', status: 201 });
   });
 
+  it('reports the execution of a request without a key with the status it was answered', async () => {
+    const answer = await send(target, '/keys/optional', { body: { a: 1 } });
+    expect(answer.status).toBe(201);
+    expect(events).toEqual([
+      {
+        type: 'executed',
+        scope: 'global',
+        key: undefined,
+        method: 'POST',
+        path: '/keys/optional',
+        status: 201,
+        durationMs: expect.any(Number),
+      },
+    ]);
+  });
+
   it('reports conflicts and mismatches', async () => {
     const runs = target.app.get(Runs);
     runs.barrier = new Barrier();
@@ -87,7 +103,7 @@ describe.each(PLATFORMS)('events for metrics (%s)', (platform) => {
     expect(events[2]).toMatchObject({ key: 'ev-4', status: 201 });
   });
 
-  it('reports a request abandoned at its deadline, and one whose claim was taken over, each answered 503 with nothing committed', async () => {
+  it('reports a request abandoned at its deadline, and one whose claim was taken over, each answered 503 (the status of the event) with nothing committed', async () => {
     const runs = target.app.get(Runs);
     runs.barrier = new Barrier();
     const late = await send(target, '/deadline', {
@@ -100,6 +116,7 @@ describe.each(PLATFORMS)('events for metrics (%s)', (platform) => {
         type: 'timeout',
         key: 'ev-5',
         path: '/deadline',
+        status: 503,
         error: expect.any(Error),
       }),
     ]);
@@ -118,6 +135,7 @@ describe.each(PLATFORMS)('events for metrics (%s)', (platform) => {
         type: 'lease-lost',
         key: 'ev-6',
         path: '/fingerprint/held',
+        status: 503,
         error: expect.any(Error),
       }),
     ]);
@@ -139,6 +157,7 @@ describe.each(PLATFORMS)('events for metrics (%s)', (platform) => {
         type: 'failed',
         key: 'ev-7',
         path: '/responses/unredactable',
+        status: 503,
         error: new Error('the redact hook failed'),
       }),
     ]);

@@ -37,6 +37,13 @@ export class EventsController {
     return { body };
   }
 
+  /** Runs without a key as well: executed, with nothing stored. */
+  @Post('keys/optional')
+  @Idempotent({ required: false })
+  optional(@Body() body: Payload) {
+    return { body };
+  }
+
   /** Still executing while the test sends duplicates: conflict, mismatch. */
   @Post('fingerprint/held')
   @Idempotent()
