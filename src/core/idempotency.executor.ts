@@ -255,6 +255,12 @@ export class IdempotencyExecutor
         : await this.isUnboundRecord(attempt, options, found);
       if (unbound === 'changed') {
         if (--rereads < 0) {
+          this.emit('failed', attempt, {
+            status: 503,
+            error: new Error(
+              `The record of the key changed each time it was read back after its claim (${MAX_REREADS + 1} times)`,
+            ),
+          });
           throw new IdempotencyUnavailableException(options.retryAfter);
         }
         continue;

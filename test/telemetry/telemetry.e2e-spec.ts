@@ -21,10 +21,19 @@ import {
   type ReadableSpan,
 } from '@opentelemetry/sdk-trace-base';
 import { randomUUID } from 'node:crypto';
-import { IdempotencyService } from '../../src/index.js';
+import {
+  IdempotencyService,
+  IdempotencyUnavailableException,
+  type IdempotencyEvent,
+} from '../../src/index.js';
 import { Order } from '../fixtures/order.entity.js';
 import { Barrier } from '../utils/barrier.js';
 import { REQUEST_ID_HEADER, traceRequests } from '../utils/server-spans.js';
+import {
+  StatementFaults,
+  typeormPool,
+  type Statement,
+} from '../utils/statement-faults.js';
 import {
   PLATFORMS,
   send,
@@ -97,6 +106,8 @@ describe.each(PLATFORMS)('OpenTelemetry (%s)', (platform) => {
   let serverSpanEnded: (requestId: string) => Promise<void>;
   /** Every key and user sent: none may show in a metric, nor raw in a span. */
   const secrets: string[] = [];
+  /** What the module reported (`onEvent`). */
+  const events: IdempotencyEvent[] = [];
 
   beforeAll(async () => {
     reader = new CollectingReader();
@@ -107,7 +118,7 @@ describe.each(PLATFORMS)('OpenTelemetry (%s)', (platform) => {
     target = await startTestApp({
       platform,
       imports: [TelemetryTestModule],
-      idempotency: { gc: false, scope },
+      idempotency: { gc: false, scope, onEvent: (event) => events.push(event) },
     });
     serverSpanEnded = traceRequests(
       target.app.getHttpServer(),
@@ -447,6 +458,100 @@ describe.each(PLATFORMS)('OpenTelemetry (%s)', (platform) => {
       CLAIM,
       COMMIT,
       HANDLER,
+    ]);
+  });
+
+  it('ends the root span of a run whose claim kept finding its record changed, and counts and reports it as failed', async () => {
+    const service = target.app.get(IdempotencyService);
+    const key = `otel-rereads-${platform}`;
+    secrets.push(key);
+    const job = () =>
+      service.run(
+        { key, name: 'reread', fingerprint: 'payload-old' },
+        () => 'done',
+      );
+    expect(await job()).toBe('done');
+    // As 0.6 wrote it: the fingerprint function's value alone, which the
+    // claim reads the record back for (its method and path).
+    const fingerprint = (value: string) =>
+      target.db.query(
+        `UPDATE idempotency_records SET fingerprint = $1 WHERE key = $2`,
+        [value, key],
+      );
+    await fingerprint('payload-old');
+    const faults = await StatementFaults.install(
+      typeormPool(target.dataSource),
+      target.db.url,
+    );
+    const ofKey = (statement: Statement) => statement.values[1] === key;
+    const isClaim = (statement: Statement) =>
+      ofKey(statement) && statement.text.includes('async_commit');
+    const isReadBack = (statement: Statement) =>
+      ofKey(statement) &&
+      statement.text.includes('response_headers') &&
+      !statement.text.includes('async_commit');
+    events.length = 0;
+    try {
+      // Each read back finds another fingerprint than its claim did, four
+      // times: the claim gives up.
+      let readBack = faults.hold(isReadBack);
+      const failure = job().then(
+        () => undefined,
+        (error: unknown) => error,
+      );
+      for (let round = 1; ; round += 1) {
+        await readBack.reached();
+        await fingerprint('payload-new');
+        if (round === 4) {
+          readBack.release();
+          break;
+        }
+        const claim = faults.hold(isClaim);
+        readBack.release();
+        await claim.reached();
+        await fingerprint('payload-old');
+        readBack = faults.hold(isReadBack);
+        claim.release();
+      }
+      expect(await failure).toBeInstanceOf(IdempotencyUnavailableException);
+    } finally {
+      await faults.restore();
+    }
+
+    const roots = spans
+      .getFinishedSpans()
+      .filter(
+        (span) =>
+          span.name === 'idempotency.attempt' &&
+          span.attributes['idempotency.key.hash'] === hash(key),
+      );
+    expect(roots.map((root) => root.attributes['idempotency.outcome'])).toEqual(
+      ['executed', 'failed'],
+    );
+    const [, root] = roots;
+    expect(root.status.code).toBe(SpanStatusCode.ERROR);
+    expect(childrenOf(root)[CLAIM].attributes).toEqual({
+      'idempotency.operation.type': 'run',
+      'idempotency.operation.name': 'reread',
+      'idempotency.key.hash': hash(key),
+      'idempotency.claim.result': 'failed',
+      'idempotency.outcome': 'failed',
+    });
+    expect(
+      await counts('idempotency.requests', {
+        'idempotency.operation.type': 'run',
+        'idempotency.operation.name': 'reread',
+      }),
+    ).toEqual({ executed: 1, failed: 1 });
+    expect(events).toEqual([
+      expect.objectContaining({
+        type: 'failed',
+        key,
+        method: 'RUN',
+        path: 'reread',
+        status: 503,
+        error: expect.any(Error),
+      }),
     ]);
   });
 
