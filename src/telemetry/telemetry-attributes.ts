@@ -45,18 +45,13 @@ export const ATTRIBUTES = {
   resendCount: 'http.request.resend_count',
 } as const;
 
-/** The methods of HTTP (RFC 9110 and PATCH): an attempt of an HTTP request. */
-const HTTP_METHODS = new Set([
-  'GET',
-  'HEAD',
-  'POST',
-  'PUT',
-  'DELETE',
-  'CONNECT',
-  'OPTIONS',
-  'TRACE',
-  'PATCH',
-]);
+/**
+ * The methods the transports other than HTTP give their attempts (a
+ * message, a `run()`, a GraphQL mutation, a BullMQ job): any other method is
+ * an HTTP request's, RFC 9110's and PATCH as much as WebDAV's (`MOVE`,
+ * `COPY`, `MKCOL`, ... on a decorated route).
+ */
+const OPERATION_METHODS = new Set(['MESSAGE', 'RUN', 'MUTATION', 'JOB']);
 
 /**
  * @internal What an attempt is, in low-cardinality attributes (those of
@@ -65,14 +60,14 @@ const HTTP_METHODS = new Set([
  * mutation or queue.
  */
 export function routeAttributes(attempt: Attempt): TelemetryAttributes {
-  return HTTP_METHODS.has(attempt.method)
+  return OPERATION_METHODS.has(attempt.method)
     ? {
-        [ATTRIBUTES.httpMethod]: attempt.method,
-        [ATTRIBUTES.httpRoute]: attempt.path,
-      }
-    : {
         [ATTRIBUTES.operationType]: attempt.method.toLowerCase(),
         [ATTRIBUTES.operationName]: attempt.path,
+      }
+    : {
+        [ATTRIBUTES.httpMethod]: attempt.method,
+        [ATTRIBUTES.httpRoute]: attempt.path,
       };
 }
 

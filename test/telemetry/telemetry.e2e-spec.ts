@@ -139,10 +139,12 @@ describe.each(PLATFORMS)('OpenTelemetry (%s)', (platform) => {
     key: string,
     body: { reference: string },
     user = 'user-7f3a',
+    method = 'POST',
   ) {
     secrets.push(key, user);
     const requestId = randomUUID();
     const response = await send(target, path, {
+      method,
       key,
       body,
       headers: { [REQUEST_ID_HEADER]: requestId, [USER_HEADER]: user },
@@ -375,6 +377,30 @@ describe.each(PLATFORMS)('OpenTelemetry (%s)', (platform) => {
     expect(await counts('idempotency.commit.duration', swallowedRoute)).toEqual(
       { error: 1 },
     );
+  });
+
+  it('records a request of another HTTP method that changes state (WebDAV MOVE) by its HTTP method and route, as any HTTP request', async () => {
+    const key = `otel-move-${platform}`;
+    const moved = await post(
+      `/telemetry/files/move-${platform}`,
+      key,
+      { reference: key },
+      'user-7f3a',
+      'MOVE',
+    );
+    expect(moved.response.status).toBe(200);
+    const route = {
+      'http.request.method': 'MOVE',
+      'http.route': '/telemetry/files/:name',
+    };
+    expect(moved.children[CLAIM].attributes).toEqual({
+      ...route,
+      'idempotency.key.hash': hash(key),
+      'idempotency.claim.result': 'claimed',
+    });
+    expect(await counts('idempotency.requests', route)).toEqual({
+      executed: 1,
+    });
   });
 
   it('records run() under the span active where it is called, by the name of the run', async () => {

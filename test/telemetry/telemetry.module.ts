@@ -5,6 +5,8 @@ import {
   type ExecutionContext,
   Injectable,
   Module,
+  Move,
+  Param,
   Post,
 } from '@nestjs/common';
 import { InjectRepository, TypeOrmModule } from '@nestjs/typeorm';
@@ -82,6 +84,14 @@ export class TelemetryController {
   async declined(@Body() body: Payload): Promise<never> {
     await this.orders.insert({ reference: body.reference });
     throw new HttpException('card declined', 402);
+  }
+
+  /** A request of a WebDAV method that changes state: an HTTP request too. */
+  @Move('files/:name')
+  @Idempotent()
+  async move(@Param('name') name: string) {
+    await this.orders.insert({ reference: name });
+    return { moved: name };
   }
 
   /**
