@@ -44,11 +44,16 @@ export interface QueueJob {
   readonly data: unknown;
 }
 
-/** @internal A `process(job, token?)` method of a processor. */
+/**
+ * @internal A `process(job, token?, signal?)` method of a processor (BullMQ
+ * passes its abort signal as a third argument to a method that declares
+ * one).
+ */
 export type ProcessMethod = (
   this: object,
   job: QueueJob,
   token?: string,
+  ...rest: unknown[]
 ) => Promise<unknown>;
 
 /** @internal A decorated processor class and its `process` method. */

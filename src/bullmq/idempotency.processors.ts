@@ -65,6 +65,9 @@ function wrapProcess(type: Type): IdempotentProcess {
     this: object,
     job: QueueJob,
     token?: string,
+    // BullMQ's abort signal (`worker.cancelJob()`), and whatever else it
+    // passes: the method gets every argument it would get undecorated.
+    ...rest: unknown[]
   ): Promise<unknown> {
     let binding = bound.get(this);
     if (!binding) {
@@ -76,12 +79,18 @@ function wrapProcess(type: Type): IdempotentProcess {
     }
     return binding
       ? binding.jobs.execute(binding.processor, job, token, () =>
-          original.call(this, job, token),
+          original.call(this, job, token, ...rest),
         )
-      : original.call(this, job, token);
+      : original.call(this, job, token, ...rest);
   } as IdempotentProcess;
   idempotentProcess[PENDING] = pending;
   Object.defineProperty(idempotentProcess, 'name', { value: original.name });
+  // BullMQ hands a processor its abort signal only when the function
+  // declares a third parameter (its `length`): the wrapper declares what
+  // the method does.
+  Object.defineProperty(idempotentProcess, 'length', {
+    value: original.length,
+  });
   // `@Idempotent()` and every other decorator of the method stay readable.
   for (const key of Reflect.getOwnMetadataKeys(original)) {
     Reflect.defineMetadata(

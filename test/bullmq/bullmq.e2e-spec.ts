@@ -24,6 +24,7 @@ import { describeWithBroker } from '../utils/broker.js';
 import { startSample, type SampleProcess } from '../utils/sample-process.js';
 import { startTestApp, type TestApp } from '../utils/test-app.js';
 import {
+  CancellableProcessor,
   DEFAULT_PREFIX_QUEUE,
   DefaultPrefixProcessor,
   gates,
@@ -94,6 +95,7 @@ describeRedis('@Idempotent() on BullMQ processors', () => {
         WaitingProcessor,
         LargeResultProcessor,
         StatementsProcessor,
+        CancellableProcessor,
       ],
       idempotency: { onEvent: (event) => events.push(event) },
     });
@@ -524,6 +526,43 @@ describeRedis('@Idempotent() on BullMQ processors', () => {
         body: JSON.stringify(result),
       }),
     ]);
+  });
+
+  it("hands BullMQ's abort signal to process: a job cancelled while it runs (worker.cancelJob) fails, its write rolled back and its key free, and its retry runs", async () => {
+    gates.hold = new Barrier();
+    const processor = target.app.get(CancellableProcessor);
+    const job = await queues.get(QUEUES.cancellable)!.queue.add(
+      'order',
+      { reference: 'cancel-1', hold: true },
+      {
+        jobId: 'cancel-1',
+        attempts: 2,
+        backoff: { type: 'fixed', delay: 600_000 },
+      },
+    );
+    await gates.hold.reached(1);
+    const failure = nextFailure(processor);
+    expect(
+      processor.worker.cancelJob('cancel-1', 'the order was withdrawn'),
+    ).toBe(true);
+    gates.hold.open();
+    const [failed, error] = await failure;
+    expect(failed.id).toBe('cancel-1');
+    expect(error.message).toBe('Cancelled: the order was withdrawn');
+    expect(await orders('cancel-1')).toEqual([]);
+    expect(await records(`${QUEUES.cancellable}:cancel-1`)).toEqual([]);
+
+    await job.promote();
+    const result = (await job.waitUntilFinished(
+      queues.get(QUEUES.cancellable)!.events,
+    )) as OrderResult;
+    const rows = await orders('cancel-1');
+    expect(rows).toHaveLength(1);
+    expect(result).toEqual({
+      id: rows[0].id,
+      reference: 'cancel-1',
+      attempt: 2,
+    });
   });
 
   it("runs two concurrent jobs with one key once ('reject'): the duplicate fails with 409, and its retry gets the stored result", async () => {

@@ -19,6 +19,7 @@ export const QUEUES = {
   waiting: 'idempotency-keyed-wait',
   large: 'idempotency-large-results',
   statements: 'idempotency-nested-statements',
+  cancellable: 'idempotency-cancellable',
 } as const;
 
 /**
@@ -138,6 +139,33 @@ export class StatementsProcessor extends WorkerHost {
       { key: job.data.orderId!, scope: 'statements' },
       () => Promise.resolve('x'.repeat(1_100_000)),
     );
+    return result;
+  }
+}
+
+/**
+ * Takes BullMQ's abort signal (a third parameter), by which
+ * `worker.cancelJob()` cancels a job: writes its order, waits at
+ * `gates.hold` when told, then fails if the job was cancelled meanwhile.
+ */
+@Processor(QUEUES.cancellable)
+export class CancellableProcessor extends WorkerHost {
+  constructor(
+    @InjectRepository(Order) private readonly orders: Repository<Order>,
+  ) {
+    super();
+  }
+
+  @Idempotent()
+  async process(
+    job: Job<OrderJob>,
+    _token?: string,
+    signal?: AbortSignal,
+  ): Promise<OrderResult> {
+    const result = await writeOrder(this.orders, job);
+    if (signal?.aborted) {
+      throw new Error(`Cancelled: ${String(signal.reason)}`);
+    }
     return result;
   }
 }
