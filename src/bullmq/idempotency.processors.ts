@@ -1,4 +1,8 @@
-import { Injectable, type OnModuleInit } from '@nestjs/common';
+import {
+  Injectable,
+  type BeforeApplicationShutdown,
+  type OnModuleInit,
+} from '@nestjs/common';
 import { DiscoveryService, Reflector } from '@nestjs/core';
 import type { InstanceWrapper } from '@nestjs/core/injector/instance-wrapper.js';
 import { IDEMPOTENT_METADATA } from '../idempotency.constants.js';
@@ -24,6 +28,19 @@ interface Binding {
 const PENDING = Symbol('idempotency:pending processors');
 
 type IdempotentProcess = ProcessMethod & { [PENDING]: Set<Binding> };
+
+/**
+ * The BullMQ worker of a processor (`WorkerHost.worker`), once
+ * @nestjs/bullmq made it; `undefined` before (its getter throws then).
+ */
+function workerOf(instance: unknown): { close(): Promise<void> } | undefined {
+  try {
+    return (instance as { worker?: { close(): Promise<void> } } | undefined)
+      ?.worker;
+  } catch {
+    return undefined;
+  }
+}
 
 /** Processor instances (of any application in the process) and their binding. */
 const bound = new WeakMap<object, Binding>();
@@ -121,7 +138,9 @@ function wrapProcess(type: Type): IdempotentProcess {
  * @nestjs/bullmq is optional: its metadata is read by its plain string key.
  */
 @Injectable()
-export class IdempotencyProcessors implements OnModuleInit {
+export class IdempotencyProcessors
+  implements OnModuleInit, BeforeApplicationShutdown
+{
   private readonly bindings: Array<[IdempotentProcess, Binding]> = [];
 
   constructor(
@@ -175,6 +194,25 @@ export class IdempotencyProcessors implements OnModuleInit {
         'Or inject IdempotencyService into the processor and wrap the work in run({ scope, key }, fn).',
       );
     }
+  }
+
+  /**
+   * Closes the workers of the decorated processors, which wait for their
+   * active jobs, before any `onApplicationShutdown`. @nestjs/bullmq closes
+   * them in its own `onApplicationShutdown`, and Nest shuts modules down
+   * in the reverse order of their imports: with BullMQ imported before the
+   * module, its jobs would still run after the module stopped renewing
+   * their claims and closed its presence session, and another instance
+   * would take a running job's key over (and run it beside it). A worker
+   * closed twice closes once.
+   */
+  async beforeApplicationShutdown(): Promise<void> {
+    await Promise.all(
+      this.bindings.map(
+        ([, binding]) =>
+          workerOf(binding.wrapper.instance)?.close() ?? Promise.resolve(),
+      ),
+    );
   }
 
   /** Whether `type` is a processor whose `process` is `@Idempotent()`. */

@@ -733,6 +733,75 @@ describeRedis('@Idempotent() on BullMQ processors', () => {
     }
   });
 
+  it('keeps the claim of a job still running while its application shuts down with BullMQ imported first: a duplicate elsewhere gets 409, and the job completes once', async () => {
+    // BullMQ imported before the module: Nest shuts the module down first,
+    // and @nestjs/bullmq's workers then wait for their active jobs.
+    const prefix = `${PREFIX}-closing`;
+    const closing = await startTestApp({
+      idempotency: false,
+      database: target.db,
+      imports: [
+        BullModule.forRoot({ connection, prefix }),
+        BullModule.registerQueue({ name: QUEUES.rejecting }),
+        IdempotencyModule.forRoot(),
+        TypeOrmModule.forFeature([Order]),
+      ],
+      providers: [RejectingProcessor],
+    });
+    const queue = new Queue<OrderJob>(QUEUES.rejecting, { connection, prefix });
+    const queueEvents = new QueueEvents(QUEUES.rejecting, {
+      connection,
+      prefix,
+    });
+    try {
+      await queueEvents.waitUntilReady();
+      gates.hold = new Barrier();
+      const data = { reference: 'closing-1', orderId: 'o-closing', hold: true };
+      const first = await queue.add('order', data, { jobId: 'closing-a' });
+      await gates.hold.reached(1);
+      const worker = closing.app.get(RejectingProcessor).worker;
+      const workerClosing = once(worker, 'closing');
+      const closed = closing.close();
+      await workerClosing;
+
+      // The same order on this suite's application (the same scope, key
+      // and request), while the first job still runs.
+      const failure = nextFailure(target.app.get(RejectingProcessor));
+      await queues.get(QUEUES.rejecting)!.queue.add('order', data, {
+        jobId: 'closing-b',
+      });
+      const outcome = await Promise.race([
+        failure.then(([, error]) => error),
+        gates.hold.reached(2).then(() => 'ran while the first ran'),
+      ]);
+      expect(outcome).toBeInstanceOf(IdempotencyConflictException);
+
+      gates.hold.open();
+      const result = (await first.waitUntilFinished(
+        queueEvents,
+      )) as OrderResult;
+      await closed;
+      const rows = await orders('closing-1');
+      expect(rows).toHaveLength(1);
+      expect(result).toEqual({
+        id: rows[0].id,
+        reference: 'closing-1',
+        attempt: 1,
+      });
+      expect(await records('o-closing')).toEqual([
+        expect.objectContaining({
+          scope: 'order-ids',
+          status: 'completed',
+          body: JSON.stringify(result),
+        }),
+      ]);
+    } finally {
+      gates.hold.open();
+      await queue.obliterate({ force: true });
+      await Promise.all([queue.close(), queueEvents.close()]);
+    }
+  });
+
   it('refuses to start with @Idempotent() on another method of a processor', async () => {
     await expect(
       startTestApp({
