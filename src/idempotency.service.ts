@@ -7,6 +7,7 @@ import {
   type ResolvedIdempotencyOptions,
 } from './idempotency.options.js';
 import { validKey } from './core/idempotency-key.js';
+import { IdempotencyConfigurationError } from './exceptions/idempotency-configuration.error.js';
 import type { IdempotencyRunOptions } from './interfaces/idempotency-run-options.interface.js';
 import { validScope, type Attempt } from './core/attempt.js';
 import { boundFingerprint } from './core/request-fingerprint.js';
@@ -29,6 +30,25 @@ const missingManager = new Proxy({} as never, {
     );
   },
 });
+
+/**
+ * The name of a run, checked: stored with its record, where PostgreSQL
+ * refuses a NUL character in text, so that every claim of the run would
+ * fail (a 503 for ever, which says to retry).
+ * @throws IdempotencyConfigurationError for a name with a NUL character.
+ */
+function validName(name: string | undefined): string {
+  if (name === undefined) {
+    return 'run';
+  }
+  if (name.includes('\0')) {
+    throw new IdempotencyConfigurationError(
+      `The name of IdempotencyService.run() is ${JSON.stringify(name)}: it has a NUL character (U+0000), which PostgreSQL cannot store.`,
+      'Give a name without NUL characters, such as the name of the operation.',
+    );
+  }
+  return name;
+}
 
 /** Fingerprint of runs that give none: every run with the key is the same. */
 const ANY_RUN = '-';
@@ -74,6 +94,8 @@ export class IdempotencyService {
    * The result must be a JSON value (it is returned as JSON to duplicates).
    *
    * @throws IdempotencyKeyInvalidException for a malformed key.
+   * @throws IdempotencyConfigurationError for an invalid `scope`, or a
+   * `name` with a NUL character.
    * @throws IdempotencyConflictException while the same key runs (`'reject'`,
    * or still after `waitTimeout` in `'wait'`): its message says so, and its
    * `retryAfterSeconds` when to try again.
@@ -100,7 +122,7 @@ export class IdempotencyService {
         options.scope === undefined ? DEFAULT_SCOPE : validScope(options.scope),
       key: validKey(options.key, route.keyValidation, 'key', 'option'),
       method: RUN_PARTS.method,
-      path: options.name ?? 'run',
+      path: validName(options.name),
       // Bound to run(), as a route's fingerprint function's value is to
       // its route: the value alone would match an HTTP request under the
       // key whose fingerprint function returned the same, which would get

@@ -29,7 +29,9 @@ export interface IdempotencyRunOptions {
    */
   fingerprint?: string;
   /**
-   * Name of the operation, stored with the record (for inspection).
+   * Name of the operation, stored with the record (for inspection); one
+   * with a NUL character, which PostgreSQL cannot store, throws an
+   * `IdempotencyConfigurationError`.
    * @default 'run'
    */
   name?: string;

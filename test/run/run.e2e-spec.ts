@@ -555,6 +555,30 @@ describe('IdempotencyService.run() with keys of any text', () => {
     expect(await records('nul')).toEqual([]);
   });
 
+  it('refuses a name with a NUL character, which PostgreSQL refuses, with a configuration error before any claim, never a 503 to retry for ever', async () => {
+    let runs = 0;
+    for (let attempt = 0; attempt < 2; attempt += 1) {
+      const error: unknown = await idempotency
+        .run({ key: 'named-1', name: 'import\u0000orders' }, () => {
+          runs += 1;
+        })
+        .catch((caught: unknown) => caught);
+      expect(error).toBeInstanceOf(IdempotencyConfigurationError);
+      expect((error as Error).message).toContain(
+        'The name of IdempotencyService.run() is "import\\u0000orders": it has a NUL character (U+0000), which PostgreSQL cannot store.',
+      );
+    }
+    expect(runs).toBe(0);
+    expect(await records('named-1')).toEqual([]);
+    expect(
+      await idempotency.run({ key: 'named-1', name: 'import orders' }, () => {
+        runs += 1;
+        return 'imported';
+      }),
+    ).toBe('imported');
+    expect(runs).toBe(1);
+  });
+
   it('refuses a key with a lone surrogate with 400 (invalid key), whatever its pattern lets through, and runs nothing: it never shares the record of the key with U+FFFD', async () => {
     for (const key of ['order-\ud800', 'order-\udc00x', 'order-\ud800\ud800']) {
       expect(await refusal({ key })).toEqual({
