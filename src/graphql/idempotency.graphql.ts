@@ -22,7 +22,12 @@ import type { Execution } from '../core/execution.js';
 import type { StoredRecord } from '../interfaces/idempotency-store.interface.js';
 import { toGraphqlError } from './graphql-refusals.js';
 import { errorStatus, restoreError, storeError } from './stored-error.js';
-import { reviveResult } from './stored-result.js';
+import {
+  RESULT_REVIVALS_HEADER,
+  resultJson,
+  reviveRecorded,
+  reviveResult,
+} from './stored-result.js';
 import { messageOf } from '../core/error-message.js';
 
 /** The method a mutation's record and events carry. */
@@ -63,15 +68,6 @@ function responsePath(info: ResolveInfo | undefined): string {
     keys.unshift(path.key);
   }
   return keys.join('.');
-}
-
-/**
- * A `BigInt` of a result (a custom scalar's value) by its digits, which JSON
- * cannot write otherwise: the replay gives them to the scalar again, as it
- * does a `Date`'s text.
- */
-function bigintDigits(_key: string, value: unknown): unknown {
-  return typeof value === 'bigint' ? value.toString() : value;
 }
 
 /**
@@ -180,7 +176,7 @@ export class IdempotencyGraphql {
   /** Runs the resolver, and completes with its result or fails. */
   private async run(execution: Execution, next: CallHandler): Promise<unknown> {
     let result: unknown;
-    let json: string | undefined;
+    let stored: ReturnType<typeof resultJson>;
     try {
       result = await execution.run(() =>
         lastValueFrom(next.handle(), { defaultValue: undefined }),
@@ -189,8 +185,7 @@ export class IdempotencyGraphql {
       throw await this.failed(execution, error);
     }
     try {
-      json =
-        result === undefined ? undefined : JSON.stringify(result, bigintDigits);
+      stored = resultJson(result);
     } catch (error) {
       // A result JSON cannot hold (a cycle) is the resolver's error. Where
       // the store completes in the resolver's transaction, nothing of it
@@ -205,7 +200,12 @@ export class IdempotencyGraphql {
     }
     try {
       await execution.completeWith(
-        jsonResponse(json, { 'content-type': 'application/json' }),
+        jsonResponse(stored.json, {
+          'content-type': 'application/json',
+          ...(stored.revivals === undefined
+            ? {}
+            : { [RESULT_REVIVALS_HEADER]: stored.revivals }),
+        }),
       );
     } catch (error) {
       throw await toGraphqlError(error, this.options.problemTypeBaseUrl);
@@ -276,7 +276,10 @@ export class IdempotencyGraphql {
     return response.body.length === 0
       ? undefined
       : reviveResult(
-          JSON.parse(response.body.toString('utf8')) as unknown,
+          reviveRecorded(
+            JSON.parse(response.body.toString('utf8')) as unknown,
+            response.headers[RESULT_REVIVALS_HEADER],
+          ),
           info?.returnType,
         );
   }

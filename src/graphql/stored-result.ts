@@ -97,3 +97,135 @@ function reviveScalar(value: unknown, scalar: OutputType): unknown {
   }
   return value;
 }
+
+/** A place in a result: the keys and indexes that lead to it from its root. */
+type ResultPath = ReadonlyArray<string | number>;
+
+/**
+ * @internal The stored header of a mutation's result that says where its
+ * resolver returned a `Date` or a `BigInt`, which JSON stores as text
+ * (`{"dates": [paths], "bigints": [paths]}`): its replay has them back
+ * wherever they were, whichever fields read them (a field named apart from
+ * its property, `@Field({ name })`, which the return type does not tell).
+ * A record without it (of an earlier version) is revived by the return
+ * type alone.
+ */
+export const RESULT_REVIVALS_HEADER = 'idempotency-graphql-revivals';
+
+/** Where a result had its dates and bigints. */
+interface ResultRevivals {
+  readonly dates: ResultPath[];
+  readonly bigints: ResultPath[];
+}
+
+/**
+ * @internal A mutation's result as JSON (a `BigInt` by its digits, which
+ * JSON cannot write otherwise), and the header of its revivals (see
+ * {@link RESULT_REVIVALS_HEADER}), when it has dates or bigints.
+ * @throws JSON's error for a result JSON cannot hold (a cycle).
+ */
+export function resultJson(result: unknown): {
+  readonly json: string | undefined;
+  readonly revivals: string | undefined;
+} {
+  const revivals: ResultRevivals = { dates: [], bigints: [] };
+  // The path of each object serialized, for its properties' paths: JSON
+  // visits an object's properties right after the object itself.
+  const paths = new WeakMap<object, ResultPath>();
+  const json = JSON.stringify(
+    result,
+    function (this: Record<string, unknown>, key: string, value: unknown) {
+      const parent = paths.get(this);
+      const path: ResultPath =
+        parent === undefined
+          ? []
+          : [...parent, Array.isArray(this) ? Number(key) : key];
+      if (this[key] instanceof Date) {
+        revivals.dates.push(path);
+      }
+      if (typeof value === 'bigint') {
+        revivals.bigints.push(path);
+        return value.toString();
+      }
+      if (typeof value === 'object' && value !== null) {
+        paths.set(value, path);
+      }
+      return value;
+    },
+  ) as string | undefined;
+  return {
+    json,
+    revivals:
+      revivals.dates.length + revivals.bigints.length === 0
+        ? undefined
+        : JSON.stringify(revivals),
+  };
+}
+
+/**
+ * @internal A stored result (its JSON parsed) with its dates and bigints
+ * back where the header of its revivals says they were; as it is without
+ * that header.
+ */
+export function reviveRecorded(
+  value: unknown,
+  header: string | string[] | undefined,
+): unknown {
+  if (typeof header !== 'string') {
+    return value;
+  }
+  let revivals: Partial<ResultRevivals>;
+  try {
+    revivals = JSON.parse(header) as Partial<ResultRevivals>;
+  } catch {
+    return value;
+  }
+  let revived = value;
+  for (const path of revivals.dates ?? []) {
+    revived = revivedAt(revived, path, (text) => new Date(text));
+  }
+  for (const path of revivals.bigints ?? []) {
+    revived = revivedAt(revived, path, (digits) =>
+      /^-?\d+$/.test(digits) ? BigInt(digits) : digits,
+    );
+  }
+  return revived;
+}
+
+/** `root` with the text at `path` made into `make`'s value. */
+function revivedAt(
+  root: unknown,
+  path: ResultPath,
+  make: (text: string) => unknown,
+): unknown {
+  if (path.length === 0) {
+    return typeof root === 'string' ? make(root) : root;
+  }
+  let holder = root;
+  for (const key of path.slice(0, -1)) {
+    if (!hasOwn(holder, key)) {
+      return root;
+    }
+    holder = (holder as Record<string | number, unknown>)[key];
+  }
+  const last = path[path.length - 1];
+  const text = hasOwn(holder, last)
+    ? (holder as Record<string | number, unknown>)[last]
+    : undefined;
+  if (typeof text === 'string') {
+    // Defined, not assigned: a key such as `__proto__` stays a property.
+    Object.defineProperty(holder, last, {
+      value: make(text),
+      writable: true,
+      enumerable: true,
+      configurable: true,
+    });
+  }
+  return root;
+}
+
+function hasOwn(holder: unknown, key: string | number): boolean {
+  return (
+    typeof holder === 'object' && holder !== null && Object.hasOwn(holder, key)
+  );
+}

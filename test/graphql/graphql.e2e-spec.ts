@@ -157,6 +157,30 @@ function graphqlMutations(driver: GraphqlDriver, platform: Platform): void {
     expect(gate.runs).toEqual({ placeDatedOrder: 1 });
   });
 
+  it('a duplicate of a mutation whose date fields read properties of other names gets the same data, dates as they were sent', async () => {
+    const reference = `${driver}-${platform}-shipped`;
+    const document = `mutation { shipOrder(reference: "${reference}") { id shippedAt deliveryWindow } }`;
+    const first = await graphql(document, { key: 'shipped-1' });
+    expect(first).toEqual({
+      status: 200,
+      body: {
+        data: {
+          shipOrder: {
+            id: expect.any(Number),
+            shippedAt: '2026-11-30T09:30:00.000Z',
+            deliveryWindow: [
+              '2026-12-01T08:00:00.000Z',
+              '2026-12-01T12:00:00.000Z',
+            ],
+          },
+        },
+      },
+    });
+    expect(await graphql(document, { key: 'shipped-1' })).toEqual(first);
+    expect(gate.runs).toEqual({ shipOrder: 1 });
+    expect(await rows(reference)).toBe(1);
+  });
+
   it('a mutation whose result has a BigInt scalar answers its digits, and its duplicate gets them back without running it', async () => {
     const reference = `${driver}-${platform}-ledger`;
     const document = `mutation { bookLedgerEntry(reference: "${reference}") { id cents } }`;

@@ -85,6 +85,22 @@ export class DatedOrder {
 }
 
 /**
+ * An order whose date fields are named apart from the properties they read
+ * (`@Field({ name })`, as for columns in snake case).
+ */
+@ObjectType('ShippedOrder')
+export class ShippedOrder {
+  @Field(() => Int)
+  id!: number;
+
+  @Field(() => Date, { name: 'shippedAt' })
+  shipped_at!: Date;
+
+  @Field(() => [Date], { name: 'deliveryWindow' })
+  delivery_window!: Date[];
+}
+
+/**
  * A `BigInt` scalar as the common ones have it (graphql-scalars' shape, no
  * `BigInt.prototype.toJSON`): a `bigint` in, its digits out.
  */
@@ -179,6 +195,24 @@ export class OrdersResolver {
         new Date(Date.UTC(2026, 11, 2)),
       ],
       order,
+    };
+  }
+
+  /** Returns dates under properties that its fields name otherwise. */
+  @Mutation(() => ShippedOrder)
+  @Idempotent()
+  async shipOrder(
+    @Args('reference', { type: () => String }) reference: string,
+  ): Promise<ShippedOrder> {
+    this.gate.ran('shipOrder');
+    const order = await this.write(reference);
+    return {
+      id: order.id,
+      shipped_at: new Date(Date.UTC(2026, 10, 30, 9, 30, 0)),
+      delivery_window: [
+        new Date(Date.UTC(2026, 11, 1, 8)),
+        new Date(Date.UTC(2026, 11, 1, 12)),
+      ],
     };
   }
 
