@@ -37,6 +37,9 @@ export function keyProblem(
   if (key.length < rules.minLength || key.length > rules.maxLength) {
     return `it must be ${rules.minLength} to ${rules.maxLength} characters long`;
   }
+  // A global or sticky pattern's test() starts where its last match
+  // ended (`lastIndex`): every key is checked from its start.
+  rules.pattern.lastIndex = 0;
   if (!rules.pattern.test(key)) {
     return 'it has an invalid format';
   }

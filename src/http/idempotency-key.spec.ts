@@ -318,6 +318,17 @@ describe('keyProblem', () => {
     expect(keyProblem('k 1', DEFAULT_RULES)).toBe('it has an invalid format');
   });
 
+  it('checks each key from its start with a global or sticky pattern, whose test() would go on from where the last match ended', () => {
+    for (const pattern of [/^[a-z0-9-]+$/g, /[a-z0-9-]+$/y, /k-\d/g]) {
+      const rules = { ...DEFAULT_RULES, pattern };
+      for (const key of ['k-1', 'k-2', 'k-3', 'k-4']) {
+        expect(keyProblem(key, rules)).toBe(undefined);
+      }
+      expect(keyProblem('K 1', rules)).toBe('it has an invalid format');
+      expect(keyProblem('k-5', rules)).toBe(undefined);
+    }
+  });
+
   it('refuses a key with a lone surrogate, which PostgreSQL would keep as another key (U+FFFD), whatever the pattern lets through, before validate', () => {
     const validate = jest.fn(() => true);
     const anyText = { ...DEFAULT_RULES, pattern: /^[\s\S]+$/, validate };
