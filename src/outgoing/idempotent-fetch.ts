@@ -127,7 +127,11 @@ async function send(
     }
     record.resends = sent;
     sent += 1;
-    const timeout = AbortSignal.timeout(Math.min(options.timeoutMs, left));
+    // A whole number of ms: AbortSignal.timeout() throws on any other,
+    // and the options take any number (`timeoutMs: 2500.5`).
+    const timeout = AbortSignal.timeout(
+      Math.ceil(Math.min(options.timeoutMs, left)),
+    );
     let retryAfterMs: number | undefined;
     try {
       const response = await fetch(call.url, {

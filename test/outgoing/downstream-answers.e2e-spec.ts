@@ -429,6 +429,41 @@ describe('IdempotencyContext.fetch(): what the downstream answers', () => {
     );
   });
 
+  describe('a time in milliseconds that is not a whole number', () => {
+    it.each<[string, IdempotentFetchInit['idempotency']]>([
+      ['timeoutMs', { timeoutMs: 2_000.5 }],
+      ['retry.deadlineMs', { retry: { attempts: 3, deadlineMs: 2_000.5 } }],
+    ])(
+      'is taken as it is validated (%s): the call is made, once',
+      async (name, idempotency) => {
+        downstream.answer = (_request, response) =>
+          response
+            .writeHead(201, { 'content-type': 'application/json' })
+            .end('{"id":"ch_5"}');
+        script.call = async (context) => {
+          const response = await context.fetch(
+            'charge',
+            `${downstream.url}/charges`,
+            { method: 'POST', body: '{"amount":1250}', idempotency },
+          );
+          return { status: response.status, charge: await response.json() };
+        };
+        const done = await answer(
+          send(target, '/call', { key: `fractional-${name}`, body: {} }),
+        );
+        expect(script.thrown).toBeUndefined();
+        expect(done).toEqual({
+          status: 201,
+          contentType: expect.stringMatching(/^application\/json/),
+          retryAfter: null,
+          replayed: false,
+          body: { status: 201, charge: { id: 'ch_5' } },
+        });
+        expect(downstream.received).toHaveLength(1);
+      },
+    );
+  });
+
   describe('a replayed error', () => {
     it.each(['True', ' TRUE ', 'true'])(
       'is final whatever the case of its header (%p): a 502, called once',
