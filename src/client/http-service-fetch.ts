@@ -32,7 +32,8 @@ export interface AxiosHttpService {
  * {@link IdempotentClient}'s `fetch`: the calls then go through the
  * application's axios instance (its interceptors, agents and defaults). Every status is an answer, as with `fetch`; a request that got
  * no answer rejects with a `TypeError`, as `fetch` does, so that it is
- * retried; an aborted one with the signal's reason.
+ * retried; an aborted one with the signal's reason. The answer's reason
+ * phrase is its `statusText` when a `Response` takes it, else `''`.
  *
  * @example
  * import { fetchFromHttpService } from 'nestjs-idempotency/client';
@@ -87,11 +88,27 @@ export function fetchFromHttpService(
       NULL_BODY_STATUSES.has(answer.status) ? null : toBytes(answer.data),
       {
         status: answer.status,
-        statusText: answer.statusText,
+        statusText: reasonPhrase(answer.statusText),
         headers: toHeaders(answer.headers),
       },
     );
   };
+}
+
+/**
+ * A reason phrase as HTTP defines it (tabs, spaces, visible ASCII and
+ * obs-text), the only `statusText` a `Response` takes.
+ */
+const REASON_PHRASE = /^[\t\x20-\x7E\x80-\xFF]*$/;
+
+/**
+ * `text` when a `Response` takes it as its `statusText`, else `''`: Node.js
+ * hands axios a reason phrase with any byte but CR and LF (a control
+ * character), which would make the answer a `TypeError`, taken for no
+ * answer at all and sent again.
+ */
+function reasonPhrase(text: unknown): string {
+  return typeof text === 'string' && REASON_PHRASE.test(text) ? text : '';
 }
 
 function toBytes(data: unknown): Uint8Array<ArrayBuffer> {

@@ -1,6 +1,12 @@
+import { once } from 'node:events';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { HttpService } from '@nestjs/axios';
 import axios from 'axios';
-import { fetchFromHttpService } from '../../src/client/index.js';
+import {
+  fetchFromHttpService,
+  IdempotentClient,
+} from '../../src/client/index.js';
 import { derivedKeyOf } from '../utils/derived-keys.js';
 import { send, startTestApp, type TestApp } from '../utils/test-app.js';
 import { outgoingModule } from './outgoing.module.js';
@@ -77,5 +83,70 @@ describe('fetchFromHttpService(): outgoing calls through @nestjs/axios', () => {
     expect(downstream.callsWith('axios-2').map((call) => call.key)).toEqual([
       await derivedKeyOf(target.db, 'axios-2'),
     ]);
+  });
+});
+
+describe('fetchFromHttpService(): an answer whose reason phrase a Response refuses', () => {
+  /** Requests received, each answered 201 with a control character in its reason phrase. */
+  let received = 0;
+  let server: Server;
+  let url = '';
+
+  beforeAll(async () => {
+    server = createServer((request, response) => {
+      request.resume();
+      request.on('end', () => {
+        received += 1;
+        // Written by hand: Node.js refuses to write such a reason phrase.
+        response.socket?.end(
+          'HTTP/1.1 201 Cre\x7Fated\r\ncontent-type: application/json\r\n' +
+            'content-length: 13\r\nconnection: close\r\n\r\n{"id":"ch_1"}',
+        );
+      });
+    });
+    server.listen(0, '127.0.0.1');
+    await once(server, 'listening');
+    url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/charges`;
+  });
+  afterAll(async () => {
+    server.closeAllConnections();
+    server.close();
+    await once(server, 'close');
+  });
+  beforeEach(() => {
+    received = 0;
+  });
+
+  it('is an answer, as fetch gives it, with the reason phrase left out', async () => {
+    const viaFetch = await fetch(url, { method: 'POST', body: '{}' });
+    expect([viaFetch.status, await viaFetch.text()]).toEqual([
+      201,
+      '{"id":"ch_1"}',
+    ]);
+    const response = await fetchFromHttpService(
+      new HttpService(axios.create()),
+    )(url, { method: 'POST', body: '{}' });
+    expect({
+      status: response.status,
+      statusText: response.statusText,
+      body: await response.text(),
+    }).toEqual({ status: 201, statusText: '', body: '{"id":"ch_1"}' });
+    expect(received).toBe(2);
+  });
+
+  it('ends the operation of an IdempotentClient at its first attempt: it is not sent again as if unanswered', async () => {
+    const client = new IdempotentClient({
+      attempts: 3,
+      baseDelayMs: 1,
+      maxDelayMs: 5,
+      fetch: fetchFromHttpService(new HttpService(axios.create())),
+    });
+    const { response, attempts } = await client.send(url, { body: '{}' });
+    expect([response.status, attempts, await response.text()]).toEqual([
+      201,
+      1,
+      '{"id":"ch_1"}',
+    ]);
+    expect(received).toBe(1);
   });
 });
