@@ -187,7 +187,8 @@ export class IdempotencyContext<Transaction = unknown> {
    * again as it is (a stream, an async iterable, `FormData`), or a call
    * that fetch refuses to build (a URL with credentials, a GET or HEAD with
    * a body, an invalid header; the platform's TypeError is its `cause`),
-   * before anything is sent.
+   * before anything is sent, and derives no key (the attempt's failure
+   * frees the key, as one that called nothing does).
    * @example
    * const charge = await this.idempotency.fetch('charge', `${gateway}/charges`, {
    *   method: 'POST',
@@ -204,7 +205,6 @@ export class IdempotencyContext<Transaction = unknown> {
     return idempotentFetch(
       this.current(),
       name,
-      this.deriveKey(name),
       input,
       init,
       this.options.outgoing,

@@ -50,14 +50,15 @@ const REASON_PHRASE = /^[\t\x20-\x7E\x80-\xFF]*$/;
 /**
  * @internal An outgoing HTTP call of a handler as its recovery point `name`
  * (see `IdempotencyContext.fetch`): the stored answer of a previous attempt
- * of the request, else the call, sent with `key` in the downstream's
- * idempotency header and sent again, always with that key, until it gets a
- * final answer, runs out of attempts, or meets the handler's deadline.
+ * of the request, else the call, sent with the key derived for `name` in
+ * the downstream's idempotency header and sent again, always with that
+ * key, until it gets a final answer, runs out of attempts, or meets the
+ * handler's deadline. A call refused before it is sent (its options, URL,
+ * body or request, or its step's name) derives no key.
  */
 export async function idempotentFetch(
   context: HandlerContext,
   name: string,
-  key: string,
   input: string | URL,
   init: IdempotentFetchInit,
   defaults: ResolvedFetchOptions,
@@ -76,7 +77,6 @@ export async function idempotentFetch(
   let headers: Headers;
   try {
     headers = new Headers(given);
-    headers.set(options.headerName, key);
     // fetch would refuse it at every attempt, the same way: before any.
     new Request(url, { ...rest, method, headers });
   } catch (error) {
@@ -89,11 +89,17 @@ export async function idempotentFetch(
     signal: signal ?? undefined,
     options,
   };
-  const stored = await context.step(name, () =>
-    context.call({ step: name, method, url, key }, (record) =>
+  const stored = await context.step(name, () => {
+    // Derived only when the call is sent, its step bound: a derived key
+    // binds the key to its request when the attempt fails (the call may
+    // have gone through), and a call refused before (above, or by the
+    // step's own checks) went nowhere. A UUID: a valid header value.
+    const key = context.deriveKey(name);
+    headers.set(options.headerName, key);
+    return context.call({ step: name, method, url, key }, (record) =>
       send(context, call, record),
-    ),
-  );
+    );
+  });
   return toResponse(stored);
 }
 

@@ -62,6 +62,34 @@ class DerivedController {
   early(): never {
     throw new InternalServerErrorException('failed before any call');
   }
+
+  /**
+   * Calls `fetch()` with a URL it refuses before sending anything (another
+   * scheme): a configuration error, nothing called downstream.
+   */
+  @Post('unsendable')
+  @Idempotent()
+  async unsendable(): Promise<never> {
+    await this.idempotency.fetch('charge', 'ftp://gateway.example/charges', {
+      method: 'POST',
+      body: '{"amount":1}',
+    });
+    throw new InternalServerErrorException('fetch() did not refuse the URL');
+  }
+
+  /**
+   * Calls `fetch()` under a step name its step refuses before sending
+   * anything (longer than a store keeps): a configuration error.
+   */
+  @Post('unnamed')
+  @Idempotent()
+  async unnamed(): Promise<never> {
+    await this.idempotency.fetch('charge'.repeat(500), this.gateway, {
+      method: 'POST',
+      body: '{"amount":1}',
+    });
+    throw new InternalServerErrorException('fetch() did not refuse the name');
+  }
 }
 
 function derivedModule(gatewayUrl: string) {
@@ -195,5 +223,27 @@ describe.each(PLATFORMS)(
       expect(other.status).toBe(201);
       expect(((await other.json()) as Charged).charge.amount).toBe(2);
     });
+
+    it.each([
+      ['a URL of another scheme', 'unsendable'],
+      ['a step name too long', 'unnamed'],
+    ])(
+      'frees a key whose fetch() was refused before it sent anything (%s), for any body',
+      async (_refusal, route) => {
+        const key = `${platform}-${route}`;
+        const calls = gateway.received.length;
+        const response = await send(target, `/derived/${route}`, {
+          key,
+          headers: { 'X-Tenant': platform },
+          body: { amount: 1, reference: key },
+        });
+        expect(response.status).toBe(500);
+        expect(gateway.received.length).toBe(calls);
+        // Nothing went downstream: another request under the key runs.
+        const other = await charge(platform, key, 3, key);
+        expect(other.status).toBe(201);
+        expect(((await other.json()) as Charged).charge.amount).toBe(3);
+      },
+    );
   },
 );
