@@ -188,7 +188,10 @@ export class IdempotencyContext<Transaction = unknown> {
    * that fetch refuses to build (a URL with credentials, a GET or HEAD with
    * a body, an invalid header; the platform's TypeError is its `cause`),
    * before anything is sent, and derives no key (the attempt's failure
-   * frees the key, as one that called nothing does).
+   * frees the key, as one that called nothing does); or at its first
+   * attempt, never sent again, for a call that Node.js's fetch builds but
+   * will not send (an `Expect`, `Transfer-Encoding`, `Upgrade` or
+   * `Keep-Alive` header, a `Content-Length` that is not the body's).
    * @example
    * const charge = await this.idempotency.fetch('charge', `${gateway}/charges`, {
    *   method: 'POST',

@@ -93,7 +93,11 @@ export class IdempotentClient {
    * fetch refuses to build (a URL with credentials or that does not parse,
    * a GET or HEAD with a body, an invalid header) or a URL whose scheme is
    * not `http:` or `https:` (`ftp:`, `file:`, `data:`), before anything is
-   * sent. Such a request is never retried.
+   * sent; with the TypeError of fetch, at its first attempt, for a request
+   * that Node.js's fetch builds but will not send (an `Expect`,
+   * `Transfer-Encoding`, `Upgrade` or `Keep-Alive` header, a
+   * `Content-Length` that is not the body's). Such a request is never
+   * retried.
    */
   async send(
     url: string | URL,

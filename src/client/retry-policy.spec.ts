@@ -241,6 +241,30 @@ describe('isNetworkError', () => {
     expect(isNetworkError(null)).toBe(false);
     expect(isNetworkError(undefined)).toBe(false);
   });
+
+  it("leaves out the TypeError of Node.js's fetch refusing to send what it built", () => {
+    const refused = (code: string, message: string) =>
+      new TypeError('fetch failed', {
+        cause: Object.assign(new Error(message), { code }),
+      });
+    expect([
+      isNetworkError(
+        refused('UND_ERR_NOT_SUPPORTED', 'expect header not supported'),
+      ),
+      isNetworkError(
+        refused('UND_ERR_INVALID_ARG', 'invalid transfer-encoding header'),
+      ),
+      isNetworkError(
+        refused(
+          'UND_ERR_REQ_CONTENT_LENGTH_MISMATCH',
+          'Request body length does not match content-length header',
+        ),
+      ),
+      // A failure on the way stays one.
+      isNetworkError(refused('UND_ERR_SOCKET', 'other side closed')),
+      isNetworkError(refused('ECONNREFUSED', 'connect ECONNREFUSED')),
+    ]).toEqual([false, false, false, true, true]);
+  });
 });
 
 describe('isReplayed', () => {

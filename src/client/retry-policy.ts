@@ -283,6 +283,11 @@ export function retryDelay(
  * for a scheme it cannot fetch (`ftp:`, `file:`): the callers build the
  * request with `new Request()` and check its scheme before the first
  * attempt, so that such an error is thrown at once and never reaches this.
+ * Node.js's fetch also builds, then refuses to send, at every attempt, a
+ * request with a header it does not send (`Expect`, `Transfer-Encoding`,
+ * `Upgrade`, `Keep-Alive`) or a `Content-Length` that is not the body's:
+ * its TypeError then has a cause with one of undici's codes (see
+ * {@link isRefusedByFetch}), and is not a network failure.
  */
 export function isNetworkError(error: unknown): boolean {
   // By name, not `instanceof`: the error may come from another realm (a
@@ -290,6 +295,36 @@ export function isNetworkError(error: unknown): boolean {
   return (
     typeof error === 'object' &&
     error !== null &&
-    (error as { name?: unknown }).name === 'TypeError'
+    (error as { name?: unknown }).name === 'TypeError' &&
+    !isRefusedByFetch(error)
+  );
+}
+
+/**
+ * Codes of undici's errors (Node.js's fetch) for a request that it will
+ * not send, the same way at every attempt, nothing sent: an invalid or
+ * unsupported header (`Transfer-Encoding`, `Upgrade`, `Keep-Alive`;
+ * `Expect`), a `Content-Length` that is not the body's.
+ */
+const REFUSED_CODES = new Set([
+  'UND_ERR_INVALID_ARG',
+  'UND_ERR_NOT_SUPPORTED',
+  'UND_ERR_REQ_CONTENT_LENGTH_MISMATCH',
+]);
+
+/**
+ * Whether `error`, thrown by fetch, says that it refused to send the
+ * request, as it would at every attempt (not a network failure): fetch's
+ * TypeError whose cause has one of undici's codes for it.
+ * @internal shared by the client and `IdempotencyContext.fetch()`
+ */
+export function isRefusedByFetch(error: unknown): boolean {
+  const cause = (error as { cause?: { code?: unknown } } | null)?.cause;
+  return (
+    (error as { name?: unknown } | null)?.name === 'TypeError' &&
+    typeof cause === 'object' &&
+    cause !== null &&
+    typeof cause.code === 'string' &&
+    REFUSED_CODES.has(cause.code)
   );
 }

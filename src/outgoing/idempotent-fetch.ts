@@ -3,6 +3,7 @@ import { setTimeout as delay } from 'node:timers/promises';
 import {
   isHttpUrl,
   isNetworkError,
+  isRefusedByFetch,
   isReplayableBody,
   isReplayed,
   isRetryableStatus,
@@ -161,6 +162,10 @@ async function send(
       // Frees the connection: the body of a retried answer is not read.
       await response.body?.cancel().catch(() => undefined);
     } catch (error) {
+      if (isRefusedByFetch(error)) {
+        // Built, but never sent: at every attempt the same.
+        throw unbuildable(call.name, error);
+      }
       if (
         error instanceof IdempotencyDownstreamRefusedException ||
         signal?.aborted ||

@@ -417,6 +417,28 @@ describe('a request that fetch cannot build', () => {
       'an invalid header value',
       (url) => [`${url}/x`, { headers: { authorization: 'Bearer s3\ncr3t' } }],
     ],
+    // Built by fetch (Node.js), then refused at every attempt, unsent.
+    [
+      'an Expect header',
+      (url) => [
+        `${url}/x`,
+        operation('expect', { headers: { expect: '100-continue' } }),
+      ],
+    ],
+    [
+      'a Transfer-Encoding header',
+      (url) => [
+        `${url}/x`,
+        operation('chunked', { headers: { 'transfer-encoding': 'chunked' } }),
+      ],
+    ],
+    [
+      "a Content-Length that is not the body's",
+      (url) => [
+        `${url}/x`,
+        operation('length', { headers: { 'content-length': '999' } }),
+      ],
+    ],
   ])(
     'rejects with the TypeError of fetch at once, nothing sent: %s',
     async (_name, make) => {

@@ -318,6 +318,29 @@ describe('IdempotencyContext.fetch(): what the downstream answers', () => {
           },
         ],
       ],
+      // Built by fetch (Node.js), then refused at every attempt, unsent.
+      [
+        'an Expect header',
+        (url) => [
+          `${url}/charges`,
+          {
+            method: 'POST',
+            headers: { expect: '100-continue' },
+            body: '{"amount":1250}',
+          },
+        ],
+      ],
+      [
+        "a Content-Length that is not the body's",
+        (url) => [
+          `${url}/charges`,
+          {
+            method: 'POST',
+            headers: { 'content-length': '999' },
+            body: '{"amount":1250}',
+          },
+        ],
+      ],
     ])(
       'is a configuration error before anything is sent: %s',
       async (name, make) => {
