@@ -68,7 +68,8 @@ export interface IdempotentRequestInit extends Omit<
   readonly body?: ReplayableBody | null;
   /**
    * The operation's idempotency key, to resume an operation begun earlier
-   * (a key kept from a failed `send()`). @default a new
+   * (a key kept from a failed `send()`), without the whitespace around it,
+   * which its header drops (HTTP does). @default a new
    * `crypto.randomUUID()`, or the key header given in `headers`
    */
   readonly key?: string;

@@ -219,8 +219,15 @@ export class IdempotentClient {
   }
 }
 
-/** The operation's key: `given`, else the header's, else a new one. */
-function keyOf(given: string | undefined, header: string | null): string {
+/**
+ * The operation's key: `given`, else the header's, else a new one; as the
+ * header carries it, without the whitespace around it that HTTP drops.
+ */
+function keyOf(value: string | undefined, header: string | null): string {
+  const given =
+    typeof value === 'string'
+      ? value.replace(/^[\t\n\r ]+|[\t\n\r ]+$/g, '')
+      : value;
   if (given !== undefined && header !== null && header !== given) {
     throw new TypeError(
       'The idempotency key is given twice, as `key` and in `headers`, with two values: give it once.',

@@ -170,6 +170,41 @@ describe('one logical operation', () => {
     }
   });
 
+  it('reports the key as its header carries it, and refuses one the header would carry empty', async () => {
+    const client = new IdempotentClient(QUICK);
+    const spaced = await client.send(
+      `${standIn.url}/operations`,
+      operation('spaced', { key: ' \tspaced-key ' }),
+    );
+    // HTTP drops the whitespace around a header's value: the key sent.
+    expect([spaced.key, spaced.response.status, spaced.attempts]).toEqual([
+      'spaced-key',
+      201,
+      1,
+    ]);
+    expect(standIn.attempts('spaced-key')).toHaveLength(1);
+    // The same key, given in the headers and as `key`, is given once.
+    const twice = await client.send(
+      `${standIn.url}/operations`,
+      operation('spaced', {
+        key: 'spaced-key ',
+        headers: { 'Idempotency-Key': 'spaced-key' },
+      }),
+    );
+    expect([twice.key, twice.replayed]).toEqual(['spaced-key', true]);
+    for (const blank of [' ', '\t \t']) {
+      await expect(
+        client.send(`${standIn.url}/operations`, { key: blank }),
+      ).rejects.toThrow(/non-empty string/);
+      await expect(
+        client.send(`${standIn.url}/operations`, {
+          headers: { 'Idempotency-Key': blank },
+        }),
+      ).rejects.toThrow(/non-empty string/);
+    }
+    expect(standIn.total).toBe(2);
+  });
+
   it('gives each operation a key of its own', async () => {
     const client = new IdempotentClient(QUICK);
     const results = await Promise.all(
