@@ -120,8 +120,13 @@ function toBytes(data: unknown): Uint8Array<ArrayBuffer> {
   if (data instanceof ArrayBuffer) {
     return new Uint8Array(data);
   }
+  if (data === undefined) {
+    // An answer without data (an adapter's of the application): no bytes.
+    return new Uint8Array();
+  }
+  // Data an interceptor or a transform turned into a value: its JSON.
   return new TextEncoder().encode(
-    typeof data === 'string' ? data : JSON.stringify(data ?? ''),
+    typeof data === 'string' ? data : JSON.stringify(data),
   );
 }
 

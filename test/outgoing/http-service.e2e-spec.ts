@@ -150,3 +150,29 @@ describe('fetchFromHttpService(): an answer whose reason phrase a Response refus
     expect(received).toBe(1);
   });
 });
+
+describe('fetchFromHttpService(): an answer that axios hands over without data', () => {
+  it('has no body: neither the JSON of an empty string nor of nothing', async () => {
+    // An adapter of the application's (a stand-in, a cache) that answers
+    // without any body, as axios lets one do.
+    const instance = axios.create({
+      adapter: (config) =>
+        Promise.resolve({
+          data: undefined,
+          status: 201,
+          statusText: 'Created',
+          headers: { location: '/charges/ch_1' },
+          config,
+        }),
+    });
+    const response = await fetchFromHttpService(new HttpService(instance))(
+      'http://downstream.example/charges',
+      { method: 'POST', body: '{}' },
+    );
+    expect({
+      status: response.status,
+      location: response.headers.get('location'),
+      body: await response.text(),
+    }).toEqual({ status: 201, location: '/charges/ch_1', body: '' });
+  });
+});
