@@ -199,10 +199,11 @@ export class IdempotencyAdmin {
    * out (its request gets 503, its writes roll back), and a key bound to its
    * request by a step stays so, the same request resuming after its last
    * step (forget the key to drop that too). The key's count of failed
-   * attempts (a message route's `maxAttempts`) starts anew as well, also
-   * when the key has no record (a failing message's claim is released
-   * after each failure): else the next failure could hand the message to
-   * `deadLetter` at once.
+   * attempts (a message route's `maxAttempts`) starts anew as well: else
+   * the next failure could hand the message to `deadLetter` at once. A
+   * refused reset changes nothing, the count included; that of a key
+   * without a record (a failing message's, between its attempts) goes with
+   * `forget(scope, { key })`.
    * @returns `fenced`: whether a claim was taken from its owner.
    * @throws IdempotencyRecordNotFoundError, IdempotencyLeaseHeldError
    */
@@ -218,7 +219,7 @@ export class IdempotencyAdmin {
       key,
       options.force ?? false,
     );
-    if (outcome.state !== 'held') {
+    if (outcome.state === 'reset') {
       await this.store.forgetFailures?.({ scope, key });
     }
     switch (outcome.state) {
