@@ -1,8 +1,12 @@
 import type { Pool } from 'pg';
+import type { Redis } from 'ioredis';
 import { loadRequiredPeer } from '../core/optional-peer.js';
 import { CliUsageError } from './cli-usage-error.js';
 import { redactUrl } from '../core/redact-url.js';
 import type { IdempotencyStore } from '../interfaces/idempotency-store.interface.js';
+import { IdempotencyConfigurationError } from '../exceptions/idempotency-configuration.error.js';
+import { messageOf } from '../core/error-message.js';
+import type { RedisClient } from '../stores/redis/redis-client.js';
 import { beginStatement, inTransaction } from '../pg/pg-pool-connection.js';
 import { PoolDataAccess } from '../pg/pool-data-access.js';
 import { PostgresIdempotencyStore } from '../stores/postgres/postgres.store.js';
@@ -21,7 +25,8 @@ const REDIS = /^rediss?:\/\//i;
  * @internal Opens the store of `url`: PostgreSQL on a `pg.Pool` of its own
  * through the pg adapter's machinery (TypeORM is not needed), with no
  * presence session, its schema checked first; or Redis on an ioredis
- * client, with `prefix` when given.
+ * client, with `prefix` when given (a Cluster client when the URL names a
+ * node of a Redis Cluster).
  * @throws CliUsageError naming the URLs it takes, for any other URL, or
  * for a `prefix` with a PostgreSQL URL.
  */
@@ -74,7 +79,7 @@ export async function openCliStore(
     const { connectRedis } = await import('../stores/redis/redis-client.js');
     const { RedisIdempotencyStore } =
       await import('../stores/redis/redis.store.js');
-    const client = await connectRedis(url);
+    const client = await clusterOf(await connectRedis(url), url);
     let store: InstanceType<typeof RedisIdempotencyStore>;
     try {
       store = new RedisIdempotencyStore(
@@ -96,4 +101,38 @@ export async function openCliStore(
   throw new CliUsageError(
     `The URL "${redactUrl(url)}" is neither a PostgreSQL URL (postgres://…) nor a Redis one (redis://…).`,
   );
+}
+
+/**
+ * `client`, or, when the node it reached is one of a Redis Cluster, a
+ * Cluster client seeded with that node (the URL's credentials and TLS for
+ * every node), connected: a client of the one node would list and forget
+ * that node's keys alone, saying nothing of the others, and be refused
+ * (`MOVED`) every key of another node's slots. `client` is closed then.
+ * @throws IdempotencyConfigurationError when the cluster cannot be reached.
+ */
+async function clusterOf(client: Redis, url: string): Promise<RedisClient> {
+  const info = await client.info('cluster').catch(() => '');
+  if (!/^cluster_enabled:1\b/m.test(info)) {
+    return client;
+  }
+  const { host, port, username, password, tls } = client.options;
+  client.disconnect();
+  const { Cluster } = await import('ioredis');
+  const cluster = new Cluster([{ host, port }], {
+    lazyConnect: true,
+    redisOptions: { username, password, tls, maxRetriesPerRequest: 1 },
+  });
+  // Its nodes' errors are the command's to report, not the process's.
+  cluster.on('error', () => undefined);
+  try {
+    await cluster.connect();
+  } catch (error) {
+    cluster.disconnect();
+    throw new IdempotencyConfigurationError(
+      `The Redis store could not connect to the cluster of ${redactUrl(url)}: ${messageOf(error)}.`,
+      'Check the URL, and that the cluster is up.',
+    );
+  }
+  return cluster;
 }

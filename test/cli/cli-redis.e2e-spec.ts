@@ -3,15 +3,19 @@ import { randomUUID } from 'node:crypto';
 import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { Controller, Injectable, Post } from '@nestjs/common';
-import { Redis } from 'ioredis';
+import { Cluster, Redis } from 'ioredis';
 import { runCli } from '../../src/cli/idempotency.cli.js';
 import { IdempotencyContext, Idempotent } from '../../src/index.js';
 import { RedisIdempotencyStore } from '../../src/stores/redis/index.js';
 import { encodeCursor } from '../../src/stores/record-cursor.js';
 import { Barrier } from '../utils/barrier.js';
 import { assertBuilt } from '../utils/library-build.js';
-import { keysOf } from '../utils/redis-server.js';
-import { describeWithServer } from '../utils/server.js';
+import {
+  startRedisCluster,
+  type RedisCluster,
+} from '../utils/redis-cluster.js';
+import { keysOf, redisInstalled } from '../utils/redis-server.js';
+import { describeIf, describeWithServer } from '../utils/server.js';
 import { startStoreApp, type StoreApp } from '../utils/store-app.js';
 import { REDIS } from '../utils/store-subjects.js';
 
@@ -313,5 +317,124 @@ describeRedis('the command line, on a Redis store of a running app', () => {
       stdout: '',
       stderr: expect.stringContaining('Invalid "prefix" of the Redis store'),
     });
+  });
+});
+
+/**
+ * The command line given the URL of one node of a Redis Cluster: the
+ * operator's commands reach the keys of every master, as the store's own
+ * operations do on a Cluster client.
+ */
+describeIf(
+  redisInstalled(),
+  'Redis Cluster',
+  'redis-server is not installed to start one',
+)('the command line, on a Redis Cluster', () => {
+  const prefix = `idempotency-test-cli-cluster-${randomUUID().slice(0, 8)}:`;
+  const scope = 'cluster-scope';
+  const keys = Array.from({ length: 12 }, (_, i) => `cluster-key-${i}`);
+  let cluster: RedisCluster;
+  let client: Cluster;
+  let store: RedisIdempotencyStore;
+
+  beforeAll(async () => {
+    cluster = await startRedisCluster();
+    client = new Cluster([...cluster.nodes]);
+    store = new RedisIdempotencyStore(client, { prefix });
+  });
+  afterAll(async () => {
+    await store?.close();
+    await client?.quit();
+    await cluster?.stop();
+  });
+
+  const claimOf = (key: string, owner: string) =>
+    store.claim({
+      scope,
+      key,
+      owner,
+      fingerprint: 'f'.repeat(64),
+      method: 'POST',
+      path: '/orders',
+      leaseMs: 30_000,
+      ttlMs: 600_000,
+      wait: false,
+    });
+  const cli = async (...args: string[]) => {
+    let out = '';
+    let err = '';
+    const [node] = cluster.nodes;
+    const code = await runCli(
+      [...args, '--prefix', prefix, '--json', '--scope', scope],
+      {
+        out: (text) => (out += text),
+        err: (text) => (err += text),
+        env: { REDIS_URL: `redis://${node.host}:${node.port}` },
+      },
+    );
+    return { code, out, err };
+  };
+
+  it('lists, inspects and forgets the keys of every master from the URL of one: never one node alone, nor MOVED', async () => {
+    for (const [i, key] of keys.entries()) {
+      const claimed = await claimOf(key, `owner-${i}`);
+      if (claimed.state !== 'claimed') {
+        throw new Error(`${key} was not claimed: ${claimed.state}`);
+      }
+      await store.complete(
+        claimed.lease!,
+        {
+          status: 'completed',
+          response: { status: 201, headers: {}, body: Buffer.from(key) },
+          ttlMs: 600_000,
+        },
+        undefined,
+      );
+    }
+    // The keys sit on more than one master: one node alone would miss some.
+    const perNode = await Promise.all(
+      client.nodes('master').map(async (node) => {
+        const found = await keysOf(node, prefix);
+        return found.filter((name) => name.endsWith(':record')).length;
+      }),
+    );
+    expect(perNode.filter((count) => count > 0).length).toBeGreaterThan(1);
+
+    const listed = await cli('list', '--status', 'completed');
+    expect({ code: listed.code, err: listed.err }).toEqual({
+      code: 0,
+      err: '',
+    });
+    expect(
+      (JSON.parse(listed.out) as { records: Array<{ key: string }> }).records
+        .map((record) => record.key)
+        .sort(),
+    ).toEqual([...keys].sort());
+
+    for (const key of keys) {
+      const inspected = await cli('inspect', key);
+      expect({ code: inspected.code, err: inspected.err }).toEqual({
+        code: 0,
+        err: '',
+      });
+      expect(JSON.parse(inspected.out)).toMatchObject({
+        key,
+        status: 'completed',
+      });
+    }
+
+    const forgotten = await cli('forget');
+    expect({ code: forgotten.code, err: forgotten.err }).toEqual({
+      code: 0,
+      err: '',
+    });
+    expect(JSON.parse(forgotten.out)).toEqual({
+      scope,
+      records: keys.length,
+      steps: 0,
+    });
+    for (const key of keys) {
+      expect((await claimOf(key, `again-${key}`)).state).toBe('claimed');
+    }
   });
 });
