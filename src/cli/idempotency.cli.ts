@@ -175,8 +175,10 @@ export async function runCli(
     if (!run) {
       throw new CliUsageError(`Unknown command "${command}".`);
     }
+    // A variable set empty (`DATABASE_URL=` in an env file) is unset, as
+    // IDEMPOTENCY_KEYS is: REDIS_URL is then the store's.
     const url =
-      values.url ?? io.env.DATABASE_URL ?? io.env.REDIS_URL ?? undefined;
+      values.url ?? (io.env.DATABASE_URL || io.env.REDIS_URL || undefined);
     if (!url) {
       throw new CliUsageError(
         'No store to reach: pass --url, or set DATABASE_URL (or REDIS_URL).',

@@ -243,6 +243,27 @@ describeRedis('the command line, on a Redis store of a running app', () => {
     ]);
   });
 
+  it('takes REDIS_URL when DATABASE_URL is set but empty, as an unset one (a `DATABASE_URL=` line of an env file)', async () => {
+    charges.gate = new Barrier();
+    charges.gate.open();
+    expect((await order('empty-database-url')).status).toBe(201);
+    let out = '';
+    let err = '';
+    const code = await runCli(
+      ['inspect', 'empty-database-url', '--prefix', prefix, '--json'],
+      {
+        out: (text) => (out += text),
+        err: (text) => (err += text),
+        env: { DATABASE_URL: '', REDIS_URL: url },
+      },
+    );
+    expect({ code, err }).toEqual({ code: 0, err: '' });
+    expect(JSON.parse(out)).toMatchObject({
+      key: 'empty-database-url',
+      status: 'completed',
+    });
+  });
+
   it('refuses a cursor of no node of the deployment as a usage error, as on PostgreSQL', async () => {
     const refused = await cli(
       'list',
