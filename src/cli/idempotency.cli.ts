@@ -136,6 +136,33 @@ function checkUsage(
   }
 }
 
+/**
+ * @throws CliUsageError for an option that takes a value given more than
+ * once: the parser would keep the last one alone (`forget --key a --key b`
+ * forgetting `b` only, `--scope a --scope b` scope `b`), so the command
+ * would run on a part of what it was given.
+ */
+function checkRepeated(
+  tokens: ReadonlyArray<{ kind: string; name?: string; value?: string }>,
+): void {
+  const seen = new Set<string>();
+  for (const token of tokens) {
+    if (
+      token.kind !== 'option' ||
+      token.name === undefined ||
+      token.value === undefined
+    ) {
+      continue;
+    }
+    if (seen.has(token.name)) {
+      throw new CliUsageError(
+        `--${token.name} is given more than once: give it once (one command per ${token.name === 'key' ? 'key' : 'value'}).`,
+      );
+    }
+    seen.add(token.name);
+  }
+}
+
 type Values = ReturnType<
   typeof parseArgs<{ options: typeof OPTIONS; allowPositionals: true }>
 >['values'];
@@ -150,12 +177,14 @@ export async function runCli(
   io: CliIo,
 ): Promise<number> {
   try {
-    const { values, positionals } = parseArgs({
+    const { values, positionals, tokens } = parseArgs({
       args: joinedValues(args),
       options: OPTIONS,
       allowPositionals: true,
       strict: true,
+      tokens: true,
     });
+    checkRepeated(tokens);
     const [command, ...rest] = positionals;
     if (values.help || command === undefined || command === 'help') {
       (command === undefined && !values.help ? io.err : io.out)(CLI_HELP);

@@ -264,6 +264,44 @@ describeRedis('the command line, on a Redis store of a running app', () => {
     });
   });
 
+  it('refuses an option with a value given twice, and changes nothing: `forget --key a --key b` never forgets `b` alone', async () => {
+    charges.gate = new Barrier();
+    charges.gate.open();
+    for (const key of ['twice-a', 'twice-b']) {
+      expect((await order(key)).status).toBe(201);
+    }
+    const usage =
+      'Run `nestjs-idempotency --help` for the commands and options.\n';
+    expect(
+      await cli(
+        'forget',
+        '--scope',
+        'global',
+        '--key',
+        'twice-a',
+        '--key',
+        'twice-b',
+      ),
+    ).toEqual({
+      code: 2,
+      out: '',
+      err: `nestjs-idempotency: --key is given more than once: give it once (one command per key).\n${usage}`,
+    });
+    expect(
+      await cli('forget', '--scope', 'elsewhere', '--scope', 'global'),
+    ).toEqual({
+      code: 2,
+      out: '',
+      err: `nestjs-idempotency: --scope is given more than once: give it once (one command per value).\n${usage}`,
+    });
+    for (const key of ['twice-a', 'twice-b']) {
+      expect(await json('inspect', key)).toMatchObject({
+        key,
+        status: 'completed',
+      });
+    }
+  });
+
   it('refuses a cursor of no node of the deployment as a usage error, as on PostgreSQL', async () => {
     const refused = await cli(
       'list',
