@@ -478,15 +478,19 @@ export class Execution implements RunningLink, RecoveryOwner, HandlerContext {
    * @param ofModule `error` is not the handler's but of the completion
    * of its answer (a `redact` hook that threw): answered with a 503 and
    * reported as a `failed` event, never as the handler's own error.
-   * @returns how the failure is answered. With `keepClaim`, the handler's
-   * own error is answered with a 503 (and its claim released) when the
-   * handler's transaction tells of a failure a retry may not meet (see
-   * {@link transientAbort}), as a success is at its completion.
+   * @param final the handler's own error is taken as final beyond its
+   * answer (a message's: counted, rejected, dead-lettered), as a stored
+   * error is: checked as with `keepClaim`, the claim released all the same.
+   * @returns how the failure is answered. With `keepClaim` or `final`, the
+   * handler's own error is answered with a 503 (and its claim released)
+   * when the handler's transaction tells of a failure a retry may not meet
+   * (see {@link transientAbort}), as a success is at its completion.
    */
   async fail(
     error: unknown,
     keepClaim = false,
     ofModule = false,
+    final = false,
   ): Promise<FailureKind> {
     if (this.settled) {
       // Abandoned at the deadline, the handler may fail before the deadline's
@@ -522,8 +526,9 @@ export class Execution implements RunningLink, RecoveryOwner, HandlerContext {
       kind = 'unavailable';
     }
     let cause = stepsSettled ? error : stepsUnderWay(this.options);
-    if (keepClaim && kind === 'handler') {
-      // An error answer that may be stored is checked against what failed
+    if ((keepClaim || final) && kind === 'handler') {
+      // An error answer that may be stored (or a message's failure, which
+      // may be counted, rejected or dead-lettered) is checked against what failed
       // of the handler's statements, as a success is at its completion: a
       // deadlock, a serialization failure or a timeout that the handler
       // caught and answered with its own error (a 4xx) may not meet its

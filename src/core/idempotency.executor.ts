@@ -371,11 +371,18 @@ export class IdempotencyExecutor
   /**
    * The whole sequence for a JSON result (messages and programmatic runs):
    * the stored result for a duplicate, else `fn`'s, stored with it.
+   * @param final whether the handler's own error is taken as final beyond
+   * its answer (a message's: counted for `maxAttempts`, rejected, handed
+   * to `deadLetter`), as a stored error is: then one that the handler's
+   * transaction tells a retry may not meet (a deadlock, a serialization
+   * failure, a timeout the handler caught and answered with its own error)
+   * is the 503 it is (see `Execution.fail`).
    */
   async execute<T>(
     attempt: Attempt,
     options: ResolvedRouteOptions,
     fn: (transaction: HandlerTransaction) => Promise<T>,
+    final = false,
   ): Promise<{ readonly result: T; readonly replayed: boolean }> {
     const beginning = await this.begin(attempt, options);
     if ('replay' in beginning) {
@@ -390,7 +397,7 @@ export class IdempotencyExecutor
     try {
       result = await execution.run(() => fn(execution.transaction));
     } catch (error) {
-      const kind = await execution.fail(error);
+      const kind = await execution.fail(error, false, false, final);
       throw kind === 'handler'
         ? error
         : new IdempotencyUnavailableException(options.retryAfter);

@@ -150,10 +150,18 @@ export class IdempotencyMessages {
         legacy: true,
         made: handlers,
       });
-      ({ result } = await this.executor.execute(attempt, options, () => {
-        ran = true;
-        return lastValueFrom(next.handle(), { defaultValue: undefined });
-      }));
+      // A failure is final beyond its answer (counted, rejected, handed to
+      // deadLetter): one a retry may not meet, which the handler caught
+      // and answered with its own error, is the 503 it is, and requeued.
+      ({ result } = await this.executor.execute(
+        attempt,
+        options,
+        () => {
+          ran = true;
+          return lastValueFrom(next.handle(), { defaultValue: undefined });
+        },
+        true,
+      ));
     } catch (error) {
       const outcome = await afterFailure(
         this.executor,

@@ -7,7 +7,9 @@ import type {
 import { until } from '../utils/barrier.js';
 import { startTestApp, type TestApp } from '../utils/test-app.js';
 import { describeWithBroker } from '../utils/broker.js';
+import { UnprocessableEntityException } from '@nestjs/common';
 import {
+  DEADLOCK_PATTERN,
   Deliveries,
   HEADER_KEY_PATTERN,
   PATTERN,
@@ -338,6 +340,51 @@ describeRabbit(
       expect(await rows('rmq-large')).toBe(1);
       expect(deadLetters.slice(letters)).toEqual([]);
     });
+
+    it.each<[string, string, Error]>([
+      [
+        'a 4xx',
+        'rmq-deadlock-4xx',
+        new UnprocessableEntityException('the stock is busy'),
+      ],
+      ['an error', 'rmq-deadlock-error', new Error('the booking failed')],
+    ])(
+      'requeues a message whose handler caught a deadlock of its statement and threw %s of its own: not counted, never handed to deadLetter, the redelivery commits once',
+      async (_what, reference, answer) => {
+        const deliveries = target.app.get(Deliveries);
+        const before = deliveries.runs;
+        const letters = deadLetters.length;
+        const key = `msg-${reference}`;
+        deliveries.deadlockOnce.set(reference, answer);
+        publish(key, reference, DEADLOCK_PATTERN);
+        await until(
+          async () =>
+            deadLetters.length > letters ||
+            events.some((e) => e.key === key && e.type === 'executed'),
+          'the redelivery',
+        );
+        await until(settled, 'the queue to drain');
+        expect(
+          deadLetters
+            .slice(letters)
+            .map((letter) => [letter.key, letter.attempts]),
+        ).toEqual([]);
+        expect(
+          events.filter((e) => e.key === key).map((e) => [e.type, e.status]),
+        ).toEqual([
+          ['failed', 503],
+          ['executed', 200],
+        ]);
+        expect(deliveries.runs - before).toBe(2);
+        expect(await rows(reference)).toBe(1);
+        expect(
+          await target.db.query(
+            'SELECT 1 FROM idempotency_failures WHERE key = $1',
+            [key],
+          ),
+        ).toEqual([]);
+      },
+    );
 
     it('left no message unacknowledged: once the consumer is gone, nothing comes back to the queue', async () => {
       await target.close();

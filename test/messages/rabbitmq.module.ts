@@ -26,6 +26,13 @@ export const LARGE_PATTERN = 'payments.large';
  */
 export const HEADER_KEY_PATTERN = 'payments.header-keyed';
 
+/**
+ * Messages whose handler catches a deadlock of its own statement, which a
+ * retry may not meet, and answers it with an error of its own: at most one
+ * attempt before deadLetter, which such a failure must never reach.
+ */
+export const DEADLOCK_PATTERN = 'payments.deadlocked';
+
 /** What the poison route's dead-letter path was handed. */
 export const deadLetters: IdempotencyDeadLetter[] = [];
 
@@ -41,6 +48,11 @@ export class Deliveries {
   readonly failOnce = new Set<string>();
   /** Keys whose every attempt is refused as a client error (4xx). */
   readonly invalid = new Set<string>();
+  /**
+   * References whose first attempt meets a deadlock, which the handler
+   * answers with this error of its own.
+   */
+  readonly deadlockOnce = new Map<string, Error>();
 }
 
 @Controller()
@@ -137,6 +149,39 @@ export class HeaderKeyedConsumer {
   }
 }
 
+@Controller()
+export class DeadlockedConsumer {
+  constructor(
+    @InjectRepository(Order) private readonly orders: Repository<Order>,
+    private readonly deliveries: Deliveries,
+  ) {}
+
+  @EventPattern(DEADLOCK_PATTERN)
+  @Idempotent({
+    acknowledge: true,
+    maxAttempts: 1,
+    deadLetter: (letter) => {
+      deadLetters.push(letter);
+    },
+  })
+  async deadlocked(@Payload() message: unknown) {
+    const { reference } = message as { reference: string };
+    this.deliveries.runs += 1;
+    await this.orders.insert({ reference, source: 'rabbitmq' });
+    const answer = this.deliveries.deadlockOnce.get(reference);
+    if (answer) {
+      this.deliveries.deadlockOnce.delete(reference);
+      try {
+        await this.orders.query(
+          "DO $$ BEGIN RAISE EXCEPTION 'a deadlock' USING ERRCODE = '40P01'; END $$",
+        );
+      } catch {
+        throw answer;
+      }
+    }
+  }
+}
+
 @Module({
   imports: [TypeOrmModule.forFeature([Order])],
   controllers: [
@@ -144,6 +189,7 @@ export class HeaderKeyedConsumer {
     PoisonConsumer,
     LargeResultConsumer,
     HeaderKeyedConsumer,
+    DeadlockedConsumer,
   ],
   providers: [Deliveries],
 })
