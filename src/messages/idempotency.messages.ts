@@ -43,6 +43,8 @@ interface MessageKey {
   readonly handlers: boolean;
   /** The key header it came in, if it did; else the data's field. */
   readonly header?: string;
+  /** Whether the route's `key` option gave it. */
+  readonly option?: boolean;
 }
 
 /**
@@ -124,8 +126,8 @@ export class IdempotencyMessages {
     let result: unknown;
     let ran = false;
     try {
-      const { key, handlers, header }: MessageKey = options.key
-        ? { key: await options.key(context), handlers: false }
+      const { key, handlers, header, option }: MessageKey = options.key
+        ? { key: await options.key(context), handlers: false, option: true }
         : defaultMessageKey(data, transport, this.headerNames, handlerName);
       attempt = await newAttempt(context, options, {
         key,
@@ -137,9 +139,13 @@ export class IdempotencyMessages {
           !handlers && this.routes.sharesPattern(route)
             ? `#${handlerName}`
             : undefined,
-        ...(header === undefined
-          ? { keyField: MESSAGE_KEY_FIELD, keyLocation: 'field' }
-          : { keyField: header, keyLocation: 'header' }),
+        // A refusal names where the key was looked for: the `key` option,
+        // the key header it came in, else the data's field.
+        ...(option
+          ? { keyField: 'key', keyLocation: 'option' }
+          : header === undefined
+            ? { keyField: MESSAGE_KEY_FIELD, keyLocation: 'field' }
+            : { keyField: header, keyLocation: 'header' }),
         parts: {
           method: 'MESSAGE',
           route: pattern,

@@ -14,6 +14,7 @@ export const KEY_SUBJECTS = {
   optional: `idempotency.keys.${RUN}.optional`,
   failing: `idempotency.keys.${RUN}.failing`,
   slow: `idempotency.keys.${RUN}.slow`,
+  byOption: `idempotency.keys.${RUN}.by-option`,
 };
 
 @Injectable()
@@ -51,6 +52,16 @@ export class KeyedConsumer {
   @MessagePattern(KEY_SUBJECTS.optional)
   @Idempotent({ required: false })
   optional(@Payload() message: OrderMessage) {
+    return this.create(message);
+  }
+
+  /** Keyed by the `key` option: the data's `paymentId`. */
+  @MessagePattern(KEY_SUBJECTS.byOption)
+  @Idempotent({
+    key: (context) =>
+      context.switchToRpc().getData<{ paymentId?: string }>().paymentId,
+  })
+  byOption(@Payload() message: OrderMessage) {
     return this.create(message);
   }
 

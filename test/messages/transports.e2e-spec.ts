@@ -76,6 +76,31 @@ for (const [describeIf, name, transport] of TRANSPORTS) {
         ).toEqual([{ method: 'MESSAGE', path: KEY_SUBJECTS.keyed }]);
       });
 
+      it('names the key option, not a field it never read, when the option finds no key or an invalid one', async () => {
+        const runs = app.target.app.get(KeyHandlers).runs;
+        const missing = await app.request(KEY_SUBJECTS.byOption, {
+          reference: `${name}-ref-3`,
+        });
+        const invalid = await app.request(KEY_SUBJECTS.byOption, {
+          paymentId: '',
+          reference: `${name}-ref-3`,
+        });
+        expect([missing.error, invalid.error]).toEqual([
+          expect.objectContaining({
+            type: 'urn:idempotency:missing-key',
+            detail:
+              'The "key" option found no idempotency key for this operation.',
+          }),
+          expect.objectContaining({
+            type: 'urn:idempotency:invalid-key',
+            detail:
+              'The key of the "key" option is invalid: it must be 1 to 255 characters long.',
+          }),
+        ]);
+        expect(app.target.app.get(KeyHandlers).runs).toBe(runs);
+        expect(await app.orders(`${name}-ref-3`)).toBe(0);
+      });
+
       it("runs a keyless message in the handler's transaction: its failure commits nothing", async () => {
         const failed = await app.request(KEY_SUBJECTS.failing, {
           reference: `${name}-ref-2`,
