@@ -28,7 +28,10 @@ export interface DecoratedRoute {
   readonly path: string;
   /** Message pattern, for microservice handlers. */
   readonly pattern: string;
-  /** Every message pattern of a microservice handler (as strings); none for a route. */
+  /**
+   * Every message pattern of a microservice handler, as Nest routes it (as
+   * strings, an object's fields in sorted order); none for a route.
+   */
   readonly patterns: readonly string[];
   /**
    * What tells an HTTP route apart from another of the same path beside
@@ -88,6 +91,34 @@ function routeVariant(
 /** A message pattern as a string: itself, or its JSON. */
 function patternText(pattern: unknown): string {
   return typeof pattern === 'string' ? pattern : JSON.stringify(pattern);
+}
+
+/** `value` with the fields of each of its objects in sorted order. */
+function sortedFields(value: unknown): unknown {
+  if (Array.isArray(value)) {
+    return value.map(sortedFields);
+  }
+  if (value === null || typeof value !== 'object') {
+    return value;
+  }
+  return Object.fromEntries(
+    Object.keys(value)
+      .sort()
+      .map((key) => [
+        key,
+        sortedFields((value as Record<string, unknown>)[key]),
+      ]),
+  );
+}
+
+/**
+ * A message pattern as Nest routes it, as a string: an object pattern's
+ * fields in sorted order, so that `{ entity, action }` and
+ * `{ action, entity }`, which Nest hands the same messages, are one
+ * pattern.
+ */
+function patternRoute(pattern: unknown): string {
+  return patternText(sortedFields(pattern));
 }
 
 /** `Transport.REDIS` and `Transport.NATS` of @nestjs/microservices. */
@@ -340,13 +371,14 @@ export class IdempotencyRoutes {
         HANDLER_METADATA.messagePattern,
         handler,
       ) as unknown[] | undefined;
-      const texts = (patterns ?? []).map(patternText);
       route = options
         ? {
             options: resolveRouteOptions(this.options, options),
             path: routePath(controller, handler),
-            pattern: texts[0] ?? `${controller.name}.${handler.name}`,
-            patterns: texts,
+            pattern: patterns?.length
+              ? patternText(patterns[0])
+              : `${controller.name}.${handler.name}`,
+            patterns: (patterns ?? []).map(patternRoute),
             variant: routeVariant(controller, handler),
           }
         : null;
@@ -388,7 +420,7 @@ export class IdempotencyRoutes {
       HANDLER_METADATA.messagePattern,
       handler,
     ) as unknown[] | undefined;
-    for (const pattern of (patterns ?? []).map(patternText)) {
+    for (const pattern of (patterns ?? []).map(patternRoute)) {
       this.listen(pattern, handler, controller, false);
     }
   }

@@ -7,6 +7,14 @@ import { createServer } from 'node:net';
 import { describeWithBroker } from '../utils/broker.js';
 import { startMessageApp, type MessageApp } from './message-app.js';
 import { KEY_SUBJECTS, KeyHandlers, KeysTestModule } from './keys.module.js';
+import {
+  OBJECT_PATTERN,
+  ObjectPatternRuns,
+  ObjectPatternsModule,
+} from './object-patterns.module.js';
+import type { IdempotencyEvent } from '../../src/index.js';
+import { until } from '../utils/barrier.js';
+import { lastValueFrom } from 'rxjs';
 
 /** A port nothing listens on now. */
 async function freePort(): Promise<number> {
@@ -48,10 +56,14 @@ for (const [describeIf, name, transport] of TRANSPORTS) {
     `@Idempotent() on ${name} message handlers (the key in the data)`,
     () => {
       let app: MessageApp;
+      const events: IdempotencyEvent[] = [];
 
       beforeAll(async () => {
         app = await startMessageApp(
-          { imports: [KeysTestModule] },
+          {
+            imports: [KeysTestModule, ObjectPatternsModule],
+            idempotency: { onEvent: (event) => events.push(event) },
+          },
           await transport(),
         );
       });
@@ -99,6 +111,37 @@ for (const [describeIf, name, transport] of TRANSPORTS) {
         ]);
         expect(app.target.app.get(KeyHandlers).runs).toBe(runs);
         expect(await app.orders(`${name}-ref-3`)).toBe(0);
+      });
+
+      it('runs an event once in each of two handlers of one object pattern written in two orders, each under a key of its own', async () => {
+        const key = `${name}-object-1`;
+        const message = { idempotencyKey: key, reference: `${name}-ref-4` };
+        for (let copy = 0; copy < 3; copy += 1) {
+          await lastValueFrom(app.client.emit(OBJECT_PATTERN, message), {
+            defaultValue: undefined,
+          });
+        }
+        const ofKey = () => events.filter((e) => e.key?.startsWith(key));
+        await until(async () => ofKey().length === 6, 'six deliveries');
+        expect(
+          ofKey()
+            .map((e) => `${e.key} ${e.type}`)
+            .sort(),
+        ).toEqual([
+          `${key}#PaidAudit.audit executed`,
+          `${key}#PaidAudit.audit replayed`,
+          `${key}#PaidAudit.audit replayed`,
+          `${key}#PaidLedger.ledger executed`,
+          `${key}#PaidLedger.ledger replayed`,
+          `${key}#PaidLedger.ledger replayed`,
+        ]);
+        expect(app.target.app.get(ObjectPatternRuns).runs).toBe(2);
+        expect(
+          await app.target.db.query(
+            'SELECT source FROM orders WHERE reference = $1 ORDER BY source',
+            [`${name}-ref-4`],
+          ),
+        ).toEqual([{ source: 'audit' }, { source: 'ledger' }]);
       });
 
       it("runs a keyless message in the handler's transaction: its failure commits nothing", async () => {
