@@ -33,6 +33,8 @@ export interface DecoratedRoute {
    * strings, an object's fields in sorted order); none for a route.
    */
   readonly patterns: readonly string[];
+  /** Each of {@link patterns} as the handler declares it (its JSON). */
+  readonly declared: readonly string[];
   /**
    * What tells an HTTP route apart from another of the same path beside
    * its path: its version(s) (`@Version()`, a controller's `version`: under
@@ -124,6 +126,22 @@ function patternRoute(pattern: unknown): string {
 /** `Transport.REDIS` and `Transport.NATS` of @nestjs/microservices. */
 const REDIS = 1;
 const NATS = 2;
+
+/**
+ * @internal A message pattern received as text (an object pattern as its
+ * JSON, its fields in its client's order) as Nest routes it (see
+ * {@link patternRoute}).
+ */
+export function receivedPatternRoute(text: string): string {
+  if (!text.startsWith('{')) {
+    return text;
+  }
+  try {
+    return patternRoute(JSON.parse(text));
+  } catch {
+    return text;
+  }
+}
 
 /**
  * Whether a NATS subject could match both patterns: tokens between dots,
@@ -379,6 +397,7 @@ export class IdempotencyRoutes {
               ? patternText(patterns[0])
               : `${controller.name}.${handler.name}`,
             patterns: (patterns ?? []).map(patternRoute),
+            declared: (patterns ?? []).map(patternText),
             variant: routeVariant(controller, handler),
           }
         : null;

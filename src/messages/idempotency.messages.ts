@@ -12,6 +12,7 @@ import { IDEMPOTENCY_RESOLVED_OPTIONS } from '../idempotency.tokens.js';
 import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
 import {
   IdempotencyRoutes,
+  receivedPatternRoute,
   type DecoratedRoute,
 } from '../idempotency.routes.js';
 import {
@@ -79,15 +80,22 @@ function defaultMessageKey(
 /**
  * Where a message came: its subject, topic, channel or pattern, which a
  * wildcard pattern (`orders.*`) leaves open; the handler's pattern when the
- * transport does not tell.
+ * transport does not tell. A pattern as its client wrote it (TCP) is the
+ * handler's as declared, whatever the order of an object's fields.
  */
-function messageChannel(transport: MessageTransport, pattern: string): string {
+function messageChannel(
+  transport: MessageTransport,
+  route: DecoratedRoute,
+): string {
   const { channel } = transport;
-  return typeof channel === 'string'
-    ? channel
-    : channel === undefined || channel === null
-      ? pattern
-      : JSON.stringify(channel);
+  if (channel === undefined || channel === null) {
+    return route.pattern;
+  }
+  const text = typeof channel === 'string' ? channel : JSON.stringify(channel);
+  const declared = transport.asWritten
+    ? route.declared[route.patterns.indexOf(receivedPatternRoute(text))]
+    : undefined;
+  return declared ?? text;
 }
 
 /**
@@ -149,7 +157,7 @@ export class IdempotencyMessages {
         parts: {
           method: 'MESSAGE',
           route: pattern,
-          params: { channel: messageChannel(transport, pattern) },
+          params: { channel: messageChannel(transport, route) },
           query: [],
           body: data,
         },

@@ -22,6 +22,13 @@ export interface MessageTransport {
    */
   readonly channel: unknown;
   /**
+   * Whether {@link channel} is the pattern as its client wrote it (TCP):
+   * an object pattern's fields in the client's order, which Nest routes
+   * as one pattern whatever their order. The handler's pattern, as it
+   * declares it, is taken for it.
+   */
+  readonly asWritten?: boolean;
+  /**
    * The key the broker carries: its message id, or a header named by one
    * of `headerNames` (in that order, case aside); its position in a log is
    * {@link position}.

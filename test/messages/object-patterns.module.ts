@@ -1,5 +1,5 @@
 import { Controller, Injectable, Module } from '@nestjs/common';
-import { EventPattern, Payload } from '@nestjs/microservices';
+import { EventPattern, MessagePattern, Payload } from '@nestjs/microservices';
 import { InjectRepository, TypeOrmModule } from '@nestjs/typeorm';
 import { randomUUID } from 'node:crypto';
 import type { Repository } from 'typeorm';
@@ -15,6 +15,9 @@ const ENTITY = `order-${randomUUID().slice(0, 8)}`;
  */
 export const OBJECT_PATTERN = { entity: ENTITY, action: 'paid' };
 
+/** A request's object pattern, as its handler declares it. */
+export const REFUND_PATTERN = { entity: ENTITY, action: 'refund' };
+
 interface OrderMessage {
   reference: string;
 }
@@ -22,6 +25,7 @@ interface OrderMessage {
 @Injectable()
 export class ObjectPatternRuns {
   runs = 0;
+  refunds = 0;
 }
 
 @Controller()
@@ -57,9 +61,21 @@ export class PaidLedger {
   }
 }
 
+@Controller()
+export class Refunds {
+  constructor(private readonly counted: ObjectPatternRuns) {}
+
+  @MessagePattern(REFUND_PATTERN)
+  @Idempotent()
+  refund(@Payload() message: OrderMessage) {
+    this.counted.refunds += 1;
+    return { refunded: message.reference, run: this.counted.refunds };
+  }
+}
+
 @Module({
   imports: [TypeOrmModule.forFeature([Order])],
-  controllers: [PaidAudit, PaidLedger],
+  controllers: [PaidAudit, PaidLedger, Refunds],
   providers: [ObjectPatternRuns],
 })
 export class ObjectPatternsModule {}

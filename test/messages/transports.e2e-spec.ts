@@ -9,6 +9,7 @@ import { startMessageApp, type MessageApp } from './message-app.js';
 import { KEY_SUBJECTS, KeyHandlers, KeysTestModule } from './keys.module.js';
 import {
   OBJECT_PATTERN,
+  REFUND_PATTERN,
   ObjectPatternRuns,
   ObjectPatternsModule,
 } from './object-patterns.module.js';
@@ -142,6 +143,28 @@ for (const [describeIf, name, transport] of TRANSPORTS) {
             [`${name}-ref-4`],
           ),
         ).toEqual([{ source: 'audit' }, { source: 'ledger' }]);
+      });
+
+      it("replays a request to a duplicate that writes its object pattern's fields in another order, which Nest routes to the same handler", async () => {
+        const runs = app.target.app.get(ObjectPatternRuns);
+        const before = runs.refunds;
+        const message = {
+          idempotencyKey: `${name}-refund-1`,
+          reference: 'r-1',
+        };
+        const first = await app.request(REFUND_PATTERN as never, message);
+        const again = await app.request(
+          {
+            action: REFUND_PATTERN.action,
+            entity: REFUND_PATTERN.entity,
+          } as never,
+          message,
+        );
+        expect([first, again]).toEqual([
+          { reply: { refunded: 'r-1', run: before + 1 } },
+          { reply: { refunded: 'r-1', run: before + 1 } },
+        ]);
+        expect(runs.refunds - before).toBe(1);
       });
 
       it("runs a keyless message in the handler's transaction: its failure commits nothing", async () => {
