@@ -162,15 +162,24 @@ export class IdempotencyKafka {
             ]),
           ),
         };
-        await this.executor.execute(attempt, route, (transaction) => {
-          ran = true;
-          return handler(
-            payload,
-            (transaction.state === 'none'
-              ? undefined
-              : transaction.manager) as Transaction,
-          );
-        });
+        // A failure is final beyond its answer (counted, handed to
+        // deadLetter): one a retry may not meet, which the handler caught
+        // and answered with its own error, is the 503 it is, and delivered
+        // again.
+        await this.executor.execute(
+          attempt,
+          route,
+          (transaction) => {
+            ran = true;
+            return handler(
+              payload,
+              (transaction.state === 'none'
+                ? undefined
+                : transaction.manager) as Transaction,
+            );
+          },
+          true,
+        );
       } catch (error) {
         const outcome = await afterFailure(
           this.executor,

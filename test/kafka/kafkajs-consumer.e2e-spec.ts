@@ -264,6 +264,59 @@ describe('IdempotencyKafka.eachMessage() in a kafkajs consumer (recorded, no bro
     ]);
   });
 
+  it('delivers again, uncounted, a message whose handler caught a deadlock of its own statement and threw its own error: never handed to deadLetter for a failure a retry may not meet', async () => {
+    const { kafka, recorded } = recordedKafka('deadlocks');
+    const consumer = kafka.consumer({ groupId: 'deadlocks' });
+    let deadlocked = false;
+    await consumer.run({
+      autoCommit: false,
+      eachMessage: idempotency.eachMessage(
+        async ({ message }, manager: EntityManager) => {
+          runs += 1;
+          const { reference } = JSON.parse(message.value!.toString()) as {
+            reference: string;
+          };
+          await manager.insert(Order, { reference, source: 'kafkajs' });
+          if (!deadlocked) {
+            deadlocked = true;
+            try {
+              await manager.query(
+                "DO $$ BEGIN RAISE EXCEPTION 'a deadlock' USING ERRCODE = '40P01'; END $$",
+              );
+            } catch {
+              throw new Error('the payment could not be booked');
+            }
+          }
+        },
+        {
+          scope: 'deadlocks',
+          consumer,
+          maxAttempts: 1,
+          deadLetter: (letter) => {
+            deadLetters.push(letter);
+          },
+        },
+      ),
+    });
+    expect(
+      await recorded.deliver(
+        TOPIC,
+        2,
+        { offset: '7', value: { reference: 'deadlocked-1' } },
+        3,
+      ),
+    ).toBe(true);
+    expect(recorded.calls.map((call) => call.call)).toEqual([
+      'eachMessage',
+      'failed',
+      'eachMessage',
+      'commitOffsets',
+    ]);
+    expect(deadLetters).toEqual([]);
+    expect(runs).toBe(2);
+    expect(await orders()).toEqual(['deadlocked-1']);
+  });
+
   it.each([
     [
       'refuses it (a 400: downstream-refused)',
