@@ -158,6 +158,18 @@ describe('requestFingerprint', () => {
     );
   });
 
+  it('tells apart string bodies that are not well-formed Unicode (lone surrogates), which UTF-8 would write alike, and keeps the digest of every other string', () => {
+    // A JSON body "\ud800" (Fastify, a non-strict JSON parser) or a UTF-16
+    // text body gives the handler a lone surrogate; in UTF-8 each is U+FFFD.
+    const strings = ['\ud800', '\ud801', '\udc00', '\ufffd', 'a\ud800', ''];
+    const prints = new Set(strings.map((text) => of('POST', '/x', text)));
+    expect(prints.size).toBe(strings.length);
+    expect(of('POST', '/x', '\ud800')).toBe(of('POST', '/x', '\ud800'));
+    expect(of('POST', '/x', 'é\ufffd')).toBe(
+      `v2:${createHash('sha256').update('POST\n/x\n{}\n[]\ns:é\ufffd').digest('hex')}`,
+    );
+  });
+
   it('tells apart the numbers JSON writes alike (1e309, -1e309, NaN, null; -0 and 0), shallow and deep', () => {
     const deep = (leaf: unknown): unknown => {
       let value: unknown = { v: leaf };

@@ -259,9 +259,15 @@ export function selectQuery(
 /**
  * What is hashed: `head`, then the body, telling a string, a Buffer and JSON
  * apart. Hashed in one call (no Hash object per request).
+ *
+ * A string is hashed as UTF-8, which writes each lone surrogate as U+FFFD:
+ * one that is not well-formed Unicode (a JSON body `"\ud800"`, a text body
+ * in UTF-16) is written escaped instead, as JSON escapes it (`exact`; not by
+ * the formula of 0.1.0), so that `"\ud800"`, `"\ud801"` and `"\ufffd"` are
+ * three bodies. Every other string is hashed as before.
  * @throws IdempotencyBodyUnreadableException for an {@link UnreadableBody}.
  */
-function withBody(head: string, body: unknown): string | Buffer {
+function withBody(head: string, body: unknown, exact = true): string | Buffer {
   if (body instanceof UnreadableBody) {
     throw new IdempotencyBodyUnreadableException(body.contentType, body.files);
   }
@@ -269,7 +275,9 @@ function withBody(head: string, body: unknown): string | Buffer {
     return Buffer.concat([Buffer.from(`${head}b:`), body]);
   }
   if (typeof body === 'string') {
-    return `${head}s:${body}`;
+    return exact && !body.isWellFormed()
+      ? `${head}u:${JSON.stringify(body)}`
+      : `${head}s:${body}`;
   }
   return body === undefined ? head : `${head}j:${canonicalJson(body)}`;
 }
@@ -454,7 +462,7 @@ export function legacyRequestFingerprint(
 ): string {
   return hash(
     'sha256',
-    withBody(`${parts.method}\n${parts.route}\n`, parts.body),
+    withBody(`${parts.method}\n${parts.route}\n`, parts.body, false),
     'hex',
   );
 }
