@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { IdempotencyBodyUnreadableException } from '../exceptions/idempotency-body-unreadable.exception.js';
 import {
+  boundFingerprint,
   isLegacyFingerprint,
   legacyRequestFingerprint,
   queryParameters,
@@ -167,6 +168,16 @@ describe('requestFingerprint', () => {
     expect(of('POST', '/x', '\ud800')).toBe(of('POST', '/x', '\ud800'));
     expect(of('POST', '/x', 'é\ufffd')).toBe(
       `v2:${createHash('sha256').update('POST\n/x\n{}\n[]\ns:é\ufffd').digest('hex')}`,
+    );
+  });
+
+  it("tells apart a fingerprint function's values that are not well-formed Unicode, and keeps the digest of every other value", () => {
+    const parts = { method: 'POST', route: '/x', params: {} };
+    const values = ['\ud800', '\ud801', '\ufffd', 'a'];
+    const prints = new Set(values.map((v) => boundFingerprint(parts, v)));
+    expect(prints.size).toBe(values.length);
+    expect(boundFingerprint(parts, 'é\ufffd')).toBe(
+      `v2:${createHash('sha256').update('POST\n/x\n{}\nfingerprint\né\ufffd').digest('hex')}`,
     );
   });
 

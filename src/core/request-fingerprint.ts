@@ -438,16 +438,22 @@ export function requestFingerprint(parts: FingerprintParts): string {
  * function: the function's `value` with the method, the route and the path
  * parameters (or a message's pattern and channel), which always count, so
  * that one value on two routes, or on two path parameters, is two requests.
+ * A value that is not well-formed Unicode (a lone surrogate, which UTF-8
+ * writes as U+FFFD) counts escaped, as JSON writes it: two such values are
+ * two requests.
  */
 export function boundFingerprint(
   parts: Pick<FingerprintParts, 'method' | 'route' | 'params'>,
   value: string,
 ): string {
+  const written = value.isWellFormed()
+    ? `fingerprint\n${value}`
+    : `fingerprint~\n${JSON.stringify(value)}`;
   return (
     FINGERPRINT_VERSION +
     hash(
       'sha256',
-      `${parts.method}\n${parts.route}\n${canonicalJson(parts.params)}\nfingerprint\n${value}`,
+      `${parts.method}\n${parts.route}\n${canonicalJson(parts.params)}\n${written}`,
       'hex',
     )
   );

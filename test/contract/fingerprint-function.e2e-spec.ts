@@ -146,6 +146,42 @@ describe.each(PLATFORMS)('a fingerprint function (%s)', (platform) => {
     expect(ran).toEqual(['refund A']);
   });
 
+  it('tells apart two values that are not well-formed Unicode (lone surrogates), which UTF-8 writes alike (U+FFFD): the second is refused with 422', async () => {
+    const key = randomUUID();
+    // Raw JSON text: the amounts reach the function as lone surrogates.
+    const raw = (text: string) =>
+      answer(
+        fetch(`${target.url}/fp/charge`, {
+          method: 'POST',
+          headers: {
+            'Idempotency-Key': key,
+            'Content-Type': 'application/json',
+          },
+          body: text,
+        }),
+      );
+    expect(await raw('{"amount":"\\ud800"}')).toMatchObject({
+      status: 201,
+      replayed: false,
+      body: { charged: '\ud800' },
+    });
+    for (const other of ['{"amount":"\\ud801"}', '{"amount":"\\ufffd"}']) {
+      expect([other, await raw(other)]).toEqual([
+        other,
+        expect.objectContaining({
+          status: 422,
+          body: expect.objectContaining({ type: 'urn:idempotency:key-reused' }),
+        }),
+      ]);
+    }
+    expect(await raw('{"amount":"\\ud800","note":"x"}')).toMatchObject({
+      status: 201,
+      replayed: true,
+      body: { charged: '\ud800' },
+    });
+    expect(ran).toEqual(['charge']);
+  });
+
   it("matches a record of 0.6 by the function's value alone until it expires", async () => {
     const key = randomUUID();
     expect(await post('/fp/refund/A', key, { amount: 20 })).toMatchObject({
