@@ -238,10 +238,26 @@ export class IdempotencyHttp {
           ? outcome.status
           : ((response as { statusCode?: number }).statusCode ??
             raw.statusCode);
-      if (failsAttempt(status)) {
-        // As any 5xx, or a come back later: rolled back, nothing stored,
-        // the retry runs. The key is free again: no record expires then
-        // (nothing of the stream is sent yet).
+      // The headers it goes out with: those set on the platform's response
+      // (Fastify's reply keeps its own until sent), and a web Response's.
+      const headers: Record<string, unknown> = {
+        ...((
+          response as { getHeaders?: () => Record<string, unknown> }
+        ).getHeaders?.() ?? raw.getHeaders()),
+        ...(outcome instanceof Response
+          ? Object.fromEntries(outcome.headers)
+          : undefined),
+      };
+      if (
+        failsAttempt(status) ||
+        (status >= 400 &&
+          asksRetryLater(status, headers as Record<string, string>))
+      ) {
+        // As any 5xx, or a come back later (a 408, 425 or 429, a
+        // `Retry-After` on an error): rolled back, nothing stored, the
+        // retry runs, as for an answer returned whole. The key is free
+        // again: no record expires then (nothing of the stream is sent
+        // yet).
         const expires = this.options.expiresHeaderName;
         if (expires !== undefined) {
           removeHeader(response, expires);

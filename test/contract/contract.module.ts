@@ -3,6 +3,7 @@ import {
   Body,
   Catch,
   Controller,
+  Header,
   HttpCode,
   HttpException,
   Injectable,
@@ -306,6 +307,22 @@ export class ResponsesController {
     // of `commit_checks` deferred and unique.
     await this.orders.query(`INSERT INTO commit_checks (n) VALUES (1), (1)`);
     return new StreamableFile(Readable.from(['streamed\n']), {
+      type: 'text/plain',
+    });
+  }
+
+  /**
+   * Streams an error answer that asks the client to come back later (a
+   * `Retry-After`), as a returned 4xx with one would be.
+   */
+  @Post('stream-retry-later')
+  @Idempotent()
+  @HttpCode(403)
+  @Header('Retry-After', '30')
+  async streamRetryLater(@Body() body: Payload) {
+    const run = this.runs.count('responses/stream-retry-later');
+    await this.orders.insert({ reference: String(body.reference) });
+    return new StreamableFile(Readable.from([`not yet, run ${run}\n`]), {
       type: 'text/plain',
     });
   }

@@ -137,6 +137,37 @@ describe.each(PLATFORMS)(
       ).toHaveLength(1);
     });
 
+    it('stores nothing of a streamed 4xx with Retry-After, as of a returned one: its writes roll back, and the retry runs it', async () => {
+      const key = 'stream-retry-later';
+      const reference = 'stream-retry-later';
+      const orders = async () =>
+        (
+          await target.db.query('SELECT 1 FROM orders WHERE reference = $1', [
+            reference,
+          ])
+        ).length;
+      const first = await send(target, '/responses/stream-retry-later', {
+        key,
+        body: { reference },
+      });
+      expect(first.status).toBe(403);
+      expect(first.headers.get('retry-after')).toBe('30');
+      expect(await first.text()).toBe('not yet, run 1\n');
+      expect(await record(key)).toEqual([]);
+      expect(await orders()).toBe(0);
+
+      const retry = await send(target, '/responses/stream-retry-later', {
+        key,
+        body: { reference },
+      });
+      expect(retry.status).toBe(403);
+      expect(retry.headers.get('idempotent-replayed')).toBeNull();
+      expect(await retry.text()).toBe('not yet, run 2\n');
+      expect(runs.counts['responses/stream-retry-later']).toBe(2);
+      expect(await record(key)).toEqual([]);
+      expect(await orders()).toBe(0);
+    });
+
     it.each([
       [500, '@HttpCode(500)', 'http-code-500'],
       [503, '@HttpCode(503)', 'http-code-503'],
