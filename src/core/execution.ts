@@ -285,13 +285,13 @@ export class Execution implements RunningLink, RecoveryOwner, HandlerContext {
 
   /**
    * Completes with `response`, the answer the client gets: stored whole
-   * for duplicates when its body fits `maxResponseSize`, else the record
-   * is marked not replayable (a duplicate is refused), on every transport
-   * alike.
+   * for duplicates when its body fits `maxResponseSize` (as redacted, with
+   * `redact`), else the record is marked not replayable (a duplicate is
+   * refused), on every transport alike.
    * @throws IdempotencyUnavailableException as `complete()`.
    */
   completeWith(response: StoredResponse): Promise<void> {
-    const { lease, attempt, options } = this;
+    const { lease, options } = this;
     if (!lease) {
       return this.complete(undefined, response.status);
     }
@@ -304,8 +304,14 @@ export class Execution implements RunningLink, RecoveryOwner, HandlerContext {
             ttlMs: options.ttlMs,
           });
     }
+    return this.completeTooLarge(response);
+  }
+
+  /** Completes with a response whose body is over `maxResponseSize`. */
+  private completeTooLarge(response: StoredResponse): Promise<void> {
+    const { lease, attempt, options } = this;
     this.host.warn(
-      `Response of ${attempt.method} ${attempt.path} (${response.body.length} bytes) exceeds maxResponseSize (${options.maxResponseSize}): ${this.host.logKeys.phrase(lease.key)} is not replayable`,
+      `Response of ${attempt.method} ${attempt.path} (${response.body.length} bytes) exceeds maxResponseSize (${options.maxResponseSize}): ${this.host.logKeys.phrase(lease!.key)} is not replayable`,
     );
     return this.completeUnreplayable(response.status);
   }
@@ -321,6 +327,10 @@ export class Execution implements RunningLink, RecoveryOwner, HandlerContext {
       // the module's 503, reported as such (not as the handler's error).
       await this.fail(error, false, true);
       throw new IdempotencyUnavailableException(options.retryAfter);
+    }
+    // What is stored is bounded, whatever the redaction made of it.
+    if (stored.body.length > options.maxResponseSize) {
+      return this.completeTooLarge(stored);
     }
     return this.complete({
       status: 'completed',
@@ -644,19 +654,21 @@ export class Execution implements RunningLink, RecoveryOwner, HandlerContext {
       return;
     }
     try {
-      const write = await withinStoreTime(
-        host.store.complete(
-          lease,
-          {
-            status: 'failed',
-            response: await redacted(response, options),
-            ttlMs: options.ttlMs,
-          },
-          undefined,
-        ),
-        storeCallMs(this.deadline),
-        'stored error',
-      );
+      const stored = await redacted(response, options);
+      // What is stored is bounded, whatever the redaction made of it: a
+      // larger one is not stored, and the key is released.
+      const write =
+        stored.body.length > options.maxResponseSize
+          ? { fenced: false, waiting: false }
+          : await withinStoreTime(
+              host.store.complete(
+                lease,
+                { status: 'failed', response: stored, ttlMs: options.ttlMs },
+                undefined,
+              ),
+              storeCallMs(this.deadline),
+              'stored error',
+            );
       if (write.fenced) {
         host.ended(this, write.waiting);
         host.emit('stored-error', attempt, { status: response.status });

@@ -601,6 +601,51 @@ describe.each(PLATFORMS)(
       expectNoSecret(await dump(target));
     });
 
+    it('stores no redacted body over maxResponseSize: the key is not replayable, and a duplicate gets the status with the body omitted', async () => {
+      const first = await send(target, '/privacy/redacted-larger', {
+        key: 'red-large',
+      });
+      expect(first.status).toBe(201);
+      const { run } = (await first.json()) as { run: number };
+      const [record] = await target.db.query<{
+        status: string;
+        response_body: Buffer | null;
+      }>(
+        `SELECT status, response_body FROM ${IDEMPOTENCY_TABLE_NAME} WHERE key = 'red-large'`,
+      );
+      expect(record).toEqual({ status: 'not_replayable', response_body: null });
+      const duplicate = await send(target, '/privacy/redacted-larger', {
+        key: 'red-large',
+      });
+      expect(duplicate.status).toBe(201);
+      expect(duplicate.headers.get('idempotent-replayed')).toBe('true');
+      expect(duplicate.headers.get('idempotent-body-omitted')).toBe('true');
+      expect(await duplicate.text()).toBe('');
+      expect(target.app.get(PrivacyRuns).card).toBe(run);
+    });
+
+    it('stores no redacted error over maxResponseSize: the key is released, and the retry runs', async () => {
+      const runs = target.app.get(PrivacyRuns);
+      const first = await send(target, '/privacy/redacted-larger-error', {
+        key: 'red-large-error',
+      });
+      expect(first.status).toBe(400);
+      const before = runs.card;
+      expect(
+        await target.db.query(
+          `SELECT 1 FROM ${IDEMPOTENCY_TABLE_NAME} WHERE key = 'red-large-error'`,
+        ),
+      ).toEqual([]);
+      const retry = await send(target, '/privacy/redacted-larger-error', {
+        key: 'red-large-error',
+      });
+      expect(retry.status).toBe(400);
+      expect(retry.headers.get('idempotent-replayed')).toBeNull();
+      expect(((await retry.json()) as { message: string }).message).toBe(
+        `run ${before + 1}`,
+      );
+    });
+
     it('never stores nor replays the headers a redaction returns that are never stored, and keeps the Content-Type it dropped', async () => {
       const first = await send(target, '/privacy/redacted-headers', {
         key: 'red-headers',

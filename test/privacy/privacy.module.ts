@@ -1,4 +1,11 @@
-import { Controller, Header, Injectable, Post, Res } from '@nestjs/common';
+import {
+  BadRequestException,
+  Controller,
+  Header,
+  Injectable,
+  Post,
+  Res,
+} from '@nestjs/common';
 import {
   IdempotencyContext,
   Idempotent,
@@ -84,6 +91,29 @@ export class PrivacyController {
   redactedHeaders() {
     this.runs.card += 1;
     return { run: this.runs.card };
+  }
+
+  /** A redaction that stores more than the route's maxResponseSize. */
+  @Post('redacted-larger')
+  @Idempotent({
+    maxResponseSize: 64,
+    redact: ({ headers }) => ({ headers, body: 'x'.repeat(65) }),
+  })
+  redactedLarger() {
+    this.runs.card += 1;
+    return { run: this.runs.card };
+  }
+
+  /** An error stored by the policy, which a redaction makes larger than maxResponseSize. */
+  @Post('redacted-larger-error')
+  @Idempotent({
+    storeErrors: true,
+    maxResponseSize: 64,
+    redact: ({ headers }) => ({ headers, body: 'x'.repeat(65) }),
+  })
+  redactedLargerError() {
+    this.runs.card += 1;
+    throw new BadRequestException(`run ${this.runs.card}`);
   }
 
   @Post('steps')
