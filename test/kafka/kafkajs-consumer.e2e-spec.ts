@@ -51,18 +51,22 @@ describe('IdempotencyKafka.eachMessage() in a kafkajs consumer (recorded, no bro
     }
   };
 
-  /** A consumer run as the README shows it, on the recorded kafkajs consumer. */
+  /**
+   * A consumer run as the README shows it, on the recorded kafkajs
+   * consumer, its handler `handler` (`pay` by default).
+   */
   const consumerOf = async (
     options: Omit<IdempotentKafkaOptions, 'consumer'> & {
       autoCommit?: boolean;
     },
+    handler: typeof pay = pay,
   ): Promise<RecordedConsumer> => {
     const { kafka, recorded } = recordedKafka(options.scope);
     const consumer = kafka.consumer({ groupId: options.scope });
     const { autoCommit = false, ...wrapped } = options;
     await consumer.run({
       autoCommit,
-      eachMessage: idempotency.eachMessage(pay, {
+      eachMessage: idempotency.eachMessage(handler, {
         ...wrapped,
         consumer: autoCommit ? undefined : consumer,
       }),
@@ -265,39 +269,31 @@ describe('IdempotencyKafka.eachMessage() in a kafkajs consumer (recorded, no bro
   });
 
   it('delivers again, uncounted, a message whose handler caught a deadlock of its own statement and threw its own error: never handed to deadLetter for a failure a retry may not meet', async () => {
-    const { kafka, recorded } = recordedKafka('deadlocks');
-    const consumer = kafka.consumer({ groupId: 'deadlocks' });
     let deadlocked = false;
-    await consumer.run({
-      autoCommit: false,
-      eachMessage: idempotency.eachMessage(
-        async ({ message }, manager: EntityManager) => {
-          runs += 1;
-          const { reference } = JSON.parse(message.value!.toString()) as {
-            reference: string;
-          };
-          await manager.insert(Order, { reference, source: 'kafkajs' });
-          if (!deadlocked) {
-            deadlocked = true;
-            try {
-              await manager.query(
-                "DO $$ BEGIN RAISE EXCEPTION 'a deadlock' USING ERRCODE = '40P01'; END $$",
-              );
-            } catch {
-              throw new Error('the payment could not be booked');
-            }
-          }
+    const recorded = await consumerOf(
+      {
+        scope: 'deadlocks',
+        maxAttempts: 1,
+        deadLetter: (letter) => {
+          deadLetters.push(letter);
         },
-        {
-          scope: 'deadlocks',
-          consumer,
-          maxAttempts: 1,
-          deadLetter: (letter) => {
-            deadLetters.push(letter);
-          },
-        },
-      ),
-    });
+      },
+      async (payload, manager) => {
+        if (deadlocked) {
+          return pay(payload, manager);
+        }
+        deadlocked = true;
+        runs += 1;
+        await manager.insert(Order, { reference: 'lost', source: 'kafkajs' });
+        try {
+          await manager.query(
+            "DO $$ BEGIN RAISE EXCEPTION 'a deadlock' USING ERRCODE = '40P01'; END $$",
+          );
+        } catch {
+          throw new Error('the payment could not be booked');
+        }
+      },
+    );
     expect(
       await recorded.deliver(
         TOPIC,
