@@ -8,6 +8,7 @@ import {
 import { RequestMethod } from '@nestjs/common/enums/request-method.enum.js';
 import { Reflector } from '@nestjs/core';
 import { IDEMPOTENT_METADATA } from './idempotency.constants.js';
+import { canonicalJson } from './core/canonical-json.js';
 import { IdempotencyConfigurationError } from './exceptions/idempotency-configuration.error.js';
 import { HANDLER_METADATA, handlerKind } from './idempotency.handlers.js';
 import { IDEMPOTENCY_RESOLVED_OPTIONS } from './idempotency.tokens.js';
@@ -95,24 +96,6 @@ function patternText(pattern: unknown): string {
   return typeof pattern === 'string' ? pattern : JSON.stringify(pattern);
 }
 
-/** `value` with the fields of each of its objects in sorted order. */
-function sortedFields(value: unknown): unknown {
-  if (Array.isArray(value)) {
-    return value.map(sortedFields);
-  }
-  if (value === null || typeof value !== 'object') {
-    return value;
-  }
-  return Object.fromEntries(
-    Object.keys(value)
-      .sort()
-      .map((key) => [
-        key,
-        sortedFields((value as Record<string, unknown>)[key]),
-      ]),
-  );
-}
-
 /**
  * A message pattern as Nest routes it, as a string: an object pattern's
  * fields in sorted order, so that `{ entity, action }` and
@@ -120,7 +103,7 @@ function sortedFields(value: unknown): unknown {
  * pattern.
  */
 function patternRoute(pattern: unknown): string {
-  return patternText(sortedFields(pattern));
+  return typeof pattern === 'string' ? pattern : canonicalJson(pattern);
 }
 
 /** `Transport.REDIS` and `Transport.NATS` of @nestjs/microservices. */

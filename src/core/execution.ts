@@ -89,6 +89,27 @@ function timeUp(execution: Execution): void {
   execution.timeUp();
 }
 
+/** How {@link Execution.fail} takes a failure. */
+interface FailOptions {
+  /**
+   * The error response may be stored (`storeError()`) or the claim
+   * released (`release()`) by the caller: the claim is kept.
+   */
+  readonly keepClaim?: boolean;
+  /**
+   * The error is not the handler's but of the completion of its answer (a
+   * `redact` hook that threw): answered with a 503 and reported as a
+   * `failed` event, never as the handler's own error.
+   */
+  readonly ofModule?: boolean;
+  /**
+   * The handler's own error is taken as final beyond its answer (a
+   * message's: counted, rejected, dead-lettered), as a stored error is:
+   * checked as with `keepClaim`, the claim released all the same.
+   */
+  readonly final?: boolean;
+}
+
 /**
  * @internal One attempt that owns its key (or needs none): runs the handler
  * in its transaction until the deadline, then completes, fails or is
@@ -325,7 +346,7 @@ export class Execution implements RunningLink, RecoveryOwner, HandlerContext {
     } catch (error) {
       // Nothing unredacted is ever stored: the attempt fails instead, with
       // the module's 503, reported as such (not as the handler's error).
-      await this.fail(error, false, true);
+      await this.fail(error, { ofModule: true });
       throw new IdempotencyUnavailableException(options.retryAfter);
     }
     // What is stored is bounded, whatever the redaction made of it.
@@ -485,12 +506,6 @@ export class Execution implements RunningLink, RecoveryOwner, HandlerContext {
    * Ends an attempt whose handler failed: rolls its transaction back, and
    * releases the claim (unless `keepClaim`: the error response may be stored
    * by `storeError()` or released by `release()`).
-   * @param ofModule `error` is not the handler's but of the completion
-   * of its answer (a `redact` hook that threw): answered with a 503 and
-   * reported as a `failed` event, never as the handler's own error.
-   * @param final the handler's own error is taken as final beyond its
-   * answer (a message's: counted, rejected, dead-lettered), as a stored
-   * error is: checked as with `keepClaim`, the claim released all the same.
    * @returns how the failure is answered. With `keepClaim` or `final`, the
    * handler's own error is answered with a 503 (and its claim released)
    * when the handler's transaction tells of a failure a retry may not meet
@@ -498,9 +513,7 @@ export class Execution implements RunningLink, RecoveryOwner, HandlerContext {
    */
   async fail(
     error: unknown,
-    keepClaim = false,
-    ofModule = false,
-    final = false,
+    { keepClaim = false, ofModule = false, final = false }: FailOptions = {},
   ): Promise<FailureKind> {
     if (this.settled) {
       // Abandoned at the deadline, the handler may fail before the deadline's

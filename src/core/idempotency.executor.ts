@@ -397,7 +397,7 @@ export class IdempotencyExecutor
     try {
       result = await execution.run(() => fn(execution.transaction));
     } catch (error) {
-      const kind = await execution.fail(error, false, false, final);
+      const kind = await execution.fail(error, { final });
       throw kind === 'handler'
         ? error
         : new IdempotencyUnavailableException(options.retryAfter);

@@ -221,7 +221,7 @@ export class IdempotencyGraphql {
     const { options } = execution;
     const policy = options.storeErrors;
     const storing = policy !== undefined && execution.lease !== undefined;
-    const kind = await execution.fail(error, storing);
+    const kind = await execution.fail(error, { keepClaim: storing });
     if (kind !== 'handler') {
       return toGraphqlError(
         new IdempotencyUnavailableException(options.retryAfter),

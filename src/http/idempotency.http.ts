@@ -167,7 +167,7 @@ export class IdempotencyHttp {
       // exception filters have made it.
       const storing =
         options.storeErrors !== undefined && attempt.key !== undefined;
-      const kind = await execution.fail(error, storing);
+      const kind = await execution.fail(error, { keepClaim: storing });
       if (storing && kind === 'handler') {
         this.storeErrorResponse(response, execution, error);
       } else if (expires !== undefined) {
@@ -238,20 +238,21 @@ export class IdempotencyHttp {
           ? outcome.status
           : ((response as { statusCode?: number }).statusCode ??
             raw.statusCode);
-      // The headers it goes out with: those set on the platform's response
-      // (Fastify's reply keeps its own until sent), and a web Response's.
-      const headers: Record<string, unknown> = {
-        ...((
-          response as { getHeaders?: () => Record<string, unknown> }
-        ).getHeaders?.() ?? raw.getHeaders()),
-        ...(outcome instanceof Response
-          ? Object.fromEntries(outcome.headers)
-          : undefined),
-      };
+      // The headers it goes out with, read for an error only: those set on
+      // the platform's response (Fastify's reply keeps its own until
+      // sent), and a web Response's.
+      const headers = () =>
+        ({
+          ...((
+            response as { getHeaders?: () => Record<string, unknown> }
+          ).getHeaders?.() ?? raw.getHeaders()),
+          ...(outcome instanceof Response
+            ? Object.fromEntries(outcome.headers)
+            : undefined),
+        }) as Record<string, string>;
       if (
         failsAttempt(status) ||
-        (status >= 400 &&
-          asksRetryLater(status, headers as Record<string, string>))
+        (status >= 400 && asksRetryLater(status, headers()))
       ) {
         // As any 5xx, or a come back later (a 408, 425 or 429, a
         // `Retry-After` on an error): rolled back, nothing stored, the
