@@ -663,15 +663,18 @@ function report(
         },
       ];
     }),
+    // The claim, which takes a new key alone, and the read of what holds
+    // a key it did not take (test/bench/README.md: the claim that read a
+    // held key in the same statement cost every new key more).
     {
-      target: 'replay: 1 statement',
+      target: 'replay: 2 statements',
       value: row(replay).perRequest?.statements,
-      met: near(row(replay).perRequest?.statements, 1),
+      met: near(row(replay).perRequest?.statements, 2),
     },
     {
-      target: 'refusal (409): 1 statement',
+      target: 'refusal (409): 2 statements',
       value: refusal?.statements,
-      met: near(refusal?.statements, 1),
+      met: near(refusal?.statements, 2),
     },
   ];
   console.log('');

@@ -8,8 +8,10 @@ import {
   ACQUIRE,
   CLAIM,
   MARK_WAITING,
+  READ_HOLDER,
   type ClaimHolder,
   type ClaimRow,
+  type HolderRow,
   type PostgresStatements,
 } from './postgres-statements.js';
 
@@ -43,8 +45,9 @@ function finished(
 
 /**
  * @internal Claims `request`'s key on PostgreSQL: {@link CLAIM} first, one
- * statement for a new key, a replay or a refusal; {@link ACQUIRE} after it
- * for a key that may be taken over or that it did not see.
+ * statement for a new key; {@link READ_HOLDER} after it for a key held (a
+ * replay or a refusal: two statements); {@link ACQUIRE} last, for a key that
+ * may be taken over or that the read did not find.
  */
 export async function claimPostgresKey(
   statements: PostgresStatements,
@@ -70,18 +73,25 @@ export async function claimPostgresKey(
     request.ttlMs,
   ];
   const {
-    rows: [fast],
-  } = await statements.query<ClaimRow>(pool, CLAIM, [...values, self]);
-  if (fast?.generation) {
-    return { state: 'claimed', generation: fast.generation };
+    rows: [claimed],
+  } = await statements.query<ClaimRow>(pool, CLAIM, values);
+  if (claimed) {
+    return { state: 'claimed', generation: claimed.generation };
   }
-  if (fast?.holder) {
+  const {
+    rows: [holder],
+  } = await statements.query<HolderRow>(pool, READ_HOLDER, [
+    request.scope,
+    request.key,
+    self,
+  ]);
+  if (holder) {
     const outcome = await held(
       statements,
       pool,
       request,
-      JSON.parse(fast.holder) as ClaimHolder,
-      fast.response_body,
+      JSON.parse(holder.holder) as ClaimHolder,
+      holder.response_body,
     );
     if (outcome) {
       return outcome;

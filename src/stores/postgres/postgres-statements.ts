@@ -117,54 +117,56 @@ export const ACQUIRE = postgresStatement(
  * @internal The claim's fast path, one plain statement: a new key is
  * inserted (`ON CONFLICT DO NOTHING`), committed without waiting for the WAL
  * flush (`synchronous_commit` off for its own transaction), and its
- * generation returned; a key held is read in the same statement instead,
- * what holds it in one JSON column (`holder`, see {@link ClaimHolder}) and
- * its stored body beside it. So a new key, a replay and a refusal each cost
- * one statement, without the plpgsql call and the executor state of
+ * generation returned. No row: the key is held, and {@link READ_HOLDER}
+ * reads what holds it. So a new key costs one statement, a replay and a
+ * refusal two, without the plpgsql call and the executor state of
  * {@link ACQUIRE}'s `DO UPDATE`, which cost PostgreSQL about 75 µs more a
- * claim and completion (test/bench/README.md). A key that may be taken over
- * (a finished record expired, a lease run out, an owner's instance whose
- * presence lock is free) goes on to {@link ACQUIRE}, as does a key that the
- * statement's snapshot cannot see (no row: a claim or a release raced it).
+ * claim and completion, nor the read of a held key in the same statement
+ * (a data-modifying `WITH` and a `UNION ALL`), which cost a new key about
+ * 80,000 more instructions of PostgreSQL (test/bench/README.md). A key that
+ * may be taken over (a finished record expired, a lease run out, an owner's
+ * instance whose presence lock is free) goes on to {@link ACQUIRE}, as does
+ * a key that the read did not find (a release or the collector raced it).
  */
 export const CLAIM = postgresStatement(
-  `WITH async_commit AS (
-     SELECT set_config('synchronous_commit', 'off', true)
-   ), claimed AS (
-     INSERT INTO "idempotency_records" AS t (scope, key, fingerprint, method,
-       path, status, owner, owner_instance, lease_expires_at, expires_at)
-     SELECT $1, $2, $3, $4, $5, 'in_progress', $6::uuid, $7::uuid,
-       now() + $8::float8 * interval '1 millisecond',
-       now() + greatest($9::float8, $8::float8) * interval '1 millisecond'
-       FROM async_commit
-     ON CONFLICT (scope, key) DO NOTHING
-     RETURNING (extract(epoch FROM t.created_at) * 1000000)::bigint::text
-       AS generation
-   )
-   SELECT generation, NULL::text AS holder, NULL::bytea AS response_body
-     FROM claimed
-   UNION ALL
-   SELECT NULL, json_build_array(r.status, r.fingerprint, r.response_status,
+  `INSERT INTO "idempotency_records" AS t (scope, key, fingerprint, method,
+     path, status, owner, owner_instance, lease_expires_at, expires_at)
+   SELECT $1, $2, $3, $4, $5, 'in_progress', $6::uuid, $7::uuid,
+     now() + $8::float8 * interval '1 millisecond',
+     now() + greatest($9::float8, $8::float8) * interval '1 millisecond'
+     FROM (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit
+   ON CONFLICT (scope, key) DO NOTHING
+   RETURNING (extract(epoch FROM t.created_at) * 1000000)::bigint::text
+     AS generation`,
+);
+/**
+ * @internal What holds a key that {@link CLAIM} did not take, in one JSON
+ * column (`holder`, see {@link ClaimHolder}), its stored body beside it;
+ * `$3`: the claiming instance.
+ */
+export const READ_HOLDER = postgresStatement(
+  `SELECT json_build_array(r.status, r.fingerprint, r.response_status,
        r.response_headers, r.expires_at <= now(),
        greatest(0, extract(epoch FROM r.lease_expires_at - now()) * 1000)::float8,
        r.waiting, r.owner, r.has_steps,
        r.status = 'in_progress' AND r.owner_instance IS NOT NULL
-         AND r.owner_instance IS DISTINCT FROM $10::uuid
+         AND r.owner_instance IS DISTINCT FROM $3::uuid
          AND r.lease_expires_at > now()
          AND pg_try_advisory_xact_lock_shared(
-           hashtextextended('idempotency:' || r.owner_instance::text, 0)))::text,
+           hashtextextended('idempotency:' || r.owner_instance::text, 0)))::text
+       AS holder,
      r.response_body
      FROM "idempotency_records" r
-    WHERE r.scope = $1 AND r.key = $2 AND NOT EXISTS (SELECT 1 FROM claimed)`,
+    WHERE r.scope = $1 AND r.key = $2`,
 );
 /**
- * @internal What holds a key, as {@link CLAIM} reads it: status,
+ * @internal What holds a key, as {@link READ_HOLDER} reads it: status,
  * fingerprint, response status, response headers, whether the record
  * expired, the lease's milliseconds left, whether a duplicate waits, the
  * owner, whether the key is bound to its request by steps, and whether the
  * owner's instance may be gone (its presence lock was free: a hint, which
  * {@link ACQUIRE} checks again; never for a claim of the claiming instance,
- * `$10`, which is alive, asking, while its presence session is away).
+ * `$3` of {@link READ_HOLDER}, which is alive, asking, while its presence session is away).
  */
 export type ClaimHolder = [
   status: string,
@@ -178,11 +180,14 @@ export type ClaimHolder = [
   hasSteps: boolean,
   ownerMayBeGone: boolean | null,
 ];
-/** @internal A row of {@link CLAIM}: the generation of a key taken, or what holds it. */
+/** @internal A row of {@link CLAIM}: the generation of the key it took. */
 export interface ClaimRow {
-  readonly generation: string | null;
+  readonly generation: string;
+}
+/** @internal A row of {@link READ_HOLDER}. */
+export interface HolderRow {
   /** JSON of a {@link ClaimHolder}. */
-  readonly holder: string | null;
+  readonly holder: string;
   readonly response_body: Buffer | null;
 }
 /**

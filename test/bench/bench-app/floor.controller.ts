@@ -5,9 +5,11 @@ import {
   ACQUIRE,
   CLAIM,
   completeStatements,
+  READ_HOLDER,
   RELEASE,
   type ClaimHolder,
   type ClaimRow,
+  type HolderRow,
 } from '../../../src/stores/postgres/postgres-statements.js';
 import { CONTENT_TYPE, FloorRoutes, statement } from './floor-routes.js';
 import type { Attempt, Completion, Holder } from './floor-routes.js';
@@ -60,34 +62,36 @@ export class FloorController extends FloorRoutes {
       null,
       LEASE_MS,
       TTL_MS,
-      // The claiming instance (none: the floor has no presence session).
-      null,
     ];
-    const {
-      rows: [fast],
-    } = await this.pool.query<ClaimRow>(
+    const { rows: claimed } = await this.pool.query<ClaimRow>(
       statement(CLAIM.name, CLAIM.text, values),
     );
-    if (fast?.generation) {
+    if (claimed.length > 0) {
       return undefined;
     }
-    if (fast?.holder) {
+    const {
+      rows: [held],
+    } = await this.pool.query<HolderRow>(
+      // The claiming instance: none, the floor has no presence session.
+      statement(READ_HOLDER.name, READ_HOLDER.text, [SCOPE, attempt.key, null]),
+    );
+    if (held) {
       // The bench's keys are new, or held by a live attempt or record: no
       // takeover, which the store would leave to the function.
       const [status, fingerprint, responseStatus] = JSON.parse(
-        fast.holder,
+        held.holder,
       ) as ClaimHolder;
       return {
         status,
         fingerprint,
         response_status: responseStatus,
-        response_body: fast.response_body,
+        response_body: held.response_body,
       };
     }
     const {
       rows: [claim],
     } = await this.pool.query<AcquireRow>(
-      statement(ACQUIRE.name, ACQUIRE.text, [...values.slice(0, 9), false]),
+      statement(ACQUIRE.name, ACQUIRE.text, [...values, false]),
     );
     return claim.acquired ? undefined : claim;
   }

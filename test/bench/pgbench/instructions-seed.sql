@@ -1,0 +1,2 @@
+-- The completed record the replay scripts read.
+INSERT INTO idempotency_records (scope, key, fingerprint, method, path, status, response_status, response_headers, response_body, expires_at) VALUES ('global', 'done', 'v2:abababababababababababababababababababababababababababababababab', 'POST', '/modes/light', 'completed', 201, '{"content-type":"application/json; charset=utf-8"}', '\x7b227265666572656e6365223a2261626364222c22616d6f756e74223a313030302c226964223a2231323334227d'::bytea, now() + interval '10 years') ON CONFLICT DO NOTHING

@@ -1,0 +1,8 @@
+-- A new key's claim and completion as the store sends them: the claim inserts alone (a held key is read in a second statement), the completion a plain UPDATE in a transaction.
+PREPARE c(text,text,text,text,text,uuid,uuid,float8,float8) AS INSERT INTO "idempotency_records" AS t (scope, key, fingerprint, method, path, status, owner, owner_instance, lease_expires_at, expires_at) SELECT $1, $2, $3, $4, $5, 'in_progress', $6::uuid, $7::uuid, now() + $8::float8 * interval '1 millisecond', now() + greatest($9::float8, $8::float8) * interval '1 millisecond' FROM (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit ON CONFLICT (scope, key) DO NOTHING RETURNING (extract(epoch FROM t.created_at) * 1000000)::bigint::text AS generation
+PREPARE f(text,text,uuid,text,smallint,jsonb,bytea,float8) AS UPDATE "idempotency_records" t SET status = $4, response_status = $5, response_headers = $6, response_body = $7, lease_expires_at = NULL, completed_at = statement_timestamp(), expires_at = CASE WHEN t.expires_at <= statement_timestamp() OR t.expires_at > statement_timestamp() + $8 * interval '1 millisecond' THEN statement_timestamp() + $8 * interval '1 millisecond' ELSE t.expires_at END WHERE t.scope = $1 AND t.key = $2 AND t.owner = $3 AND t.status = 'in_progress' RETURNING t.waiting, t.has_steps
+--> iteration
+EXECUTE c('global', 'k{i}', 'v2:abababababababababababababababababababababababababababababababab', 'POST', '/modes/light', '{uuid}', NULL, 15000, 86400000)
+BEGIN
+EXECUTE f('global', 'k{i}', '{uuid}', 'completed', 201, '{"content-type":"application/json; charset=utf-8"}', '\x7b227265666572656e6365223a2261626364222c22616d6f756e74223a313030302c226964223a2231323334227d'::bytea, 86400000)
+COMMIT
