@@ -5,6 +5,7 @@ import { LeaseIdempotencyClaims1764000000003 } from './1764000000003-lease-idemp
 import { BindIdempotencySteps1764000000004 } from './1764000000004-bind-idempotency-steps.js';
 import { KeepIdempotencyGenerations1764000000005 } from './1764000000005-keep-idempotency-generations.js';
 import { CountIdempotencyFailures1764000000006 } from './1764000000006-count-idempotency-failures.js';
+import { DropIdempotencyStatusCheck1764000000007 } from './1764000000007-drop-idempotency-status-check.js';
 import {
   sqlMigrationsOf,
   type IdempotencySqlMigration,
@@ -25,6 +26,7 @@ export {
   BindIdempotencySteps1764000000004,
   KeepIdempotencyGenerations1764000000005,
   CountIdempotencyFailures1764000000006,
+  DropIdempotencyStatusCheck1764000000007,
 };
 
 /**
@@ -49,6 +51,7 @@ export const idempotencyMigrations = [
   BindIdempotencySteps1764000000004,
   KeepIdempotencyGenerations1764000000005,
   CountIdempotencyFailures1764000000006,
+  DropIdempotencyStatusCheck1764000000007,
 ];
 
 /**

@@ -255,6 +255,7 @@ describe('shipped migrations', () => {
       'BindIdempotencySteps1764000000004',
       'KeepIdempotencyGenerations1764000000005',
       'CountIdempotencyFailures1764000000006',
+      'DropIdempotencyStatusCheck1764000000007',
     ]);
     // Volatile: each statement inside sees what committed before it ran.
     expect(await functions()).toEqual(
@@ -317,7 +318,32 @@ describe('shipped migrations', () => {
           `SELECT to_regclass('idempotency_failures') IS NOT NULL AS exists`,
         )
       )[0].exists;
+    const checks = () =>
+      db.query<{ name: string; definition: string }>(
+        `SELECT conname AS name, pg_get_constraintdef(oid) AS definition
+           FROM pg_constraint
+          WHERE conrelid = $1::regclass AND contype = 'c'`,
+        [IDEMPOTENCY_TABLE_NAME],
+      );
 
+    // No check on the records' status: the store checks what it reads.
+    expect(await checks()).toEqual([]);
+    await dataSource.undoLastMigration();
+    expect(await checks()).toEqual([
+      {
+        name: 'CHK_idempotency_records_status',
+        definition: expect.stringContaining(
+          "ARRAY['in_progress'::text, 'completed'::text, 'failed'::text, 'not_replayable'::text]",
+        ),
+      },
+    ]);
+    await expect(
+      db.query(
+        `INSERT INTO ${IDEMPOTENCY_TABLE_NAME} (scope, key, fingerprint, method,
+           path, status, expires_at)
+         VALUES ('s', 'checked', 'f', 'POST', '/p', 'complete', now())`,
+      ),
+    ).rejects.toMatchObject({ code: '23514' });
     await dataSource.undoLastMigration();
     expect(await failureTable()).toBe(false);
     expect(await functions()).toEqual(
@@ -422,6 +448,7 @@ describe('shipped migrations', () => {
       'BindIdempotencySteps1764000000004',
       'KeepIdempotencyGenerations1764000000005',
       'CountIdempotencyFailures1764000000006',
+      'DropIdempotencyStatusCheck1764000000007',
     ]);
     expect(await file()).toBe(before);
     expect(await records()).toEqual([
@@ -445,7 +472,7 @@ describe('shipped migrations', () => {
       ['done', 'completed'],
       ['running', 'in_progress'],
     ]);
-    for (let i = 0; i < 4; i += 1) {
+    for (let i = 0; i < 5; i += 1) {
       await dataSource.undoLastMigration();
     }
     expect(await columns()).toEqual(RECORD_COLUMNS);
@@ -460,6 +487,7 @@ describe('shipped migrations', () => {
       'BindIdempotencySteps1764000000004',
       'KeepIdempotencyGenerations1764000000005',
       'CountIdempotencyFailures1764000000006',
+      'DropIdempotencyStatusCheck1764000000007',
     ]);
     expect(await columns()).toEqual([
       ...RECORD_COLUMNS,

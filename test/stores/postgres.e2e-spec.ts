@@ -1,18 +1,31 @@
+import { Controller, Post } from '@nestjs/common';
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
-import { IdempotencyStore } from '../../src/index.js';
+import { Idempotent, IdempotencyStore } from '../../src/index.js';
 import type { ClaimRequest } from '../../src/interfaces/idempotency-store.interface.js';
 import { Barrier, untilBlocked } from '../utils/barrier.js';
 import { listen } from '../utils/notifications.js';
 import { poolOf } from '../utils/statement-counter.js';
-import { startTestApp, type TestApp } from '../utils/test-app.js';
+import { send, startTestApp, type TestApp } from '../utils/test-app.js';
 import { startAdapterApp } from '../adapters/adapter-app.js';
 import { ADAPTERS } from '../adapters/adapters.js';
 import { describeStoreConformance } from './conformance.js';
 
+@Controller('by-hand')
+class ByHandController {
+  @Post()
+  @Idempotent()
+  create() {
+    return { created: true };
+  }
+}
+
 /** The store of a running application, as the module uses it. */
 async function startStore() {
-  const target = await startTestApp({ idempotency: { gc: false } });
+  const target = await startTestApp({
+    idempotency: { gc: false },
+    controllers: [ByHandController],
+  });
   return { target, store: target.app.get<IdempotencyStore>(IdempotencyStore) };
 }
 
@@ -317,6 +330,43 @@ describe('the PostgreSQL store', () => {
         `SELECT status, waiting FROM idempotency_records WHERE key = 'waited'`,
       ),
     ).toEqual([{ status: 'completed', waiting: false }]);
+  });
+
+  it('refuses a record whose status the module never writes (changed by hand: the table has no check on it), instead of replaying it as finished; an expired one is taken over', async () => {
+    await target.db.query(
+      `INSERT INTO idempotency_records (scope, key, fingerprint, method, path,
+         status, response_status, response_body, expires_at)
+       VALUES ('pg', 'by-hand', 'fp', 'POST', '/pg', 'complete', 200, 'ok',
+         now() + interval '1 hour'),
+       ('pg', 'by-hand-expired', 'fp', 'POST', '/pg', 'complete', 200, 'ok',
+         now() - interval '1 second')`,
+    );
+    await expect(store.claim(attempt('by-hand'))).rejects.toThrow(
+      'The idempotency record of the key has the status "complete", which the module never writes',
+    );
+    expect(
+      await target.db.query(
+        `SELECT status FROM idempotency_records WHERE key = 'by-hand'`,
+      ),
+    ).toEqual([{ status: 'complete' }]);
+    expect((await store.claim(attempt('by-hand-expired'))).state).toBe(
+      'claimed',
+    );
+
+    // Over HTTP: 503, and the record as it was.
+    await target.db.query(
+      `INSERT INTO idempotency_records (scope, key, fingerprint, method, path,
+         status, response_status, response_body, expires_at)
+       VALUES ('global', 'by-hand', 'fp', 'POST', '/by-hand', 'complete', 200,
+         'ok', now() + interval '1 hour')`,
+    );
+    const answer = await send(target, '/by-hand', { key: 'by-hand' });
+    expect(answer.status).toBe(503);
+    expect(
+      await target.db.query(
+        `SELECT status FROM idempotency_records WHERE scope = 'global'`,
+      ),
+    ).toEqual([{ status: 'complete' }]);
   });
 
   it('notifies the completion of each key on the channel waiters listen on', async () => {

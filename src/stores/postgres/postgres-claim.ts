@@ -27,9 +27,21 @@ interface AcquireRow {
   generation: string | null;
 }
 
-/** A claim's outcome for a finished record. */
+/** The statuses of a finished record: what the module writes. */
+const FINISHED: ReadonlySet<string> = new Set<RecordStatus>([
+  'completed',
+  'failed',
+  'not_replayable',
+]);
+
+/**
+ * A claim's outcome for a finished record.
+ * @throws Error for a status the module never writes (the table has no
+ * check on it since migration DropIdempotencyStatusCheck1764000000007: a
+ * record changed by hand), instead of replaying it as finished.
+ */
 function finished(
-  status: RecordStatus,
+  status: string,
   fingerprint: string | null,
   response: {
     status: number;
@@ -37,9 +49,18 @@ function finished(
     body: Buffer;
   },
 ): ClaimOutcome {
+  if (!FINISHED.has(status)) {
+    throw new Error(
+      `The idempotency record of the key has the status ${JSON.stringify(status)}, which the module never writes (a record changed by hand): the request is not answered from it. Forget the record (IdempotencyAdmin.forget, or the command line's forget), or set its status to one the module writes.`,
+    );
+  }
   return {
     state: 'finished',
-    record: { status, fingerprint: fingerprint ?? '', response },
+    record: {
+      status: status as RecordStatus,
+      fingerprint: fingerprint ?? '',
+      response,
+    },
   };
 }
 
@@ -146,7 +167,7 @@ async function held(
   if (status !== 'in_progress') {
     return expired
       ? undefined
-      : finished(status as RecordStatus, fingerprint, {
+      : finished(status, fingerprint, {
           status: responseStatus ?? 0,
           headers: headers ?? {},
           body: body ?? Buffer.alloc(0),
