@@ -4,6 +4,7 @@ import {
   CLAIM,
   completeStatements,
   COMPLETE_ALONE,
+  READ_HOLDER,
   READ_STEP,
 } from '../../src/stores/postgres/postgres-statements.js';
 import { until } from '../utils/barrier.js';
@@ -95,6 +96,8 @@ const fn =
     check(statement.values);
 const claim = (run: Run) => (statement: Statement) =>
   statement.text === CLAIM.text && statement.values[1] === run.key;
+const holderRead = (run: Run) => (statement: Statement) =>
+  statement.text === READ_HOLDER.text && statement.values[1] === run.key;
 const readStep = (run: Run) => (statement: Statement) =>
   statement.text === READ_STEP.text && statement.values[1] === run.key;
 const saveStep = fn('idempotency_save_step');
@@ -203,6 +206,31 @@ function renewalCell(when: 'before' | 'after'): Cell {
           )[0].ends,
       }),
     ],
+  };
+}
+
+/**
+ * A duplicate's read of what holds the key (its second statement, after
+ * the claim took nothing) loses its connection, before or after it ran:
+ * it wrote nothing, the duplicate gets 503 and its retry replays.
+ */
+function holderReadCell(when: 'before' | 'after'): Cell {
+  return {
+    point: 'holder read',
+    when,
+    expected: [['201'], ['503', '201 replayed']],
+    async run(run) {
+      const first = await run.settle(run.send());
+      const fault = run.faults.arm({ matches: holderRead(run), timing: when });
+      try {
+        const duplicate = await run.settle(run.send());
+        expect(fault.hit).toBe(true);
+        await fault.injected;
+        return [first, duplicate];
+      } finally {
+        fault.disarm();
+      }
+    },
   };
 }
 
@@ -329,6 +357,8 @@ export const CELLS: readonly Cell[] = [
   // Committed, the answer lost: the retry replays it (the steps went with
   // the completion).
   statementCell('commit', 'after', commit, 'after', ['503', '201 replayed']),
+  holderReadCell('before'),
+  holderReadCell('after'),
   // The handler fails after its first write, and the release's connection
   // is lost: the release is tried again (on another connection) until it
   // lands, which frees the key long before its lease would.
