@@ -166,7 +166,8 @@ export const READ_HOLDER = postgresStatement(
  * owner, whether the key is bound to its request by steps, and whether the
  * owner's instance may be gone (its presence lock was free: a hint, which
  * {@link ACQUIRE} checks again; never for a claim of the claiming instance,
- * `$3` of {@link READ_HOLDER}, which is alive, asking, while its presence session is away).
+ * `$3` of {@link READ_HOLDER}, which is alive, asking, while its presence
+ * session is away).
  */
 export type ClaimHolder = [
   status: string,
