@@ -89,8 +89,8 @@ function timeUp(execution: Execution): void {
   execution.timeUp();
 }
 
-/** How {@link Execution.fail} takes a failure. */
-interface FailOptions {
+/** @internal How {@link Execution.fail} takes a failure. */
+export interface FailOptions {
   /**
    * The error response may be stored (`storeError()`) or the claim
    * released (`release()`) by the caller: the claim is kept.

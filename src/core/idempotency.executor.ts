@@ -28,7 +28,11 @@ import {
   type Attempt,
 } from './attempt.js';
 import { AttemptTelemetry } from './attempt-telemetry.js';
-import { Execution, type ExecutionHost } from './execution.js';
+import {
+  Execution,
+  type ExecutionHost,
+  type FailOptions,
+} from './execution.js';
 import { ExecutorEvents } from './executor.events.js';
 import {
   ExecutorOptions,
@@ -371,18 +375,18 @@ export class IdempotencyExecutor
   /**
    * The whole sequence for a JSON result (messages and programmatic runs):
    * the stored result for a duplicate, else `fn`'s, stored with it.
-   * @param final whether the handler's own error is taken as final beyond
-   * its answer (a message's: counted for `maxAttempts`, rejected, handed
-   * to `deadLetter`), as a stored error is: then one that the handler's
-   * transaction tells a retry may not meet (a deadlock, a serialization
-   * failure, a timeout the handler caught and answered with its own error)
-   * is the 503 it is (see `Execution.fail`).
+   * @param failure.final whether the handler's own error is taken as final
+   * beyond its answer (a message's: counted for `maxAttempts`, rejected,
+   * handed to `deadLetter`), as a stored error is: then one that the
+   * handler's transaction tells a retry may not meet (a deadlock, a
+   * serialization failure, a timeout the handler caught and answered with
+   * its own error) is the 503 it is (see `Execution.fail`).
    */
   async execute<T>(
     attempt: Attempt,
     options: ResolvedRouteOptions,
     fn: (transaction: HandlerTransaction) => Promise<T>,
-    final = false,
+    failure: Pick<FailOptions, 'final'> = {},
   ): Promise<{ readonly result: T; readonly replayed: boolean }> {
     const beginning = await this.begin(attempt, options);
     if ('replay' in beginning) {
@@ -397,7 +401,7 @@ export class IdempotencyExecutor
     try {
       result = await execution.run(() => fn(execution.transaction));
     } catch (error) {
-      const kind = await execution.fail(error, { final });
+      const kind = await execution.fail(error, failure);
       throw kind === 'handler'
         ? error
         : new IdempotencyUnavailableException(options.retryAfter);

@@ -178,7 +178,7 @@ export class IdempotencyKafka {
                 : transaction.manager) as Transaction,
             );
           },
-          true,
+          { final: true },
         );
       } catch (error) {
         const outcome = await afterFailure(

@@ -174,7 +174,7 @@ export class IdempotencyMessages {
           ran = true;
           return lastValueFrom(next.handle(), { defaultValue: undefined });
         },
-        true,
+        { final: true },
       ));
     } catch (error) {
       const outcome = await afterFailure(
